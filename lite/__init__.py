@@ -1,0 +1,33 @@
+"""lite: load and run .lite models.
+
+    import lite
+    model = lite.Model.load("model.lite")
+    outputs = model.predict({"input": x})
+
+The base install needs only numpy and flatbuffers; importing ``lite`` never imports onnx,
+onnxruntime or grpc.
+"""
+
+from lite.errors import (
+    EngineUnavailableError,
+    InvalidInputError,
+    KernelError,
+    LiteError,
+    ModelFormatError,
+    UnsupportedOpError,
+)
+from lite.model import Model, TensorSpec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EngineUnavailableError",
+    "InvalidInputError",
+    "KernelError",
+    "LiteError",
+    "Model",
+    "ModelFormatError",
+    "TensorSpec",
+    "UnsupportedOpError",
+    "__version__",
+]

@@ -1,0 +1,253 @@
+"""The numpy engine: runs a .lite graph node by node with the kernels of :mod:`lite.ops`.
+
+Planning happens once, at load: each node gets its kernel (newest version not above the model's
+opset for the node's domain), its attributes converted to the Python values kernels take, and
+the list of tensors whose last reader it is. Running is then a flat loop. Intermediate values
+are dropped right after their last use, so the live set at any moment is what the dataflow
+needs (the lifetime bound that ``lite bench --memory`` reports against).
+
+The engine holds no per-call state: concurrent ``run`` calls from several threads are safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lite.errors import KernelError, LiteError, ModelFormatError, UnsupportedOpError
+from lite.format import ir
+from lite.format.dtypes import DataType, bfloat16_to_float32, is_subbyte, unpack_subbyte
+from lite.ops import KERNELS, KernelRegistry
+from lite.ops import fused_activation
+from lite.ops.registry import normalize_domain
+
+_ENGINE_ATTRIBUTES = {fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE}
+
+
+def tensor_value(tensor: ir.Tensor) -> np.ndarray:
+    """The logical value of a constant: sub-byte types unpacked, bfloat16 widened to float32."""
+    data = tensor.data
+    if is_subbyte(tensor.dtype):
+        return unpack_subbyte(data, tensor.dtype, tuple(tensor.shape))
+    if tensor.dtype == DataType.BFLOAT16:
+        return bfloat16_to_float32(data)
+    return data
+
+
+@dataclass
+class _Step:
+    node: ir.Node
+    fn: Callable
+    inputs: list[int]
+    outputs: list[int]
+    attributes: dict[str, Any]
+    graph_attributes: dict[str, Any]  # name -> graph index or list of indices
+    output_count: int | None
+    activation: tuple[str, tuple[float, ...]] | None
+    release: list[int] = field(default_factory=list)
+
+
+class _GraphPlan:
+    def __init__(self, graph: ir.Graph, steps: list[_Step], constants: dict[int, np.ndarray],
+                 index_of: dict[str, int]) -> None:
+        self.graph = graph
+        self.steps = steps
+        self.constants = constants
+        self.index_of = index_of
+
+
+class NumpyEngine:
+    """Executes an :class:`ir.Model` with numpy kernels."""
+
+    name = "numpy"
+
+    def __init__(self, model: ir.Model, custom_kernels: KernelRegistry | None = None) -> None:
+        self.model = model
+        self.opsets = {normalize_domain(d): v for d, v in model.opset_imports.items()}
+        self.custom_kernels = custom_kernels
+        problems: list[str] = []
+        self.plans = [self._plan(graph, index, problems) for index, graph in enumerate(model.graphs)]
+        if problems:
+            listed = "\n  ".join(problems)
+            raise UnsupportedOpError(
+                f"the numpy engine cannot run {len(problems)} node(s) of this model:\n  {listed}\n"
+                "For custom ops, pass a kernel registry: lite.Model.load(path, custom_kernels=...)."
+            )
+
+    # -- planning ------------------------------------------------------------------------------
+    def _plan(self, graph: ir.Graph, graph_index: int, problems: list[str]) -> _GraphPlan:
+        steps = []
+        for node in graph.nodes:
+            step = self._plan_node(node, graph_index, problems)
+            if step is not None:
+                steps.append(step)
+        index_of = {t.name: i for i, t in enumerate(graph.tensors)}
+        last_use: dict[int, int] = {}
+        for position, step in enumerate(steps):
+            for index in step.inputs:
+                if index >= 0:
+                    last_use[index] = position
+            # A body reads the enclosing graph's tensors by name: those live until the node runs.
+            for target in step.graph_attributes.values():
+                for body in target if isinstance(target, list) else [target]:
+                    body_graph = self.model.graphs[body]
+                    for captured in body_graph.captures:
+                        index = index_of.get(body_graph.tensors[captured].name)
+                        if index is not None:
+                            last_use[index] = position
+            for index in step.outputs:
+                # An output nobody reads is released right after it is produced.
+                if index >= 0:
+                    last_use.setdefault(index, position)
+        keep = set(graph.outputs) | {i for i, t in enumerate(graph.tensors) if t.is_constant}
+        keep |= set(graph.inputs) | set(graph.captures)
+        for index, position in last_use.items():
+            if index not in keep:
+                steps[position].release.append(index)
+        constants = {i: tensor_value(t) for i, t in enumerate(graph.tensors) if t.is_constant}
+        return _GraphPlan(graph, steps, constants, index_of)
+
+    def _plan_node(self, node: ir.Node, graph_index: int, problems: list[str]) -> _Step | None:
+        label = f"node {node.name!r} ({node.domain + '::' if node.domain else ''}{node.op_type})"
+        if graph_index:
+            label += f" in subgraph {graph_index}"
+        domain = normalize_domain(node.domain)
+        kernel = None
+        if self.custom_kernels is not None:
+            kernel = self.custom_kernels.select(node.op_type, domain, 1 << 30)
+        if kernel is None:
+            version = self.opsets.get(domain)
+            if version is None and domain == "":
+                version = 1
+            if version is not None:
+                kernel = KERNELS.select(node.op_type, domain, version)
+            if kernel is None:
+                available = KERNELS.versions(node.op_type, domain)
+                if available:
+                    problems.append(f"{label}: opset {version} of domain {domain or 'ai.onnx'!r}; kernels exist "
+                                    f"from opset {available[0]}")
+                else:
+                    problems.append(f"{label}: no kernel for this op type")
+                return None
+        attributes: dict[str, Any] = {}
+        graph_attributes: dict[str, Any] = {}
+        activation = None
+        for name, attribute in node.attributes.items():
+            if name in _ENGINE_ATTRIBUTES:
+                continue
+            if name not in kernel.attribute_names:
+                problems.append(f"{label}: attribute {name!r} is not supported by the {node.op_type} kernel")
+                continue
+            if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+                graph_attributes[name] = attribute.value
+            else:
+                attributes[name] = _attribute_value(attribute)
+        if fused_activation.ATTRIBUTE in node.attributes:
+            kind = _attribute_value(node.attributes[fused_activation.ATTRIBUTE])
+            params_attribute = node.attributes.get(fused_activation.PARAMS_ATTRIBUTE)
+            params = tuple(_attribute_value(params_attribute)) if params_attribute else ()
+            reason = fused_activation.check(kind, params)
+            if reason:
+                problems.append(f"{label}: {reason}")
+            activation = (kind, params)
+        # Trailing omitted inputs are dropped so the kernel's defaults apply.
+        inputs = list(node.inputs)
+        while inputs and inputs[-1] < 0:
+            inputs.pop()
+        return _Step(node, kernel.fn, inputs, list(node.outputs), attributes, graph_attributes,
+                     len(node.outputs) if kernel.wants_output_count else None, activation)
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the main graph; ``feeds`` maps each graph input name to its (validated) array."""
+        plan = self.plans[0]
+        inputs = [feeds[plan.graph.tensors[i].name] for i in plan.graph.inputs]
+        outputs = self._run_graph(0, inputs, None)
+        return {plan.graph.tensors[i].name: value for i, value in zip(plan.graph.outputs, outputs)}
+
+    def _run_graph(self, graph_index: int, inputs: list[np.ndarray], scope: _Scope | None) -> list[np.ndarray]:
+        plan = self.plans[graph_index]
+        graph = plan.graph
+        values: list[Any] = [None] * len(graph.tensors)
+        for index, value in plan.constants.items():
+            values[index] = value
+        for index, value in zip(graph.inputs, inputs):
+            values[index] = value
+        for index in graph.captures:
+            if scope is None:
+                raise ModelFormatError(f"graph {graph.name!r} captures {graph.tensors[index].name!r} but has no enclosing graph")
+            values[index] = scope.lookup(graph.tensors[index].name)
+        local = _Scope(plan, values, scope)
+        for step in plan.steps:
+            args = [values[i] if i >= 0 else None for i in step.inputs]
+            kwargs = dict(step.attributes)
+            for name, target in step.graph_attributes.items():
+                kwargs[name] = self._body(target, local)
+            if step.output_count is not None:
+                kwargs["output_count"] = step.output_count
+            try:
+                result = step.fn(*args, **kwargs)
+            except LiteError as err:
+                raise type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}") from err
+            except Exception as err:  # a kernel failed on these inputs: name the node, keep the cause
+                shapes = ", ".join("-" if a is None else f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}"
+                                   for a in args)
+                raise KernelError(
+                    f"node {step.node.name!r} ({step.node.op_type}) failed on inputs [{shapes}]: "
+                    f"{type(err).__name__}: {err}"
+                ) from err
+            if not isinstance(result, (tuple, list)):
+                result = (result,)
+            for index, value in zip(step.outputs, result):
+                if index >= 0:
+                    values[index] = value
+            if step.activation is not None and step.outputs and step.outputs[0] >= 0:
+                first = step.outputs[0]
+                values[first] = fused_activation.apply(values[first], *step.activation)
+            for index in step.release:
+                values[index] = None
+        return [values[i] for i in graph.outputs]
+
+    def _body(self, target, scope: _Scope):
+        if isinstance(target, list):
+            return [self._body(t, scope) for t in target]
+
+        def body(*inputs: np.ndarray) -> list[np.ndarray]:
+            return self._run_graph(target, list(inputs), scope)
+
+        return body
+
+
+class _Scope:
+    """Names visible to a subgraph: the enclosing graph's current values, then its scope."""
+
+    def __init__(self, plan: _GraphPlan, values: list[Any], parent: _Scope | None) -> None:
+        self.plan = plan
+        self.values = values
+        self.parent = parent
+
+    def lookup(self, name: str) -> np.ndarray:
+        index = self.plan.index_of.get(name)
+        if index is not None and self.values[index] is not None:
+            return self.values[index]
+        if self.parent is None:
+            raise ModelFormatError(f"a subgraph reads {name!r}, which no enclosing graph defines")
+        return self.parent.lookup(name)
+
+
+def _attribute_value(attribute: ir.Attribute) -> Any:
+    kind, value = attribute.type, attribute.value
+    if kind == ir.AttributeType.STRING:
+        return value.decode("utf-8", errors="surrogateescape")
+    if kind == ir.AttributeType.STRINGS:
+        return [v.decode("utf-8", errors="surrogateescape") for v in value]
+    if kind == ir.AttributeType.TENSOR:
+        return tensor_value(value)
+    if kind == ir.AttributeType.TENSORS:
+        return [tensor_value(t) for t in value]
+    if kind in (ir.AttributeType.INTS, ir.AttributeType.FLOATS):
+        return list(value)
+    return value

@@ -1,0 +1,35 @@
+"""Typed errors of the runtime.
+
+Every error a user can meet derives from :class:`LiteError`; the leaves also subclass the
+builtin they refine, so ``except ValueError`` keeps working for callers that do not know
+this package.
+"""
+
+from __future__ import annotations
+
+
+class LiteError(Exception):
+    """Base of every error raised by the ``lite`` runtime."""
+
+
+class ModelFormatError(LiteError, ValueError):
+    """A .lite file (or bytes) is damaged, hostile or of an unsupported version.
+
+    The message names what is wrong and where (table, field, index), and what to do.
+    """
+
+
+class UnsupportedOpError(LiteError, NotImplementedError):
+    """A node uses an op type, opset version or attribute that no engine implements."""
+
+
+class InvalidInputError(LiteError, ValueError):
+    """The inputs given to ``Model.predict`` do not match the model's signature."""
+
+
+class EngineUnavailableError(LiteError, RuntimeError):
+    """A requested device or engine cannot be used here (missing package, no GPU)."""
+
+
+class KernelError(LiteError, RuntimeError):
+    """A kernel failed while running a node; the message names the node and op type."""

@@ -1,0 +1,372 @@
+"""Reading a .lite file into :class:`lite.format.ir.Model`, verified, without copying weights.
+
+A path is memory-mapped read-only and each constant becomes a read-only ``np.frombuffer`` view
+of the map, so loading costs the same for a 1 MB and a 1 GB model and the pages are shared
+between processes. Everything is checked before use: the structure by
+:mod:`lite.format.verifier`, then the semantics here (indices in range, sizes equal to shape ×
+dtype, quantization parameters consistent with the quantized axis, one producer per tensor,
+nodes in execution order, no cycles between graphs). Any violation is a
+:class:`~lite.errors.ModelFormatError` naming the graph, node or tensor.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lite.errors import ModelFormatError
+from lite.format import ir
+from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
+from lite.format.verifier import verify_flatbuffer
+from lite.format.writer import ALIGNMENT
+
+SUPPORTED_MAJOR = ir.FORMAT_VERSION[0]
+# Larger products cannot describe a real tensor; refusing them keeps arithmetic bounded.
+_MAX_ELEMENTS = 1 << 48
+_GRANULARITY_PER_TENSOR, _GRANULARITY_PER_AXIS, _GRANULARITY_PER_BLOCK = 0, 1, 2
+
+
+def load(source: str | os.PathLike | bytes | bytearray | memoryview) -> ir.Model:
+    """Read and verify a .lite model from a path (memory-mapped) or from bytes."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _Reader(memoryview(source).cast("B"), "<bytes>").model()
+    path = Path(source)
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                raise ModelFormatError(f"{path}: the file is empty, not a .lite model")
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"model file not found: {path}") from err
+    except IsADirectoryError as err:
+        raise ModelFormatError(f"{path} is a directory, not a .lite model file") from err
+    return _Reader(memoryview(mapped), str(path)).model()
+
+
+class _Reader:
+    def __init__(self, buf: memoryview, origin: str) -> None:
+        self.buf = buf
+        self.origin = origin
+        self.buffers: list[tuple[int, int]] = []
+        self.data_start = 0
+
+    def fail(self, message: str) -> ModelFormatError:
+        return ModelFormatError(f"{self.origin}: {message}")
+
+    def model(self) -> ir.Model:
+        try:
+            root = verify_flatbuffer(self.buf)
+        except ModelFormatError as err:
+            raise self.fail(str(err)) from None
+        version = (root["version_major"], root["version_minor"])
+        if version[0] > SUPPORTED_MAJOR or version[0] == 0:
+            raise self.fail(
+                f"format version {version[0]}.{version[1]} is not supported: this runtime reads "
+                f"major version {SUPPORTED_MAJOR} (any minor); upgrade lite to read this file"
+            )
+        flatbuffer_size = int.from_bytes(self.buf[0:4], "little")
+        self.data_start = -(-(4 + flatbuffer_size) // ALIGNMENT) * ALIGNMENT
+        self.buffers = self.read_buffers(root["buffers"] or [])
+        graph_tables = root["graphs"] or []
+        if not graph_tables:
+            raise self.fail("the model has no graphs (expected the main graph at index 0)")
+        graphs = [self.graph(table, index, len(graph_tables)) for index, table in enumerate(graph_tables)]
+        self.check_graph_references(graphs)
+        opsets: dict[str, int] = {}
+        for entry in root["opset_imports"] or []:
+            domain = self.text(entry["domain"], "opset_imports.domain")
+            if domain in opsets:
+                raise self.fail(f"opset domain {domain!r} is imported twice")
+            opsets[domain] = entry["version"]
+        metadata: dict[str, str] = {}
+        for entry in root["metadata"] or []:
+            key = self.text(entry["key"], "metadata.key")
+            if key in metadata:
+                raise self.fail(f"metadata key {key!r} appears twice")
+            metadata[key] = self.text(entry["value"], f"metadata[{key!r}]")
+        return ir.Model(graphs=graphs, opset_imports=opsets, metadata=metadata, version=version)
+
+    # -- pieces --------------------------------------------------------------------------------
+    def text(self, raw: bytes | None, where: str) -> str:
+        if raw is None:
+            return ""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise self.fail(f"{where} is not valid UTF-8 ({err.reason} at byte {err.start})") from None
+
+    def read_buffers(self, tables: list[dict[str, Any]]) -> list[tuple[int, int]]:
+        data_size = len(self.buf) - self.data_start
+        buffers = []
+        for index, table in enumerate(tables):
+            offset, length = table["offset"], table["length"]
+            if index == 0:
+                buffers.append((0, 0))
+                continue
+            if offset % ALIGNMENT:
+                raise self.fail(f"buffer {index} starts at data offset {offset}, not a multiple of {ALIGNMENT}")
+            if offset + length > data_size:
+                raise self.fail(
+                    f"buffer {index} (offset {offset}, {length} bytes) extends past the end of the file's "
+                    f"{max(data_size, 0)}-byte data section (truncated file?)"
+                )
+            buffers.append((offset, length))
+        return buffers
+
+    def graph(self, table: dict[str, Any], index: int, graph_count: int) -> ir.Graph:
+        name = self.text(table["name"], f"graph {index} name")
+        where = f"graph {index} ({name!r})"
+        tensors = [self.tensor(t, f"{where} tensor {i}") for i, t in enumerate(table["tensors"] or [])]
+        count = len(tensors)
+        names = set()
+        for position, tensor in enumerate(tensors):
+            if tensor.name in names:
+                raise self.fail(f"{where}: tensor name {tensor.name!r} is used twice (tensor {position})")
+            names.add(tensor.name)
+        nodes = [self.node(n, f"{where} node {i}", count, graph_count) for i, n in enumerate(table["nodes"] or [])]
+        inputs = self.indices(table["inputs"], count, f"{where} inputs")
+        outputs = self.indices(table["outputs"], count, f"{where} outputs")
+        captures = self.indices(table["captures"], count, f"{where} captures")
+        graph = ir.Graph(name=name, tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs, captures=captures)
+        self.check_dataflow(graph, where)
+        return graph
+
+    def indices(self, values: np.ndarray | None, count: int, where: str, allow_omitted: bool = False) -> list[int]:
+        if values is None:
+            return []
+        result = values.tolist()
+        low = -1 if allow_omitted else 0
+        for position, value in enumerate(result):
+            if not low <= value < count:
+                raise self.fail(f"{where}[{position}] = {value} is not a tensor index (graph has {count} tensors)")
+        return result
+
+    def tensor(self, table: dict[str, Any], where: str) -> ir.Tensor:
+        name = self.text(table["name"], f"{where} name")
+        where = f"{where} ({name!r})"
+        dtype = DataType(table["dtype"])
+        shape = None
+        if table["has_shape"]:
+            shape = tuple(self.dim(d, f"{where} shape[{i}]") for i, d in enumerate(table["shape"] or []))
+        data = None
+        buffer_index = table["buffer"]
+        if table["is_string_constant"]:
+            data = self.string_constant(table, dtype, shape, where)
+        elif buffer_index:
+            data = self.constant(buffer_index, dtype, shape, where)
+        quant = self.quant(table["quant"], shape, where) if table["quant"] is not None else None
+        return ir.Tensor(name=name, dtype=dtype, shape=shape, data=data, quant=quant,
+                         doc=self.text(table["doc"], f"{where} doc"))
+
+    def dim(self, table: dict[str, Any], where: str) -> ir.Dim:
+        if table["param"] is not None:
+            return self.text(table["param"], where)
+        value = table["value"]
+        if value < -1:
+            raise self.fail(f"{where} = {value}: a dimension is >= 0, or -1 for unknown")
+        return None if value == -1 else value
+
+    def element_count(self, shape: tuple[ir.Dim, ...] | None, where: str) -> int:
+        if shape is None or any(not isinstance(d, int) for d in shape):
+            raise self.fail(f"{where}: a constant needs a fixed shape, got {shape}")
+        count = 1
+        for dim in shape:
+            count *= dim
+            if count > _MAX_ELEMENTS:
+                raise self.fail(f"{where}: shape {shape} has more than 2**48 elements")
+        return count
+
+    def constant(self, buffer_index: int, dtype: DataType, shape, where: str) -> np.ndarray:
+        if buffer_index >= len(self.buffers):
+            raise self.fail(f"{where}: buffer index {buffer_index} out of range ({len(self.buffers)} buffers)")
+        if dtype in (DataType.UNDEFINED, DataType.STRING):
+            raise self.fail(f"{where}: a {dtype.name} tensor cannot refer to a data buffer")
+        count = self.element_count(shape, where)
+        offset, length = self.buffers[buffer_index]
+        expected = byte_size(dtype, count)
+        if length != expected:
+            raise self.fail(
+                f"{where}: buffer {buffer_index} holds {length} bytes, but {dtype.name} x {shape} needs {expected}"
+            )
+        start = self.data_start + offset
+        if is_subbyte(dtype):
+            return np.frombuffer(self.buf, dtype=np.uint8, count=length, offset=start)
+        storage = storage_dtype(dtype).newbyteorder("<")
+        if count == 0:
+            return np.empty(shape, dtype=storage)
+        return np.frombuffer(self.buf, dtype=storage, count=count, offset=start).reshape(shape)
+
+    def string_constant(self, table: dict[str, Any], dtype: DataType, shape, where: str) -> np.ndarray:
+        if dtype != DataType.STRING:
+            raise self.fail(f"{where}: string data on a {dtype.name} tensor")
+        count = self.element_count(shape, where)
+        strings = table["string_data"] or []
+        if len(strings) != count:
+            raise self.fail(f"{where}: {len(strings)} strings for shape {shape} ({count} elements)")
+        array = np.empty(count, dtype=object)
+        array[:] = strings
+        return array.reshape(shape)
+
+    def quant(self, table: dict[str, Any], shape, where: str) -> ir.QuantParams:
+        where = f"{where} quantization"
+        scale, zero_point = table["scale"], table["zero_point"]
+        scale = np.zeros(0, np.float32) if scale is None else scale
+        zero_point = np.zeros(0, np.int64) if zero_point is None else zero_point
+        if len(zero_point) != len(scale):
+            raise self.fail(f"{where}: {len(scale)} scales but {len(zero_point)} zero points")
+        bits = table["bits"]
+        if not 1 <= bits <= 32:
+            raise self.fail(f"{where}: bit width {bits} is not in 1..32")
+        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            raise self.fail(f"{where}: scales must be finite and positive")
+        granularity, axis, block = table["granularity"], table["axis"], table["block_size"]
+        if granularity == _GRANULARITY_PER_TENSOR:
+            if len(scale) != 1:
+                raise self.fail(f"{where}: per-tensor quantization has 1 scale, found {len(scale)}")
+            return ir.QuantParams(scale, zero_point, None, bits, table["signed"], table["symmetric"], 0)
+        if shape is not None:
+            if not -len(shape) <= axis < len(shape):
+                raise self.fail(f"{where}: axis {axis} is out of range for rank {len(shape)}")
+            extent = shape[axis]
+            if isinstance(extent, int):
+                if granularity == _GRANULARITY_PER_AXIS:
+                    expected = extent
+                else:
+                    if block <= 0:
+                        raise self.fail(f"{where}: per-block quantization needs block_size > 0, got {block}")
+                    others = 1
+                    for position, dim in enumerate(shape):
+                        if position != axis % len(shape):
+                            others = others * dim if isinstance(dim, int) else -1
+                    expected = -(-extent // block) * others if others >= 0 else len(scale)
+                if len(scale) != expected:
+                    raise self.fail(
+                        f"{where}: {len(scale)} scales, but axis {axis} of shape {shape} needs {expected}"
+                    )
+        if granularity == _GRANULARITY_PER_BLOCK and block <= 0:
+            raise self.fail(f"{where}: per-block quantization needs block_size > 0, got {block}")
+        return ir.QuantParams(scale, zero_point, axis, bits, table["signed"], table["symmetric"],
+                              block if granularity == _GRANULARITY_PER_BLOCK else 0)
+
+    def node(self, table: dict[str, Any], where: str, tensor_count: int, graph_count: int) -> ir.Node:
+        op_type = self.text(table["op_type"], f"{where} op_type")
+        name = self.text(table["name"], f"{where} name")
+        where = f"{where} ({name or op_type!r})"
+        if not op_type:
+            raise self.fail(f"{where}: op_type is empty")
+        attributes: dict[str, ir.Attribute] = {}
+        for position, attribute in enumerate(table["attributes"] or []):
+            attribute_name = self.text(attribute["name"], f"{where} attribute {position} name")
+            if attribute_name in attributes:
+                raise self.fail(f"{where}: attribute {attribute_name!r} appears twice")
+            attributes[attribute_name] = self.attribute(attribute, f"{where} attribute {attribute_name!r}", graph_count)
+        return ir.Node(
+            op_type=op_type,
+            domain=self.text(table["domain"], f"{where} domain"),
+            name=name,
+            inputs=self.indices(table["inputs"], tensor_count, f"{where} inputs", allow_omitted=True),
+            outputs=self.indices(table["outputs"], tensor_count, f"{where} outputs", allow_omitted=True),
+            attributes=attributes,
+        )
+
+    def attribute(self, table: dict[str, Any], where: str, graph_count: int) -> ir.Attribute:
+        kind = ir.AttributeType(table["type"])
+        T = ir.AttributeType
+
+        def graph_index(value: int) -> int:
+            if not 1 <= value < graph_count:
+                raise self.fail(f"{where}: graph index {value} is not a subgraph (model has {graph_count} graphs)")
+            return value
+
+        if kind == T.FLOAT:
+            value: Any = table["f"]
+        elif kind == T.INT:
+            value = table["i"]
+        elif kind == T.STRING:
+            value = table["s"] or b""
+        elif kind == T.TENSOR:
+            if table["t"] is None:
+                raise self.fail(f"{where}: TENSOR attribute without a tensor")
+            value = self.tensor(table["t"], where)
+        elif kind == T.GRAPH:
+            value = graph_index(table["g"])
+        elif kind == T.FLOATS:
+            value = [] if table["floats"] is None else table["floats"].tolist()
+        elif kind == T.INTS:
+            value = [] if table["ints"] is None else table["ints"].tolist()
+        elif kind == T.STRINGS:
+            value = list(table["strings"] or [])
+        elif kind == T.TENSORS:
+            value = [self.tensor(t, f"{where}[{i}]") for i, t in enumerate(table["tensors"] or [])]
+        elif kind == T.GRAPHS:
+            value = [graph_index(g) for g in ([] if table["graphs"] is None else table["graphs"].tolist())]
+        else:
+            raise self.fail(f"{where}: attribute type is UNDEFINED")
+        return ir.Attribute(kind, value)
+
+    # -- whole-graph checks ---------------------------------------------------------------------
+    def check_dataflow(self, graph: ir.Graph, where: str) -> None:
+        """Every tensor has at most one producer, and nodes only read values already available."""
+        available = set(graph.inputs) | set(graph.captures)
+        available.update(i for i, t in enumerate(graph.tensors) if t.is_constant)
+        produced: dict[int, int] = {}
+        for index in graph.inputs:
+            if graph.tensors[index].is_constant:
+                raise self.fail(f"{where}: graph input {graph.tensors[index].name!r} is also a constant")
+        for position, node in enumerate(graph.nodes):
+            for tensor_index in node.inputs:
+                if tensor_index >= 0 and tensor_index not in available:
+                    raise self.fail(
+                        f"{where}: node {position} ({node.name or node.op_type!r}) reads "
+                        f"{graph.tensors[tensor_index].name!r} before anything produces it "
+                        "(nodes must be stored in execution order, and the graph must be acyclic)"
+                    )
+            for tensor_index in node.outputs:
+                if tensor_index < 0:
+                    continue
+                if tensor_index in produced or tensor_index in available:
+                    raise self.fail(
+                        f"{where}: tensor {graph.tensors[tensor_index].name!r} is produced by node {position} "
+                        f"({node.name or node.op_type!r}) but is already a graph input, a constant "
+                        f"or the output of node {produced.get(tensor_index, '-')}"
+                    )
+                produced[tensor_index] = position
+                available.add(tensor_index)
+        for index in graph.outputs:
+            if index not in available:
+                raise self.fail(f"{where}: graph output {graph.tensors[index].name!r} is never produced")
+
+    def check_graph_references(self, graphs: list[ir.Graph]) -> None:
+        """Subgraph references form no cycle (a body may not contain itself)."""
+        edges = []
+        for graph in graphs:
+            targets = set()
+            for node in graph.nodes:
+                for attribute in node.attributes.values():
+                    if attribute.type == ir.AttributeType.GRAPH:
+                        targets.add(attribute.value)
+                    elif attribute.type == ir.AttributeType.GRAPHS:
+                        targets.update(attribute.value)
+            edges.append(targets)
+        state = [0] * len(graphs)  # 0 unvisited, 1 on the stack, 2 done
+        for start in range(len(graphs)):
+            if state[start]:
+                continue
+            stack = [(start, iter(edges[start]))]
+            state[start] = 1
+            while stack:
+                current, children = stack[-1]
+                child = next(children, None)
+                if child is None:
+                    state[current] = 2
+                    stack.pop()
+                elif state[child] == 1:
+                    raise self.fail(f"graph {child} ({graphs[child].name!r}) contains itself through subgraph attributes")
+                elif state[child] == 0:
+                    state[child] = 1
+                    stack.append((child, iter(edges[child])))

@@ -1,0 +1,168 @@
+"""``lite.Model``: load a .lite file and run it, the API for applications.
+
+    import lite
+    model = lite.Model.load("model.lite")          # device="auto": the best engine installed
+    outputs = model.predict({"input": batch})      # dict name -> np.ndarray
+    logits = model(batch)                          # single-input models
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lite.errors import EngineUnavailableError, InvalidInputError
+from lite.format import ir, load as load_model
+from lite.format.dtypes import DataType, storage_dtype
+from lite.ops import KernelRegistry
+
+DEVICES = ("auto", "numpy", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, element type and shape of a model input or output.
+
+    ``shape`` holds ints for fixed dimensions, strings for symbolic ones (``"N"``) and None for
+    unknown ones; it is None when even the rank is unknown. ``dtype`` is the numpy type arrays
+    must have (None when the model does not say).
+    """
+
+    name: str
+    dtype: np.dtype | None
+    shape: tuple[int | str | None, ...] | None
+
+    @classmethod
+    def of(cls, tensor: ir.Tensor) -> TensorSpec:
+        dtype = None if tensor.dtype == DataType.UNDEFINED else storage_dtype(tensor.dtype)
+        return cls(tensor.name, dtype, tensor.shape)
+
+
+class Model:
+    """A loaded model bound to an engine. Thread-safe: ``predict`` may be called concurrently."""
+
+    def __init__(self, model: ir.Model, engine: Any, source: str = "<memory>") -> None:
+        self.ir = model
+        self.engine = engine
+        self.source = source
+        graph = model.main
+        self.inputs = [TensorSpec.of(graph.tensors[i]) for i in graph.inputs]
+        self.outputs = [TensorSpec.of(graph.tensors[i]) for i in graph.outputs]
+
+    @classmethod
+    def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
+             threads: int | None = None, custom_kernels: KernelRegistry | None = None) -> Model:
+        """Load and verify a .lite model and bind it to an engine.
+
+        ``device``: ``"numpy"`` (the edge engine, always available), ``"cpu"`` / ``"cuda"``
+        (ONNX Runtime execution providers, when installed) or ``"auto"`` (the best available).
+        """
+        if device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer or None; got {threads!r}")
+        model = load_model(source)
+        engine = _engine_for(model, device, threads, custom_kernels)
+        origin = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+        return cls(model, engine, origin)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self.ir.metadata
+
+    @property
+    def device(self) -> str:
+        return self.engine.name
+
+    def predict(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Run the model. ``inputs`` maps every input name to an array (lists are converted)."""
+        feeds = self._validate(inputs)
+        return self.engine.run(feeds)
+
+    def __call__(self, x: Any) -> np.ndarray | dict[str, np.ndarray]:
+        """Run a single-input model on ``x``; returns the output (or a dict when there are several)."""
+        if len(self.inputs) != 1:
+            names = ", ".join(spec.name for spec in self.inputs)
+            raise InvalidInputError(f"model takes {len(self.inputs)} inputs ({names}); call predict({{name: array}})")
+        outputs = self.predict({self.inputs[0].name: x})
+        return next(iter(outputs.values())) if len(outputs) == 1 else outputs
+
+    def __repr__(self) -> str:
+        def fmt(specs: list[TensorSpec]) -> str:
+            return ", ".join(f"{s.name}: {s.dtype}{list(s.shape) if s.shape is not None else '[?]'}" for s in specs)
+
+        return f"lite.Model({self.source!r}, device={self.device!r}, inputs=[{fmt(self.inputs)}], outputs=[{fmt(self.outputs)}])"
+
+    def _validate(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if not isinstance(inputs, Mapping):
+            raise InvalidInputError(
+                f"predict takes a dict of input name -> array, got {type(inputs).__name__}; "
+                f"inputs are: {', '.join(s.name for s in self.inputs)}"
+            )
+        expected = {spec.name for spec in self.inputs}
+        missing = [spec.name for spec in self.inputs if spec.name not in inputs]
+        extra = sorted(str(name) for name in inputs if name not in expected)
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(map(repr, missing))}")
+            if extra:
+                parts.append(f"unknown {', '.join(map(repr, extra))}")
+            raise InvalidInputError(f"inputs do not match the model: {'; '.join(parts)} "
+                                    f"(the model takes {', '.join(map(repr, [s.name for s in self.inputs]))})")
+        feeds: dict[str, np.ndarray] = {}
+        bound: dict[str, tuple[int, str]] = {}
+        for spec in self.inputs:
+            feeds[spec.name] = _check_input(spec, inputs[spec.name], bound)
+        return feeds
+
+
+def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        array = value
+        if spec.dtype is not None and array.dtype != spec.dtype:
+            raise InvalidInputError(
+                f"input {spec.name!r} has dtype {array.dtype}, the model expects {spec.dtype} "
+                f"(convert with .astype(np.{spec.dtype.name}))"
+            )
+    else:
+        try:
+            array = np.asarray(value, dtype=spec.dtype)
+        except (TypeError, ValueError) as err:
+            raise InvalidInputError(f"input {spec.name!r} cannot be converted to {spec.dtype}: {err}") from err
+    if spec.shape is None:
+        return array
+    if array.ndim != len(spec.shape):
+        raise InvalidInputError(
+            f"input {spec.name!r} has rank {array.ndim} (shape {list(array.shape)}), "
+            f"the model expects rank {len(spec.shape)} (shape {list(spec.shape)})"
+        )
+    for axis, (dim, size) in enumerate(zip(spec.shape, array.shape)):
+        if isinstance(dim, int) and dim != size:
+            raise InvalidInputError(
+                f"input {spec.name!r} has size {size} on axis {axis} (shape {list(array.shape)}), "
+                f"the model expects {dim} (shape {list(spec.shape)})"
+            )
+        if isinstance(dim, str):
+            first = bound.setdefault(dim, (size, f"{spec.name!r} axis {axis}"))
+            if first[0] != size:
+                raise InvalidInputError(
+                    f"dimension {dim!r} is {size} on input {spec.name!r} axis {axis} but {first[0]} on {first[1]}"
+                )
+    return array
+
+
+def _engine_for(model: ir.Model, device: str, threads: int | None, custom_kernels: KernelRegistry | None):
+    if device in ("auto", "numpy"):
+        # ONNX Runtime engines are chosen here once they exist (issue: ORT execution providers).
+        from lite.engines.numpy_engine import NumpyEngine
+
+        return NumpyEngine(model, custom_kernels)
+    raise EngineUnavailableError(
+        f"device {device!r} needs the ONNX Runtime engine, which this version of lite does not ship yet; "
+        "use device='numpy'"
+    )

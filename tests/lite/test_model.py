@@ -1,0 +1,113 @@
+"""lite.Model: loading, signatures, input validation, concurrency, the edge install."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import lite
+from lite.format import GraphBuilder, save, to_bytes
+
+
+def matmul_model(tmp_path=None):
+    b = GraphBuilder("mm")
+    x = b.input("x", np.float32, ["N", 4])
+    w = b.constant("w", np.arange(8, dtype=np.float32).reshape(4, 2))
+    y = b.node("MatMul", [x, w], outputs=["y"])
+    b.output(y, np.float32, ["N", 2])
+    model = b.build({"labels": '["a", "b"]'})
+    if tmp_path is None:
+        return to_bytes(model)
+    save(model, tmp_path / "mm.lite")
+    return tmp_path / "mm.lite"
+
+
+def test_load_from_path_and_bytes_and_predict(tmp_path):
+    for source in (matmul_model(tmp_path), matmul_model()):
+        model = lite.Model.load(source)
+        x = np.ones((3, 4), np.float32)
+        out = model.predict({"x": x})
+        np.testing.assert_allclose(out["y"], x @ np.arange(8, dtype=np.float32).reshape(4, 2))
+        np.testing.assert_allclose(model(x), out["y"])
+        assert model.metadata["labels"] == '["a", "b"]'
+
+
+def test_signature():
+    model = lite.Model.load(matmul_model())
+    assert model.inputs == [lite.TensorSpec("x", np.dtype(np.float32), ("N", 4))]
+    assert model.outputs == [lite.TensorSpec("y", np.dtype(np.float32), ("N", 2))]
+    assert "x: float32['N', 4]" in repr(model)
+
+
+@pytest.mark.parametrize(
+    "feeds, message",
+    [
+        ({}, "missing 'x'"),
+        ({"x": np.ones((1, 4), np.float32), "z": 1}, "unknown 'z'"),
+        ({"x": np.ones((1, 4), np.float64)}, r"dtype float64, the model expects float32 \(convert with .astype\(np.float32\)\)"),
+        ({"x": np.ones((4,), np.float32)}, "rank 1 .*expects rank 2"),
+        ({"x": np.ones((1, 5), np.float32)}, "size 5 on axis 1 .*expects 4"),
+        ({"x": [["a"] * 4]}, "cannot be converted to float32"),
+    ],
+)
+def test_bad_inputs_are_typed_and_precise(feeds, message):
+    model = lite.Model.load(matmul_model())
+    with pytest.raises(lite.InvalidInputError, match=message):
+        model.predict(feeds)
+
+
+def test_lists_are_converted_to_the_model_dtype():
+    model = lite.Model.load(matmul_model())
+    assert model.predict({"x": [[1, 0, 0, 0]]})["y"].dtype == np.float32
+
+
+def test_symbolic_dimensions_must_agree_across_inputs():
+    b = GraphBuilder("add")
+    x = b.input("a", np.float32, ["N", 2])
+    y = b.input("b", np.float32, ["N", 2])
+    b.output(b.node("MatMul", [x, b.constant("w", np.eye(2, dtype=np.float32))]), np.float32, ["N", 2])
+    model = lite.Model.load(to_bytes(b.build()))
+    with pytest.raises(lite.InvalidInputError, match="dimension 'N' is 3 on input 'b' axis 0 but 2"):
+        model.predict({"a": np.ones((2, 2), np.float32), "b": np.ones((3, 2), np.float32)})
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="device must be one of"):
+        lite.Model.load(matmul_model(), device="tpu")
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        lite.Model.load(matmul_model(), threads=0)
+
+
+def test_unsupported_ops_are_listed_all_at_once():
+    b = GraphBuilder("custom")
+    x = b.input("x", np.float32, [2])
+    y = b.node("Frobnicate", [x], domain="com.example")
+    z = b.node("Twiddle", [y], domain="com.example")
+    b.output(z)
+    model = b.build()
+    model.opset_imports["com.example"] = 1
+    with pytest.raises(lite.UnsupportedOpError, match=r"2 node\(s\)(.|\n)*Frobnicate(.|\n)*Twiddle"):
+        lite.Model.load(to_bytes(model))
+
+
+def test_concurrent_predict_is_safe():
+    model = lite.Model.load(matmul_model())
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((5, 4)).astype(np.float32) for _ in range(64)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda x: model.predict({"x": x})["y"], batches))
+    w = np.arange(8, dtype=np.float32).reshape(4, 2)
+    for x, y in zip(batches, results):
+        np.testing.assert_allclose(y, x @ w, rtol=1e-6)
+
+
+def test_import_lite_pulls_in_no_heavy_dependency():
+    code = ("import sys, lite\n"
+            "heavy = [m for m in ('onnx', 'onnxruntime', 'grpc', 'google.protobuf') if m in sys.modules]\n"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
