@@ -1,0 +1,77 @@
+"""numpy kernels, one ONNX operator per module, registered in ``lite.ops.registry.KERNELS``.
+
+Each module below registers its kernels when imported; the list is explicit on purpose (no
+scanning of globals), so a kernel exists exactly when its module is named here.
+"""
+
+from lite.ops.registry import KERNELS, Kernel, KernelRegistry, kernel
+
+# --- elementwise, activations, reductions, shape, indexing, math (group A) ---
+import lite.ops.activations
+import lite.ops.arg_max
+import lite.ops.arithmetic
+import lite.ops.cast
+import lite.ops.clip
+import lite.ops.comparison
+import lite.ops.compress
+import lite.ops.concat
+import lite.ops.constant
+import lite.ops.cum_sum
+import lite.ops.depth_to_space
+import lite.ops.det
+import lite.ops.dropout
+import lite.ops.einsum
+import lite.ops.elementwise_unary
+import lite.ops.erf
+import lite.ops.expand
+import lite.ops.eye_like
+import lite.ops.gather
+import lite.ops.gather_nd
+import lite.ops.logical
+import lite.ops.non_zero
+import lite.ops.one_hot
+import lite.ops.pad
+import lite.ops.range
+import lite.ops.reduce
+import lite.ops.reshape
+import lite.ops.reverse_sequence
+import lite.ops.scatter_elements
+import lite.ops.scatter_nd
+import lite.ops.shape
+import lite.ops.slice
+import lite.ops.softmax
+import lite.ops.split
+import lite.ops.squeeze
+import lite.ops.tile
+import lite.ops.top_k
+import lite.ops.transpose
+import lite.ops.trilu
+import lite.ops.unique
+import lite.ops.variadic
+
+# --- convolution, pooling, normalization, matmul, resize, recurrent, control flow, quantized (group B) ---
+# (each import registers that module's kernels)
+import lite.ops.average_pool  # noqa: F401
+import lite.ops.batch_normalization  # noqa: F401
+import lite.ops.conv  # noqa: F401
+import lite.ops.conv_integer  # noqa: F401
+import lite.ops.conv_transpose  # noqa: F401
+import lite.ops.dequantize_linear  # noqa: F401
+import lite.ops.dynamic_quantize_linear  # noqa: F401
+import lite.ops.gemm  # noqa: F401
+import lite.ops.global_pool  # noqa: F401
+import lite.ops.group_normalization  # noqa: F401
+import lite.ops.instance_normalization  # noqa: F401
+import lite.ops.layer_normalization  # noqa: F401
+import lite.ops.lp_normalization  # noqa: F401
+import lite.ops.lp_pool  # noqa: F401
+import lite.ops.lrn  # noqa: F401
+import lite.ops.mat_mul  # noqa: F401
+import lite.ops.mat_mul_integer  # noqa: F401
+import lite.ops.max_pool  # noqa: F401
+import lite.ops.mean_variance_normalization  # noqa: F401
+import lite.ops.qlinear_conv  # noqa: F401
+import lite.ops.qlinear_mat_mul  # noqa: F401
+import lite.ops.quantize_linear  # noqa: F401
+
+__all__ = ["KERNELS", "Kernel", "KernelRegistry", "kernel"]

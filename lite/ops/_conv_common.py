@@ -1,0 +1,168 @@
+"""Helpers shared by the convolution and pooling kernels: attribute defaults, padding, windows.
+
+Padding follows the ONNX Conv/Pool specs (https://onnx.ai/onnx/operators/onnx__Conv.html):
+``pads`` is ``[x1_begin, x2_begin, ..., x1_end, x2_end]``; ``auto_pad`` SAME_* makes the
+output ``ceil(input / stride)`` long and puts the odd pixel at the end (SAME_UPPER) or at the
+beginning (SAME_LOWER).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from lite.errors import UnsupportedOpError
+
+
+def spatial_defaults(
+    op: str,
+    spatial_shape: Sequence[int],
+    kernel_shape: Sequence[int] | None,
+    strides: Sequence[int] | None,
+    dilations: Sequence[int] | None,
+) -> tuple[list[int], list[int], list[int]]:
+    """Kernel shape, strides and dilations with the spec's defaults filled in."""
+    rank = len(spatial_shape)
+    if kernel_shape is None:
+        raise UnsupportedOpError(f"{op}: the kernel_shape attribute is required")
+    kernel = [int(k) for k in kernel_shape]
+    strides = [1] * rank if not strides else [int(s) for s in strides]
+    dilations = [1] * rank if not dilations else [int(d) for d in dilations]
+    if not len(kernel) == len(strides) == len(dilations) == rank:
+        raise UnsupportedOpError(
+            f"{op}: kernel_shape {kernel}, strides {strides} and dilations {dilations} must all have "
+            f"{rank} entries (one per spatial axis of the input)"
+        )
+    return kernel, strides, dilations
+
+
+def resolve_pads(
+    op: str,
+    auto_pad: str,
+    pads: Sequence[int] | None,
+    spatial_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> tuple[list[int], list[int]]:
+    """(begin pads, end pads) for each spatial axis, per ``auto_pad``."""
+    rank = len(spatial_shape)
+    if auto_pad in ("NOTSET", ""):
+        pads = [0] * (2 * rank) if not pads else [int(p) for p in pads]
+        if len(pads) != 2 * rank:
+            raise UnsupportedOpError(f"{op}: pads must have {2 * rank} entries, got {len(pads)}")
+        return pads[:rank], pads[rank:]
+    if auto_pad == "VALID":
+        return [0] * rank, [0] * rank
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise UnsupportedOpError(
+            f"{op}: auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got {auto_pad!r}"
+        )
+    begin, end = [], []
+    for size, k, s, d in zip(spatial_shape, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, large = total // 2, total - total // 2
+        if auto_pad == "SAME_UPPER":
+            begin.append(small)
+            end.append(large)
+        else:
+            begin.append(large)
+            end.append(small)
+    return begin, end
+
+
+def output_shape(
+    spatial_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    begin: Sequence[int],
+    end: Sequence[int],
+    ceil_mode: int = 0,
+) -> list[int]:
+    """Spatial output shape; with ``ceil_mode`` the last window must start inside the input."""
+    out = []
+    for size, k, s, d, b, e in zip(spatial_shape, kernel, strides, dilations, begin, end):
+        span = size + b + e - ((k - 1) * d + 1)
+        if ceil_mode:
+            length = math.ceil(span / s) + 1
+            if (length - 1) * s >= size + b:
+                length -= 1
+        else:
+            length = span // s + 1
+        out.append(max(length, 0))
+    return out
+
+
+def pad_input(
+    x: np.ndarray,
+    begin: Sequence[int],
+    end: Sequence[int],
+    value: float = 0.0,
+) -> np.ndarray:
+    """``x`` with its spatial axes padded by ``value``; negative pads crop. Returns ``x`` itself when
+    there is nothing to pad (no copy)."""
+    if not any(begin) and not any(end):
+        return x
+    lead = x.ndim - len(begin)
+    crop = [slice(None)] * lead
+    grow_begin, grow_end = [], []
+    for b, e, size in zip(begin, end, x.shape[lead:]):
+        crop.append(slice(max(-b, 0), size - max(-e, 0)))
+        grow_begin.append(max(b, 0))
+        grow_end.append(max(e, 0))
+    x = x[tuple(crop)]
+    shape = list(x.shape[:lead]) + [
+        n + b + e for n, b, e in zip(x.shape[lead:], grow_begin, grow_end)
+    ]
+    padded = np.full(shape, value, dtype=x.dtype)
+    inner = [slice(None)] * lead + [
+        slice(b, b + n) for b, n in zip(grow_begin, x.shape[lead:])
+    ]
+    padded[tuple(inner)] = x
+    return padded
+
+
+def windows(
+    padded: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    """A read-only view ``(*lead, *kernel, *out_shape)`` of the sliding windows of ``padded``.
+
+    Putting the kernel axes before the output axes makes a contiguous copy of the view the
+    im2col matrix ``(C * prod(kernel), prod(out_shape))`` that one GEMM consumes.
+    """
+    rank = len(kernel)
+    lead = padded.ndim - rank
+    spatial_strides = padded.strides[lead:]
+    shape = tuple(padded.shape[:lead]) + tuple(kernel) + tuple(out_shape)
+    strides = (
+        tuple(padded.strides[:lead])
+        + tuple(st * d for st, d in zip(spatial_strides, dilations))
+        + tuple(st * s for st, s in zip(spatial_strides, strides))
+    )
+    return np.lib.stride_tricks.as_strided(padded, shape, strides, writeable=False)
+
+
+def kernel_slice(
+    offset: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out_shape: Sequence[int],
+) -> tuple[slice, ...]:
+    """Spatial slices of a padded input that the kernel tap at ``offset`` reads for every output."""
+    return tuple(
+        slice(o * d, o * d + (n - 1) * s + 1, s)
+        for o, s, d, n in zip(offset, strides, dilations, out_shape)
+    )
+
+
+def compute_dtype(x: np.ndarray) -> np.dtype:
+    """float16 (and other narrow floats) compute in float32; float64 stays float64."""
+    return np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)

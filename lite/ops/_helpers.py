@@ -1,0 +1,123 @@
+"""Small helpers shared by the numpy kernels: axis handling, integer inputs, legacy broadcasting.
+
+They raise :class:`lite.errors.KernelError` with the op type in the message, so a kernel can call
+them without wrapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from lite.errors import KernelError, UnsupportedOpError
+from lite.format.dtypes import DataType, storage_dtype
+
+
+def normalize_axis(op_type: str, axis: int, rank: int) -> int:
+    """``axis`` in ``[-rank, rank)`` mapped to ``[0, rank)``."""
+    axis = int(axis)
+    if not -rank <= axis < rank:
+        raise KernelError(f"{op_type}: axis {axis} is out of range for a tensor of rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def normalize_axes(op_type: str, axes: Iterable[int], rank: int) -> tuple[int, ...]:
+    """Each axis normalized; repeated axes are an error."""
+    normalized = tuple(normalize_axis(op_type, axis, rank) for axis in axes)
+    if len(set(normalized)) != len(normalized):
+        raise KernelError(f"{op_type}: axes {list(axes)} name the same axis twice")
+    return normalized
+
+
+def int_list(values: np.ndarray | Iterable[int] | None) -> list[int] | None:
+    """A 1-D integer tensor (or list) as Python ints; ``None`` stays ``None``."""
+    if values is None:
+        return None
+    return [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def scalar_int(op_type: str, name: str, value: np.ndarray) -> int:
+    """The single integer held by a 0-d or 1-element input."""
+    array = np.asarray(value)
+    if array.size != 1:
+        raise KernelError(f"{op_type}: input '{name}' must hold one value, got shape {array.shape}")
+    return int(array.reshape(()))
+
+
+def legacy_broadcast(op_type: str, A: np.ndarray, B: np.ndarray, broadcast: int, axis: int | None) -> np.ndarray:
+    """``B`` reshaped so numpy broadcasting reproduces the opset < 7 ``broadcast``/``axis`` rule.
+
+    Before opset 7 a binary op required equal shapes unless ``broadcast=1``; then B's shape had
+    to match a contiguous run of A's dimensions starting at ``axis`` (the trailing ones when
+    ``axis`` is absent). https://github.com/onnx/onnx/blob/main/docs/Changelog.md#Add-6
+    """
+    if not broadcast:
+        if A.shape != B.shape:
+            raise KernelError(
+                f"{op_type}: without broadcast=1 the shapes must be equal, got {A.shape} and {B.shape}"
+            )
+        return B
+    if B.ndim == 0 or axis is None:
+        return B
+    start = normalize_axis(op_type, axis, A.ndim)
+    trailing = A.ndim - start - B.ndim
+    if trailing < 0 or A.shape[start : start + B.ndim] != B.shape:
+        raise KernelError(
+            f"{op_type}: B of shape {B.shape} does not match A's dimensions {A.shape} from axis {axis}"
+        )
+    return B.reshape(B.shape + (1,) * trailing)
+
+
+# Element types a kernel can produce as plain numpy arrays (no raw-word storage types).
+_NUMPY_NATIVE = {
+    DataType.FLOAT,
+    DataType.UINT8,
+    DataType.INT8,
+    DataType.UINT16,
+    DataType.INT16,
+    DataType.INT32,
+    DataType.INT64,
+    DataType.STRING,
+    DataType.BOOL,
+    DataType.FLOAT16,
+    DataType.DOUBLE,
+    DataType.UINT32,
+    DataType.UINT64,
+    DataType.COMPLEX64,
+    DataType.COMPLEX128,
+}
+
+
+def numpy_dtype(op_type: str, element_type: int) -> np.dtype:
+    """The numpy dtype of an ONNX element type that numpy represents natively."""
+    try:
+        data_type = DataType(int(element_type))
+    except ValueError as err:
+        raise KernelError(f"{op_type}: unknown element type {element_type}") from err
+    if data_type not in _NUMPY_NATIVE:
+        raise UnsupportedOpError(
+            f"{op_type}: element type {data_type.name} has no native numpy type; "
+            "the numpy engine cannot produce it"
+        )
+    return storage_dtype(data_type)
+
+
+def lowest(dtype: np.dtype) -> np.generic:
+    """The smallest value of ``dtype`` (-inf for floats, False for bool)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(-np.inf)
+    if dtype.kind == "b":
+        return np.False_
+    return dtype.type(np.iinfo(dtype).min)
+
+
+def highest(dtype: np.dtype) -> np.generic:
+    """The largest value of ``dtype`` (inf for floats, True for bool)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(np.inf)
+    if dtype.kind == "b":
+        return np.True_
+    return dtype.type(np.iinfo(dtype).max)

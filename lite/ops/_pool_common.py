@@ -1,0 +1,83 @@
+"""Window geometry and tap iteration shared by the pooling kernels.
+
+https://onnx.ai/onnx/operators/onnx__MaxPool.html (output shape, pads, ceil_mode).
+With ``ceil_mode`` the last window may run past the padded input; the padded input is
+extended at the end so every window is in range, and that extension never counts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from lite.errors import UnsupportedOpError
+from lite.ops._conv_common import kernel_slice, output_shape, resolve_pads, spatial_defaults
+
+
+@dataclass(frozen=True)
+class PoolGeometry:
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    begin: list[int]
+    end: list[int]
+    # Extra cells past ``end`` so the last (ceil_mode) window stays in range.
+    overhang: list[int]
+    out_shape: list[int]
+
+    def taps(self) -> list[tuple[slice, ...]]:
+        """For every kernel tap, the spatial slices of the extended input it reads."""
+        offsets = itertools.product(*(range(k) for k in self.kernel))
+        return [kernel_slice(o, self.strides, self.dilations, self.out_shape) for o in offsets]
+
+    def divisor(self, spatial: tuple[int, ...], include_pads: bool) -> np.ndarray:
+        """How many counted cells each window covers (the AveragePool denominator)."""
+        per_axis = []
+        for axis, size in enumerate(spatial):
+            b, e, extra = self.begin[axis], self.end[axis], self.overhang[axis]
+            mask = np.zeros(b + size + e + extra)
+            if include_pads:
+                mask[: b + size + e] = 1
+            else:
+                mask[b : b + size] = 1
+            count = np.zeros(self.out_shape[axis])
+            for k in range(self.kernel[axis]):
+                start = k * self.dilations[axis]
+                stop = start + (self.out_shape[axis] - 1) * self.strides[axis] + 1
+                count += mask[start : stop : self.strides[axis]]
+            per_axis.append(count)
+        total = per_axis[0]
+        for count in per_axis[1:]:
+            total = np.multiply.outer(total, count)
+        return total
+
+
+def pool_geometry(
+    op: str,
+    x: np.ndarray,
+    *,
+    kernel_shape,
+    strides,
+    dilations,
+    auto_pad: str,
+    pads,
+    ceil_mode: int,
+) -> PoolGeometry:
+    if x.ndim < 3:
+        raise UnsupportedOpError(f"{op}: input must be (N, C, spatial...), got shape {x.shape}")
+    spatial = x.shape[2:]
+    kernel, strides, dilations = spatial_defaults(op, spatial, kernel_shape, strides, dilations)
+    begin, end = resolve_pads(op, auto_pad, pads, spatial, kernel, strides, dilations)
+    out = output_shape(spatial, kernel, strides, dilations, begin, end, ceil_mode)
+    overhang = [
+        max(0, (o - 1) * s + (k - 1) * d + 1 - (n + b + e))
+        for o, s, k, d, n, b, e in zip(out, strides, kernel, dilations, spatial, begin, end)
+    ]
+    return PoolGeometry(kernel, strides, dilations, begin, end, overhang, out)
+
+
+def lowest(dtype: np.dtype):
+    """The value padding must hold so it never wins a max."""
+    return -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min

@@ -1,0 +1,117 @@
+"""Elementwise arithmetic with numpy broadcasting: Add, Sub, Mul, Div, Pow, Mod.
+
+Specs: https://onnx.ai/onnx/operators/onnx__Add.html, onnx__Sub.html, onnx__Mul.html,
+onnx__Div.html, onnx__Pow.html, onnx__Mod.html.
+
+From opset 7 these broadcast like numpy. Before that they took ``broadcast``/``axis``
+attributes (see :func:`lite.ops._helpers.legacy_broadcast`); the ``_v1`` kernels implement
+that form. Results keep the input element type: integer Div truncates toward zero as in C, and
+Pow returns the base's type whatever the exponent's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lite.ops._helpers import legacy_broadcast
+from lite.ops.registry import kernel
+
+
+def _same_type(result: np.ndarray, like: np.ndarray) -> np.ndarray:
+    return np.asarray(result).astype(like.dtype, copy=False)
+
+
+@kernel("Add", since=7)
+def Add(A, B):
+    return _same_type(np.add(A, B), A)
+
+
+@kernel("Sub", since=7)
+def Sub(A, B):
+    return _same_type(np.subtract(A, B), A)
+
+
+@kernel("Mul", since=7)
+def Mul(A, B):
+    return _same_type(np.multiply(A, B), A)
+
+
+@kernel("Div", since=7)
+def Div(A, B):
+    A = np.asarray(A)
+    B = np.asarray(B)
+    if A.dtype.kind in "iu":
+        return _truncating_divide(A, B)
+    return _same_type(np.divide(A, B), A)
+
+
+def _truncating_divide(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    # numpy's // floors; C (and ONNX) truncate. They differ when the remainder is non-zero
+    # and the operands have opposite signs. Division by zero yields 0 instead of trapping.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient = np.floor_divide(A, B)
+        remainder = np.remainder(A, B)
+    if A.dtype.kind == "i":
+        quotient = quotient + ((remainder != 0) & ((A < 0) != (B < 0)))
+    return _same_type(quotient, A)
+
+
+@kernel("Pow", since=7)
+def Pow(X, Y):
+    X = np.asarray(X)
+    Y = np.asarray(Y)
+    if X.dtype.kind in "iu" and Y.dtype.kind in "iu":
+        return _integer_power(X, Y)
+    if X.dtype.kind in "iu":
+        # Integer base, float exponent: compute in double and truncate like a C cast.
+        with np.errstate(invalid="ignore", over="ignore"):
+            return _same_type(np.power(X.astype(np.float64), Y), X)
+    return _same_type(np.power(X, Y), X)
+
+
+def _integer_power(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    # numpy refuses negative integer exponents. x ** -n truncates to 0 except for |x| == 1
+    # (1 stays 1, -1 alternates sign); 0 ** -n is undefined and gives 0 here.
+    negative = Y < 0
+    result = np.power(X, np.where(negative, 0, Y).astype(X.dtype))
+    if np.any(negative):
+        odd = (np.abs(Y) % 2) == 1
+        reciprocal = np.where(X == 1, 1, np.where(X == -1, np.where(odd, -1, 1), 0))
+        result = np.where(negative, reciprocal, result)
+    return _same_type(result, X)
+
+
+@kernel("Mod", since=10)
+def Mod(A, B, *, fmod=0):
+    """``fmod=0``: sign of the divisor (Python ``%``); ``fmod=1``: sign of the dividend (C fmod)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result = np.fmod(A, B) if fmod else np.mod(A, B)
+    return _same_type(result, np.asarray(A))
+
+
+# --- opset < 7: explicit broadcast attribute ----------------------------------------------------
+
+
+@kernel("Add", since=1)
+def Add_v1(A, B, *, broadcast=0, axis=None, consumed_inputs=None):
+    return Add(A, legacy_broadcast("Add", A, B, broadcast, axis))
+
+
+@kernel("Sub", since=1)
+def Sub_v1(A, B, *, broadcast=0, axis=None, consumed_inputs=None):
+    return Sub(A, legacy_broadcast("Sub", A, B, broadcast, axis))
+
+
+@kernel("Mul", since=1)
+def Mul_v1(A, B, *, broadcast=0, axis=None, consumed_inputs=None):
+    return Mul(A, legacy_broadcast("Mul", A, B, broadcast, axis))
+
+
+@kernel("Div", since=1)
+def Div_v1(A, B, *, broadcast=0, axis=None, consumed_inputs=None):
+    return Div(A, legacy_broadcast("Div", A, B, broadcast, axis))
+
+
+@kernel("Pow", since=1)
+def Pow_v1(X, Y, *, broadcast=0, axis=None):
+    return Pow(X, legacy_broadcast("Pow", X, Y, broadcast, axis))

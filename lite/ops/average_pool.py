@@ -1,0 +1,50 @@
+"""AveragePool: the mean of each window; pads count only with ``count_include_pad=1``.
+
+https://onnx.ai/onnx/operators/onnx__AveragePool.html
+
+Cells a ``ceil_mode`` window reaches past the padded input never count. The denominator is
+separable over the spatial axes, so it is an outer product of 1-D counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lite.ops._conv_common import compute_dtype, pad_input
+from lite.ops._pool_common import pool_geometry
+from lite.ops.registry import kernel
+
+
+@kernel("AveragePool", since=1)
+def AveragePool(
+    X,
+    *,
+    auto_pad="NOTSET",
+    ceil_mode=0,
+    count_include_pad=0,
+    dilations=None,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    geometry = pool_geometry(
+        "AveragePool",
+        X,
+        kernel_shape=kernel_shape,
+        strides=strides,
+        dilations=dilations,
+        auto_pad=auto_pad,
+        pads=pads,
+        ceil_mode=ceil_mode,
+    )
+    dtype = compute_dtype(X)
+    end = [e + extra for e, extra in zip(geometry.end, geometry.overhang)]
+    padded = pad_input(np.asarray(X, dtype=dtype), geometry.begin, end, 0.0)
+    lead = (slice(None), slice(None))
+    taps = geometry.taps()
+    total = np.array(padded[lead + taps[0]])
+    for tap in taps[1:]:
+        total += padded[lead + tap]
+    divisor = geometry.divisor(X.shape[2:], bool(count_include_pad)).astype(dtype)
+    total /= divisor
+    return total.astype(X.dtype, copy=False)

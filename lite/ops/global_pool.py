@@ -1,0 +1,37 @@
+"""Global pools: one value per (N, C) over all spatial axes, keeping them as size-1 axes.
+
+https://onnx.ai/onnx/operators/onnx__GlobalAveragePool.html
+https://onnx.ai/onnx/operators/onnx__GlobalMaxPool.html
+https://onnx.ai/onnx/operators/onnx__GlobalLpPool.html
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lite.ops._conv_common import compute_dtype
+from lite.ops.registry import kernel
+
+
+def _spatial_axes(X) -> tuple[int, ...]:
+    return tuple(range(2, np.ndim(X)))
+
+
+@kernel("GlobalAveragePool", since=1)
+def GlobalAveragePool(X):
+    x = np.asarray(X)
+    flat = x.reshape(x.shape[0], x.shape[1], -1).astype(compute_dtype(x), copy=False)
+    mean = flat.mean(axis=-1)
+    return mean.reshape(mean.shape + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)
+
+
+@kernel("GlobalMaxPool", since=1)
+def GlobalMaxPool(X):
+    return np.max(X, axis=_spatial_axes(X), keepdims=True)
+
+
+@kernel("GlobalLpPool", since=1)
+def GlobalLpPool(X, *, p=2):
+    x = np.abs(np.asarray(X, dtype=compute_dtype(X)))
+    total = np.sum(x**p, axis=_spatial_axes(X), keepdims=True)
+    return (total ** (1.0 / p)).astype(X.dtype, copy=False)

@@ -1,0 +1,72 @@
+"""Pad: add (or, with negative pads, remove) borders. https://onnx.ai/onnx/operators/onnx__Pad.html
+
+``pads`` lists the amounts before every padded axis, then after every padded axis:
+``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]``. By opset:
+
+- 1: attribute ``paddings`` and float attribute ``value``;
+- 2: attribute ``pads`` and ``value``;
+- 11: inputs ``pads`` and optional ``constant_value`` (scalar, default 0);
+- 18: optional ``axes`` input naming the padded axes; 19 adds ``wrap`` mode.
+
+Modes: ``constant``, ``reflect`` (mirror without repeating the edge), ``edge`` (repeat the
+edge), ``wrap`` (as if the tensor were a torus). Negative amounts crop before padding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lite.errors import KernelError, UnsupportedOpError
+from lite.ops._helpers import int_list, normalize_axes
+from lite.ops.registry import kernel
+
+_NUMPY_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def _pad(data, pads: list[int], mode: str, value, axes: list[int] | None) -> np.ndarray:
+    data = np.asarray(data)
+    if mode not in _NUMPY_MODES:
+        raise UnsupportedOpError(f"Pad: mode must be one of {sorted(_NUMPY_MODES)}, got {mode!r}")
+    axes = list(range(data.ndim)) if axes is None else list(normalize_axes("Pad", axes, data.ndim))
+    if len(pads) != 2 * len(axes):
+        raise KernelError(f"Pad: expected {2 * len(axes)} pads for axes {axes}, got {len(pads)}")
+    before = [0] * data.ndim
+    after = [0] * data.ndim
+    for index, axis in enumerate(axes):
+        before[axis] = pads[index]
+        after[axis] = pads[index + len(axes)]
+
+    # Crop first for negative amounts, then pad the positive ones.
+    window = tuple(slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after)))
+    cropped = data[window]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    if not any(b or e for b, e in widths):
+        return cropped
+    if mode != "constant" and any(
+        cropped.shape[axis] == 0 and (b or e) for axis, (b, e) in enumerate(widths)
+    ):
+        raise KernelError(f"Pad: mode {mode!r} cannot pad an empty axis (shape {cropped.shape})")
+    if mode == "constant":
+        fill = np.asarray(0 if value is None else value).astype(data.dtype).reshape(-1)
+        fill_value = fill[0] if fill.size else data.dtype.type(0)
+        return np.pad(cropped, widths, mode="constant", constant_values=fill_value)
+    return np.pad(cropped, widths, mode=_NUMPY_MODES[mode])
+
+
+@kernel("Pad", since=11)
+def Pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
+    return _pad(data, int_list(pads), mode, constant_value, int_list(axes))
+
+
+@kernel("Pad", since=2)
+def Pad_v2(data, *, pads=None, mode="constant", value=0.0):
+    if pads is None:
+        raise KernelError("Pad: opset-2 Pad needs the 'pads' attribute")
+    return _pad(data, list(pads), mode, value, None)
+
+
+@kernel("Pad", since=1)
+def Pad_v1(data, *, paddings=None, mode="constant", value=0.0):
+    if paddings is None:
+        raise KernelError("Pad: opset-1 Pad needs the 'paddings' attribute")
+    return _pad(data, list(paddings), mode, value, None)

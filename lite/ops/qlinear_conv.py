@@ -1,0 +1,53 @@
+"""QLinearConv: quantized convolution, requantized to the output's scale and zero point.
+
+https://onnx.ai/onnx/operators/onnx__QLinearConv.html
+
+y = saturate(round((conv(x - x_zp, w - w_zp) + B) * x_scale * w_scale / y_scale) + y_zp),
+with ``w_scale``/``w_zero_point`` per tensor or per output channel and ``B`` int32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lite.ops._quant_common import centered, requantize
+from lite.ops.conv import Conv
+from lite.ops.registry import kernel
+
+
+@kernel("QLinearConv", since=10)
+def QLinearConv(
+    x,
+    x_scale,
+    x_zero_point,
+    w,
+    w_scale,
+    w_zero_point,
+    y_scale,
+    y_zero_point,
+    B=None,
+    *,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    accumulated = Conv(
+        centered(x, x_zero_point),
+        centered(w, w_zero_point, axis=0),
+        B if B is None else np.asarray(B).astype(np.float64),
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
+    # The multiplier is formed in the scales' own precision (float32), as the spec's reference does.
+    multiplier = np.asarray(x_scale) * np.asarray(w_scale) / np.asarray(y_scale)
+    if multiplier.ndim == 1 and multiplier.size > 1:
+        multiplier = multiplier.reshape((-1,) + (1,) * (accumulated.ndim - 2))
+    dtype = np.asarray(y_zero_point if y_zero_point is not None else x).dtype
+    return requantize(np.rint(accumulated), multiplier, y_zero_point, dtype)

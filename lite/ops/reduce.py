@@ -1,0 +1,193 @@
+"""Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
+ReduceLogSum, ReduceLogSumExp, ReduceSumSquare.
+
+Specs: https://onnx.ai/onnx/operators/onnx__ReduceSum.html (and onnx__ReduceMean.html, ...).
+
+- before opset 13 (ReduceSum) or 18 (the others) ``axes`` is an attribute; absent means all
+  axes;
+- from then on ``axes`` is an optional int64 input, and ``noop_with_empty_axes=1`` turns an
+  absent or empty ``axes`` into the identity instead of a reduction over all axes.
+
+The result keeps the input's element type (integer sums accumulate in that type, as ONNX
+Runtime does). Reducing an empty set gives the identity of the operation: 0 for sums, 1 for
+products, the lowest value for max, -inf for log-sum-exp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from lite.ops._helpers import highest, int_list, lowest, normalize_axes
+from lite.ops.registry import kernel
+
+# (data, axes tuple, keepdims) -> reduced array
+Reducer = Callable[[np.ndarray, tuple, bool], np.ndarray]
+
+
+def _sum(x, axes, keepdims):
+    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+def _mean(x, axes, keepdims):
+    count = int(np.prod([x.shape[axis] for axis in axes], dtype=np.int64))
+    # The mean of an empty set is NaN (0 / 0).
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.divide(_sum(x, axes, keepdims), count)
+
+
+def _max(x, axes, keepdims):
+    return np.max(x, axis=axes, keepdims=keepdims, initial=lowest(x.dtype))
+
+
+def _min(x, axes, keepdims):
+    return np.min(x, axis=axes, keepdims=keepdims, initial=highest(x.dtype))
+
+
+def _prod(x, axes, keepdims):
+    return np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+def _l1(x, axes, keepdims):
+    return _sum(np.abs(x), axes, keepdims)
+
+
+def _l2(x, axes, keepdims):
+    return np.sqrt(_sum(x * x, axes, keepdims))
+
+
+def _log_sum(x, axes, keepdims):
+    with np.errstate(divide="ignore"):
+        return np.log(_sum(x, axes, keepdims))
+
+
+def _log_sum_exp(x, axes, keepdims):
+    peak = _max(x, axes, True)
+    # An infinite (or empty-set) peak would make x - peak NaN; shift by 0 there instead.
+    peak = np.where(np.isfinite(peak), peak, 0).astype(x.dtype)
+    with np.errstate(divide="ignore"):
+        total = np.log(_sum(np.exp(x - peak), axes, True)) + peak
+    return total if keepdims else np.squeeze(total, axis=axes)
+
+
+def _sum_square(x, axes, keepdims):
+    return _sum(x * x, axes, keepdims)
+
+
+def _reduce(op_type: str, reducer: Reducer, data, axes, keepdims, noop_with_empty_axes=0):
+    data = np.asarray(data)
+    axes = int_list(axes)
+    if not axes:
+        if noop_with_empty_axes:
+            return data
+        axes = range(data.ndim)
+    axes = normalize_axes(op_type, axes, data.ndim)
+    result = reducer(data, axes, bool(keepdims))
+    return np.asarray(result).astype(data.dtype, copy=False)
+
+
+# --- axes as an input (ReduceSum from opset 13, the others from 18) ----------------------------
+
+
+@kernel("ReduceSum", since=13)
+def ReduceSum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceSum", _sum, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceMean", since=18)
+def ReduceMean(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceMean", _mean, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceMax", since=18)
+def ReduceMax(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceMax", _max, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceMin", since=18)
+def ReduceMin(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceMin", _min, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceProd", since=18)
+def ReduceProd(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceProd", _prod, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceL1", since=18)
+def ReduceL1(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceL1", _l1, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceL2", since=18)
+def ReduceL2(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceL2", _l2, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceLogSum", since=18)
+def ReduceLogSum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceLogSum", _log_sum, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceLogSumExp", since=18)
+def ReduceLogSumExp(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceLogSumExp", _log_sum_exp, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceSumSquare", since=18)
+def ReduceSumSquare(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce("ReduceSumSquare", _sum_square, data, axes, keepdims, noop_with_empty_axes)
+
+
+# --- axes as an attribute ----------------------------------------------------------------------
+
+
+@kernel("ReduceSum", since=1)
+def ReduceSum_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceSum", _sum, data, axes, keepdims)
+
+
+@kernel("ReduceMean", since=1)
+def ReduceMean_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceMean", _mean, data, axes, keepdims)
+
+
+@kernel("ReduceMax", since=1)
+def ReduceMax_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceMax", _max, data, axes, keepdims)
+
+
+@kernel("ReduceMin", since=1)
+def ReduceMin_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceMin", _min, data, axes, keepdims)
+
+
+@kernel("ReduceProd", since=1)
+def ReduceProd_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceProd", _prod, data, axes, keepdims)
+
+
+@kernel("ReduceL1", since=1)
+def ReduceL1_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceL1", _l1, data, axes, keepdims)
+
+
+@kernel("ReduceL2", since=1)
+def ReduceL2_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceL2", _l2, data, axes, keepdims)
+
+
+@kernel("ReduceLogSum", since=1)
+def ReduceLogSum_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceLogSum", _log_sum, data, axes, keepdims)
+
+
+@kernel("ReduceLogSumExp", since=1)
+def ReduceLogSumExp_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceLogSumExp", _log_sum_exp, data, axes, keepdims)
+
+
+@kernel("ReduceSumSquare", since=1)
+def ReduceSumSquare_v1(data, *, axes=None, keepdims=1):
+    return _reduce("ReduceSumSquare", _sum_square, data, axes, keepdims)

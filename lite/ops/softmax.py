@@ -1,0 +1,88 @@
+"""Softmax, LogSoftmax and Hardmax.
+
+Specs: https://onnx.ai/onnx/operators/onnx__Softmax.html, onnx__LogSoftmax.html,
+onnx__Hardmax.html.
+
+- opset 1 and 11: the input is coerced to 2-D ``[prod(shape[:axis]), prod(shape[axis:])]``
+  (``axis`` defaults to 1) and normalized along the second dimension, i.e. over all the
+  trailing axes together;
+- opset 13 on: normalized along the single ``axis`` (default -1).
+
+The maximum is subtracted before exponentiating, so large inputs do not overflow. Hardmax
+marks the first maximum along the axis with 1 and everything else with 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from lite.ops._helpers import normalize_axis
+from lite.ops.registry import kernel
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    exponentials = np.exp(shifted)
+    return exponentials / np.sum(exponentials, axis=axis, keepdims=True)
+
+
+def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    winners = np.expand_dims(np.argmax(x, axis=axis), axis)
+    positions = np.arange(x.shape[axis]).reshape([-1 if a == axis else 1 for a in range(x.ndim)])
+    return (positions == winners).astype(x.dtype)
+
+
+def _along_axis(op_type: str, function: Callable, input: np.ndarray, axis: int) -> np.ndarray:
+    input = np.asarray(input)
+    if input.size == 0:
+        return input.copy()
+    axis = normalize_axis(op_type, axis, input.ndim)
+    return np.asarray(function(input, axis)).astype(input.dtype, copy=False)
+
+
+def _coerced_2d(op_type: str, function: Callable, input: np.ndarray, axis: int) -> np.ndarray:
+    input = np.asarray(input)
+    if input.size == 0:
+        return input.copy()
+    # Coercion accepts axis == rank: every row then holds a single element.
+    axis = input.ndim if axis == input.ndim else normalize_axis(op_type, axis, input.ndim)
+    rows = int(np.prod(input.shape[:axis], dtype=np.int64))
+    matrix = input.reshape(rows, -1)
+    return np.asarray(function(matrix, 1)).astype(input.dtype, copy=False).reshape(input.shape)
+
+
+@kernel("Softmax", since=13)
+def Softmax(input, *, axis=-1):
+    return _along_axis("Softmax", _softmax, input, axis)
+
+
+@kernel("LogSoftmax", since=13)
+def LogSoftmax(input, *, axis=-1):
+    return _along_axis("LogSoftmax", _log_softmax, input, axis)
+
+
+@kernel("Hardmax", since=13)
+def Hardmax(input, *, axis=-1):
+    return _along_axis("Hardmax", _hardmax, input, axis)
+
+
+@kernel("Softmax", since=1)
+def Softmax_v1(input, *, axis=1):
+    return _coerced_2d("Softmax", _softmax, input, axis)
+
+
+@kernel("LogSoftmax", since=1)
+def LogSoftmax_v1(input, *, axis=1):
+    return _coerced_2d("LogSoftmax", _log_softmax, input, axis)
+
+
+@kernel("Hardmax", since=1)
+def Hardmax_v1(input, *, axis=1):
+    return _coerced_2d("Hardmax", _hardmax, input, axis)

@@ -1,0 +1,21 @@
+"""Transpose: permute the axes. https://onnx.ai/onnx/operators/onnx__Transpose.html
+
+Without ``perm`` the axes are reversed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lite.errors import KernelError
+from lite.ops.registry import kernel
+
+
+@kernel("Transpose", since=1)
+def Transpose(data, *, perm=None):
+    data = np.asarray(data)
+    if perm is None:
+        return np.transpose(data)
+    if sorted(perm) != list(range(data.ndim)):
+        raise KernelError(f"Transpose: perm {list(perm)} is not a permutation of the {data.ndim} axes")
+    return np.transpose(data, perm)

@@ -1,0 +1,355 @@
+"""Elementwise kernels (arithmetic, logic, comparison, unary math, activations) against
+onnx.reference on fresh random inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from tests.lite.ops._group_a import check
+from tests.lite.ops._reference import kernel_outputs
+
+from lite.errors import KernelError
+
+rng = np.random.default_rng(2024)
+
+F32 = np.float32
+BROADCAST_SHAPES = [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((0, 3), (1, 3))]
+
+
+def normal(shape, dtype=F32, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def integers(shape, dtype, low=-20, high=20):
+    return rng.integers(low, high, size=shape).astype(dtype)
+
+
+def non_zero_integers(shape, dtype, low=-9, high=9):
+    values = integers(shape, dtype, low, high)
+    return np.where(values == 0, 1, values).astype(dtype)
+
+
+# --- arithmetic -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("opset", [7, 13, 14])
+@pytest.mark.parametrize("shapes", BROADCAST_SHAPES)
+def test_arithmetic_float(op, opset, shapes):
+    a, b = normal(shapes[0]), normal(shapes[1])
+    check(op, [a, b], opset=opset)
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.float64])
+def test_arithmetic_types(op, dtype):
+    low = 0 if dtype == np.uint8 else -50
+    a = integers((4, 5), dtype, low, 50)
+    b = non_zero_integers((5,), dtype, 1 if dtype == np.uint8 else -7, 7)
+    check(op, [a, b], opset=14)
+
+
+def test_integer_division_truncates_toward_zero():
+    a = np.array([-7, 7, -7, 7, 0, -1], dtype=np.int64)
+    b = np.array([2, -2, -2, 2, 3, 2], dtype=np.int64)
+    (result,) = check("Div", [a, b], opset=14)
+    assert result.tolist() == [-3, -3, 3, 3, 0, 0]
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Pow"])
+def test_legacy_broadcast_attribute(op):
+    # onnx.reference no longer implements the opset < 7 broadcast attribute; compare with
+    # the numpy-broadcast kernel on B reshaped by hand.
+    a = np.abs(normal((2, 3, 4))) + 0.5
+    b = np.abs(normal((3,))) + 0.5
+    (legacy,) = kernel_outputs(op, [a, b], {"broadcast": 1, "axis": 1}, opset=6 if op != "Pow" else 1)
+    (modern,) = kernel_outputs(op, [a, b.reshape(3, 1)], {}, opset=14)
+    np.testing.assert_array_equal(legacy, modern)
+    (suffix,) = kernel_outputs(op, [a, np.abs(normal((4,))) + 0.5], {"broadcast": 1}, opset=6 if op != "Pow" else 1)
+    assert suffix.shape == (2, 3, 4)
+    with pytest.raises(KernelError, match=op):
+        kernel_outputs(op, [a, b], {}, opset=6 if op != "Pow" else 1)
+
+
+@pytest.mark.parametrize("opset", [7, 12, 13, 15])
+@pytest.mark.parametrize("exponent_dtype", [F32, np.int64, np.float64])
+def test_pow_keeps_base_type(opset, exponent_dtype):
+    base = np.abs(normal((3, 4))) + 0.1
+    exponent = integers((4,), exponent_dtype, -3, 4)
+    if opset < 12 and exponent_dtype != F32:
+        pytest.skip("mixed base/exponent types arrive in opset 12")
+    check("Pow", [base, exponent], opset=opset)
+
+
+def test_pow_integers():
+    base = np.array([2, -3, 1, -1, -1, 5, 0], dtype=np.int32)
+    exponent = np.array([3, 3, -2, -3, -2, -1, 2], dtype=np.int32)
+    (result,) = kernel_outputs("Pow", [base, exponent], {}, opset=15)
+    assert result.dtype == np.int32
+    assert result.tolist() == [8, -27, 1, -1, 1, 0, 0]
+    check("Pow", [base[:2], exponent[:2]], opset=15)
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int8])
+def test_mod_integers(fmod, dtype):
+    check("Mod", [integers((3, 5), dtype, -30, 30), non_zero_integers((5,), dtype)], {"fmod": fmod}, opset=13)
+
+
+@pytest.mark.parametrize("opset", [10, 13])
+def test_mod_float_fmod(opset):
+    check("Mod", [normal((4, 5), scale=10), normal((4, 5)) + 3], {"fmod": 1}, opset=opset)
+
+
+# --- bits and logic ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_bit_shift(direction, dtype):
+    x = integers((3, 4), dtype, 0, 200)
+    y = integers((4,), dtype, 0, 8)
+    check("BitShift", [x, y], {"direction": direction}, opset=11)
+
+
+def test_bit_shift_signed_and_out_of_range():
+    x = np.array([-16, 16, -1, 5], dtype=np.int32)
+    y = np.array([2, 40, 33, -1], dtype=np.int32)
+    (right,) = kernel_outputs("BitShift", [x, y], {"direction": "RIGHT"}, opset=28)
+    (left,) = kernel_outputs("BitShift", [x, y], {"direction": "LEFT"}, opset=28)
+    assert right.tolist() == [-4, 0, -1, 0]
+    assert left.tolist() == [-64, 0, 0, 0]
+
+
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int64])
+def test_bitwise_binary(op, dtype):
+    low = 0 if dtype == np.uint8 else -100
+    check(op, [integers((3, 4), dtype, low, 100), integers((4,), dtype, low, 100)], opset=18)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.uint32])
+def test_bitwise_not(dtype):
+    check("BitwiseNot", [integers((3, 4), dtype, 0, 100)], opset=18)
+
+
+@pytest.mark.parametrize("op", ["And", "Or", "Xor"])
+@pytest.mark.parametrize("shapes", BROADCAST_SHAPES)
+def test_logical(op, shapes):
+    check(op, [rng.random(shapes[0]) > 0.5, rng.random(shapes[1]) > 0.5], opset=7)
+
+
+@pytest.mark.parametrize("op", ["And", "Or", "Xor"])
+def test_logical_legacy_broadcast(op):
+    a = rng.random((2, 3, 4)) > 0.5
+    b = rng.random((3,)) > 0.5
+    (legacy,) = kernel_outputs(op, [a, b], {"broadcast": 1, "axis": 1}, opset=1)
+    (modern,) = kernel_outputs(op, [a, b.reshape(3, 1)], {}, opset=7)
+    np.testing.assert_array_equal(legacy, modern)
+
+
+def test_not():
+    check("Not", [rng.random((3, 4)) > 0.5], opset=1)
+
+
+# --- comparison and Where ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"])
+@pytest.mark.parametrize("dtype", [F32, np.int32, np.int64, np.uint8])
+@pytest.mark.parametrize("shapes", BROADCAST_SHAPES[:3])
+def test_comparison(op, dtype, shapes):
+    opset = 16 if "OrEqual" in op else 13
+    a = integers(shapes[0], dtype, 0, 4)
+    b = integers(shapes[1], dtype, 0, 4)
+    check(op, [a, b], opset=opset)
+
+
+def test_equal_strings():
+    a = np.array(["a", "b", "c"], dtype=object)
+    b = np.array(["a", "x", "c"], dtype=object)
+    check("Equal", [a, b], opset=19)
+
+
+@pytest.mark.parametrize("op", ["Equal", "Less", "Greater"])
+def test_comparison_legacy_broadcast(op):
+    a = integers((2, 3, 4), np.int32, 0, 3)
+    b = integers((3, 4), np.int32, 0, 3)
+    (legacy,) = kernel_outputs(op, [a, b], {"broadcast": 1}, opset=1)
+    (modern,) = kernel_outputs(op, [a, b], {}, opset=7)
+    np.testing.assert_array_equal(legacy, modern)
+
+
+@pytest.mark.parametrize("opset", [9, 16])
+@pytest.mark.parametrize("dtype", [F32, np.int64])
+def test_where(opset, dtype):
+    condition = rng.random((3, 1, 4)) > 0.5
+    check("Where", [condition, integers((2, 4), dtype), integers((1, 1), dtype)], opset=opset)
+
+
+# --- variadic ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Sum", "Mean"])
+@pytest.mark.parametrize("opset", [6, 8, 13])
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_variadic(op, opset, count):
+    # The first shape is the broadcast result: onnx.reference accumulates into a copy of it.
+    shapes = [(3, 4)] * count if opset < 8 else [(2, 3, 4), (4,), (3, 1)][:count]
+    check(op, [normal(shape) for shape in shapes], opset=opset)
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Sum"])
+def test_variadic_integers(op):
+    check(op, [integers((3, 4), np.int32), integers((4,), np.int32)], opset=13)
+
+
+# --- unary math -------------------------------------------------------------------------------
+
+UNARY_DOMAINS = {
+    "Abs": (-5, 5),
+    "Neg": (-5, 5),
+    "Exp": (-10, 10),
+    "Log": (0.01, 100),
+    "Sqrt": (0, 100),
+    "Reciprocal": (0.1, 10),
+    "Floor": (-5, 5),
+    "Ceil": (-5, 5),
+    "Sign": (-5, 5),
+    "Sin": (-6, 6),
+    "Cos": (-6, 6),
+    "Tan": (-1.5, 1.5),
+    "Asin": (-0.99, 0.99),
+    "Acos": (-0.99, 0.99),
+    "Atan": (-10, 10),
+    "Sinh": (-5, 5),
+    "Cosh": (-5, 5),
+    "Asinh": (-10, 10),
+    "Acosh": (1, 10),
+    "Atanh": (-0.99, 0.99),
+    "Erf": (-4, 4),
+    "Tanh": (-10, 10),
+    "Sigmoid": (-30, 30),
+    "Softplus": (-30, 30),
+    "Softsign": (-10, 10),
+    "HardSwish": (-6, 6),
+    "Relu": (-5, 5),
+    "Mish": (-10, 10),
+    "Identity": (-5, 5),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY_DOMAINS))
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_unary_float(op, dtype):
+    low, high = UNARY_DOMAINS[op]
+    x = rng.uniform(low, high, size=(4, 5)).astype(dtype)
+    check(op, [x], opset=22)
+
+
+@pytest.mark.parametrize("op", ["Abs", "Neg", "Sign", "Relu"])
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+def test_unary_integers(op, dtype):
+    check(op, [integers((3, 4), dtype)], opset=14)
+
+
+def test_round_half_to_even():
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6, 0.0], dtype=F32)
+    (result,) = check("Round", [x], opset=11)
+    assert result.tolist() == [0.0, 2.0, 2.0, -0.0, -2.0, 2.0, -3.0, 0.0]
+
+
+def test_erf_is_precise():
+    x = np.linspace(-7, 7, 20001)
+    (result,) = kernel_outputs("Erf", [x], {}, opset=13)
+    expected = np.array([math.erf(v) for v in x])
+    np.testing.assert_allclose(result, expected, rtol=0, atol=1e-14)
+    (special,) = kernel_outputs("Erf", [np.array([np.inf, -np.inf, np.nan, 0.0])], {}, opset=13)
+    assert special[0] == 1 and special[1] == -1 and np.isnan(special[2]) and special[3] == 0
+
+
+def test_isnan_isinf():
+    x = np.array([1.0, np.nan, np.inf, -np.inf, 0.0, -3.0], dtype=F32)
+    check("IsNaN", [x], opset=13)
+    for negative in (0, 1):
+        for positive in (0, 1):
+            check("IsInf", [x], {"detect_negative": negative, "detect_positive": positive}, opset=10)
+
+
+def test_clip_1_leaves_missing_bound_open():
+    # onnx.reference has no opset-1 Clip.
+    x = np.array([-1e30, -2.0, 0.0, 3.0, 1e30], dtype=np.float64)
+    (result,) = kernel_outputs("Clip", [x], {"max": 0.5}, opset=1)
+    assert result.tolist() == [-1e30, -2.0, 0.0, 0.5, 0.5]
+    (result,) = kernel_outputs("Clip", [x], {}, opset=6)
+    assert result.tolist() == [-3.4028234663852886e38, -2.0, 0.0, 3.0, 3.4028234663852886e38]
+
+
+@pytest.mark.parametrize("opset", [6, 11, 12, 13])
+def test_clip(opset):
+    x = normal((4, 5), scale=3)
+    if opset < 11:
+        check("Clip", [x], {"min": -1.0, "max": 2.0}, opset=opset)
+        check("Clip", [x], {"max": 0.5}, opset=opset)
+        return
+    low, high = np.array(-1.0, F32), np.array(2.0, F32)
+    check("Clip", [x, low, high], opset=opset)
+    check("Clip", [x, None, high], opset=opset)
+    check("Clip", [x, low], opset=opset)
+    check("Clip", [x], opset=opset)
+    check("Clip", [x, high, low], opset=opset)  # min > max: everything becomes max
+
+
+def test_clip_integers():
+    x = integers((4, 5), np.int32)
+    check("Clip", [x, np.array(-3, np.int32), np.array(5, np.int32)], opset=13)
+
+
+# --- activations with attributes --------------------------------------------------------------
+
+ACTIVATION_CASES = [
+    ("LeakyRelu", {}, 16),
+    ("LeakyRelu", {"alpha": 0.3}, 6),
+    ("PRelu", None, 16),
+    ("Elu", {}, 6),
+    ("Elu", {"alpha": 0.5}, 22),
+    ("Selu", {}, 6),
+    ("Selu", {"alpha": 2.0, "gamma": 3.0}, 22),
+    ("Celu", {}, 12),
+    ("Celu", {"alpha": 2.0}, 12),
+    ("HardSigmoid", {}, 6),
+    ("HardSigmoid", {"alpha": 0.5, "beta": 0.6}, 22),
+    ("ThresholdedRelu", {}, 10),
+    ("ThresholdedRelu", {"alpha": 0.5}, 22),
+    ("Shrink", {}, 9),
+    ("Shrink", {"lambd": 1.0, "bias": 0.3}, 9),
+    ("Gelu", {}, 20),
+    ("Gelu", {"approximate": "tanh"}, 20),
+    ("Swish", {}, 24),
+    ("Swish", {"alpha": 0.7}, 24),
+]
+
+
+@pytest.mark.parametrize(("op", "attributes", "opset"), ACTIVATION_CASES)
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_activation(op, attributes, opset, dtype):
+    x = normal((3, 4, 5), dtype, scale=3)
+    if op == "PRelu":
+        check(op, [x, normal((4, 1), dtype)], opset=opset)
+        check(op, [x, normal((5,), dtype)], opset=7)
+        return
+    check(op, [x], attributes, opset=opset)
+
+
+def test_shrink_integers():
+    check("Shrink", [integers((3, 4), np.int32)], {"lambd": 1.5, "bias": 0.5}, opset=9)
+
+
+def test_activations_do_not_overflow():
+    x = np.array([-1000.0, -100.0, 0.0, 100.0, 1000.0], dtype=F32)
+    with np.errstate(over="raise", invalid="raise"):
+        for op in ("Sigmoid", "Softplus", "Mish", "Swish"):
+            (result,) = kernel_outputs(op, [x], {}, opset=24)
+            assert np.all(np.isfinite(result)), op

@@ -1,0 +1,85 @@
+"""MaxPool, AveragePool, LpPool and the global pools against onnx.reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tests.lite.ops._reference import check_against_onnxruntime, check_against_reference
+
+rng = np.random.default_rng(99)
+
+
+def normal(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+POOL_CASES = [
+    ((1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((2, 2, 9, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 2, 9, 7), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 2, 10, 7), {"kernel_shape": [3, 3], "strides": [3, 2], "pads": [1, 0, 1, 2], "ceil_mode": 1}),
+    ((1, 2, 9, 8), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 2, 9, 8), {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER", "strides": [2, 3]}),
+    ((1, 2, 9, 8), {"kernel_shape": [2, 2], "auto_pad": "VALID"}),
+    ((1, 2, 10, 9), {"kernel_shape": [2, 2], "dilations": [2, 3], "strides": [1, 2]}),
+    ((1, 3, 11), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2]}),
+]
+
+
+@pytest.mark.parametrize("shape, attributes", POOL_CASES)
+def test_max_pool(shape, attributes):
+    if attributes.get("auto_pad") == "SAME_LOWER":
+        # onnx.reference computes a smaller output for SAME_LOWER than the spec's ceil(in / stride).
+        check_against_onnxruntime("MaxPool", [normal(*shape)], attributes, opset=12)
+    else:
+        check_against_reference("MaxPool", [normal(*shape)], attributes, opset=12)
+
+
+@pytest.mark.parametrize("shape, attributes", POOL_CASES[:4] + POOL_CASES[7:])
+@pytest.mark.parametrize("storage_order", [0, 1])
+def test_max_pool_indices(shape, attributes, storage_order):
+    # onnx.reference sometimes fails on Indices (NaN padding cast to int); ONNX Runtime is the oracle.
+    attributes = {**attributes, "storage_order": storage_order}
+    check_against_onnxruntime("MaxPool", [normal(*shape)], attributes, opset=12, output_count=2)
+
+
+def test_max_pool_int8():
+    x = rng.integers(-128, 128, size=(1, 2, 7, 7)).astype(np.int8)
+    # onnx.reference pads integer inputs with NaN and fails.
+    check_against_onnxruntime("MaxPool", [x], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, opset=12)
+
+
+@pytest.mark.parametrize("shape, attributes", POOL_CASES)
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pool(shape, attributes, count_include_pad):
+    attributes = {**attributes, "count_include_pad": count_include_pad}
+    opset = 19 if "dilations" in attributes else 11
+    check_against_reference("AveragePool", [normal(*shape)], attributes, opset=opset)
+
+
+@pytest.mark.parametrize("shape, attributes", [c for c in POOL_CASES if "auto_pad" not in c[1]])
+def test_lp_pool(shape, attributes):
+    opset = 18 if ("dilations" in attributes or "ceil_mode" in attributes) else 11
+    if attributes.get("ceil_mode"):
+        # onnx.reference scales a partial ceil_mode window's mean by the full kernel size.
+        check_against_onnxruntime("LpPool", [normal(*shape)], {**attributes, "p": 3}, opset=opset, rtol=1e-3)
+    else:
+        check_against_reference("LpPool", [normal(*shape)], {**attributes, "p": 3}, opset=opset, rtol=1e-3)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (1, 2, 7), (1, 2, 3, 4, 2)])
+def test_global_pools(op, shape):
+    # onnx.reference has no GlobalLpPool, and its GlobalMaxPool assumes 2-D images.
+    if op == "GlobalLpPool" or (op == "GlobalMaxPool" and len(shape) != 4):
+        check_against_onnxruntime(op, [normal(*shape)], {}, opset=2)
+    else:
+        check_against_reference(op, [normal(*shape)], {}, opset=2)
+
+
+def test_average_pool_against_onnxruntime_ceil_mode_with_pads():
+    pytest.importorskip("onnxruntime")
+    attributes = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1,
+                  "count_include_pad": 1}
+    check_against_onnxruntime("AveragePool", [normal(1, 2, 8, 8)], attributes, opset=19)
