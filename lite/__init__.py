@@ -16,11 +16,13 @@ from lite.errors import (
     ModelFormatError,
     UnsupportedOpError,
 )
+from lite.custom_ops import CustomOps
 from lite.model import Model, TensorSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CustomOps",
     "EngineUnavailableError",
     "InvalidInputError",
     "KernelError",

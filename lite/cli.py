@@ -29,9 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lite", description="Convert, inspect, run, benchmark and serve .lite models.")
     parser.add_argument("--version", action="version", version=f"lite {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from lite import inspect as inspect_command
+    from lite.commands import bench, inspect, run
 
-    inspect_command.register(subparsers)
+    for command in (inspect, run, bench):
+        command.register(subparsers)
     registered = set(subparsers.choices)
     for entry in sorted(entry_points(group="lite.commands"), key=lambda e: e.name):
         if entry.name in registered:

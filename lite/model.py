@@ -18,7 +18,7 @@ import numpy as np
 from lite.errors import EngineUnavailableError, InvalidInputError
 from lite.format import ir, load as load_model
 from lite.format.dtypes import DataType, storage_dtype
-from lite.ops import KernelRegistry
+from lite.custom_ops import CustomOps
 
 DEVICES = ("auto", "numpy", "cpu", "cuda")
 
@@ -55,18 +55,19 @@ class Model:
 
     @classmethod
     def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
-             threads: int | None = None, custom_kernels: KernelRegistry | None = None) -> Model:
+             threads: int | None = None, custom_ops: CustomOps | None = None) -> Model:
         """Load and verify a .lite model and bind it to an engine.
 
         ``device``: ``"numpy"`` (the edge engine, always available), ``"cpu"`` / ``"cuda"``
         (ONNX Runtime execution providers, when installed) or ``"auto"`` (the best available).
+        ``custom_ops``: kernels for custom nodes (see :class:`lite.CustomOps`).
         """
         if device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer or None; got {threads!r}")
         model = load_model(source)
-        engine = _engine_for(model, device, threads, custom_kernels)
+        engine = _engine_for(model, device, threads, custom_ops)
         origin = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
         return cls(model, engine, origin)
 
@@ -156,12 +157,12 @@ def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]
     return array
 
 
-def _engine_for(model: ir.Model, device: str, threads: int | None, custom_kernels: KernelRegistry | None):
+def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: CustomOps | None):
     if device in ("auto", "numpy"):
         # ONNX Runtime engines are chosen here once they exist (issue: ORT execution providers).
         from lite.engines.numpy_engine import NumpyEngine
 
-        return NumpyEngine(model, custom_kernels)
+        return NumpyEngine(model, custom_ops)
     raise EngineUnavailableError(
         f"device {device!r} needs the ONNX Runtime engine, which this version of lite does not ship yet; "
         "use device='numpy'"

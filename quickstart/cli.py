@@ -56,7 +56,7 @@ def load_digits_or_synthetic(seed: int) -> tuple[np.ndarray, np.ndarray, str]:
 def run(args: argparse.Namespace) -> int:
     import lite
     from lite.format import save
-    from lite.inspect import render_text, summarize
+    from lite.commands.inspect import render_text, summarize
 
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import time
+
 import numpy as np
 
 from lite.errors import KernelError, LiteError, ModelFormatError, UnsupportedOpError
@@ -23,6 +25,9 @@ from lite.format.dtypes import DataType, bfloat16_to_float32, is_subbyte, unpack
 from lite.ops import KERNELS, KernelRegistry
 from lite.ops import fused_activation
 from lite.ops.registry import normalize_domain
+
+# observer(node, seconds, values alive while the node ran): see NumpyEngine.run.
+Observer = Callable[[ir.Node, float, list[Any]], None]
 
 _ENGINE_ATTRIBUTES = {fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE}
 
@@ -64,17 +69,17 @@ class NumpyEngine:
 
     name = "numpy"
 
-    def __init__(self, model: ir.Model, custom_kernels: KernelRegistry | None = None) -> None:
+    def __init__(self, model: ir.Model, custom_ops: KernelRegistry | None = None) -> None:
         self.model = model
         self.opsets = {normalize_domain(d): v for d, v in model.opset_imports.items()}
-        self.custom_kernels = custom_kernels
+        self.custom_ops = custom_ops
         problems: list[str] = []
         self.plans = [self._plan(graph, index, problems) for index, graph in enumerate(model.graphs)]
         if problems:
             listed = "\n  ".join(problems)
             raise UnsupportedOpError(
                 f"the numpy engine cannot run {len(problems)} node(s) of this model:\n  {listed}\n"
-                "For custom ops, pass a kernel registry: lite.Model.load(path, custom_kernels=...)."
+                "For custom ops, pass their kernels: lite.Model.load(path, custom_ops=lite.CustomOps(...))."
             )
 
     # -- planning ------------------------------------------------------------------------------
@@ -116,8 +121,8 @@ class NumpyEngine:
             label += f" in subgraph {graph_index}"
         domain = normalize_domain(node.domain)
         kernel = None
-        if self.custom_kernels is not None:
-            kernel = self.custom_kernels.select(node.op_type, domain, 1 << 30)
+        if self.custom_ops is not None:
+            kernel = self.custom_ops.select(node.op_type, domain, 1 << 30)
         if kernel is None:
             version = self.opsets.get(domain)
             if version is None and domain == "":
@@ -138,7 +143,7 @@ class NumpyEngine:
         for name, attribute in node.attributes.items():
             if name in _ENGINE_ATTRIBUTES:
                 continue
-            if name not in kernel.attribute_names:
+            if not kernel.accepts(name):
                 problems.append(f"{label}: attribute {name!r} is not supported by the {node.op_type} kernel")
                 continue
             if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
@@ -161,14 +166,19 @@ class NumpyEngine:
                      len(node.outputs) if kernel.wants_output_count else None, activation)
 
     # -- running -------------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run the main graph; ``feeds`` maps each graph input name to its (validated) array."""
+    def run(self, feeds: Mapping[str, np.ndarray], observer: Observer | None = None) -> dict[str, np.ndarray]:
+        """Run the main graph; ``feeds`` maps each graph input name to its (validated) array.
+
+        ``observer``, if given, is called after each node of the main graph with the node, the
+        seconds it took and the values alive while it ran (for profiles and memory reports).
+        """
         plan = self.plans[0]
         inputs = [feeds[plan.graph.tensors[i].name] for i in plan.graph.inputs]
-        outputs = self._run_graph(0, inputs, None)
+        outputs = self._run_graph(0, inputs, None, observer)
         return {plan.graph.tensors[i].name: value for i, value in zip(plan.graph.outputs, outputs)}
 
-    def _run_graph(self, graph_index: int, inputs: list[np.ndarray], scope: _Scope | None) -> list[np.ndarray]:
+    def _run_graph(self, graph_index: int, inputs: list[np.ndarray], scope: _Scope | None,
+                   observer: Observer | None = None) -> list[np.ndarray]:
         plan = self.plans[graph_index]
         graph = plan.graph
         values: list[Any] = [None] * len(graph.tensors)
@@ -182,6 +192,7 @@ class NumpyEngine:
             values[index] = scope.lookup(graph.tensors[index].name)
         local = _Scope(plan, values, scope)
         for step in plan.steps:
+            started = time.perf_counter() if observer is not None else 0.0
             args = [values[i] if i >= 0 else None for i in step.inputs]
             kwargs = dict(step.attributes)
             for name, target in step.graph_attributes.items():
@@ -207,6 +218,9 @@ class NumpyEngine:
             if step.activation is not None and step.outputs and step.outputs[0] >= 0:
                 first = step.outputs[0]
                 values[first] = fused_activation.apply(values[first], *step.activation)
+            if observer is not None:
+                # Called before releasing: `values` is the live set while the node ran.
+                observer(step.node, time.perf_counter() - started, values)
             for index in step.release:
                 values[index] = None
         return [values[i] for i in graph.outputs]

@@ -49,6 +49,11 @@ class Kernel:
     # Names of the keyword parameters (attributes) the function accepts.
     attribute_names: frozenset[str] = field(default=frozenset())
     wants_output_count: bool = False
+    # True when the function takes **attributes (custom ops): every attribute is passed.
+    accepts_any_attribute: bool = False
+
+    def accepts(self, attribute: str) -> bool:
+        return self.accepts_any_attribute or attribute in self.attribute_names
 
 
 class KernelRegistry:
@@ -97,16 +102,19 @@ class KernelRegistry:
         return (normalize_domain(domain), op_type) in self._kernels
 
 
-def _describe(fn: Callable) -> tuple[frozenset[str], bool]:
+def _describe(fn: Callable) -> tuple[frozenset[str], bool, bool]:
     attributes = set()
     wants_output_count = False
+    any_attribute = False
     for parameter in inspect.signature(fn).parameters.values():
         if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
             if parameter.name == "output_count":
                 wants_output_count = True
             else:
                 attributes.add(parameter.name)
-    return frozenset(attributes), wants_output_count
+        elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            any_attribute = True
+    return frozenset(attributes), wants_output_count, any_attribute
 
 
 KERNELS = KernelRegistry()

@@ -1,0 +1,1 @@
+"""The runtime's own subcommands of ``lite``: inspect, run, bench."""

@@ -1,0 +1,75 @@
+"""Inputs for ``lite run`` and ``lite bench``: read from .npy/.npz files, or made up from the signature."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from lite.errors import InvalidInputError
+from lite.model import Model, TensorSpec
+
+
+def parse_shape_overrides(values: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``name:1,3,224,224`` pairs (or a bare ``1,3,224,224`` for a single-input model)."""
+    shapes = {}
+    for value in values or []:
+        name, _, dims = value.rpartition(":")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(",") if d)
+        except ValueError as err:
+            raise ValueError(f"--shape {value!r}: expected NAME:D1,D2,... with integer dimensions") from err
+    return shapes
+
+
+def read_inputs(model: Model, pairs: list[str]) -> dict[str, np.ndarray]:
+    """``name=file.npy`` pairs; a bare ``file.npy`` for a single-input model; ``file.npz`` holds several."""
+    feeds: dict[str, np.ndarray] = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep:
+            name, path = "", pair
+        file = Path(path)
+        if not file.exists():
+            raise FileNotFoundError(f"--input {pair!r}: file {file} does not exist")
+        try:
+            loaded = np.load(file, allow_pickle=False)
+        except ValueError as err:
+            raise ValueError(f"--input {pair!r}: {file} is not a .npy/.npz file without pickled objects ({err})") from err
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                feeds.update({key: loaded[key] for key in loaded.files})
+            continue
+        if not name:
+            if len(model.inputs) != 1:
+                raise InvalidInputError(f"--input {pair!r}: the model has {len(model.inputs)} inputs; write NAME=FILE")
+            name = model.inputs[0].name
+        feeds[name] = loaded
+    return feeds
+
+
+def random_inputs(model: Model, batch: int, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays matching the signature: symbolic leading dims take ``batch``, others 1."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in model.inputs:
+        shape = shapes.get(spec.name) or (shapes.get("") if len(model.inputs) == 1 else None) or concrete_shape(spec, batch)
+        feeds[spec.name] = random_array(spec, shape, rng)
+    return feeds
+
+
+def concrete_shape(spec: TensorSpec, batch: int) -> tuple[int, ...]:
+    if spec.shape is None:
+        raise InvalidInputError(f"input {spec.name!r} has unknown rank; give its shape with --shape {spec.name}:D1,D2,...")
+    return tuple(d if isinstance(d, int) else (batch if axis == 0 else 1) for axis, d in enumerate(spec.shape))
+
+
+def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    dtype = spec.dtype or np.dtype(np.float32)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "iu":
+        return rng.integers(0, 10, shape).astype(dtype)
+    raise InvalidInputError(f"cannot make random data for input {spec.name!r} of dtype {dtype}; pass it with --input")

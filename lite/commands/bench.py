@@ -1,0 +1,172 @@
+"""``lite bench MODEL``: latency, throughput, peak memory, per-node profile, engine comparison.
+
+    lite bench model.lite --batch 8 --loops 100 --warmup 10
+    lite bench model.lite --memory            # peak activation bytes vs the lifetime lower bound
+    lite bench model.lite --profile           # time per node and per op type
+    lite bench model.lite --compare cpu       # max abs error, cosine, top-1 agreement vs another engine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tracemalloc
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from lite.commands._inputs import parse_shape_overrides, random_inputs, read_inputs
+from lite.model import DEVICES, Model
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("bench", help="measure latency, throughput, memory; profile; compare engines")
+    parser.add_argument("model", help="path to a .lite file")
+    parser.add_argument("--device", default="auto", choices=DEVICES)
+    parser.add_argument("--batch", type=int, default=1, help="size of symbolic leading dimensions (default 1)")
+    parser.add_argument("--shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE", help="real inputs (.npy/.npz)")
+    parser.add_argument("--threads", type=int, help="intra-op threads (ONNX Runtime engines)")
+    parser.add_argument("--loops", type=int, default=50, help="timed runs (default 50)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    parser.add_argument("--memory", action="store_true", help="report peak activation memory")
+    parser.add_argument("--profile", action="store_true", help="time per node and per op type (numpy engine)")
+    parser.add_argument("--compare", choices=DEVICES, metavar="DEVICE", help="compare outputs with another engine")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.loops < 1 or args.warmup < 0 or args.batch < 1:
+        raise ValueError("--loops and --batch must be >= 1 and --warmup >= 0")
+    model = Model.load(args.model, device=args.device, threads=args.threads)
+    feeds = read_inputs(model, args.input) if args.input else random_inputs(model, args.batch, parse_shape_overrides(args.shape))
+    batch = next(iter(feeds.values())).shape[0] if feeds and next(iter(feeds.values())).ndim else 1
+    results: dict[str, Any] = {"model": args.model, "device": model.device, "batch": int(batch),
+                               "inputs": {k: list(v.shape) for k, v in feeds.items()}}
+    results["latency_ms"] = time_runs(model, feeds, args.loops, args.warmup)
+    results["throughput_per_s"] = batch * 1e3 / results["latency_ms"]["median"]
+    print(f"{args.model} on {model.device}, batch {batch}, {args.loops} runs after {args.warmup} warm-up")
+    lat = results["latency_ms"]
+    print(f"latency ms: min {lat['min']:.3f}  median {lat['median']:.3f}  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}")
+    print(f"throughput: {results['throughput_per_s']:.1f} samples/s")
+    if args.memory:
+        results["memory"] = measure_memory(model, feeds)
+        mem = results["memory"]
+        print(f"activations: peak live {mem['peak_live_bytes'] / 2**20:.2f} MiB (lifetime lower bound), "
+              f"peak allocated {mem['peak_allocated_bytes'] / 2**20:.2f} MiB "
+              f"({mem['ratio_to_bound']:.2f}x the bound, kernel scratch included)")
+    if args.profile:
+        results["profile"] = profile(model, feeds, max(1, min(args.loops, 20)))
+        print_profile(results["profile"])
+    if args.compare:
+        other = Model.load(args.model, device=args.compare, threads=args.threads)
+        results["compare"] = compare(model.predict(feeds), other.predict(feeds))
+        results["compare"]["against"] = other.device
+        for name, stats in results["compare"]["outputs"].items():
+            top1 = "" if stats["top1_agreement"] is None else f"  top-1 agreement {stats['top1_agreement']:.2%}"
+            print(f"vs {other.device} {name}: max abs error {stats['max_abs_error']:.3g}  cosine {stats['cosine']:.6f}{top1}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+def time_runs(model: Model, feeds: dict[str, np.ndarray], loops: int, warmup: int) -> dict[str, float]:
+    for _ in range(warmup):
+        model.predict(feeds)
+    show_progress = sys.stderr.isatty() and loops >= 20
+    times = []
+    for index in range(loops):
+        start = time.perf_counter()
+        model.predict(feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+        if show_progress and (index % 10 == 0 or index == loops - 1):
+            print(f"\r  run {index + 1}/{loops}  median so far {np.median(times):.3f} ms", end="", file=sys.stderr)
+    if show_progress:
+        print(file=sys.stderr)
+    values = np.array(times)
+    return {"min": float(values.min()), "median": float(np.median(values)), "mean": float(values.mean()),
+            "p90": float(np.percentile(values, 90)), "p99": float(np.percentile(values, 99)),
+            "max": float(values.max())}
+
+
+def _numpy_engine(model: Model):
+    if getattr(model.engine, "name", "") != "numpy":
+        raise ValueError(f"--memory and --profile look inside the numpy engine; run them with --device numpy "
+                         f"(this run uses {model.device})")
+    return model.engine
+
+
+def measure_memory(model: Model, feeds: dict[str, np.ndarray]) -> dict[str, float]:
+    """Peak bytes of live activations (inputs and intermediates, not weights) over one run.
+
+    ``peak_live_bytes`` is the largest set of tensors alive at once under the engine's schedule:
+    the lower bound any allocator reaches by reusing dead buffers. ``peak_allocated_bytes`` is
+    what numpy actually allocated at the peak (tracemalloc), scratch buffers of kernels included.
+    """
+    engine = _numpy_engine(model)
+    constants = {id(v) for v in engine.plans[0].constants.values()}
+    input_bytes = sum(v.nbytes for v in feeds.values())
+    peak = [0]
+
+    def observe(node, seconds, values):
+        live = sum(v.nbytes for v in values if isinstance(v, np.ndarray) and id(v) not in constants)
+        peak[0] = max(peak[0], live)
+
+    engine.run(feeds, observe)
+    model.predict(feeds)  # warm caches so one-off allocations do not count
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    baseline = tracemalloc.get_traced_memory()[0]
+    engine.run(feeds)
+    allocated = tracemalloc.get_traced_memory()[1] - baseline + input_bytes
+    tracemalloc.stop()
+    bound = max(peak[0], 1)
+    return {"peak_live_bytes": peak[0], "peak_allocated_bytes": allocated, "ratio_to_bound": allocated / bound}
+
+
+def profile(model: Model, feeds: dict[str, np.ndarray], loops: int) -> dict[str, Any]:
+    engine = _numpy_engine(model)
+    per_node: dict[str, dict[str, Any]] = {}
+    per_op: dict[str, float] = defaultdict(float)
+
+    def observe(node, seconds, values):
+        entry = per_node.setdefault(node.name, {"op_type": node.op_type, "ms": 0.0})
+        entry["ms"] += seconds * 1e3 / loops
+        per_op[node.op_type] += seconds * 1e3 / loops
+
+    for _ in range(loops):
+        engine.run(feeds, observe)
+    nodes = sorted(({"node": k, **v} for k, v in per_node.items()), key=lambda e: -e["ms"])
+    ops = sorted(({"op_type": k, "ms": v} for k, v in per_op.items()), key=lambda e: -e["ms"])
+    return {"loops": loops, "nodes": nodes, "op_types": ops}
+
+
+def print_profile(result: dict[str, Any]) -> None:
+    total = sum(e["ms"] for e in result["op_types"]) or 1.0
+    print(f"\nper op type (mean of {result['loops']} runs):")
+    for entry in result["op_types"]:
+        print(f"  {entry['op_type']:<28} {entry['ms']:>9.3f} ms {100 * entry['ms'] / total:>6.1f}%")
+    print("slowest nodes:")
+    for entry in result["nodes"][:15]:
+        print(f"  {entry['node'][:40]:<40} {entry['op_type']:<20} {entry['ms']:>9.3f} ms")
+
+
+def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> dict[str, Any]:
+    outputs = {}
+    for name, expected in reference.items():
+        a = np.asarray(expected, dtype=np.float64)
+        b = np.asarray(candidate[name], dtype=np.float64)
+        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+        norm = np.linalg.norm(flat_a) * np.linalg.norm(flat_b)
+        cosine = float(flat_a @ flat_b / norm) if norm else float(np.array_equal(flat_a, flat_b))
+        top1 = None
+        if a.ndim >= 2 and a.shape[-1] > 1:
+            top1 = float(np.mean(a.argmax(axis=-1) == b.argmax(axis=-1)))
+        outputs[name] = {"max_abs_error": float(np.max(np.abs(a - b))) if a.size else 0.0, "cosine": cosine,
+                         "top1_agreement": top1}
+    return {"outputs": outputs}

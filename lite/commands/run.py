@@ -1,0 +1,45 @@
+"""``lite run MODEL --input name=file.npy ... [--output-dir DIR] [--device D]``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+
+from lite.commands._inputs import read_inputs
+from lite.model import DEVICES, Model
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("run", help="run a model on inputs from .npy/.npz files")
+    parser.add_argument("model", help="path to a .lite file")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE",
+                        help="an input as NAME=file.npy (repeat), a bare file.npy for single-input models, or a .npz")
+    parser.add_argument("--output-dir", "-o", metavar="DIR", help="write each output to DIR/NAME.npy")
+    parser.add_argument("--device", default="auto", choices=DEVICES)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    model = Model.load(args.model, device=args.device)
+    outputs = model.predict(read_inputs(model, args.input))
+    if args.output_dir:
+        folder = Path(args.output_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+    for name, value in outputs.items():
+        value = np.asarray(value)
+        line = f"{name}: {value.dtype}{list(value.shape)}"
+        if value.size and value.dtype.kind in "fiub":
+            line += f"  min {value.min():.6g}  max {value.max():.6g}  mean {value.astype(np.float64).mean():.6g}"
+        if args.output_dir:
+            target = folder / f"{_safe(name)}.npy"
+            np.save(target, value, allow_pickle=False)
+            line += f"  -> {target}"
+        print(line)
+    return 0
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "output"

@@ -1,0 +1,70 @@
+"""`lite run` and `lite bench` on a small convolutional model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lite.cli import main
+from lite.format import GraphBuilder, save
+
+
+@pytest.fixture
+def cnn(tmp_path):
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("cnn", opset=17)
+    x = b.input("x", np.float32, ["N", 3, 8, 8])
+    y = b.node("Conv", [x, b.constant("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))], pads=[1, 1, 1, 1])
+    y = b.node("GlobalAveragePool", [y])
+    y = b.node("Flatten", [y], outputs=["logits"])
+    b.output(y, np.float32, ["N", 4])
+    path = tmp_path / "cnn.lite"
+    save(b.build(), path)
+    return path
+
+
+def test_run_writes_outputs(cnn, tmp_path, capsys):
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(cnn), "--input", f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "out")]) == 0
+    assert "logits: float32[2, 4]" in capsys.readouterr().out
+    assert np.load(tmp_path / "out" / "logits.npy").shape == (2, 4)
+
+
+def test_run_bare_file_and_npz(cnn, tmp_path):
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["run", str(cnn), "--input", str(tmp_path / "x.npy")]) == 0
+    assert main(["run", str(cnn), "--input", str(tmp_path / "in.npz")]) == 0
+
+
+def test_run_reports_bad_inputs_in_one_line(cnn, tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), np.float64))
+    assert main(["run", str(cnn), "--input", f"x={tmp_path / 'x.npy'}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lite run: error: ") and "dtype float64" in err
+
+
+def test_bench_reports_latency_memory_profile_and_comparison(cnn, tmp_path, capsys):
+    report = tmp_path / "bench.json"
+    code = main(["bench", str(cnn), "--device", "numpy", "--batch", "3", "--loops", "5", "--warmup", "1",
+                 "--memory", "--profile", "--compare", "numpy", "--json", str(report)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "latency ms: min" in out and "per op type" in out and "top-1 agreement 100.00%" in out
+    result = json.loads(report.read_text())
+    assert result["batch"] == 3 and result["inputs"] == {"x": [3, 3, 8, 8]}
+    assert result["latency_ms"]["min"] <= result["latency_ms"]["median"] <= result["latency_ms"]["max"]
+    # Peak while GlobalAveragePool runs: the caller's input (3*3*8*8, never freed), the Conv
+    # output it reads (3*4*8*8) and its own output (3*4) floats.
+    assert result["memory"]["peak_live_bytes"] == 4 * (3 * 3 * 64 + 3 * 4 * 64 + 3 * 4)
+    assert {e["op_type"] for e in result["profile"]["op_types"]} == {"Conv", "GlobalAveragePool", "Flatten"}
+    assert result["compare"]["outputs"]["logits"]["max_abs_error"] == 0.0
+
+
+def test_bench_rejects_bad_arguments(cnn, capsys):
+    assert main(["bench", str(cnn), "--loops", "0"]) == 1
+    assert "--loops" in capsys.readouterr().err
