@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from lite.errors import EngineUnavailableError, InvalidInputError
+from lite.errors import InvalidInputError
 from lite.format import ir, load as load_model
 from lite.format.dtypes import DataType, storage_dtype
 from lite.custom_ops import CustomOps
 
-DEVICES = ("auto", "numpy", "cpu", "cuda")
+DEVICES = ("auto", "numpy", "cpu", "cuda", "tensorrt")
 
 
 @dataclass(frozen=True)
@@ -55,21 +55,28 @@ class Model:
 
     @classmethod
     def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
-             threads: int | None = None, custom_ops: CustomOps | None = None) -> Model:
+             threads: int | None = None, custom_ops: CustomOps | None = None, **options: Any) -> Model:
         """Load and verify a .lite model and bind it to an engine.
 
-        ``device``: ``"numpy"`` (the edge engine, always available), ``"cpu"`` / ``"cuda"``
-        (ONNX Runtime execution providers, when installed) or ``"auto"`` (the best available).
-        ``custom_ops``: kernels for custom nodes (see :class:`lite.CustomOps`).
+        ``device``: ``"numpy"`` (the edge engine, always available), ``"cpu"`` / ``"cuda"`` /
+        ``"tensorrt"`` (ONNX Runtime execution providers, when installed) or ``"auto"`` (CUDA if
+        available, else ONNX Runtime CPU if installed, else numpy).
+        ``custom_ops``: kernels for custom nodes (see :class:`lite.CustomOps`); on ONNX Runtime
+        devices those nodes run on the numpy engine, the rest of the graph on ONNX Runtime.
+        ``options`` (ONNX Runtime devices): ``optimization`` ("all", "extended", "basic",
+        "disable"), ``cache_dir`` (None disables the session cache), ``device_id``,
+        ``gpu_mem_limit``, ``cudnn_conv_algo_search``, ``prefer_nhwc``, ``cuda_graph``; see
+        :class:`lite.engines.ort.sessions.SessionConfig`.
         """
         if device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer or None; got {threads!r}")
         model = load_model(source)
-        engine = _engine_for(model, device, threads, custom_ops)
-        origin = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
-        return cls(model, engine, origin)
+        in_memory = isinstance(source, (bytes, bytearray, memoryview))
+        identity = None if in_memory else _file_identity(source)
+        engine = _engine_for(model, device, threads, custom_ops, options, identity)
+        return cls(model, engine, "<bytes>" if in_memory else str(source))
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -157,13 +164,40 @@ def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]
     return array
 
 
-def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: CustomOps | None):
-    if device in ("auto", "numpy"):
-        # ONNX Runtime engines are chosen here once they exist (issue: ORT execution providers).
+def _file_identity(path: str | os.PathLike) -> str:
+    """Names the weights of a file for caches: its real path, size, modification time and inode."""
+    stat = os.stat(path)
+    return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+
+
+def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: CustomOps | None,
+                options: dict[str, Any], identity: str | None):
+    if device == "auto":
+        device = _best_device()
+    if device == "numpy":
+        if options:
+            raise TypeError(f"options {', '.join(sorted(options))} apply to ONNX Runtime devices, not to device='numpy'")
         from lite.engines.numpy_engine import NumpyEngine
 
         return NumpyEngine(model, custom_ops)
-    raise EngineUnavailableError(
-        f"device {device!r} needs the ONNX Runtime engine, which this version of lite does not ship yet; "
-        "use device='numpy'"
-    )
+    from lite.engines.ort.engine import OrtEngine
+    from lite.engines.ort.sessions import SessionConfig
+
+    try:
+        config = SessionConfig(device=device, threads=threads, weights_identity=identity, **options)
+    except TypeError as err:
+        names = ", ".join(f for f in SessionConfig.__dataclass_fields__ if f not in ("device", "threads", "weights_identity"))
+        raise TypeError(f"unknown engine option ({err}); valid options: {names}") from None
+    return OrtEngine(model, device, custom_ops=custom_ops, options=config)
+
+
+def _best_device() -> str:
+    """CUDA when ONNX Runtime offers it, else ONNX Runtime's CPU provider, else the numpy engine."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return "numpy"
+    available = onnxruntime.get_available_providers()
+    if "CUDAExecutionProvider" in available:
+        return "cuda"
+    return "cpu" if "CPUExecutionProvider" in available else "numpy"

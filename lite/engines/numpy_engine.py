@@ -30,6 +30,8 @@ from lite.ops.registry import normalize_domain
 Observer = Callable[[ir.Node, float, list[Any]], None]
 
 _ENGINE_ATTRIBUTES = {fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE}
+# Attributes of old opsets that never change results (consumed_inputs was a memory hint before opset 6).
+_IGNORED_ATTRIBUTES = {"consumed_inputs"}
 
 
 def tensor_value(tensor: ir.Tensor) -> np.ndarray:
@@ -141,7 +143,7 @@ class NumpyEngine:
         graph_attributes: dict[str, Any] = {}
         activation = None
         for name, attribute in node.attributes.items():
-            if name in _ENGINE_ATTRIBUTES:
+            if name in _ENGINE_ATTRIBUTES or (name in _IGNORED_ATTRIBUTES and not kernel.accepts(name)):
                 continue
             if not kernel.accepts(name):
                 problems.append(f"{label}: attribute {name!r} is not supported by the {node.op_type} kernel")

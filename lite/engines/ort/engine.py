@@ -1,0 +1,204 @@
+"""The ONNX Runtime engine: CPU, CUDA and TensorRT execution providers behind ``lite.Model``.
+
+The .lite graph is lowered to ONNX (:mod:`lite.engines.ort.lower`) and run by an
+``InferenceSession``. Nodes ONNX Runtime cannot run (custom ops, ops without an implementation
+in the provider) stay on the numpy engine: the main graph is cut into segments executed in
+order, each an ONNX Runtime session or a numpy plan, with arrays handed from one to the next
+as they are (ONNX Runtime reads contiguous numpy inputs in place on the CPU).
+
+Unsupported nodes are found two ways: by the op's domain and schema before the first session
+is built, and by ONNX Runtime itself, whose "Could not find an implementation" error names the
+node; that node then moves to the numpy engine and the segments are rebuilt.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lite.engines.numpy_engine import NumpyEngine
+from lite.engines.ort import sessions
+from lite.engines.ort.lower import lower_nodes, reads
+from lite.errors import EngineUnavailableError, UnsupportedOpError
+from lite.format import ir
+from lite.format.dtypes import DataType, from_numpy
+from lite.ops.registry import KernelRegistry, normalize_domain
+
+_ORT_DOMAINS = {"", "com.microsoft", "ai.onnx.ml"}
+_MAX_REPARTITIONS = 16
+
+
+@dataclass
+class _Segment:
+    on_ort: bool
+    nodes: list[ir.Node]
+    inputs: list[int]
+    outputs: list[int]
+    runner: Any = None
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+
+    def run(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {name: values[name] for name in self.input_names}
+        if self.on_ort:
+            results = self.runner.run(list(self.output_names), feeds)
+            return dict(zip(self.output_names, results))
+        return self.runner.run(feeds)
+
+
+class _TypedOnFirstRun:
+    """A session for a segment whose inputs have no declared type (they come from a custom op):
+    built on the first call, typed from the arrays it receives, one session per input dtypes."""
+
+    def __init__(self, build: Callable[[dict[str, DataType]], sessions.Session]) -> None:
+        self.build = build
+        self.sessions: dict[tuple, sessions.Session] = {}
+        self.lock = threading.Lock()
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        key = tuple((name, array.dtype.str) for name, array in feeds.items())
+        session = self.sessions.get(key)
+        if session is None:
+            with self.lock:
+                session = self.sessions.get(key)
+                if session is None:
+                    types = {name: from_numpy(array.dtype) for name, array in feeds.items()}
+                    session = self.sessions[key] = self.build(types)
+        return session.run(output_names, feeds)
+
+
+class OrtEngine:
+    """Runs a model with ONNX Runtime, handing unsupported nodes to the numpy engine."""
+
+    def __init__(self, model: ir.Model, device: str = "cpu", *, threads: int | None = None,
+                 custom_ops: KernelRegistry | None = None, options: sessions.SessionConfig | None = None) -> None:
+        self.model = model
+        self.name = device
+        self.custom_ops = custom_ops
+        self.config = options or sessions.SessionConfig(device=device, threads=threads)
+        self.ort = sessions.import_onnxruntime(device)
+        on_numpy = {id(n) for n in model.main.nodes if not self._supported(n)}
+        self._on_numpy = on_numpy
+        self._rebuild_lock = threading.Lock()
+        for _ in range(_MAX_REPARTITIONS):
+            try:
+                self.segments = self._build(on_numpy)
+                break
+            except sessions.MissingKernel as missing:
+                node = next((n for n in model.main.nodes if n.name == missing.node_name and id(n) not in on_numpy), None)
+                if node is None:
+                    raise UnsupportedOpError(str(missing)) from missing
+                on_numpy.add(id(node))
+        else:
+            raise UnsupportedOpError(f"ONNX Runtime rejected more than {_MAX_REPARTITIONS} nodes of this model")
+        graph = model.main
+        self.output_names = [graph.tensors[i].name for i in graph.outputs]
+        self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort)
+
+    def _supported(self, node: ir.Node) -> bool:
+        domain = normalize_domain(node.domain)
+        if self.custom_ops is not None and self.custom_ops.select(node.op_type, domain, 1 << 30) is not None:
+            return False
+        if domain not in _ORT_DOMAINS:
+            return False
+        if domain == "":
+            from onnx import defs
+
+            return defs.has(node.op_type)
+        return True
+
+    def _build(self, on_numpy: set[int]) -> list[_Segment]:
+        graph = self.model.main
+        segments: list[_Segment] = []
+        for node in graph.nodes:
+            on_ort = id(node) not in on_numpy
+            if segments and segments[-1].on_ort == on_ort:
+                segments[-1].nodes.append(node)
+            else:
+                segments.append(_Segment(on_ort, [node], [], []))
+        for position, segment in enumerate(segments):
+            needed = reads(self.model, graph, segment.nodes)
+            produced_here = {i for n in segment.nodes for i in n.outputs if i >= 0}
+            segment.inputs = sorted(i for i in needed - produced_here if not graph.tensors[i].is_constant)
+            later = set(graph.outputs)
+            for other in segments[position + 1:]:
+                later |= reads(self.model, graph, other.nodes)
+            segment.outputs = sorted(produced_here & later, key=lambda i: (i not in graph.outputs, i))
+            segment.input_names = tuple(graph.tensors[i].name for i in segment.inputs)
+            segment.output_names = tuple(graph.tensors[i].name for i in segment.outputs)
+        if len(segments) <= 1:
+            # One session for the whole graph: it declares (and is fed) every graph input.
+            segments = [_Segment(True, list(graph.nodes), list(graph.inputs), list(graph.outputs))]
+            segments[0].input_names = tuple(graph.tensors[i].name for i in graph.inputs)
+            segments[0].output_names = tuple(graph.tensors[i].name for i in graph.outputs)
+        for index, segment in enumerate(segments):
+            segment.runner = self._runner(segment, index, len(segments))
+        return segments
+
+    def _runner(self, segment: _Segment, index: int, count: int):
+        graph = self.model.main
+        if segment.on_ort:
+            inputs = graph.inputs if count == 1 else segment.inputs
+            outputs = graph.outputs if count == 1 else segment.outputs
+            name = graph.name if count == 1 else f"{graph.name}/segment{index}"
+
+            def build(input_types: dict[str, DataType] | None = None) -> sessions.Session:
+                lowered = lower_nodes(self.model, segment.nodes, inputs, outputs, name=name, input_types=input_types)
+                return sessions.create(self.ort, lowered, self.config)
+
+            if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
+                return _TypedOnFirstRun(build)
+            return build()
+        body = ir.Graph(name=f"{graph.name}/numpy{index}", tensors=graph.tensors, nodes=segment.nodes,
+                        inputs=segment.inputs, outputs=segment.outputs)
+        sub = ir.Model(graphs=[body, *self.model.graphs[1:]], opset_imports=self.model.opset_imports,
+                       metadata=self.model.metadata, version=self.model.version)
+        return NumpyEngine(sub, self.custom_ops)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if len(self.segments) == 1:
+            return self.segments[0].run(feeds)
+        values: dict[str, np.ndarray] = dict(feeds)
+        for segment in self.segments:
+            try:
+                values.update(segment.run(values))
+            except sessions.MissingKernel as missing:
+                # Only a segment typed on first run can get here; its node joins the numpy engine.
+                self._move_to_numpy(missing)
+                return self.run(feeds)
+        return {name: values[name] for name in self.output_names}
+
+    def _move_to_numpy(self, missing: sessions.MissingKernel) -> None:
+        with self._rebuild_lock:
+            node = next((n for n in self.model.main.nodes if n.name == missing.node_name), None)
+            if node is None or id(node) in self._on_numpy or len(self._on_numpy) > len(self.model.main.nodes):
+                raise UnsupportedOpError(str(missing)) from missing
+            self._on_numpy.add(id(node))
+            self.segments = self._build(self._on_numpy)
+            self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The partition: one entry per segment (engine, node count, first and last op)."""
+        return [{"engine": "onnxruntime" if s.on_ort else "numpy", "nodes": len(s.nodes),
+                 "ops": sorted({n.op_type for n in s.nodes})} for s in self.segments]
+
+
+def available_devices() -> list[str]:
+    """Devices the installed ONNX Runtime offers ("cuda", "tensorrt", "cpu"), best first."""
+    try:
+        ort = sessions.import_onnxruntime("cpu")
+    except EngineUnavailableError:
+        return []
+    providers = ort.get_available_providers()
+    devices = []
+    if "TensorrtExecutionProvider" in providers:
+        devices.append("tensorrt")
+    if "CUDAExecutionProvider" in providers:
+        devices.append("cuda")
+    devices.append("cpu")
+    return devices
+

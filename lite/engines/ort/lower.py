@@ -1,0 +1,231 @@
+"""Lowering a .lite graph to an in-memory ONNX model for ONNX Runtime.
+
+The .lite node set *is* ONNX's, so lowering is one node to one node, except:
+
+- fused activations (``fused_activation`` attribute) become the activation node again, in the
+  forms ONNX Runtime fuses back into its own kernels (Conv+Relu, Conv+Clip, Gemm+Relu, ...);
+- the model is stamped with the IR version and opset ONNX Runtime 1.31 accepts (IR ≤ 13,
+  default-domain opset ≤ 26);
+- constants of the main graph become *external* initializers: the ONNX model holds only their
+  name, type and shape, and the arrays (views of the memory-mapped .lite file) are handed to
+  the session with ``SessionOptions.add_external_initializers``, so weights are not copied into
+  protobuf.
+
+Quantization parameters on tensors are descriptive; the computation is what the nodes say
+(QuantizeLinear/DequantizeLinear pairs, QLinearConv, ...), so they need no lowering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, helper
+
+from lite.engines.numpy_engine import tensor_value
+from lite.format import ir
+from lite.format.dtypes import DataType, is_subbyte
+from lite.ops import fused_activation
+
+MAX_IR_VERSION = 11
+MAX_DEFAULT_OPSET = 26
+# Element types ONNX Runtime takes as numpy-backed OrtValues (no copy).
+_ORT_NUMPY_TYPES = {
+    DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16, DataType.INT8, DataType.UINT8, DataType.INT16,
+    DataType.UINT16, DataType.INT32, DataType.UINT32, DataType.INT64, DataType.UINT64, DataType.BOOL,
+}
+
+
+@dataclass
+class Lowered:
+    """An ONNX model plus the arrays of its external initializers (name -> array)."""
+
+    model: onnx.ModelProto
+    external: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def lower_model(model: ir.Model, *, external_weights: bool = True) -> Lowered:
+    """The whole .lite model as one ONNX model."""
+    graph = model.main
+    return lower_nodes(model, graph.nodes, graph.inputs, graph.outputs, external_weights=external_weights)
+
+
+def lower_nodes(model: ir.Model, nodes: Sequence[ir.Node], inputs: Sequence[int], outputs: Sequence[int], *,
+                external_weights: bool = True, name: str | None = None,
+                input_types: dict[str, DataType] | None = None) -> Lowered:
+    """Nodes of the main graph (a partition segment) as an ONNX model with the given input and output tensors.
+
+    ``input_types`` gives element types for inputs the .lite graph leaves undeclared.
+    """
+    lowering = _Lowering(model, external_weights, input_types or {})
+    graph = lowering.graph(model.main, nodes, inputs, outputs, name or model.main.name, top_level=True)
+    opsets = []
+    for domain, version in model.opset_imports.items():
+        if domain in ("", "ai.onnx"):
+            version = min(version, MAX_DEFAULT_OPSET)
+        opsets.append(helper.make_opsetid(domain, version))
+    if not any(o.domain in ("", "ai.onnx") for o in opsets):
+        opsets.append(helper.make_opsetid("", MAX_DEFAULT_OPSET))
+    proto = helper.make_model(graph, opset_imports=opsets, producer_name="lite", ir_version=MAX_IR_VERSION)
+    for key, value in model.metadata.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, value
+    return Lowered(proto, lowering.external)
+
+
+class _Lowering:
+    def __init__(self, model: ir.Model, external_weights: bool, input_types: dict[str, DataType]) -> None:
+        self.model = model
+        self.external_weights = external_weights
+        self.input_types = input_types
+        self.external: dict[str, np.ndarray] = {}
+
+    def graph(self, graph: ir.Graph, nodes: Sequence[ir.Node], inputs: Sequence[int], outputs: Sequence[int],
+              name: str, top_level: bool) -> onnx.GraphProto:
+        used = reads(self.model, graph, nodes) | set(outputs)
+        initializers = [self.initializer(graph.tensors[i], top_level) for i in sorted(used)
+                        if graph.tensors[i].is_constant]
+        lowered_nodes = []
+        for node in nodes:
+            lowered_nodes.extend(self.node(graph, node))
+        return helper.make_graph(
+            lowered_nodes, name,
+            [value_info_of(graph.tensors[i], self.input_types.get(graph.tensors[i].name)) for i in inputs],
+            [value_info_of(graph.tensors[i]) for i in outputs],
+            initializer=initializers,
+        )
+
+    def initializer(self, tensor: ir.Tensor, top_level: bool) -> TensorProto:
+        if top_level and self.external_weights and tensor.dtype in _ORT_NUMPY_TYPES and tensor.data.size:
+            proto = TensorProto(name=tensor.name, data_type=int(tensor.dtype), dims=list(tensor.shape))
+            proto.data_location = TensorProto.EXTERNAL
+            # The location is never read: the session receives the array itself.
+            for key, value in (("location", "lite-in-memory"), ("offset", "0"), ("length", str(tensor.data.nbytes))):
+                entry = proto.external_data.add()
+                entry.key, entry.value = key, value
+            self.external[tensor.name] = np.ascontiguousarray(tensor.data)
+            return proto
+        return tensor_proto(tensor, tensor.name)
+
+    def node(self, graph: ir.Graph, node: ir.Node) -> list[onnx.NodeProto]:
+        def name_of(index: int) -> str:
+            return "" if index < 0 else graph.tensors[index].name
+
+        inputs = [name_of(i) for i in node.inputs]
+        outputs = [name_of(i) for i in node.outputs]
+        attributes = []
+        activation = None
+        for attribute_name, attribute in node.attributes.items():
+            if attribute_name == fused_activation.ATTRIBUTE:
+                activation = attribute.value.decode()
+            elif attribute_name != fused_activation.PARAMS_ATTRIBUTE:
+                attributes.append(self.attribute(attribute_name, attribute))
+        params = ()
+        if fused_activation.PARAMS_ATTRIBUTE in node.attributes:
+            params = tuple(node.attributes[fused_activation.PARAMS_ATTRIBUTE].value)
+        final_output = outputs[0] if outputs else ""
+        if activation is not None:
+            outputs[0] = f"{final_output}__before_{activation.lower()}"
+        proto = onnx.NodeProto(op_type=node.op_type, domain=node.domain, name=node.name,
+                               input=inputs, output=outputs)
+        proto.attribute.extend(attributes)
+        if activation is None:
+            return [proto]
+        return [proto, *activation_nodes(activation, params, outputs[0], final_output, node.name)]
+
+    def attribute(self, name: str, attribute: ir.Attribute) -> AttributeProto:
+        kind, value = attribute.type, attribute.value
+        proto = AttributeProto(name=name, type=int(kind))
+        T = ir.AttributeType
+        if kind == T.FLOAT:
+            proto.f = value
+        elif kind == T.INT:
+            proto.i = value
+        elif kind == T.STRING:
+            proto.s = value
+        elif kind == T.TENSOR:
+            proto.t.CopyFrom(tensor_proto(value, value.name))
+        elif kind == T.GRAPH:
+            proto.g.CopyFrom(self.subgraph(value))
+        elif kind == T.FLOATS:
+            proto.floats.extend(value)
+        elif kind == T.INTS:
+            proto.ints.extend(value)
+        elif kind == T.STRINGS:
+            proto.strings.extend(value)
+        elif kind == T.TENSORS:
+            proto.tensors.extend(tensor_proto(t, t.name) for t in value)
+        elif kind == T.GRAPHS:
+            proto.graphs.extend(self.subgraph(g) for g in value)
+        return proto
+
+    def subgraph(self, index: int) -> onnx.GraphProto:
+        body = self.model.graphs[index]
+        return self.graph(body, body.nodes, body.inputs, body.outputs, body.name, top_level=False)
+
+
+def reads(model: ir.Model, graph: ir.Graph, nodes: Sequence[ir.Node]) -> set[int]:
+    """Indices of ``graph``'s tensors that ``nodes`` read, directly or through their bodies' captures."""
+    index_of = {t.name: i for i, t in enumerate(graph.tensors)}
+    result = set()
+    for node in nodes:
+        result.update(i for i in node.inputs if i >= 0)
+        for attribute in node.attributes.values():
+            if attribute.type == ir.AttributeType.GRAPH:
+                bodies = [attribute.value]
+            elif attribute.type == ir.AttributeType.GRAPHS:
+                bodies = attribute.value
+            else:
+                continue
+            for body_index in bodies:
+                body = model.graphs[body_index]
+                for captured in body.captures:
+                    index = index_of.get(body.tensors[captured].name)
+                    if index is not None:
+                        result.add(index)
+    return result
+
+
+def activation_nodes(activation: str, params: Sequence[float], source: str, target: str,
+                     base: str) -> list[onnx.NodeProto]:
+    """The ONNX form of a fused activation, reading ``source`` and writing ``target``."""
+    name = f"{base}/{activation}"
+    if activation == "Clip":
+        low, high = (helper.make_tensor(f"{name}/{k}", TensorProto.FLOAT, [], [v]) for k, v in zip(("min", "max"), params))
+        return [
+            helper.make_node("Constant", [], [low.name], name=f"{name}/min", value=low),
+            helper.make_node("Constant", [], [high.name], name=f"{name}/max", value=high),
+            helper.make_node("Clip", [source, low.name, high.name], [target], name=name),
+        ]
+    if activation == "LeakyRelu":
+        return [helper.make_node("LeakyRelu", [source], [target], name=name, alpha=params[0])]
+    if activation == "HardSigmoid":
+        return [helper.make_node("HardSigmoid", [source], [target], name=name, alpha=params[0], beta=params[1])]
+    if activation == "Silu":
+        gate = f"{source}__sigmoid"
+        return [helper.make_node("Sigmoid", [source], [gate], name=f"{name}/sigmoid"),
+                helper.make_node("Mul", [source, gate], [target], name=name)]
+    return [helper.make_node(activation, [source], [target], name=name)]
+
+
+def value_info_of(tensor: ir.Tensor, dtype: DataType | None = None) -> onnx.ValueInfoProto:
+    shape = None if tensor.shape is None else list(tensor.shape)
+    dtype = tensor.dtype if dtype is None or tensor.dtype != DataType.UNDEFINED else dtype
+    elem_type = int(dtype)
+    if elem_type == 0:
+        return helper.make_value_info(tensor.name, onnx.TypeProto())
+    return helper.make_tensor_value_info(tensor.name, elem_type, shape)
+
+
+def tensor_proto(tensor: ir.Tensor, name: str) -> TensorProto:
+    """A constant as an inline TensorProto (raw little-endian bytes, as the .lite file stores them)."""
+    proto = TensorProto(name=name, data_type=int(tensor.dtype), dims=list(tensor.shape))
+    if tensor.dtype == DataType.STRING:
+        proto.string_data.extend(v if isinstance(v, bytes) else str(v).encode() for v in tensor.data.reshape(-1))
+    elif is_subbyte(tensor.dtype) or tensor.dtype in (DataType.BFLOAT16,) or tensor.dtype.name.startswith("FLOAT8"):
+        proto.raw_data = np.ascontiguousarray(tensor.data).tobytes()
+    else:
+        proto.raw_data = np.ascontiguousarray(tensor_value(tensor)).astype(tensor.data.dtype.newbyteorder("<")).tobytes()
+    return proto

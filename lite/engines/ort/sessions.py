@@ -1,0 +1,209 @@
+"""ONNX Runtime sessions: providers, options, and the on-disk cache of optimized graphs.
+
+ONNX Runtime optimizes a graph every time a session is created (constant folding, fusions,
+layout changes: ~0.2 s for a small CNN, seconds for large models). The first session of a model
+saves its optimized graph (``model.onnx`` plus its weights in ``weights.bin``) under
+``<cache_dir>/ort/<key>/``; later loads open that with optimizations disabled. The key covers
+the lowered graph, the weights' identity, the provider and its options, the ONNX Runtime
+version and the machine, because an optimized CPU graph may use instructions of this CPU only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lite.engines.ort.lower import Lowered
+from lite.errors import EngineUnavailableError
+
+_OPTIMIZATION_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                        "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+              "tensorrt": "TensorrtExecutionProvider"}
+_MISSING_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/lite`` or ``~/.cache/lite``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lite"
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Everything that decides how a session is built (and so which cache entry it uses)."""
+
+    device: str = "cpu"  # cpu | cuda | tensorrt
+    threads: int | None = None  # intra-op threads; None: ONNX Runtime's default (all cores)
+    optimization: str = "all"  # disable | basic | extended | all
+    device_id: int = 0
+    gpu_mem_limit: int | None = None  # bytes
+    cudnn_conv_algo_search: str = "EXHAUSTIVE"  # EXHAUSTIVE | HEURISTIC | DEFAULT
+    prefer_nhwc: bool = False
+    cuda_graph: bool = False
+    cache_dir: Path | None = field(default_factory=default_cache_dir)  # None: no cache
+    weights_identity: str | None = None  # identity of the weights (file, size, mtime); None: hash them
+
+    def __post_init__(self) -> None:
+        if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        if self.device not in _PROVIDERS:
+            raise ValueError(f"ONNX Runtime device must be one of {', '.join(_PROVIDERS)}; got {self.device!r}")
+        if self.optimization not in _OPTIMIZATION_LEVELS:
+            raise ValueError(f"optimization must be one of {', '.join(_OPTIMIZATION_LEVELS)}; got {self.optimization!r}")
+        if self.cudnn_conv_algo_search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
+            raise ValueError(f"cudnn_conv_algo_search must be EXHAUSTIVE, HEURISTIC or DEFAULT; "
+                             f"got {self.cudnn_conv_algo_search!r}")
+
+
+class MissingKernel(Exception):
+    """ONNX Runtime has no kernel for a node (it then runs on the numpy engine)."""
+
+    def __init__(self, message: str, op_type: str, node_name: str) -> None:
+        super().__init__(message)
+        self.op_type = op_type
+        self.node_name = node_name
+
+
+def import_onnxruntime(device: str):
+    try:
+        import onnxruntime
+    except ImportError as err:
+        extra = "gpu" if device in ("cuda", "tensorrt") else "ort"
+        raise EngineUnavailableError(
+            f"device {device!r} needs ONNX Runtime: pip install 'lite-toolchain[{extra}]'"
+        ) from err
+    provider = _PROVIDERS[device]
+    available = onnxruntime.get_available_providers()
+    if provider not in available:
+        hint = {"cuda": "onnxruntime-gpu and a CUDA GPU (pip install 'lite-toolchain[gpu]')",
+                "tensorrt": "onnxruntime-gpu built with TensorRT and the TensorRT libraries"}.get(device, "")
+        raise EngineUnavailableError(
+            f"device {device!r} needs {provider}, which ONNX Runtime {onnxruntime.__version__} here does not offer "
+            f"(it offers {', '.join(available)}); install {hint}"
+        )
+    return onnxruntime
+
+
+class Session:
+    """An InferenceSession plus the arrays it reads in place (kept alive as long as it is)."""
+
+    def __init__(self, session: Any, keep_alive: list[Any], cached: bool) -> None:
+        self.session = session
+        self.keep_alive = keep_alive
+        self.cached = cached
+        self.input_names = [i.name for i in session.get_inputs()]
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(output_names, feeds)
+
+
+def providers(config: SessionConfig) -> list[Any]:
+    if config.device == "cpu":
+        return ["CPUExecutionProvider"]
+    cuda = {"device_id": str(config.device_id), "cudnn_conv_algo_search": config.cudnn_conv_algo_search,
+            "prefer_nhwc": "1" if config.prefer_nhwc else "0",
+            "enable_cuda_graph": "1" if config.cuda_graph else "0"}
+    if config.gpu_mem_limit:
+        cuda["gpu_mem_limit"] = str(config.gpu_mem_limit)
+    chain: list[Any] = [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
+    if config.device == "tensorrt":
+        trt: dict[str, str] = {"device_id": str(config.device_id)}
+        if config.cache_dir is not None:
+            trt.update(trt_engine_cache_enable="1", trt_engine_cache_path=str(config.cache_dir / "tensorrt"))
+        chain.insert(0, ("TensorrtExecutionProvider", trt))
+    return chain
+
+
+def session_options(ort, config: SessionConfig, level: str | None = None):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPTIMIZATION_LEVELS[level or config.optimization])
+    if config.threads is not None:
+        options.intra_op_num_threads = config.threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only; our own messages say what matters
+    return options
+
+
+def create(ort, lowered: Lowered, config: SessionConfig) -> Session:
+    """A session for ``lowered``, from the cache when an entry exists, else built (and cached)."""
+    key = cache_key(ort, lowered, config) if config.cache_dir is not None else None
+    entry = config.cache_dir / "ort" / key if key else None
+    if entry is not None and (entry / "model.onnx").exists():
+        try:
+            options = session_options(ort, config, level="disable")
+            session = ort.InferenceSession(str(entry / "model.onnx"), options, providers=providers(config))
+            return Session(session, [], cached=True)
+        except Exception:  # a damaged entry: drop it and build afresh
+            shutil.rmtree(entry, ignore_errors=True)
+    options = session_options(ort, config)
+    keep_alive = _add_external_initializers(ort, options, lowered)
+    staging = None
+    if entry is not None and config.optimization != "disable":
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=entry.parent))
+        options.optimized_model_filepath = str(staging / "model.onnx")
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
+        options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    try:
+        session = ort.InferenceSession(lowered.model.SerializeToString(), options, providers=providers(config))
+    except Exception as err:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        match = _MISSING_KERNEL.search(str(err))
+        if match:
+            raise MissingKernel(str(err), match.group(1), match.group(2)) from err
+        raise
+    if staging is not None:
+        try:
+            os.replace(staging, entry)  # atomic: a concurrent loader sees no entry or a whole one
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)  # another process finished first
+    return Session(session, keep_alive, cached=False)
+
+
+def _add_external_initializers(ort, options, lowered: Lowered) -> list[Any]:
+    if not lowered.external:
+        return []
+    names = list(lowered.external)
+    values = [ort.OrtValue.ortvalue_from_numpy(lowered.external[name]) for name in names]
+    options.add_external_initializers(names, values)
+    return values
+
+
+def cache_key(ort, lowered: Lowered, config: SessionConfig) -> str:
+    digest = hashlib.sha256()
+    digest.update(lowered.model.SerializeToString())
+    if config.weights_identity is not None:
+        digest.update(config.weights_identity.encode())
+    else:
+        for name in sorted(lowered.external):
+            digest.update(name.encode())
+            digest.update(memoryview(np.ascontiguousarray(lowered.external[name]).reshape(-1).view(np.uint8)))
+    settings = (config.device, config.threads, config.optimization, config.device_id, config.gpu_mem_limit,
+                config.cudnn_conv_algo_search, config.prefer_nhwc, config.cuda_graph, ort.__version__,
+                platform.machine(), _cpu_features())
+    digest.update(repr(settings).encode())
+    return digest.hexdigest()[:32]
+
+
+def _cpu_features() -> str:
+    # An optimized CPU graph may use this CPU's instructions (AVX-512, VNNI...): key on them.
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return hashlib.sha256(line.encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return platform.processor()

@@ -1,0 +1,139 @@
+"""The ONNX Runtime engine: lowering, agreement with the numpy engine, session cache, partitioning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lite
+from lite.format import GraphBuilder, save, to_bytes
+
+ort = pytest.importorskip("onnxruntime", reason="the ONNX Runtime engine needs onnxruntime (the ort extra)")
+onnx = pytest.importorskip("onnx", reason="lowering to ONNX needs onnx (the ort extra)")
+
+ACTIVATIONS = [("Relu", []), ("Clip", [0.0, 6.0]), ("LeakyRelu", [0.1]), ("HardSigmoid", [0.2, 0.5]),
+               ("HardSwish", []), ("Silu", []), ("Sigmoid", []), ("Tanh", [])]
+
+
+def cnn(activation: str, params: list[float]) -> bytes:
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("cnn", opset=17)
+    x = b.input("x", np.float32, ["N", 3, 16, 16])
+    attrs = {"fused_activation": activation}
+    if params:
+        attrs["fused_activation_params"] = params
+    y = b.node("Conv", [x, b.constant("w1", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+                        b.constant("b1", rng.standard_normal(8).astype(np.float32))], pads=[1, 1, 1, 1], **attrs)
+    y = b.node("GlobalAveragePool", [y])
+    y = b.node("Flatten", [y])
+    y = b.node("Gemm", [y, b.constant("w2", rng.standard_normal((4, 8)).astype(np.float32))], transB=1, **attrs)
+    y = b.node("Softmax", [y], outputs=["probabilities"], axis=-1)
+    b.output(y, np.float32, ["N", 4])
+    return to_bytes(b.build())
+
+
+@pytest.mark.parametrize("activation, params", ACTIVATIONS)
+def test_fused_activations_agree_with_the_numpy_engine(activation, params):
+    data = cnn(activation, params)
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    reference = lite.Model.load(data, device="numpy")(x)
+    model = lite.Model.load(data, device="cpu", cache_dir=None)
+    assert model.device == "cpu"
+    np.testing.assert_allclose(model(x), reference, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_picks_onnx_runtime_when_installed():
+    assert lite.Model.load(cnn("Relu", []), cache_dir=None).device in ("cpu", "cuda")
+
+
+def test_second_load_uses_the_session_cache(tmp_path):
+    path = tmp_path / "cnn.lite"
+    path.write_bytes(cnn("Relu", []))
+    first = lite.Model.load(path, device="cpu", cache_dir=tmp_path / "cache")
+    second = lite.Model.load(path, device="cpu", cache_dir=tmp_path / "cache")
+    assert not first.engine.segments[0].runner.cached
+    assert second.engine.segments[0].runner.cached
+    x = np.ones((1, 3, 16, 16), np.float32)
+    np.testing.assert_array_equal(first(x), second(x))
+    # A changed file is a different cache entry.
+    path.write_bytes(cnn("Clip", [0.0, 6.0]))
+    assert not lite.Model.load(path, device="cpu", cache_dir=tmp_path / "cache").engine.segments[0].runner.cached
+
+
+def test_damaged_cache_entry_is_rebuilt(tmp_path):
+    path = tmp_path / "cnn.lite"
+    path.write_bytes(cnn("Relu", []))
+    lite.Model.load(path, device="cpu", cache_dir=tmp_path / "cache")
+    for entry in (tmp_path / "cache" / "ort").iterdir():
+        (entry / "model.onnx").write_bytes(b"not a model")
+    model = lite.Model.load(path, device="cpu", cache_dir=tmp_path / "cache")
+    assert not model.engine.segments[0].runner.cached
+    assert model(np.ones((1, 3, 16, 16), np.float32)).shape == (1, 4)
+
+
+def partitioned_model() -> bytes:
+    """Gemm -> custom op (numpy) -> Gemm -> Cast int64 -> Relu (ORT has no int64 Relu) -> Cast."""
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("mixed", opset=17)
+    x = b.input("x", np.float32, ["N", 4])
+    h = b.node("Gemm", [x, b.constant("w1", rng.standard_normal((4, 4)).astype(np.float32))])
+    h = b.node("Scale", [h], domain="com.example", factor=3.0)
+    h = b.node("Gemm", [h, b.constant("w2", rng.standard_normal((4, 4)).astype(np.float32))])
+    h = b.node("Cast", [h], to=7)
+    h = b.node("Relu", [h])
+    y = b.node("Cast", [h], outputs=["y"], to=1)
+    b.output(y, np.float32, ["N", 4])
+    model = b.build()
+    model.opset_imports["com.example"] = 1
+    return to_bytes(model)
+
+
+def test_partitioning_runs_unsupported_nodes_on_numpy():
+    ops = lite.CustomOps()
+
+    @ops.python("Scale", domain="com.example")
+    def scale(x, *, factor=1.0):
+        return x * np.float32(factor)
+
+    data = partitioned_model()
+    x = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32) * 4
+    reference = lite.Model.load(data, device="numpy", custom_ops=ops)(x)
+    model = lite.Model.load(data, device="cpu", custom_ops=ops, cache_dir=None)
+    # The custom op is known to need numpy at load; the segment after it is typed from its first
+    # input, and only then does ONNX Runtime report that it has no int64 Relu.
+    assert [s["engine"] for s in model.engine.describe()] == ["onnxruntime", "numpy", "onnxruntime"]
+    np.testing.assert_array_equal(model(x), reference)
+    engines = [segment["engine"] for segment in model.engine.describe()]
+    assert engines == ["onnxruntime", "numpy", "onnxruntime", "numpy", "onnxruntime"]
+    assert model.engine.numpy_nodes == 2
+    np.testing.assert_array_equal(model(x), reference)
+
+
+def test_unavailable_device_names_what_to_install():
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(lite.EngineUnavailableError, match=r"device 'cuda' needs CUDAExecutionProvider.*lite-toolchain\[gpu\]"):
+        lite.Model.load(cnn("Relu", []), device="cuda")
+
+
+def test_unknown_engine_option_is_a_type_error():
+    with pytest.raises(TypeError, match="valid options: optimization, device_id"):
+        lite.Model.load(cnn("Relu", []), device="cpu", turbo=True)
+    with pytest.raises(TypeError, match="apply to ONNX Runtime devices"):
+        lite.Model.load(cnn("Relu", []), device="numpy", optimization="all")
+
+
+def test_lowered_model_passes_the_onnx_checker():
+    from lite.engines.ort.lower import lower_model
+    from lite.format import load
+
+    lowered = lower_model(load(cnn("Clip", [0.0, 6.0])), external_weights=False)
+    onnx.checker.check_model(lowered.model, full_check=True)
+    assert lowered.model.ir_version <= 13
+    assert all(o.version <= 26 for o in lowered.model.opset_import if o.domain in ("", "ai.onnx"))
+    assert [n.op_type for n in lowered.model.graph.node][:4] == ["Conv", "Constant", "Constant", "Clip"]
+
+
+def test_threads_option(tmp_path):
+    model = lite.Model.load(cnn("Relu", []), device="cpu", threads=1, cache_dir=None)
+    assert model(np.ones((1, 3, 16, 16), np.float32)).shape == (1, 4)
