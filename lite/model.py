@@ -132,10 +132,13 @@ class Model:
 def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]) -> np.ndarray:
     if isinstance(value, np.ndarray):
         array = value
+        if spec.dtype == np.dtype(object) and array.dtype.kind in "SU":
+            array = array.astype(object)  # fixed-width bytes/str arrays hold the same strings
         if spec.dtype is not None and array.dtype != spec.dtype:
+            hint = "object" if spec.dtype == np.dtype(object) else f"np.{spec.dtype.name}"
             raise InvalidInputError(
                 f"input {spec.name!r} has dtype {array.dtype}, the model expects {spec.dtype} "
-                f"(convert with .astype(np.{spec.dtype.name}))"
+                f"(convert with .astype({hint}))"
             )
     else:
         try:
@@ -173,7 +176,7 @@ def _file_identity(path: str | os.PathLike) -> str:
 def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: CustomOps | None,
                 options: dict[str, Any], identity: str | None):
     if device == "auto":
-        device = _best_device()
+        device = _best_device(model)
     if device == "numpy":
         if options:
             raise TypeError(f"options {', '.join(sorted(options))} apply to ONNX Runtime devices, not to device='numpy'")
@@ -191,8 +194,15 @@ def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: C
     return OrtEngine(model, device, custom_ops=custom_ops, options=config)
 
 
-def _best_device() -> str:
-    """CUDA when ONNX Runtime offers it, else ONNX Runtime's CPU provider, else the numpy engine."""
+def _best_device(model: ir.Model) -> str:
+    """CUDA when ONNX Runtime offers it, else ONNX Runtime's CPU provider, else the numpy engine.
+
+    Models that take or return strings stay on the numpy engine, which carries any bytes;
+    ONNX Runtime's Python binding holds strings as UTF-8 text only.
+    """
+    graph = model.main
+    if any(graph.tensors[i].dtype == DataType.STRING for i in (*graph.inputs, *graph.outputs)):
+        return "numpy"
     try:
         import onnxruntime
     except ImportError:

@@ -23,7 +23,7 @@ import numpy as np
 from lite.engines.numpy_engine import NumpyEngine
 from lite.engines.ort import sessions
 from lite.engines.ort.lower import lower_nodes, reads
-from lite.errors import EngineUnavailableError, UnsupportedOpError
+from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, from_numpy
 from lite.ops.registry import KernelRegistry, normalize_domain
@@ -130,7 +130,7 @@ class OrtEngine:
             segment.outputs = sorted(produced_here & later, key=lambda i: (i not in graph.outputs, i))
             segment.input_names = tuple(graph.tensors[i].name for i in segment.inputs)
             segment.output_names = tuple(graph.tensors[i].name for i in segment.outputs)
-        if len(segments) <= 1:
+        if not segments or (len(segments) == 1 and segments[0].on_ort):
             # One session for the whole graph: it declares (and is fed) every graph input.
             segments = [_Segment(True, list(graph.nodes), list(graph.inputs), list(graph.outputs))]
             segments[0].input_names = tuple(graph.tensors[i].name for i in graph.inputs)
@@ -160,6 +160,7 @@ class OrtEngine:
         return NumpyEngine(sub, self.custom_ops)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {name: _as_text(name, value) if value.dtype == object else value for name, value in feeds.items()}
         if len(self.segments) == 1:
             return self.segments[0].run(feeds)
         values: dict[str, np.ndarray] = dict(feeds)
@@ -185,6 +186,22 @@ class OrtEngine:
         """The partition: one entry per segment (engine, node count, first and last op)."""
         return [{"engine": "onnxruntime" if s.on_ort else "numpy", "nodes": len(s.nodes),
                  "ops": sorted({n.op_type for n in s.nodes})} for s in self.segments]
+
+
+def _as_text(name: str, array: np.ndarray) -> np.ndarray:
+    """ONNX Runtime's Python binding holds string elements as text: decode bytes as UTF-8."""
+    def decode(item):
+        if isinstance(item, bytes):
+            try:
+                return item.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InvalidInputError(
+                    f"input {name!r}: ONNX Runtime carries strings as UTF-8 text and {item[:16]!r} is not UTF-8 "
+                    "(use device='numpy' for arbitrary bytes)"
+                ) from err
+        return item
+
+    return np.frompyfunc(decode, 1, 1)(array).astype(object) if array.size else array
 
 
 def available_devices() -> list[str]:

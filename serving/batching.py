@@ -1,0 +1,265 @@
+"""Scheduling requests onto model instances: directly, or merged by a dynamic batcher.
+
+Both schedulers run on the asyncio event loop and hand the work to a thread pool whose size is
+the model's instance count, so the loop never blocks on inference.
+
+Dynamic batching (Triton ``dynamic_batching``): requests wait in a bounded FIFO queue. When an
+instance is free, the batcher takes the oldest request and keeps adding compatible ones (same
+inputs with the same non-batch dimensions) until the batch holds ``max_batch_size`` items or the
+oldest request has waited ``max_queue_delay_us``; if preferred batch sizes are set and the
+queue cannot fill ``max_batch_size`` in time, it takes the largest preferred size it can.
+While every instance is busy the queue simply grows, so batches grow with load. The batch's
+outputs are split back along the first dimension, exactly per request.
+
+A request past its deadline is answered DEADLINE_EXCEEDED instead of being executed; a
+cancelled request (the client went away) is skipped and frees its queue slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import DynamicBatching
+from .errors import DeadlineExceededError, InferenceFailedError, ResourceExhaustedError
+from .statistics import ExecutionTimes
+
+Tensors = dict[str, np.ndarray]
+Execute = Callable[[Tensors], Tensors]
+Record = Callable[[ExecutionTimes, int], None]  # once per execution: times, requests in it
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    outputs: Tensors
+    queue_ns: int
+    times: ExecutionTimes
+    requests: int  # requests that shared the execution
+
+
+class DirectScheduler:
+    """One request per execution; at most ``instances`` run at once, the rest wait in line.
+
+    A model whose executions are shorter than ``inline_ns`` (a moving average) runs on the event
+    loop itself: handing a 10 µs execution to a thread and back costs several times the
+    execution (two thread switches and a loop wake-up), and the loop is then held no longer than
+    it is by parsing one request. A request larger than any that ran that fast goes to a thread
+    (so one huge input cannot stall the loop), and its time updates the average; anything slower
+    runs on the instance threads. ``inline_ns=0`` turns this off.
+    """
+
+    def __init__(self, execute: Execute, record: Record, executor: ThreadPoolExecutor, instances: int,
+                 max_queue_size: int, name: str, inline_ns: int = 0) -> None:
+        self._execute = execute
+        self._record = record
+        self._executor = executor
+        self._limit = instances + max_queue_size
+        self._pending = 0
+        self._name = name
+        self._inline_ns = inline_ns
+        self._average_ns = float("inf")  # unknown until the first execution on a thread
+        self._inline_bytes = -1  # the largest input that executed within inline_ns
+
+    def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def submit(self, inputs: Tensors, rows: int, deadline: float | None) -> Scheduled:
+        if self._pending >= self._limit:
+            raise ResourceExhaustedError(
+                f"model {self._name}: queue full ({self._limit} requests waiting or running); retry later"
+            )
+        self._pending += 1
+        try:
+            enqueued = time.perf_counter_ns()
+            size = sum(array.nbytes for array in inputs.values())
+            if self._average_ns < self._inline_ns and size <= self._inline_bytes:
+                scheduled = self._run(inputs, rows, enqueued, deadline)
+            else:
+                loop = asyncio.get_running_loop()
+                scheduled = await loop.run_in_executor(self._executor, self._run, inputs, rows, enqueued, deadline)
+            self._learn(scheduled.times.infer_ns, size)
+            self._record(scheduled.times, 1)
+            return scheduled
+        finally:
+            self._pending -= 1
+
+    def _learn(self, infer_ns: int, size: int) -> None:
+        if self._average_ns == float("inf"):
+            self._average_ns = infer_ns
+        else:
+            self._average_ns = 0.9 * self._average_ns + 0.1 * infer_ns
+        if infer_ns < self._inline_ns:
+            self._inline_bytes = max(self._inline_bytes, size)
+
+    def _run(self, inputs: Tensors, rows: int, enqueued: int, deadline: float | None) -> Scheduled:
+        start = time.perf_counter_ns()
+        if deadline is not None and time.monotonic() > deadline:
+            raise DeadlineExceededError(f"model {self._name}: deadline passed while the request was queued")
+        outputs = self._execute(inputs)
+        end = time.perf_counter_ns()
+        return Scheduled(outputs, start - enqueued, ExecutionTimes(rows, 0, end - start, 0), 1)
+
+
+class _Pending:
+    __slots__ = ("inputs", "rows", "signature", "future", "enqueued", "deadline")
+
+    def __init__(self, inputs: Tensors, rows: int, future: asyncio.Future, deadline: float | None) -> None:
+        self.inputs = inputs
+        self.rows = rows
+        self.signature = tuple((name, array.dtype, array.shape[1:]) for name, array in inputs.items())
+        self.future = future
+        self.enqueued = time.perf_counter_ns()
+        self.deadline = deadline
+
+
+class DynamicBatcher:
+    def __init__(self, execute: Execute, record: Record, executor: ThreadPoolExecutor, instances: int,
+                 max_batch_size: int, batching: DynamicBatching, max_queue_size: int, name: str) -> None:
+        self._execute = execute
+        self._record = record
+        self._executor = executor
+        self._instances = instances
+        self._max_batch_size = max_batch_size
+        self._delay_ns = batching.max_queue_delay_us * 1000
+        self._preferred = batching.preferred_batch_sizes
+        self._max_queue_size = max_queue_size
+        self._name = name
+        self._queue: deque[_Pending] = deque()
+        self._wakeup: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._task: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+
+    def start(self) -> None:
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(self._instances)
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher {self._name}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await asyncio.gather(*self._running, return_exceptions=True)
+
+    async def submit(self, inputs: Tensors, rows: int, deadline: float | None) -> Scheduled:
+        if len(self._queue) >= self._max_queue_size:
+            self._queue = deque(p for p in self._queue if not p.future.done())
+            if len(self._queue) >= self._max_queue_size:
+                raise ResourceExhaustedError(
+                    f"model {self._name}: queue full ({self._max_queue_size} requests waiting); retry later"
+                )
+        pending = _Pending(inputs, rows, asyncio.get_running_loop().create_future(), deadline)
+        self._queue.append(pending)
+        self._wakeup.set()
+        return await pending.future
+
+    async def _loop(self) -> None:
+        while True:
+            await self._slots.acquire()
+            batch = await self._collect()
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _collect(self) -> list[_Pending]:
+        """Wait for work, then for a full batch or the oldest request's delay, then take a batch."""
+        while True:
+            while not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            dispatch_at = self._queue[0].enqueued + self._delay_ns
+            while self._live_rows() < self._max_batch_size:
+                remaining = (dispatch_at - time.perf_counter_ns()) / 1e9
+                if remaining <= 0:
+                    break
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            batch = self._take()
+            if batch:
+                return batch
+
+    def _live_rows(self) -> int:
+        return sum(p.rows for p in self._queue if not p.future.done())
+
+    def _take(self) -> list[_Pending]:
+        limit = self._max_batch_size
+        queued = self._live_rows()
+        if self._preferred and queued < limit:
+            fitting = [size for size in self._preferred if size <= queued]
+            if fitting:
+                limit = fitting[-1]
+        batch: list[_Pending] = []
+        rows = 0
+        now = time.monotonic()
+        while self._queue:
+            pending = self._queue[0]
+            if pending.future.done():  # cancelled by the client
+                self._queue.popleft()
+                continue
+            if pending.deadline is not None and now > pending.deadline:
+                self._queue.popleft()
+                pending.future.set_exception(
+                    DeadlineExceededError(f"model {self._name}: deadline passed while the request was queued")
+                )
+                continue
+            if batch and (pending.signature != batch[0].signature or rows + pending.rows > limit):
+                break
+            self._queue.popleft()
+            batch.append(pending)
+            rows += pending.rows
+        return batch
+
+    async def _run(self, batch: list[_Pending]) -> None:
+        try:
+            start = time.perf_counter_ns()
+            loop = asyncio.get_running_loop()
+            parts = [p.inputs for p in batch]
+            rows = [p.rows for p in batch]
+            outputs, times = await loop.run_in_executor(self._executor, self._execute_batch, parts, rows)
+            self._record(times, len(batch))
+            for pending, result in zip(batch, outputs):
+                if not pending.future.done():
+                    pending.future.set_result(Scheduled(result, start - pending.enqueued, times, len(batch)))
+        except Exception as err:  # every request of the batch gets the execution's error
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(err)
+        finally:
+            self._slots.release()
+
+    def _execute_batch(self, parts: list[Tensors], rows: list[int]) -> tuple[list[Tensors], ExecutionTimes]:
+        t0 = time.perf_counter_ns()
+        if len(parts) == 1:
+            merged = parts[0]
+        else:
+            merged = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        t1 = time.perf_counter_ns()
+        outputs = self._execute(merged)
+        t2 = time.perf_counter_ns()
+        total = sum(rows)
+        for name, array in outputs.items():
+            if array.ndim == 0 or array.shape[0] != total:
+                raise InferenceFailedError(
+                    f"model {self._name}: output {name!r} has shape {list(array.shape)}, expected the "
+                    f"batch of {total} first; the model cannot be batched (set max_batch_size 0)"
+                )
+        if len(parts) == 1:
+            split = [outputs]
+        else:
+            offsets = np.cumsum(rows)[:-1]
+            per_output = {name: np.split(array, offsets) for name, array in outputs.items()}
+            split = [{name: pieces[i] for name, pieces in per_output.items()} for i in range(len(parts))]
+        t3 = time.perf_counter_ns()
+        return split, ExecutionTimes(total, t1 - t0, t2 - t1, t3 - t2)

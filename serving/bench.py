@@ -1,0 +1,144 @@
+"""Load tool for any KServe v2 gRPC server (``lite bench-grpc``).
+
+Closed loop: ``concurrency`` tritonclient aio callers each send the next request as soon as the
+previous one is answered, for ``duration`` seconds after ``warmup`` seconds. Reports throughput,
+client latency percentiles, and the server's own breakdown (queue, compute input / infer /
+output, average batch) from ModelStatistics deltas over the measured window.
+
+This module talks to the server as a client (tritonclient) and never imports the server's
+generated protocol code: both register the same protobuf names in one descriptor pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+
+
+def _tritonclient():
+    try:
+        import tritonclient.grpc.aio as client
+    except ImportError as err:
+        raise ValueError("bench-grpc needs tritonclient: pip install 'tritonclient[grpc]'") from err
+    return client
+
+
+async def run_bench(address: str, model: str, *, version: str = "", concurrency: int = 1, duration: float = 10.0,
+                    warmup: float = 1.0, batch: int = 1, token: str = "") -> dict:
+    if concurrency < 1 or duration <= 0 or batch < 1:
+        raise ValueError("concurrency and batch must be >= 1 and duration > 0")
+    aio = _tritonclient()
+    headers = {"authorization": f"Bearer {token}"} if token else None
+    client = aio.InferenceServerClient(address)
+    try:
+        metadata = await client.get_model_metadata(model, version, headers=headers, as_json=True)
+        config = await client.get_model_config(model, version, headers=headers, as_json=True)
+        batched = int(config["config"].get("max_batch_size", 0)) > 0
+        inputs = [_make_input(aio, spec, batch, batched) for spec in metadata["inputs"]]
+
+        async def phase(seconds: float) -> tuple[list[float], float]:
+            latencies: list[float] = []
+            start = time.perf_counter()
+            stop_at = start + seconds
+
+            async def caller() -> None:
+                while time.perf_counter() < stop_at:
+                    t0 = time.perf_counter()
+                    await client.infer(model, inputs, model_version=version, headers=headers)
+                    latencies.append(time.perf_counter() - t0)
+
+            await asyncio.gather(*(caller() for _ in range(concurrency)))
+            return latencies, time.perf_counter() - start
+
+        if warmup > 0:
+            await phase(warmup)
+        before = await client.get_inference_statistics(model, version, headers=headers, as_json=True)
+        latencies, elapsed = await phase(duration)
+        after = await client.get_inference_statistics(model, version, headers=headers, as_json=True)
+    finally:
+        await client.close()
+    return _report(model, concurrency, batch, latencies, elapsed, before, after)
+
+
+def _make_input(aio, spec: dict, batch: int, batched: bool):
+    shape = [int(d) for d in spec.get("shape", [])]
+    shape = [batch if (i == 0 and batched) else (1 if d < 0 else d) for i, d in enumerate(shape)]
+    datatype = spec["datatype"]
+    if datatype == "BYTES":
+        data = np.full(shape, b"x", dtype=object)
+    elif datatype == "BOOL":
+        data = np.zeros(shape, dtype=bool)
+    else:
+        from tritonclient.utils import triton_to_np_dtype
+
+        data = np.random.default_rng(0).random(shape).astype(triton_to_np_dtype(datatype))
+    tensor = aio.InferInput(spec["name"], shape, datatype)
+    tensor.set_data_from_numpy(data)
+    return tensor
+
+
+def _report(model: str, concurrency: int, batch: int, latencies: list[float], elapsed: float,
+            before: dict, after: dict) -> dict:
+    lat = np.asarray(latencies) * 1e6
+    report = {
+        "model": model,
+        "concurrency": concurrency,
+        "batch": batch,
+        "requests": len(latencies),
+        "seconds": round(elapsed, 3),
+        "throughput_rps": round(len(latencies) / elapsed, 1),
+        "throughput_items_per_s": round(len(latencies) * batch / elapsed, 1),
+        "latency_us": {
+            "p50": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
+            "p90": round(float(np.percentile(lat, 90)), 1) if len(lat) else None,
+            "p99": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
+            "mean": round(float(lat.mean()), 1) if len(lat) else None,
+        },
+        "server": _server_breakdown(before, after),
+    }
+    return report
+
+
+def _server_breakdown(before: dict, after: dict) -> dict:
+    """Per-request averages (µs) of the server's durations over the window, summed over versions."""
+
+    def totals(stats: dict) -> dict[str, float]:
+        sums: dict[str, float] = {}
+        for model in stats.get("model_stats", []):
+            infer = model.get("inference_stats", {})
+            for key in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+                entry = infer.get(key, {})
+                sums[key + "_count"] = sums.get(key + "_count", 0) + int(entry.get("count", 0))
+                sums[key + "_ns"] = sums.get(key + "_ns", 0) + int(entry.get("ns", 0))
+            sums["inferences"] = sums.get("inferences", 0) + int(model.get("inference_count", 0))
+            sums["executions"] = sums.get("executions", 0) + int(model.get("execution_count", 0))
+        return sums
+
+    b, a = totals(before), totals(after)
+    delta = {key: a.get(key, 0) - b.get(key, 0) for key in a}
+    out = {}
+    for key in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+        count = delta.get(key + "_count", 0)
+        out[key + "_us"] = round(delta.get(key + "_ns", 0) / count / 1e3, 1) if count else None
+    executions = delta.get("executions", 0)
+    out["average_batch"] = round(delta.get("inferences", 0) / executions, 2) if executions else None
+    return out
+
+
+def format_report(report: dict, as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps(report, indent=2)
+    lat = report["latency_us"]
+    server = report["server"]
+    return "\n".join([
+        f"model {report['model']}: concurrency {report['concurrency']}, batch {report['batch']}, "
+        f"{report['requests']} requests in {report['seconds']} s",
+        f"  throughput  {report['throughput_rps']} req/s ({report['throughput_items_per_s']} items/s)",
+        f"  latency     p50 {lat['p50']} µs  p90 {lat['p90']} µs  p99 {lat['p99']} µs",
+        f"  server      request {server['success_us']} µs = queue {server['queue_us']} + input "
+        f"{server['compute_input_us']} + infer {server['compute_infer_us']} + output "
+        f"{server['compute_output_us']} µs; average batch {server['average_batch']}",
+    ])

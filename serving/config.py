@@ -1,0 +1,187 @@
+"""Per-model configuration: ``<repository>/<model>/config.json`` (optional).
+
+Every key is optional; unknown keys are an error so that a typo never goes unnoticed::
+
+    {
+      "max_batch_size": 8,                      # > 0: the first dimension is the batch
+      "dynamic_batching": {                     # merge requests (needs max_batch_size > 0)
+        "max_queue_delay_us": 500,
+        "preferred_batch_sizes": [4, 8]
+      },
+      "max_queue_size": 256,                    # queued requests before RESOURCE_EXHAUSTED
+      "instance_count": 2,                      # executions of this model in parallel
+      "device": "cpu",                          # numpy | cpu | cuda | auto (default: the server's)
+      "version_policy": {"latest": 2},          # or {"all": true} or {"specific": [1, 3]}
+      "warmup": {"batch_size": 1, "count": 2},  # runs on zero inputs before the model is READY
+      "inputs": {"x": "INPUT0"},                # rename: model tensor name -> served name
+      "outputs": {"logits": "OUTPUT0"},
+      "preprocessing": "image"                  # serve the image input as encoded PNG/JPEG bytes
+    }
+
+The meaning follows Triton's model configuration (``model_config.proto``) where one exists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+CONFIG_FILE = "config.json"
+
+_KEYS = {
+    "max_batch_size", "dynamic_batching", "max_queue_size", "instance_count", "device",
+    "version_policy", "warmup", "inputs", "outputs", "preprocessing",
+}
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    max_queue_delay_us: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Which versions to serve: the newest ``latest`` ones, ``all``, or ``specific`` ones."""
+
+    latest: int = 1
+    all: bool = False
+    specific: tuple[int, ...] = ()
+
+    def select(self, available: list[int]) -> list[int]:
+        ordered = sorted(available)
+        if self.all:
+            return ordered
+        if self.specific:
+            return [v for v in ordered if v in self.specific]
+        return ordered[-self.latest :]
+
+
+@dataclass(frozen=True)
+class Warmup:
+    batch_size: int = 1
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    max_batch_size: int = 0
+    dynamic_batching: DynamicBatching | None = None
+    max_queue_size: int | None = None  # None: the server's default
+    instance_count: int | None = None
+    device: str | None = None
+    version_policy: VersionPolicy = VersionPolicy()
+    warmup: Warmup | None = None
+    input_names: dict[str, str] = field(default_factory=dict)  # model name -> served name
+    output_names: dict[str, str] = field(default_factory=dict)
+    preprocessing: str = ""  # "" | "image"
+
+
+def read_config(model_dir: Path) -> ModelConfig:
+    """The model's config file, or defaults when it has none."""
+    path = model_dir / CONFIG_FILE
+    if not path.is_file():
+        return ModelConfig()
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: not readable JSON ({err})") from err
+    return parse_config(raw, str(path))
+
+
+def parse_config(raw: Any, where: str) -> ModelConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(_KEYS)}")
+    max_batch_size = _int(raw, "max_batch_size", where, 0, minimum=0)
+    batching = None
+    if "dynamic_batching" in raw:
+        batching = _dynamic_batching(raw["dynamic_batching"], f"{where}: dynamic_batching")
+        if max_batch_size == 0:
+            raise ConfigError(f"{where}: dynamic_batching needs max_batch_size > 0")
+        too_big = [b for b in batching.preferred_batch_sizes if b > max_batch_size]
+        if too_big:
+            raise ConfigError(f"{where}: preferred_batch_sizes {too_big} exceed max_batch_size {max_batch_size}")
+    device = raw.get("device")
+    if device is not None and device not in ("auto", "numpy", "cpu", "cuda"):
+        raise ConfigError(f"{where}: device {device!r}; expected auto, numpy, cpu or cuda")
+    preprocessing = raw.get("preprocessing", "")
+    if preprocessing not in ("", "image"):
+        raise ConfigError(f"{where}: preprocessing {preprocessing!r}; expected \"image\"")
+    return ModelConfig(
+        max_batch_size=max_batch_size,
+        dynamic_batching=batching,
+        max_queue_size=_int(raw, "max_queue_size", where, None, minimum=1),
+        instance_count=_int(raw, "instance_count", where, None, minimum=1),
+        device=device,
+        version_policy=_version_policy(raw.get("version_policy"), f"{where}: version_policy"),
+        warmup=_warmup(raw.get("warmup"), f"{where}: warmup"),
+        input_names=_renames(raw.get("inputs", {}), f"{where}: inputs"),
+        output_names=_renames(raw.get("outputs", {}), f"{where}: outputs"),
+        preprocessing=preprocessing,
+    )
+
+
+def _int(raw: dict, key: str, where: str, default: int | None, minimum: int) -> int | None:
+    if key not in raw:
+        return default
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _dynamic_batching(raw: Any, where: str) -> DynamicBatching:
+    if raw is True or raw == {}:
+        return DynamicBatching()
+    if not isinstance(raw, dict) or set(raw) - {"max_queue_delay_us", "preferred_batch_sizes"}:
+        raise ConfigError(f"{where}: expected {{max_queue_delay_us, preferred_batch_sizes}}, got {raw!r}")
+    sizes = raw.get("preferred_batch_sizes", [])
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and s > 0 for s in sizes):
+        raise ConfigError(f"{where}: preferred_batch_sizes must be a list of positive integers")
+    return DynamicBatching(
+        max_queue_delay_us=_int(raw, "max_queue_delay_us", where, 0, minimum=0),
+        preferred_batch_sizes=tuple(sorted(set(sizes))),
+    )
+
+
+def _version_policy(raw: Any, where: str) -> VersionPolicy:
+    if raw is None:
+        return VersionPolicy()
+    if not isinstance(raw, dict) or len(raw) != 1:
+        raise ConfigError(f'{where}: expected one of {{"latest": N}}, {{"all": true}}, {{"specific": [...]}}')
+    (kind, value), = raw.items()
+    if kind == "latest" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return VersionPolicy(latest=value)
+    if kind == "all" and value is True:
+        return VersionPolicy(all=True)
+    if kind == "specific" and isinstance(value, list) and value and all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
+    ):
+        return VersionPolicy(specific=tuple(value))
+    raise ConfigError(f"{where}: invalid policy {raw!r}")
+
+
+def _warmup(raw: Any, where: str) -> Warmup | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"batch_size", "count"}:
+        raise ConfigError(f"{where}: expected {{batch_size, count}}, got {raw!r}")
+    return Warmup(
+        batch_size=_int(raw, "batch_size", where, 1, minimum=1),
+        count=_int(raw, "count", where, 1, minimum=1),
+    )
+
+
+def _renames(raw: Any, where: str) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()):
+        raise ConfigError(f"{where}: expected an object of model name -> served name")
+    if len(set(raw.values())) != len(raw):
+        raise ConfigError(f"{where}: two tensors renamed to the same served name")
+    return dict(raw)

@@ -1,0 +1,92 @@
+"""The data plane: every operation of the KServe v2 protocol (and Triton's extensions that this
+server implements), free of any transport. The gRPC servicer converts messages to these calls
+and back; a REST front end could do the same.
+"""
+
+from __future__ import annotations
+
+import lite
+
+from .errors import ModelNotReadyError, RepositoryControlDisabledError
+from .manager import ModelManager
+from .model import PLATFORM, ServedModel
+from .settings import Settings
+from .statistics import StatisticsSnapshot
+from .types import InferenceRequest, InferenceResponse, ModelIndexEntry
+
+# What ServerMetadata advertises (Triton's extension names, for what this server implements).
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+)
+
+
+class DataPlane:
+    def __init__(self, manager: ModelManager, settings: Settings) -> None:
+        self.manager = manager
+        self.settings = settings
+        self.started = False  # startup models loaded
+        self.stopping = False  # SIGTERM received: draining
+
+    # ----- health and metadata ----------------------------------------------------------------
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.started and not self.stopping
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.manager.get(name, version).state == "READY" and not self.stopping
+
+    def server_metadata(self) -> tuple[str, str, tuple[str, ...]]:
+        return self.settings.server_name, lite.__version__, EXTENSIONS
+
+    def model(self, name: str, version: str = "") -> ServedModel:
+        """The served model behind metadata and config answers."""
+        return self.manager.get(name, version)
+
+    def model_versions(self, name: str) -> list[str]:
+        return [m.version for m in self.manager.versions(name)]
+
+    @property
+    def platform(self) -> str:
+        return PLATFORM
+
+    # ----- inference ---------------------------------------------------------------------------
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if self.stopping:
+            raise ModelNotReadyError("the server is shutting down")
+        model = self.manager.get(request.model_name, request.model_version)
+        return await model.infer(request)
+
+    def statistics(self, name: str = "", version: str = "") -> list[StatisticsSnapshot]:
+        if not name:
+            return [m.stats.snapshot() for m in self.manager.loaded()]
+        if not version:
+            return [m.stats.snapshot() for m in self.manager.versions(name)]
+        return [self.manager.get(name, version).stats.snapshot()]
+
+    # ----- repository ----------------------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
+        return self.manager.index(ready_only)
+
+    async def load(self, name: str) -> None:
+        self._check_control("load")
+        await self.manager.load(name)
+
+    async def unload(self, name: str) -> None:
+        self._check_control("unload")
+        await self.manager.unload(name)
+
+    def _check_control(self, action: str) -> None:
+        if not self.settings.repository_control:
+            raise RepositoryControlDisabledError(
+                f"model {action} is disabled on this server (started with --no-repository-control)"
+            )

@@ -1,0 +1,1 @@
+"""gRPC transport of the serving data plane (KServe v2 / Open Inference Protocol)."""

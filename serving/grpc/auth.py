@@ -1,0 +1,54 @@
+"""Bearer-token authentication for every RPC (``authorization: Bearer <token>`` metadata)."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from ..errors import UnauthenticatedError
+from .status import status_of
+
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, token: str, exempt_health: bool) -> None:
+        self._expected = f"Bearer {token}".encode()
+        self._exempt_health = exempt_health
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or (self._exempt_health and details.method.startswith(HEALTH_PREFIX)):
+            return handler
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization":
+                given = value.encode() if isinstance(value, str) else value
+                if hmac.compare_digest(given, self._expected):
+                    return handler
+        return _deny(handler, "missing or invalid bearer token (metadata 'authorization: Bearer <token>')")
+
+
+def _deny(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as ``handler`` that only answers UNAUTHENTICATED."""
+    code = status_of(UnauthenticatedError(message))
+
+    async def abort(request, context):
+        await context.abort(code, message)
+
+    async def abort_stream(request, context):
+        await context.abort(code, message)
+        yield  # pragma: no cover - makes this an async generator
+
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(abort_stream)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(abort)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort_stream)
+    return grpc.unary_unary_rpc_method_handler(abort)

@@ -1,0 +1,149 @@
+"""Assemble and run the server: gRPC (inference, health, reflection), metrics, signals.
+
+Shutdown (SIGTERM or SIGINT): health turns NOT_SERVING, the server stops accepting calls and
+gives the ones in flight ``grace_period_s`` to finish, then the models drain and close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import _async as health_aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from .._generated import inference_pb2 as pb
+from .._generated import inference_pb2_grpc as pb_grpc
+from ..dataplane import DataPlane
+from ..manager import ModelManager
+from ..metrics import Metrics
+from ..repository import ModelRepository
+from ..settings import Settings
+from .auth import BearerTokenInterceptor
+from .servicer import InferenceServicer
+
+log = logging.getLogger("serving.server")
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class Server:
+    """One serving process. ``start`` returns once the startup models are loaded."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.manager = ModelManager(ModelRepository(settings.repository), settings, self.metrics)
+        self.dataplane = DataPlane(self.manager, settings)
+        self.health = health_aio.HealthServicer()
+        self.manager.on_change = self._model_health
+        self.port = 0
+        self.metrics_port = 0
+        self._grpc: grpc.aio.Server | None = None
+        self._http = None
+        self._stopped = asyncio.Event()
+
+    async def start(self) -> None:
+        settings = self.settings
+        interceptors = []
+        token = settings.token
+        if token:
+            interceptors.append(BearerTokenInterceptor(token, settings.auth_exempt_health))
+        self._grpc = grpc.aio.server(
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", settings.max_message_bytes),
+                ("grpc.max_send_message_length", settings.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(self.dataplane, settings.stream_concurrency), self._grpc
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
+        if settings.reflection:
+            names = (
+                pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            )
+            reflection.enable_server_reflection(names, self._grpc)
+        address = f"{settings.host}:{settings.port}"
+        if settings.tls_cert is not None:
+            self.port = self._grpc.add_secure_port(address, self._credentials())
+        else:
+            self.port = self._grpc.add_insecure_port(address)
+        await self.health.set("", NOT_SERVING)
+        await self._grpc.start()
+        self._start_metrics()
+        failed = await self.manager.load_startup_models()
+        self.manager.start_polling()
+        self.dataplane.started = True
+        await self.health.set("", SERVING)
+        log.info(
+            "server ready",
+            extra={"port": self.port, "metrics_port": self.metrics_port, "tls": settings.tls_cert is not None,
+                   "models": [f"{m.name}:{m.version}" for m in self.manager.loaded()], "failed": failed},
+        )
+
+    async def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        log.info("shutting down", extra={"grace_period_s": self.settings.grace_period_s})
+        self.dataplane.stopping = True
+        await self.health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(self.settings.grace_period_s)
+        await self.manager.close()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        self._stopped.set()
+        log.info("stopped")
+
+    async def wait(self) -> None:
+        await self._stopped.wait()
+
+    async def _model_health(self, name: str, serving: bool) -> None:
+        await self.health.set(name, SERVING if serving else NOT_SERVING)
+
+    def _credentials(self) -> grpc.ServerCredentials:
+        settings = self.settings
+        key = settings.tls_key.read_bytes()
+        cert = settings.tls_cert.read_bytes()
+        client_ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca is not None else None
+        return grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+        )
+
+    def _start_metrics(self) -> None:
+        if self.settings.metrics_port == 0:
+            return
+        from prometheus_client import start_http_server
+
+        tls = {}
+        if self.settings.tls_cert is not None:
+            tls = {"certfile": str(self.settings.tls_cert), "keyfile": str(self.settings.tls_key)}
+        self._http, _ = start_http_server(
+            self.settings.metrics_port, addr=self.settings.host, registry=self.metrics.registry, **tls
+        )
+        self.metrics_port = self._http.server_port
+
+
+async def serve(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT; the process exit code."""
+    server = Server(settings)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+        await stop.wait()
+    finally:
+        await server.stop()
+    return 0

@@ -1,0 +1,302 @@
+"""One served model version: signature, request validation, scheduling and statistics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+import lite
+
+from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors
+from .config import ModelConfig
+from .datatypes import datatype_of
+from .errors import (
+    ConfigError,
+    InferenceFailedError,
+    InvalidRequestError,
+    ModelLoadError,
+    ModelNotReadyError,
+    ServingError,
+)
+from .metrics import Metrics
+from .processing import ImagePreprocessing, classify, labels_of
+from .statistics import ExecutionTimes, ModelStatistics
+from .types import InferenceRequest, InferenceResponse, RequestedOutput, TensorInfo
+
+log = logging.getLogger("serving.model")
+PLATFORM = "lite"
+
+
+class ServedModel:
+    """A loaded version of a model. Create with :meth:`load` (blocking: call it in a thread),
+    then :meth:`start` on the event loop; :meth:`close` drains and stops it."""
+
+    def __init__(self, name: str, version: int, model: lite.Model, config: ModelConfig, *,
+                 device: str, instances: int, max_queue_size: int, metrics: Metrics, inline_us: int = 0,
+                 stamp: tuple = ()) -> None:
+        self.name = name
+        self.version = str(version)
+        self.config = config
+        self.device = device
+        self.instances = instances
+        self.max_queue_size = max_queue_size
+        self.stamp = stamp  # what this version was loaded from (file, mtime, size, config)
+        self.state = "LOADING"
+        self.stats = ModelStatistics(name, self.version)
+        self._model = model
+        self._metrics = metrics.for_model(name, self.version)
+        self._labels = labels_of(model.metadata)
+        self._preprocess = (
+            ImagePreprocessing.from_model(model.metadata, model.inputs) if config.preprocessing == "image" else None
+        )
+        self._served_to_model = {config.input_names.get(s.name, s.name): s.name for s in model.inputs}
+        self._model_to_served = {s.name: config.output_names.get(s.name, s.name) for s in model.outputs}
+        self.inputs = [self._input_info(spec) for spec in model.inputs]
+        self.outputs = [self._info(self._model_to_served[s.name], s) for s in self._complete_outputs()]
+        self._input_by_name = {info.name: info for info in self.inputs}
+        self._output_names = {info.name for info in self.outputs}
+        self._check_batching()
+        self._executor = ThreadPoolExecutor(instances, thread_name_prefix=f"{name}-v{version}")
+        if config.dynamic_batching is not None:
+            self._scheduler: DirectScheduler | DynamicBatcher = DynamicBatcher(
+                self._execute, self._record_execution, self._executor, instances, config.max_batch_size,
+                config.dynamic_batching, max_queue_size, f"{name}:{version}",
+            )
+        else:
+            self._scheduler = DirectScheduler(self._execute, self._record_execution, self._executor, instances,
+                                              max_queue_size, f"{name}:{version}", inline_ns=inline_us * 1000)
+        self._in_flight = 0
+        self._drained: asyncio.Event | None = None
+
+    # ----- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, name: str, version: int, path: Path, config: ModelConfig, *, device: str, instances: int,
+             max_queue_size: int, metrics: Metrics, inline_us: int = 0, stamp: tuple = ()) -> ServedModel:
+        try:
+            model = lite.Model.load(path, device=device)
+        except (lite.LiteError, OSError, ValueError) as err:
+            raise ModelLoadError(f"model {name} version {version}: cannot load {path}: {err}") from err
+        try:
+            served = cls(name, version, model, config, device=device, instances=instances,
+                         max_queue_size=max_queue_size, metrics=metrics, inline_us=inline_us, stamp=stamp)
+        except ConfigError as err:
+            raise ModelLoadError(f"model {name} version {version}: {err}") from err
+        served.warmup()
+        return served
+
+    def _zero_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
+        feed = {}
+        for spec in self._model.inputs:
+            shape = [d if isinstance(d, int) else 1 for d in (spec.shape or ())]
+            if self.config.max_batch_size > 0 and shape:
+                shape[0] = batch_size
+            feed[spec.name] = np.zeros(shape, dtype=spec.dtype or np.float32)
+        return feed
+
+    def _complete_outputs(self) -> list[lite.TensorSpec]:
+        """Output specs with dtype and rank; a model that leaves them open is run once on zeros
+        to learn them (every dimension is then variable)."""
+        specs = list(self._model.outputs)
+        if all(s.dtype is not None and s.shape is not None for s in specs):
+            return specs
+        try:
+            probe = self._model.predict(self._zero_inputs(1))
+        except Exception as err:  # any engine failure: the model cannot be described
+            raise ConfigError(f"outputs have no declared dtype/shape and a probe run failed: {err}") from err
+        completed = []
+        for spec in specs:
+            array = probe[spec.name]
+            shape = spec.shape if spec.shape is not None else tuple(None for _ in array.shape)
+            completed.append(lite.TensorSpec(spec.name, spec.dtype or array.dtype, shape))
+        return completed
+
+    def warmup(self) -> None:
+        """Run the configured warmup requests on zero inputs (blocking)."""
+        warmup = self.config.warmup
+        if warmup is None:
+            return
+        feed = self._zero_inputs(warmup.batch_size)
+        for _ in range(warmup.count):
+            try:
+                self._model.predict(feed)
+            except Exception as err:  # an engine may fail in any way; say which model and why
+                raise ModelLoadError(f"model {self.name} version {self.version}: warmup failed: {err}") from err
+
+    def start(self) -> None:
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._scheduler.start()
+        self.state = "READY"
+
+    async def close(self, timeout: float) -> None:
+        """Stop taking requests, let queued and running ones finish (up to ``timeout``), stop."""
+        self.state = "UNLOADING"
+        if self._drained is not None:
+            try:
+                await asyncio.wait_for(self._drained.wait(), timeout)
+            except asyncio.TimeoutError:
+                log.warning("model %s version %s: %d requests still running after %.1fs drain",
+                            self.name, self.version, self._in_flight, timeout)
+        await self._scheduler.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.state = "UNAVAILABLE"
+
+    # ----- inference -------------------------------------------------------------------------
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if self.state != "READY":
+            raise ModelNotReadyError(f"model {self.name} version {self.version} is {self.state.lower()}")
+        start = time.perf_counter_ns()
+        self._in_flight += 1
+        self._drained.clear()
+        self._metrics.pending.inc()
+        try:
+            rows = self._check_request(request)
+            scheduled = await self._scheduler.submit(request.inputs, rows, request.deadline)
+            response = self._respond(request, scheduled)
+        except BaseException as err:
+            self._record_failure(err, time.perf_counter_ns() - start)
+            raise
+        finally:
+            self._metrics.pending.dec()
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._drained.set()
+        total = time.perf_counter_ns() - start
+        self.stats.record_request(True, total, scheduled.queue_ns)
+        self._metrics.success.inc()
+        self._metrics.request_duration.observe(total / 1e9)
+        self._metrics.queue_duration.observe(scheduled.queue_ns / 1e9)
+        return response
+
+    def _record_failure(self, err: BaseException, total_ns: int) -> None:
+        self.stats.record_request(False, total_ns)
+        self._metrics.failure(outcome_of(err))
+
+    def _check_request(self, request: InferenceRequest) -> int:
+        """Validate the inputs against the signature; the batch size (1 when not batching)."""
+        inputs = request.inputs
+        if inputs.keys() != self._input_by_name.keys():
+            missing = [name for name in self._input_by_name if name not in inputs]
+            unknown = [name for name in inputs if name not in self._input_by_name]
+            parts = ([f"missing input(s) {missing}"] if missing else []) + (
+                [f"unknown input(s) {unknown}"] if unknown else [])
+            raise InvalidRequestError(
+                f"model {self.name} version {self.version}: {'; '.join(parts)}; "
+                f"the model takes {list(self._input_by_name)}"
+            )
+        rows = -1
+        for name, array in inputs.items():
+            info = self._input_by_name[name]
+            got = datatype_of(array.dtype)
+            if got != info.datatype:
+                raise InvalidRequestError(
+                    f"model {self.name}: input {name!r} has datatype {got}, the model expects {info.datatype}"
+                )
+            if array.ndim != len(info.shape) or any(
+                want != -1 and want != have for want, have in zip(info.shape, array.shape)
+            ):
+                raise InvalidRequestError(
+                    f"model {self.name}: input {name!r} has shape {list(array.shape)}, "
+                    f"the model expects {list(info.shape)} (-1: any size)"
+                )
+            if self.config.max_batch_size > 0:
+                if rows not in (-1, array.shape[0]):
+                    raise InvalidRequestError(
+                        f"model {self.name}: inputs disagree on the batch size ({rows} vs {array.shape[0]} "
+                        f"for {name!r})"
+                    )
+                rows = array.shape[0]
+        if self.config.max_batch_size > 0:
+            if not 1 <= rows <= self.config.max_batch_size:
+                raise InvalidRequestError(
+                    f"model {self.name}: batch size {rows} is outside 1..{self.config.max_batch_size} "
+                    "(max_batch_size)"
+                )
+        for wanted in request.outputs:
+            if wanted.name not in self._output_names:
+                raise InvalidRequestError(
+                    f"model {self.name}: unknown output {wanted.name!r} requested; "
+                    f"the model has {sorted(self._output_names)}"
+                )
+        return rows if self.config.max_batch_size > 0 else 1  # an unbatched request counts as one item
+
+    def _execute(self, inputs: Tensors) -> Tensors:
+        """Run the model on served-name inputs; served-name outputs. Called in a worker thread."""
+        feed = {self._served_to_model[name]: array for name, array in inputs.items()}
+        if self._preprocess is not None:
+            name = self._preprocess.input_name
+            feed[name] = self._preprocess(feed[name])
+        try:
+            outputs = self._model.predict(feed)
+        except lite.InvalidInputError as err:
+            raise InvalidRequestError(f"model {self.name} version {self.version}: {err}") from err
+        except ServingError:
+            raise
+        except Exception as err:  # engine and kernel failures of any kind: the request gets INTERNAL
+            log.exception("model %s version %s failed", self.name, self.version)
+            raise InferenceFailedError(f"model {self.name} version {self.version} failed: {err}") from err
+        return {self._model_to_served[name]: array for name, array in outputs.items()}
+
+    def _record_execution(self, times: ExecutionTimes, requests: int) -> None:
+        """Called by the scheduler once per model execution (a batch)."""
+        self.stats.record_execution(times, requests)
+        self._metrics.compute_duration.observe((times.input_ns + times.infer_ns + times.output_ns) / 1e9)
+        self._metrics.batch_size.observe(times.batch_size)
+
+    def _respond(self, request: InferenceRequest, scheduled: Scheduled) -> InferenceResponse:
+        outputs = scheduled.outputs
+        wanted = request.outputs or [RequestedOutput(info.name) for info in self.outputs]
+        answered = []
+        for output in wanted:
+            array = outputs[output.name]
+            if output.classification > 0:
+                array = classify(array, output.classification, self._labels, self.config.max_batch_size > 0)
+            answered.append((output.name, array))
+        return InferenceResponse(self.name, self.version, request.id, answered)
+
+    # ----- signature ---------------------------------------------------------------------------
+
+    def _input_info(self, spec: lite.TensorSpec) -> TensorInfo:
+        served = self.config.input_names.get(spec.name, spec.name)
+        if self._preprocess is not None and spec.name == self._preprocess.input_name:
+            return TensorInfo(served, "BYTES", (-1,))  # one encoded image per batch item
+        return self._info(served, spec)
+
+    def _info(self, served: str, spec: lite.TensorSpec) -> TensorInfo:
+        if spec.dtype is None or spec.shape is None:
+            raise ConfigError(f"tensor {spec.name!r} has no declared dtype or rank; it cannot be served")
+        shape = tuple(d if isinstance(d, int) else -1 for d in spec.shape)
+        return TensorInfo(served, datatype_of(spec.dtype), shape)
+
+    def _check_batching(self) -> None:
+        unknown = set(self.config.input_names) - {s.name for s in self._model.inputs}
+        unknown |= set(self.config.output_names) - {s.name for s in self._model.outputs}
+        if unknown:
+            raise ConfigError(f"renamed tensor(s) {sorted(unknown)} are not inputs or outputs of the model")
+        if self.config.max_batch_size == 0:
+            return
+        for info in self.inputs + self.outputs:
+            if not info.shape or info.shape[0] != -1:
+                raise ConfigError(
+                    f"max_batch_size {self.config.max_batch_size} needs a variable first (batch) dimension, "
+                    f"but {info.name!r} has shape {list(info.shape)}"
+                )
+
+    @property
+    def labels(self) -> list[str]:
+        return self._labels
+
+
+def outcome_of(err: BaseException) -> str:
+    """A metrics label for a failure: "cancelled" or the error class in snake case."""
+    if isinstance(err, asyncio.CancelledError):
+        return "cancelled"
+    name = type(err).__name__.removesuffix("Error")
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_") or "error"

@@ -1,0 +1,94 @@
+"""The model repository on disk: ``<root>/<model>/<version>/model.lite`` plus an optional
+``<root>/<model>/config.json`` (see :mod:`serving.config`).
+
+Versions are positive integers (directory names). Model names are validated before they touch
+the filesystem, and every resolved path must stay inside the repository, so a name such as
+``../etc`` or a symlink pointing elsewhere cannot reach files outside it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import CONFIG_FILE, ModelConfig, read_config
+from .errors import InvalidRequestError, ModelNotFoundError
+
+MODEL_FILE = "model.lite"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+
+
+def check_model_name(name: str) -> str:
+    """The name itself if it is a safe repository entry; InvalidRequestError otherwise."""
+    if not _NAME.fullmatch(name) or ".." in name:
+        raise InvalidRequestError(
+            f"invalid model name {name[:140]!r}: use 1-128 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit, without '..'"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What the repository holds for one model right now."""
+
+    name: str
+    config: ModelConfig
+    versions: dict[int, Path]  # selected by the version policy -> model file
+    fingerprint: tuple  # changes whenever a file that matters changes (for polling)
+
+
+class ModelRepository:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise ModelNotFoundError(f"model repository {root} is not a directory")
+
+    def model_names(self) -> list[str]:
+        """Every directory under the root whose name is a valid model name."""
+        names = []
+        for entry in sorted(self.root.iterdir()):
+            if entry.is_dir() and _NAME.fullmatch(entry.name) and ".." not in entry.name:
+                names.append(entry.name)
+        return names
+
+    def model_dir(self, name: str) -> Path:
+        check_model_name(name)
+        path = (self.root / name).resolve()
+        if path.parent != self.root or not path.is_dir():
+            raise ModelNotFoundError(f"model {name!r} not found in repository {self.root}")
+        return path
+
+    def source(self, name: str) -> ModelSource:
+        """Config and the versions its policy selects; ModelNotFoundError when none exists."""
+        directory = self.model_dir(name)
+        config = read_config(directory)
+        available = self._versions(directory)
+        selected = config.version_policy.select(sorted(available))
+        if not selected:
+            raise ModelNotFoundError(
+                f"model {name!r}: no version directory with {MODEL_FILE} matches its version policy "
+                f"(found versions {sorted(available) or 'none'} under {directory})"
+            )
+        versions = {v: available[v] for v in selected}
+        return ModelSource(name, config, versions, self._fingerprint(directory, versions))
+
+    def _versions(self, directory: Path) -> dict[int, Path]:
+        found = {}
+        for entry in directory.iterdir():
+            if entry.is_dir() and entry.name.isdigit() and int(entry.name) > 0:
+                model_file = (entry / MODEL_FILE).resolve()
+                if model_file.is_file() and self.root in model_file.parents:
+                    found[int(entry.name)] = model_file
+        return found
+
+    def _fingerprint(self, directory: Path, versions: dict[int, Path]) -> tuple:
+        stamps = []
+        for path in [directory / CONFIG_FILE, *versions.values()]:
+            try:
+                stat = path.stat()
+                stamps.append((str(path), stat.st_mtime_ns, stat.st_size))
+            except FileNotFoundError:
+                stamps.append((str(path), 0, 0))
+        return tuple(stamps)

@@ -1,0 +1,147 @@
+"""Server settings: one object, filled from defaults, then ``LITE_*`` environment variables,
+then command-line flags (each later source wins).
+
+Every field has a flag ``--field-name`` and a variable ``LITE_FIELD_NAME``; for example
+``max_message_bytes`` is ``--max-message-bytes`` and ``LITE_MAX_MESSAGE_BYTES``. Secrets (the
+bearer token) are better passed through the environment or a file than as a flag, since flags
+are visible to other users in the process list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from .errors import ConfigError
+
+ENV_PREFIX = "LITE_"
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    repository: Path = Path("models")
+    host: str = "0.0.0.0"
+    port: int = 8001
+    metrics_port: int = 8002  # 0: no metrics endpoint
+    device: str = "auto"
+    models: tuple[str, ...] = ()  # load only these at startup; empty: every model in the repository
+    poll_interval_s: float = 0.0  # > 0: rescan the repository and reload what changed
+    repository_control: bool = True  # RepositoryModelLoad / Unload allowed
+    max_message_bytes: int = 64 * MIB
+    max_queue_size: int = 1024  # per model version, unless its config says otherwise
+    instance_count: int = 1  # default model instances, unless a config says otherwise
+    # Executions shorter than this (moving average) run on the event loop when nothing else is
+    # queued for the model: cheaper than a thread hop. 0: always use the instance threads.
+    inline_execution_us: int = 50
+    grace_period_s: float = 30.0  # SIGTERM: time left to in-flight requests
+    stream_concurrency: int = 64  # requests of one stream in flight at once
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None  # set: mutual TLS, clients must present a certificate
+    auth_token: str = field(default="", repr=False)
+    auth_token_file: Path | None = None
+    auth_exempt_health: bool = True  # grpc.health.v1 without a token (Kubernetes probes)
+    reflection: bool = True
+    log_level: str = "info"
+    log_format: str = "json"  # json | text
+    server_name: str = "lite"
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("max_message_bytes", "max_queue_size", "instance_count", "stream_concurrency"))
+        if not 0 <= self.port < 65536 or not 0 <= self.metrics_port < 65536:
+            raise ConfigError(f"port {self.port} / metrics_port {self.metrics_port} out of range 0..65535")
+        if self.device not in ("auto", "numpy", "cpu", "cuda"):
+            raise ConfigError(f"device {self.device!r}: expected auto, numpy, cpu or cuda")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key go together: give both or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
+        if self.log_format not in ("json", "text"):
+            raise ConfigError(f"log_format {self.log_format!r}: expected json or text")
+
+    @property
+    def token(self) -> str:
+        """The bearer token every call must carry; empty: no authentication."""
+        if self.auth_token:
+            return self.auth_token
+        if self.auth_token_file is not None:
+            return self.auth_token_file.read_text().strip()
+        return ""
+
+    @classmethod
+    def from_sources(
+        cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
+        """Defaults, overridden by ``LITE_*`` variables, overridden by flags that were given."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+            if raw is not None:
+                values[f.name] = _parse(f, raw)
+            flag = getattr(args, f.name, None) if args is not None else None
+            if flag is not None:
+                values[f.name] = _parse(f, flag) if isinstance(flag, (str, list)) else flag
+        return cls(**values)
+
+    def replace(self, **changes: object) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per field; every default is None so that unset flags leave env/defaults alone."""
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        env = ENV_PREFIX + f.name.upper()
+        default = f.default if f.default is not dataclasses.MISSING else None
+        shown = "" if f.name == "auth_token" else f" (default {default})"
+        if f.type in ("bool",):
+            parser.add_argument(
+                flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
+                help=f"env {env}{shown}",
+            )
+        elif f.name == "models":
+            parser.add_argument(
+                "--model", dest="models", action="append", default=None,
+                help=f"load this model at startup (repeatable); env {env} (comma-separated)",
+            )
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, help=f"env {env}{shown}")
+
+
+def _parse(f: dataclasses.Field, raw: object) -> object:
+    if isinstance(raw, list):
+        return tuple(raw)
+    text = str(raw)
+    kind = f.type
+    try:
+        if kind == "bool":
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "Path":
+            return Path(text)
+        if kind == "Path | None":
+            return Path(text) if text else None
+        if kind == "tuple[str, ...]":
+            return tuple(name for name in text.split(",") if name)
+    except ValueError as err:
+        raise ConfigError(f"setting {f.name}: cannot read {text!r} as {kind}") from err
+    return text
+
+
+def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
+    for name in names:
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"setting {name} must be positive, got {getattr(settings, name)}")

@@ -1,0 +1,192 @@
+"""Every class of bad request gets its status code and a precise message, and the server keeps
+serving afterwards (issue 9, section 7)."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+
+def infer_input(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+GOOD = np.zeros((1, 16), np.float32)
+
+
+def rejected(client, *args, **kwargs) -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as info:
+        client.infer(*args, **kwargs)
+    return info.value
+
+
+def raw_call(server, request: service_pb2.ModelInferRequest) -> grpc.RpcError:
+    with grpc.insecure_channel(server.address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request)
+    return info.value
+
+
+@pytest.fixture(autouse=True)
+def server_still_serves(client):
+    yield
+    result = client.infer("identity", [infer_input("INPUT0", GOOD, "FP32")])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), GOOD)
+
+
+def test_unknown_model_is_not_found(client):
+    err = rejected(client, "no-such-model", [infer_input("INPUT0", GOOD, "FP32")])
+    assert err.status() == "StatusCode.NOT_FOUND"
+    assert "'no-such-model' is not loaded" in err.message()
+
+
+def test_unknown_version_is_not_found(client):
+    err = rejected(client, "identity", [infer_input("INPUT0", GOOD, "FP32")], model_version="7")
+    assert err.status() == "StatusCode.NOT_FOUND"
+    assert "no version 7" in err.message() and "[1]" in err.message()
+
+
+def test_path_traversal_in_a_model_name_is_invalid(client):
+    for name in ("../identity", "a/b", "..", ".hidden"):
+        err = rejected(client, name, [infer_input("INPUT0", GOOD, "FP32")])
+        assert err.status() == "StatusCode.INVALID_ARGUMENT", name
+        assert "invalid model name" in err.message()
+
+
+def test_wrong_datatype_is_invalid(client):
+    err = rejected(client, "identity", [infer_input("INPUT0", GOOD.astype(np.int32), "INT32")])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "datatype INT32" in err.message() and "expects FP32" in err.message()
+
+
+def test_wrong_shape_is_invalid(client):
+    err = rejected(client, "identity", [infer_input("INPUT0", np.zeros((1, 15), np.float32), "FP32")])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "shape [1, 15]" in err.message() and "[-1, 16]" in err.message()
+
+
+def test_batch_larger_than_max_batch_size_is_invalid(client):
+    err = rejected(client, "batched", [infer_input("INPUT0", np.zeros((9, 16), np.float32), "FP32")])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "batch size 9" in err.message()
+
+
+def test_byte_count_not_matching_the_shape_is_invalid(server):
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    request.raw_input_contents.append(b"\x00" * 60)
+    err = raw_call(server, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "60 bytes" in err.details() and "needs 64" in err.details()
+
+
+def test_raw_entries_not_matching_the_inputs_are_invalid(server):
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    request.raw_input_contents.extend([b"\x00" * 64, b"\x00" * 64])
+    err = raw_call(server, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "2 entries for 1 inputs" in err.details()
+
+
+def test_bad_bytes_tensor_is_invalid(server):
+    request = service_pb2.ModelInferRequest(model_name="multi")
+    request.inputs.add(name="S", datatype="BYTES", shape=[1, 2])
+    request.raw_input_contents.append(b"\x09\x00\x00\x00abc")  # claims 9 bytes, has 3
+    err = raw_call(server, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "claims 9 bytes" in err.details()
+
+
+def test_unknown_datatype_and_negative_dims_are_invalid(server):
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT0", datatype="FP8", shape=[1, 16])
+    request.raw_input_contents.append(b"\x00" * 16)
+    assert "unknown datatype 'FP8'" in raw_call(server, request).details()
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[-1, 16])
+    request.raw_input_contents.append(b"")
+    err = raw_call(server, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "negative dimension" in err.details()
+
+
+def test_missing_input_is_invalid(client):
+    err = rejected(client, "multi", [infer_input("F16", np.zeros((1, 3), np.float16), "FP16")])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "missing input(s)" in err.message() and "'I32'" in err.message()
+
+
+def test_unknown_input_is_invalid(client):
+    err = rejected(client, "identity", [infer_input("INPUT0", GOOD, "FP32"), infer_input("EXTRA", GOOD, "FP32")])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "unknown input(s) ['EXTRA']" in err.message()
+
+
+def test_unknown_requested_output_is_invalid(client):
+    err = rejected(client, "identity", [infer_input("INPUT0", GOOD, "FP32")],
+                   outputs=[grpcclient.InferRequestedOutput("NOPE")])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "unknown output 'NOPE'" in err.message() and "OUTPUT0" in err.message()
+
+
+def test_undecodable_image_is_invalid(client):
+    images = np.array([b"not an image"], dtype=object)
+    err = rejected(client, "image", [infer_input("IMAGE", images, "BYTES")])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "not a decodable PNG/JPEG image" in err.message()
+
+
+def test_fp16_in_typed_contents_is_invalid(server):
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    tensor = request.inputs.add(name="INPUT0", datatype="FP16", shape=[1, 16])
+    tensor.contents.fp32_contents.extend([0.0] * 16)
+    err = raw_call(server, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "no typed contents field" in err.details()
+
+
+def test_oversized_message_is_resource_exhausted(client):
+    big = np.zeros((1, 17 * 1024 * 1024), np.float32)  # 68 MiB > the 64 MiB default
+    b = grpcclient.InferInput("INPUT0", list(big.shape), "FP32")
+    b.set_data_from_numpy(big)
+    err = rejected(client, "identity", [b])
+    assert err.status() == "StatusCode.RESOURCE_EXHAUSTED"
+
+
+def test_full_queue_is_resource_exhausted(server):
+    """The slow model allows 1 running + 2 queued requests; a burst of 8 overflows it."""
+    import asyncio
+
+    import tritonclient.grpc.aio as aioclient
+
+    async def burst() -> list:
+        client = aioclient.InferenceServerClient(server.address)
+        try:
+            tensor = aioclient.InferInput("X", [64, 512], "FP32")
+            tensor.set_data_from_numpy(np.ones((64, 512), np.float32))
+            return await asyncio.gather(*(client.infer("slow", [tensor]) for _ in range(8)),
+                                        return_exceptions=True)
+        finally:
+            await client.close()
+
+    results = asyncio.run(burst())
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert errors, "no request was refused"
+    assert all(e.status() == "StatusCode.RESOURCE_EXHAUSTED" for e in errors)
+    assert "queue full" in errors[0].message()
+    assert len(errors) < len(results)
+
+
+def test_deadline_is_deadline_exceeded(client):
+    big = grpcclient.InferInput("X", [256, 512], "FP32")
+    big.set_data_from_numpy(np.ones((256, 512), np.float32))
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("slow", [big], client_timeout=0.001)
+    assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"

@@ -1,0 +1,188 @@
+"""The transport-free core in-process: datatypes, config, repository names, dynamic batching."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from serving.batching import DynamicBatcher
+from serving.config import DynamicBatching, VersionPolicy, parse_config
+from serving.datatypes import decode_raw, encode_raw, serialize_bytes
+from serving.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from serving.repository import ModelRepository, check_model_name
+from serving.settings import Settings
+
+from .conftest import identity_model
+
+
+def test_raw_round_trip_for_every_numeric_datatype():
+    for datatype, dtype in [("FP16", np.float16), ("FP32", np.float32), ("FP64", np.float64), ("INT8", np.int8),
+                            ("INT64", np.int64), ("UINT16", np.uint16), ("BOOL", np.bool_)]:
+        array = (np.arange(6) % 2).astype(dtype).reshape(2, 3)
+        np.testing.assert_array_equal(decode_raw(encode_raw(array), datatype, (2, 3), "x"), array)
+
+
+def test_bf16_decodes_with_ml_dtypes():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    array = np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(decode_raw(array.tobytes(), "BF16", (2,), "x"), array)
+
+
+def test_bytes_tensors_are_length_prefixed():
+    raw = serialize_bytes(np.array([b"ab", "c"], dtype=object))
+    assert raw == struct.pack("<I", 2) + b"ab" + struct.pack("<I", 1) + b"c"
+    assert list(decode_raw(raw, "BYTES", (2,), "x")) == [b"ab", b"c"]
+    with pytest.raises(InvalidRequestError, match="holds 2 elements, the shape needs 3"):
+        decode_raw(raw, "BYTES", (3,), "x")
+
+
+def test_bool_bytes_must_be_zero_or_one():
+    with pytest.raises(InvalidRequestError, match="0 or 1"):
+        decode_raw(b"\x02", "BOOL", (1,), "x")
+
+
+def test_config_rejects_unknown_keys_and_bad_values():
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_config({"max_batch": 4}, "cfg")
+    with pytest.raises(ConfigError, match="needs max_batch_size > 0"):
+        parse_config({"dynamic_batching": {}}, "cfg")
+    with pytest.raises(ConfigError, match="exceed max_batch_size"):
+        parse_config({"max_batch_size": 4, "dynamic_batching": {"preferred_batch_sizes": [8]}}, "cfg")
+    config = parse_config({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_us": 100},
+                           "version_policy": {"specific": [1, 3]}}, "cfg")
+    assert config.dynamic_batching == DynamicBatching(100, ())
+    assert config.version_policy.select([1, 2, 3]) == [1, 3]
+
+
+def test_version_policies():
+    assert VersionPolicy().select([3, 1, 2]) == [3]
+    assert VersionPolicy(latest=2).select([3, 1, 2]) == [2, 3]
+    assert VersionPolicy(all=True).select([2, 1]) == [1, 2]
+
+
+def test_model_names_cannot_leave_the_repository(tmp_path):
+    for name in ("..", "../x", "a/b", "/etc", ".x", "a" * 200, ""):
+        with pytest.raises(InvalidRequestError):
+            check_model_name(name)
+    outside = tmp_path / "outside"
+    identity_model(outside / "1" / "model.lite")
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "link").symlink_to(outside)  # a symlinked model directory pointing out is not served
+    repository = ModelRepository(root)
+    with pytest.raises(LookupError):
+        repository.source("link")
+
+
+def test_settings_read_environment_then_flags():
+    import argparse
+
+    from serving.settings import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    env = {"LITE_PORT": "9001", "LITE_MAX_MESSAGE_BYTES": "1024", "LITE_REPOSITORY_CONTROL": "false"}
+    settings = Settings.from_sources(parser.parse_args(["--port", "9002"]), env)
+    assert (settings.port, settings.max_message_bytes, settings.repository_control) == (9002, 1024, False)
+    with pytest.raises(ConfigError, match="max_message_bytes"):
+        Settings.from_sources(None, {"LITE_MAX_MESSAGE_BYTES": "0"})
+
+
+class Recorder:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.batches: list[int] = []
+        self.delay = delay
+
+    def execute(self, inputs):
+        x = inputs["x"]
+        self.batches.append(len(x))
+        time.sleep(self.delay)
+        return {"y": x * 2}
+
+    def record(self, times, requests) -> None:
+        pass
+
+
+def batcher(recorder: Recorder, max_batch: int = 8, delay_us: int = 20000, preferred=(), queue: int = 64):
+    executor = ThreadPoolExecutor(1)
+    b = DynamicBatcher(recorder.execute, recorder.record, executor, 1, max_batch,
+                       DynamicBatching(delay_us, tuple(preferred)), queue, "test")
+    b.start()
+    return b
+
+
+def test_dynamic_batching_merges_and_splits_back_exactly():
+    async def run():
+        recorder = Recorder()
+        b = batcher(recorder)
+        arrays = [np.full((rows, 2), i, np.float32) for i, rows in enumerate([1, 2, 3, 1])]
+        results = await asyncio.gather(*(b.submit({"x": a}, len(a), None) for a in arrays))
+        await b.close()
+        return recorder, arrays, results
+
+    recorder, arrays, results = asyncio.run(run())
+    assert recorder.batches == [7]
+    for array, result in zip(arrays, results):
+        np.testing.assert_array_equal(result.outputs["y"], array * 2)
+        assert result.requests == 4
+
+
+def test_dynamic_batching_respects_max_batch_size_and_preferred_sizes():
+    async def run():
+        recorder = Recorder()
+        b = batcher(recorder, max_batch=4, delay_us=5000, preferred=[2])
+        await asyncio.gather(*(b.submit({"x": np.zeros((1, 2))}, 1, None) for _ in range(7)))
+        await b.close()
+        return recorder.batches
+
+    batches = asyncio.run(run())
+    assert sum(batches) == 7 and max(batches) <= 4
+
+
+def test_full_queue_refuses_and_cancelled_requests_free_their_slot():
+    async def run():
+        recorder = Recorder(delay=0.05)
+        b = batcher(recorder, max_batch=1, delay_us=0, queue=2)
+        first = asyncio.ensure_future(b.submit({"x": np.zeros((1, 2))}, 1, None))
+        await asyncio.sleep(0.01)  # running now
+        queued = [asyncio.ensure_future(b.submit({"x": np.zeros((1, 2))}, 1, None)) for _ in range(2)]
+        await asyncio.sleep(0)
+        with pytest.raises(ResourceExhaustedError, match="queue full"):
+            await b.submit({"x": np.zeros((1, 2))}, 1, None)
+        queued[0].cancel()
+        await asyncio.sleep(0)
+        again = asyncio.ensure_future(b.submit({"x": np.zeros((1, 2))}, 1, None))  # fits now
+        await asyncio.gather(first, queued[1], again)
+        await b.close()
+        return recorder.batches
+
+    assert asyncio.run(run()) == [1, 1, 1]  # the cancelled request never ran
+
+
+def test_expired_requests_are_not_executed():
+    async def run():
+        recorder = Recorder(delay=0.05)
+        b = batcher(recorder, max_batch=1, delay_us=0)
+        first = asyncio.ensure_future(b.submit({"x": np.zeros((1, 2))}, 1, None))
+        await asyncio.sleep(0.01)
+        with pytest.raises(DeadlineExceededError):
+            await b.submit({"x": np.zeros((1, 2))}, 1, time.monotonic() + 0.01)
+        await first
+        await b.close()
+        return recorder.batches
+
+    assert asyncio.run(run()) == [1]
+
+
+def test_config_file_is_json(tmp_path):
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"max_batch_size": "eight"}))
+    identity_model(tmp_path / "m" / "1" / "model.lite")
+    with pytest.raises(ConfigError, match="max_batch_size must be an integer"):
+        ModelRepository(tmp_path).source("m")

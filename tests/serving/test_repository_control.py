@@ -1,0 +1,178 @@
+"""Load/unload through the API, hot reload without dropping requests, polling, control disabled,
+and graceful shutdown on SIGTERM. Each test owns its repository and server."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+from tritonclient.utils import InferenceServerException
+
+from .conftest import identity_model, slow_model, start_server, write_config
+
+
+def ones(client_module, name: str, shape: list[int]):
+    tensor = client_module.InferInput(name, shape, "FP32")
+    tensor.set_data_from_numpy(np.ones(shape, np.float32))
+    return tensor
+
+
+def test_load_and_unload_through_the_api(tmp_path):
+    identity_model(tmp_path / "a" / "1" / "model.lite")
+    identity_model(tmp_path / "b" / "1" / "model.lite")
+    server = start_server(tmp_path, "--model", "a")
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        assert not _ready_or_missing(client, "b")
+        client.load_model("b")
+        assert client.is_model_ready("b")
+        client.infer("b", [ones(grpcclient, "INPUT0", [1, 16])])
+        client.unload_model("b")
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("b", [ones(grpcclient, "INPUT0", [1, 16])])
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+        assert "unloaded" in info.value.message()
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index["b"]["state"] == "UNAVAILABLE"
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("../a")
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("missing")
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+        client.close()
+    finally:
+        server.stop()
+
+
+def _ready_or_missing(client, name: str) -> bool:
+    try:
+        return client.is_model_ready(name)
+    except InferenceServerException:
+        return False
+
+
+def test_a_broken_model_fails_to_load_with_a_reason(tmp_path):
+    identity_model(tmp_path / "good" / "1" / "model.lite")
+    (tmp_path / "broken" / "1").mkdir(parents=True)
+    (tmp_path / "broken" / "1" / "model.lite").write_bytes(b"not a model at all")
+    server = start_server(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        assert client.is_model_ready("good")
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("broken")
+        assert info.value.status() == "StatusCode.FAILED_PRECONDITION"
+        assert "cannot load" in info.value.message()
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index["broken"]["state"] == "UNAVAILABLE" and "cannot load" in index["broken"]["reason"]
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_repository_control_can_be_disabled(tmp_path):
+    identity_model(tmp_path / "a" / "1" / "model.lite")
+    server = start_server(tmp_path, "--no-repository-control")
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        for call in (client.load_model, client.unload_model):
+            with pytest.raises(InferenceServerException) as info:
+                call("a")
+            assert info.value.status() == "StatusCode.PERMISSION_DENIED"
+        assert client.is_model_ready("a")
+        client.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_reload_and_unload_never_drop_in_flight_requests(tmp_path):
+    slow_model(tmp_path / "m" / "1" / "model.lite")
+    write_config(tmp_path / "m", {"instance_count": 1})
+    server = start_server(tmp_path)
+
+    async def scenario() -> tuple[list, list]:
+        client = aioclient.InferenceServerClient(server.address)
+        try:
+            tensor = ones(aioclient, "X", [1024, 512])
+            first = [asyncio.ensure_future(client.infer("m", [tensor])) for _ in range(4)]
+            await asyncio.sleep(0.05)
+            # a new version appears and is loaded while requests run and wait on version 1
+            slow_model(tmp_path / "m" / "2" / "model.lite")
+            await client.load_model("m")
+            assert (await client.get_model_metadata("m", as_json=True))["versions"] == ["2"]
+            second = [asyncio.ensure_future(client.infer("m", [tensor])) for _ in range(2)]
+            await asyncio.sleep(0.05)
+            await client.unload_model("m")  # drains version 2's queue before returning
+            return await asyncio.gather(*first, return_exceptions=True), await asyncio.gather(
+                *second, return_exceptions=True)
+        finally:
+            await client.close()
+
+    try:
+        first, second = asyncio.run(scenario())
+    finally:
+        server.stop()
+    assert all(not isinstance(r, Exception) for r in first), first
+    # requests that reached version 1 before the swap finished there; none was dropped
+    assert "1" in {r.get_response().model_version for r in first}
+    assert all(not isinstance(r, Exception) for r in second), second
+    assert {r.get_response().model_version for r in second} == {"2"}
+
+
+@pytest.mark.slow
+def test_polling_picks_up_new_changed_and_removed_models(tmp_path):
+    identity_model(tmp_path / "a" / "1" / "model.lite")
+    server = start_server(tmp_path, "--poll-interval-s", "0.2")
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        identity_model(tmp_path / "b" / "1" / "model.lite")
+        _wait_for(lambda: _ready_or_missing(client, "b"))
+        identity_model(tmp_path / "a" / "2" / "model.lite", shape=("N", 4))
+        _wait_for(lambda: client.get_model_metadata("a", as_json=True)["versions"] == ["2"])
+        shutil.rmtree(tmp_path / "b")
+        _wait_for(lambda: not _ready_or_missing(client, "b"))
+        client.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_in_flight_requests_then_exits(tmp_path):
+    slow_model(tmp_path / "m" / "1" / "model.lite")
+    server = start_server(tmp_path)
+
+    async def scenario() -> list:
+        client = aioclient.InferenceServerClient(server.address)
+        try:
+            tensor = ones(aioclient, "X", [1024, 512])
+            calls = [asyncio.ensure_future(client.infer("m", [tensor])) for _ in range(3)]
+            await asyncio.sleep(0.1)
+            server.process.terminate()  # SIGTERM
+            return await asyncio.gather(*calls, return_exceptions=True)
+        finally:
+            await client.close()
+
+    results = asyncio.run(scenario())
+    code = server.process.wait(20)
+    assert code == 0
+    assert all(not isinstance(r, Exception) for r in results), results
+    assert any('"shutting down"' in line for line in server.logs)
+
+
+def _wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except InferenceServerException:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
