@@ -53,6 +53,8 @@ import lite.ops.variadic
 # (each import registers that module's kernels)
 import lite.ops.average_pool  # noqa: F401
 import lite.ops.batch_normalization  # noqa: F401
+import lite.ops.center_crop_pad  # noqa: F401
+import lite.ops.col2im  # noqa: F401
 import lite.ops.conv  # noqa: F401
 import lite.ops.conv_integer  # noqa: F401
 import lite.ops.conv_transpose  # noqa: F401
@@ -60,18 +62,30 @@ import lite.ops.dequantize_linear  # noqa: F401
 import lite.ops.dynamic_quantize_linear  # noqa: F401
 import lite.ops.gemm  # noqa: F401
 import lite.ops.global_pool  # noqa: F401
+import lite.ops.gru  # noqa: F401
 import lite.ops.group_normalization  # noqa: F401
+import lite.ops.grid_sample  # noqa: F401
+import lite.ops.if_  # noqa: F401
 import lite.ops.instance_normalization  # noqa: F401
 import lite.ops.layer_normalization  # noqa: F401
 import lite.ops.lp_normalization  # noqa: F401
+import lite.ops.loop  # noqa: F401
 import lite.ops.lp_pool  # noqa: F401
 import lite.ops.lrn  # noqa: F401
+import lite.ops.lstm  # noqa: F401
 import lite.ops.mat_mul  # noqa: F401
 import lite.ops.mat_mul_integer  # noqa: F401
 import lite.ops.max_pool  # noqa: F401
+import lite.ops.max_roi_pool  # noqa: F401
 import lite.ops.mean_variance_normalization  # noqa: F401
+import lite.ops.non_max_suppression  # noqa: F401
 import lite.ops.qlinear_conv  # noqa: F401
 import lite.ops.qlinear_mat_mul  # noqa: F401
 import lite.ops.quantize_linear  # noqa: F401
+import lite.ops.resize  # noqa: F401
+import lite.ops.rnn  # noqa: F401
+import lite.ops.roi_align  # noqa: F401
+import lite.ops.scan  # noqa: F401
+import lite.ops.upsample  # noqa: F401
 
 __all__ = ["KERNELS", "Kernel", "KernelRegistry", "kernel"]

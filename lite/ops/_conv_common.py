@@ -8,6 +8,7 @@ beginning (SAME_LOWER).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -150,19 +151,71 @@ def windows(
     return np.lib.stride_tricks.as_strided(padded, shape, strides, writeable=False)
 
 
-def kernel_slice(
-    offset: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    out_shape: Sequence[int],
-) -> tuple[slice, ...]:
-    """Spatial slices of a padded input that the kernel tap at ``offset`` reads for every output."""
-    return tuple(
-        slice(o * d, o * d + (n - 1) * s + 1, s)
-        for o, s, d, n in zip(offset, strides, dilations, out_shape)
-    )
-
-
 def compute_dtype(x: np.ndarray) -> np.dtype:
     """float16 (and other narrow floats) compute in float32; float64 stays float64."""
     return np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+
+
+class TapPlan:
+    """Every kernel tap of a strided, dilated window as one long contiguous slice.
+
+    Elementwise kernels (depthwise conv, pools) reduce over taps. Reading each tap as a strided
+    N-d view makes numpy run short inner loops over rows; instead the padded input is split by
+    stride phase (``x[r::s]`` for each residue ``r`` a tap needs) into flat buffers laid out on a
+    common grid ``Q = ceil(padded / stride)``. Output ``h`` of tap ``o`` then reads phase
+    ``o % s`` at grid position ``o // s + h``, so over the whole output the tap is the 1-D slice
+    ``phase[offset : offset + L]`` with ``L = out[0] * prod(Q[1:])``. The result is computed on
+    that wider grid and :meth:`crop` cuts it to the real output shape. Cells outside the input
+    hold ``fill``.
+    """
+
+    def __init__(self, x, begin, end, kernel, strides, dilations, out_shape, fill):
+        self.out_shape = list(out_shape)
+        lead = x.shape[:2]
+        spatial = x.shape[2:]
+        padded = [n + b + e for n, b, e in zip(spatial, begin, end)]
+        self.grid = [max(-(-p // s), 1) for p, s in zip(padded, strides)]
+        self.length = self.out_shape[0] * int(np.prod(self.grid[1:], dtype=np.int64))
+        grid_strides = [int(np.prod(self.grid[d + 1 :], dtype=np.int64)) for d in range(len(self.grid))]
+        taps = []
+        for offset in itertools.product(*(range(k) for k in kernel)):
+            shifted = [o * d for o, d in zip(offset, dilations)]
+            residue = tuple(v % s for v, s in zip(shifted, strides))
+            start = sum((v // s) * g for v, s, g in zip(shifted, strides, grid_strides))
+            taps.append((residue, start))
+        size = int(np.prod(self.grid, dtype=np.int64))
+        total = max(start + self.length for _, start in taps)
+        self.phases = {}
+        for residue in sorted({r for r, _ in taps}):
+            buffer = np.full(lead + (max(total, size),), fill, dtype=x.dtype)
+            grid_view = buffer[..., :size].reshape(lead + tuple(self.grid))
+            fill_phase(grid_view, x, residue, begin, strides)
+            self.phases[residue] = buffer
+        self.taps = taps
+
+    def regions(self, channels: slice = slice(None)):
+        """For each tap, the ``(N, C[channels], L)`` slice it reads."""
+        for residue, start in self.taps:
+            yield self.phases[residue][:, channels, start : start + self.length]
+
+    def crop(self, flat: np.ndarray) -> np.ndarray:
+        """``(..., L)`` computed on the wide grid -> ``(..., *out_shape)``."""
+        grid = flat.reshape(flat.shape[:-1] + (self.out_shape[0],) + tuple(self.grid[1:]))
+        keep = (Ellipsis, slice(None)) + tuple(slice(0, n) for n in self.out_shape[1:])
+        return grid[keep]
+
+
+def fill_phase(grid_view, x, residue, begin, strides):
+    """Copy the input cells of one stride phase into their grid positions."""
+    target = [slice(None), slice(None)]
+    source = [slice(None), slice(None)]
+    for r, b, s, n, q in zip(residue, begin, strides, x.shape[2:], grid_view.shape[2:]):
+        # Grid position t holds padded cell r + s*t, i.e. input cell r - b + s*t.
+        t_start = max(0, -(-(b - r) // s))
+        x_start = r - b + s * t_start
+        count = min(q - t_start, max(0, -(-(n - x_start) // s)))
+        if count <= 0:
+            return
+        target.append(slice(t_start, t_start + count))
+        source.append(slice(x_start, x_start + s * (count - 1) + 1, s))
+    grid_view[tuple(target)] = x[tuple(source)]

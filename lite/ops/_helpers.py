@@ -45,7 +45,9 @@ def scalar_int(op_type: str, name: str, value: np.ndarray) -> int:
     return int(array.reshape(()))
 
 
-def legacy_broadcast(op_type: str, A: np.ndarray, B: np.ndarray, broadcast: int, axis: int | None) -> np.ndarray:
+def legacy_broadcast(
+    op_type: str, A: np.ndarray, B: np.ndarray, broadcast: int, axis: int | None
+) -> np.ndarray:
     """``B`` reshaped so numpy broadcasting reproduces the opset < 7 ``broadcast``/``axis`` rule.
 
     Before opset 7 a binary op required equal shapes unless ``broadcast=1``; then B's shape had

@@ -7,13 +7,12 @@ extended at the end so every window is in range, and that extension never counts
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from lite.errors import UnsupportedOpError
-from lite.ops._conv_common import kernel_slice, output_shape, resolve_pads, spatial_defaults
+from lite.ops._conv_common import TapPlan, output_shape, resolve_pads, spatial_defaults
 
 
 @dataclass(frozen=True)
@@ -27,10 +26,10 @@ class PoolGeometry:
     overhang: list[int]
     out_shape: list[int]
 
-    def taps(self) -> list[tuple[slice, ...]]:
-        """For every kernel tap, the spatial slices of the extended input it reads."""
-        offsets = itertools.product(*(range(k) for k in self.kernel))
-        return [kernel_slice(o, self.strides, self.dilations, self.out_shape) for o in offsets]
+    def tap_plan(self, x: np.ndarray, fill) -> TapPlan:
+        """The input laid out so each kernel tap is one contiguous slice (ceil overhang = fill)."""
+        end = [e + extra for e, extra in zip(self.end, self.overhang)]
+        return TapPlan(x, self.begin, end, self.kernel, self.strides, self.dilations, self.out_shape, fill)
 
     def divisor(self, spatial: tuple[int, ...], include_pads: bool) -> np.ndarray:
         """How many counted cells each window covers (the AveragePool denominator)."""

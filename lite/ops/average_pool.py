@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.ops._conv_common import compute_dtype, pad_input
+from lite.ops._conv_common import compute_dtype
 from lite.ops._pool_common import pool_geometry
 from lite.ops.registry import kernel
 
@@ -38,13 +38,11 @@ def AveragePool(
         ceil_mode=ceil_mode,
     )
     dtype = compute_dtype(X)
-    end = [e + extra for e, extra in zip(geometry.end, geometry.overhang)]
-    padded = pad_input(np.asarray(X, dtype=dtype), geometry.begin, end, 0.0)
-    lead = (slice(None), slice(None))
-    taps = geometry.taps()
-    total = np.array(padded[lead + taps[0]])
-    for tap in taps[1:]:
-        total += padded[lead + tap]
+    plan = geometry.tap_plan(np.asarray(X, dtype=dtype), 0)
+    regions = plan.regions()
+    total = np.array(next(regions))
+    for region in regions:
+        total += region
+    total = plan.crop(total)
     divisor = geometry.divisor(X.shape[2:], bool(count_include_pad)).astype(dtype)
-    total /= divisor
-    return total.astype(X.dtype, copy=False)
+    return (total / divisor).astype(X.dtype, copy=False)

@@ -24,21 +24,34 @@ from lite.ops.registry import kernel
 _TRUE_WORDS = {"true": True, "false": False}
 
 
+def _text_to_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE_WORDS:
+        return _TRUE_WORDS[word]
+    return float(text) != 0
+
+
+def _text_to_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        # "3.7" or "1e3": read as a float, then truncate like a numeric cast.
+        return int(float(text))
+
+
 def _parse_text(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    # Strings have no vectorized parser in numpy; this loop is the cost of string tensors.
     texts = [v.decode() if isinstance(v, bytes) else str(v) for v in values.reshape(-1)]
     try:
         if dtype.kind == "b":
-            flags = [_TRUE_WORDS[t.strip().lower()] if t.strip().lower() in _TRUE_WORDS else float(t) != 0 for t in texts]
-            return np.array(flags, dtype=np.bool_).reshape(values.shape)
-        if dtype.kind in "iu":
-            try:
-                return np.array([int(t) for t in texts], dtype=dtype).reshape(values.shape)
-            except ValueError:
-                # "3.7" or "1e3": parse as a float, then truncate like a numeric cast.
-                return np.array([float(t) for t in texts], dtype=np.float64).astype(dtype).reshape(values.shape)
-        return np.array([float(t) for t in texts], dtype=np.float64).astype(dtype).reshape(values.shape)
+            parsed = np.array([_text_to_bool(t) for t in texts], dtype=np.bool_)
+        elif dtype.kind in "iu":
+            parsed = np.array([_text_to_int(t) for t in texts], dtype=dtype)
+        else:
+            parsed = np.array([float(t) for t in texts], dtype=np.float64).astype(dtype)
     except (ValueError, OverflowError) as err:
         raise KernelError(f"Cast: cannot convert strings to {dtype}: {err}") from err
+    return parsed.reshape(values.shape)
 
 
 def _cast(input, dtype: np.dtype) -> np.ndarray:

@@ -7,21 +7,21 @@ Three paths, picked by shape, all computing the same thing:
 - pointwise (every kernel extent 1): the input *is* the im2col matrix, so one GEMM
   ``W (M, C) @ X (C, H*W)`` with no copy beyond an optional stride subsample;
 - depthwise (group == input channels): each output is a sum of ``prod(kernel)`` shifted
-  multiply-adds, done in cache-sized channel blocks; a GEMM per channel would be all overhead;
+  multiply-adds, each over one long contiguous slice (see ``TapPlan``), in cache-sized channel
+  blocks; a GEMM per channel would be all call overhead;
 - general: im2col as a strided view of the padded input laid out ``(C, *kernel, *out)``, made
   contiguous once, then one batched GEMM ``(group, M/g, C/g*K) @ (group, C/g*K, P)``.
 """
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from lite.errors import UnsupportedOpError
 from lite.ops._conv_common import (
+    TapPlan,
+    fill_phase,
     compute_dtype,
-    kernel_slice,
     output_shape,
     pad_input,
     resolve_pads,
@@ -30,8 +30,10 @@ from lite.ops._conv_common import (
 )
 from lite.ops.registry import kernel
 
-# Elements per block in the depthwise path: two float32 buffers of this size stay in L2.
-_DEPTHWISE_BLOCK_ELEMENTS = 32 * 1024
+# Elements per block in the depthwise path: the accumulator and scratch buffers stay in L2.
+_DEPTHWISE_BLOCK_ELEMENTS = 96 * 1024
+# From this many channels on, the channels-last einsum path is faster than per-tap ufuncs.
+_CHANNELS_LAST_MIN_CHANNELS = 192
 
 
 @kernel("Conv", since=1)
@@ -63,14 +65,12 @@ def Conv(
     )
     begin, end = resolve_pads("Conv", auto_pad, pads, x.shape[2:], kernel_dims, strides, dilations)
     out_shape = output_shape(x.shape[2:], kernel_dims, strides, dilations, begin, end)
-    padded = pad_input(x, begin, end)
-
     if group == channels and group > 1:
-        y = _depthwise(padded, w, strides, dilations, out_shape)
+        y = _depthwise(x, w, begin, end, strides, dilations, out_shape)
     elif all(k == 1 for k in kernel_dims):
-        y = _pointwise(padded, w, group, strides, out_shape)
+        y = _pointwise(pad_input(x, begin, end), w, group, strides, out_shape)
     else:
-        y = _im2col(padded, w, group, kernel_dims, strides, dilations, out_shape)
+        y = _im2col(pad_input(x, begin, end), w, group, kernel_dims, strides, dilations, out_shape)
     y = y.reshape(batch, out_channels, *out_shape)
     if B is not None:
         y += np.asarray(B, dtype=dtype).reshape((out_channels,) + (1,) * len(out_shape))
@@ -101,32 +101,78 @@ def _im2col(padded, w, group, kernel_dims, strides, dilations, out_shape):
     return np.matmul(weights, cols)
 
 
-def _depthwise(padded, w, strides, dilations, out_shape):
-    """Y[n, c, m] = sum over taps of X[n, c, tap window] * W[c * mult + m, 0, tap]."""
-    batch, channels = padded.shape[:2]
-    multiplier = w.shape[0] // channels
-    kernel_dims = w.shape[2:]
-    rank = len(out_shape)
-    # (taps, C, multiplier, 1, ..., 1): one broadcastable weight per tap.
-    taps = w.reshape(channels, multiplier, -1).transpose(2, 0, 1)
-    taps = np.ascontiguousarray(taps).reshape(taps.shape + (1,) * rank)
-    offsets = list(itertools.product(*(range(k) for k in kernel_dims)))
-    slices = [kernel_slice(o, strides, dilations, out_shape) for o in offsets]
-    pixels = max(int(np.prod(out_shape)), 1)
-    block = max(1, _DEPTHWISE_BLOCK_ELEMENTS // (pixels * multiplier))
-    y = np.empty((batch, channels, multiplier, *out_shape), dtype=padded.dtype)
-    scratch = np.empty((min(block, channels), multiplier, *out_shape), dtype=padded.dtype)
+def _depthwise(x, w, begin, end, strides, dilations, out_shape):
+    """Y[n, c*mult + m] = sum over taps of X[n, c, tap window] * W[c*mult + m, 0, tap]."""
+    channels = x.shape[1]
+    if (
+        channels >= _CHANNELS_LAST_MIN_CHANNELS
+        and w.shape[0] == channels
+        and len(out_shape) == 2
+        and all(d == 1 for d in dilations)
+    ):
+        return _depthwise_channels_last(x, w, begin, end, strides, out_shape)
+    return _depthwise_taps(x, w, begin, end, strides, dilations, out_shape)
+
+
+def _depthwise_channels_last(x, w, begin, end, strides, out_shape):
+    """Many channels, small images: one einsum per stride phase over a channels-last copy.
+
+    Laid out (rows, cols, C), the taps of one stride phase form a single overlapping strided
+    view ``(taps_h, taps_w, L, C)``, and einsum's fused multiply-add runs along C; this beats
+    per-tap ufuncs (two passes each) once C is long.
+    """
+    batch, channels = x.shape[:2]
+    kernel_h, kernel_w = w.shape[2:]
+    stride_h, stride_w = strides
+    out_h, out_w = out_shape
+    padded = [n + b + e for n, b, e in zip(x.shape[2:], begin, end)]
+    grid_h, grid_w = (max(-(-p // s), 1) for p, s in zip(padded, strides))
+    length = out_h * grid_w
+    itemsize = x.dtype.itemsize
+    y = np.empty((batch, channels, out_h, out_w), dtype=x.dtype)
     for n in range(batch):
-        for start in range(0, channels, block):
-            stop = min(start + block, channels)
-            acc = y[n, start:stop]
-            tmp = scratch[: stop - start]
-            source = padded[n, start:stop, None]
-            for index, (tap_slice, tap_weight) in enumerate(zip(slices, taps)):
-                region = source[(slice(None), slice(None)) + tap_slice]
-                if index == 0:
-                    np.multiply(region, tap_weight[start:stop], out=acc)
-                else:
-                    np.multiply(region, tap_weight[start:stop], out=tmp)
-                    acc += tmp
+        total = None
+        for r_h in range(min(stride_h, kernel_h)):
+            for r_w in range(min(stride_w, kernel_w)):
+                rows = range(r_h, kernel_h, stride_h)
+                cols = range(r_w, kernel_w, stride_w)
+                extra = (len(rows) - 1) * grid_w + len(cols)
+                buffer = np.zeros((grid_h * grid_w + extra, channels), dtype=x.dtype)
+                grid_view = buffer[: grid_h * grid_w].reshape(1, grid_h, grid_w, channels).transpose(0, 3, 1, 2)
+                fill_phase(grid_view, x[n : n + 1], (r_h, r_w), begin, strides)
+                view = np.lib.stride_tricks.as_strided(
+                    buffer,
+                    (len(rows), len(cols), length, channels),
+                    (grid_w * channels * itemsize, channels * itemsize, channels * itemsize, itemsize),
+                    writeable=False,
+                )
+                taps = np.ascontiguousarray(w[:, 0][:, rows][:, :, cols].transpose(1, 2, 0))
+                part = np.einsum("ijpc,ijc->pc", view, taps)
+                total = part if total is None else np.add(total, part, out=total)
+        y[n] = total.reshape(out_h, grid_w, channels)[:, :out_w].transpose(2, 0, 1)
     return y
+
+
+def _depthwise_taps(x, w, begin, end, strides, dilations, out_shape):
+    batch, channels = x.shape[:2]
+    multiplier = w.shape[0] // channels
+    plan = TapPlan(x, begin, end, w.shape[2:], strides, dilations, out_shape, 0)
+    # (taps, C, multiplier, 1): one broadcastable weight column per tap.
+    weights = np.ascontiguousarray(w.reshape(channels, multiplier, -1).transpose(2, 0, 1))[..., None]
+    length = plan.length
+    block = max(1, _DEPTHWISE_BLOCK_ELEMENTS // (length * multiplier))
+    y = np.empty((batch, channels, multiplier, length), dtype=x.dtype)
+    scratch = np.empty((min(block, channels), multiplier, length), dtype=x.dtype)
+    for start in range(0, channels, block):
+        stop = min(start + block, channels)
+        tmp = scratch[: stop - start]
+        for n in range(batch):
+            acc = y[n, start:stop]
+            for index, region in enumerate(plan.regions(slice(start, stop))):
+                source = region[n, :, None, :]
+                if index == 0:
+                    np.multiply(source, weights[index, start:stop], out=acc)
+                else:
+                    np.multiply(source, weights[index, start:stop], out=tmp)
+                    acc += tmp
+    return np.ascontiguousarray(plan.crop(y.reshape(batch, channels * multiplier, length)))

@@ -23,5 +23,7 @@ def Einsum(*Inputs, equation):
         result = np.einsum(compact, *operands, optimize=len(operands) > 2)
     except ValueError as err:
         shapes = [x.shape for x in operands]
-        raise KernelError(f"Einsum: equation {equation!r} does not fit inputs of shapes {shapes}: {err}") from err
+        raise KernelError(
+            f"Einsum: equation {equation!r} does not fit inputs of shapes {shapes}: {err}"
+        ) from err
     return np.asarray(result).astype(operands[0].dtype, copy=False)

@@ -19,6 +19,8 @@ def Expand(input, shape):
     try:
         target = np.broadcast_shapes(input.shape, tuple(int_list(shape)))
     except ValueError as err:
-        raise KernelError(f"Expand: input shape {input.shape} does not broadcast to {int_list(shape)}") from err
+        raise KernelError(
+            f"Expand: input shape {input.shape} does not broadcast to {int_list(shape)}"
+        ) from err
     # Copy: a broadcast view has zero strides and is read-only, a surprise for a graph output.
     return np.broadcast_to(input, target).copy()

@@ -42,8 +42,6 @@ def GatherElements(data, indices, *, axis=0):
     if indices.ndim != data.ndim:
         raise KernelError(f"GatherElements: indices of rank {indices.ndim} for data of rank {data.ndim}")
     # Off the gather axis, indices may be shorter than data: only the leading part is used.
-    window = tuple(
-        slice(None) if a == axis else slice(0, indices.shape[a]) for a in range(data.ndim)
-    )
+    window = tuple(slice(None) if a == axis else slice(0, indices.shape[a]) for a in range(data.ndim))
     positions = checked_indices("GatherElements", indices, data.shape[axis])
     return np.take_along_axis(data[window], positions, axis=axis)

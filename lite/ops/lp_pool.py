@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.ops._conv_common import compute_dtype, pad_input
+from lite.ops._conv_common import compute_dtype
 from lite.ops._pool_common import pool_geometry
 from lite.ops.registry import kernel
 
@@ -35,12 +35,11 @@ def LpPool(
         ceil_mode=ceil_mode,
     )
     dtype = compute_dtype(X)
-    end = [e + extra for e, extra in zip(geometry.end, geometry.overhang)]
     powered = np.abs(np.asarray(X, dtype=dtype)) ** p
-    padded = pad_input(powered, geometry.begin, end, 0.0)
-    lead = (slice(None), slice(None))
-    taps = geometry.taps()
-    total = np.array(padded[lead + taps[0]])
-    for tap in taps[1:]:
-        total += padded[lead + tap]
+    plan = geometry.tap_plan(powered, 0)
+    regions = plan.regions()
+    total = np.array(next(regions))
+    for region in regions:
+        total += region
+    total = np.ascontiguousarray(plan.crop(total))
     return (total ** (1.0 / p)).astype(X.dtype, copy=False)

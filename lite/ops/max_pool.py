@@ -2,8 +2,8 @@
 
 https://onnx.ai/onnx/operators/onnx__MaxPool.html
 
-The maximum is a running ``np.maximum`` over the kernel taps (each a strided view), which
-streams the input once per tap instead of reducing a strided 2*d-dimensional view. Indices
+The maximum is a running ``np.maximum`` over the kernel taps, each one long contiguous slice
+(see ``TapPlan``), instead of a reduction over a strided 2*d-dimensional view. Indices
 (opset 8+) are flat positions in the unpadded input, row-major or, with ``storage_order=1``,
 column-major over the spatial axes.
 """
@@ -40,15 +40,16 @@ def MaxPool(
         pads=pads,
         ceil_mode=ceil_mode,
     )
-    end = [e + extra for e, extra in zip(geometry.end, geometry.overhang)]
-    padded = pad_input(np.asarray(X), geometry.begin, end, lowest(X.dtype))
-    lead = (slice(None), slice(None))
-    taps = geometry.taps()
-    y = np.array(padded[lead + taps[0]])
-    for tap in taps[1:]:
-        np.maximum(y, padded[lead + tap], out=y)
+    plan = geometry.tap_plan(np.asarray(X), lowest(X.dtype))
+    regions = plan.regions()
+    y = np.array(next(regions))
+    for region in regions:
+        np.maximum(y, region, out=y)
+    y = np.ascontiguousarray(plan.crop(y))
     if output_count < 2:
         return y
+    end = [e + extra for e, extra in zip(geometry.end, geometry.overhang)]
+    padded = pad_input(np.asarray(X), geometry.begin, end, lowest(X.dtype))
     return y, _indices(X, padded, geometry, storage_order)
 
 

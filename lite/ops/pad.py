@@ -37,7 +37,9 @@ def _pad(data, pads: list[int], mode: str, value, axes: list[int] | None) -> np.
         after[axis] = pads[index + len(axes)]
 
     # Crop first for negative amounts, then pad the positive ones.
-    window = tuple(slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after)))
+    window = tuple(
+        slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after))
+    )
     cropped = data[window]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
     if not any(b or e for b, e in widths):

@@ -5,8 +5,9 @@ Specs: https://onnx.ai/onnx/operators/onnx__ReduceSum.html (and onnx__ReduceMean
 
 - before opset 13 (ReduceSum) or 18 (the others) ``axes`` is an attribute; absent means all
   axes;
-- from then on ``axes`` is an optional int64 input, and ``noop_with_empty_axes=1`` turns an
-  absent or empty ``axes`` into the identity instead of a reduction over all axes.
+- from then on ``axes`` is an optional int64 input, and ``noop_with_empty_axes=1`` makes an
+  absent or empty ``axes`` reduce over no axis instead of all of them (the elementwise part
+  of composite reductions, e.g. the square of ReduceSumSquare, still applies).
 
 The result keeps the input's element type (integer sums accumulate in that type, as ONNX
 Runtime does). Reducing an empty set gives the identity of the operation: 0 for sums, 1 for
@@ -79,9 +80,9 @@ def _reduce(op_type: str, reducer: Reducer, data, axes, keepdims, noop_with_empt
     data = np.asarray(data)
     axes = int_list(axes)
     if not axes:
-        if noop_with_empty_axes:
-            return data
-        axes = range(data.ndim)
+        # Reducing over no axes still applies the elementwise steps: ReduceSumSquare squares,
+        # ReduceLogSum takes the log, ReduceL1 the absolute value.
+        axes = () if noop_with_empty_axes else range(data.ndim)
     axes = normalize_axes(op_type, axes, data.ndim)
     result = reducer(data, axes, bool(keepdims))
     return np.asarray(result).astype(data.dtype, copy=False)

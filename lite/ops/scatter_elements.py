@@ -21,7 +21,9 @@ from lite.ops.registry import kernel
 REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def scatter_into(op_type: str, output: np.ndarray, address: tuple, updates: np.ndarray, reduction: str) -> None:
+def scatter_into(
+    op_type: str, output: np.ndarray, address: tuple, updates: np.ndarray, reduction: str
+) -> None:
     """``output[address] (reduction)= updates`` in place; ``output`` is the kernel's own copy."""
     if reduction == "none":
         output[address] = updates

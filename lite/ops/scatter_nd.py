@@ -29,7 +29,8 @@ def ScatterND(data, indices, updates, *, reduction="none"):
             f"shape {expected}, got {updates.shape}"
         )
     address = tuple(
-        checked_indices("ScatterND", indices[..., position], data.shape[position]) for position in range(depth)
+        checked_indices("ScatterND", indices[..., position], data.shape[position])
+        for position in range(depth)
     )
     output = data.copy()
     scatter_into("ScatterND", output, address, updates, reduction)

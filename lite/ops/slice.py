@@ -39,7 +39,9 @@ def _slice(data, starts, ends, axes, steps) -> np.ndarray:
     axes = list(range(len(starts))) if axes is None else int_list(axes)
     steps = [1] * len(starts) if steps is None else int_list(steps)
     if not len(axes) == len(steps) == len(starts):
-        raise KernelError(f"Slice: starts, ends, axes and steps differ in length ({starts}, {ends}, {axes}, {steps})")
+        raise KernelError(
+            f"Slice: starts, ends, axes and steps differ in length ({starts}, {ends}, {axes}, {steps})"
+        )
     if 0 in steps:
         raise KernelError(f"Slice: steps must be non-zero, got {steps}")
     windows = [slice(None)] * data.ndim

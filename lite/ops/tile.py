@@ -26,5 +26,7 @@ def Tile(input, repeats):
 def Tile_v1(input, tiles, axis):
     input = np.asarray(input)
     counts = [1] * input.ndim
-    counts[normalize_axis("Tile", scalar_int("Tile", "axis", axis), input.ndim)] = scalar_int("Tile", "tiles", tiles)
+    counts[normalize_axis("Tile", scalar_int("Tile", "axis", axis), input.ndim)] = scalar_int(
+        "Tile", "tiles", tiles
+    )
     return Tile(input, counts)

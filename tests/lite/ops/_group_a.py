@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 from onnx import numpy_helper
+
 from tests.lite.ops._reference import assert_same, kernel_outputs, reference_outputs
 
 RTOL = 1e-5
@@ -25,10 +26,14 @@ def as_proto_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def assert_matches(actual: np.ndarray, expected: np.ndarray, what: str, rtol: float = RTOL, atol: float = ATOL):
+def assert_matches(
+    actual: np.ndarray, expected: np.ndarray, what: str, rtol: float = RTOL, atol: float = ATOL
+):
     expected = np.asarray(expected)
     if expected.dtype.kind in "OUS":
-        assert isinstance(actual, np.ndarray) and actual.dtype == object, f"{what}: strings must be object arrays"
+        assert isinstance(actual, np.ndarray) and actual.dtype == object, (
+            f"{what}: strings must be object arrays"
+        )
         assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
         assert [str(v) for v in actual.reshape(-1)] == [str(v) for v in expected.reshape(-1)], what
         return

@@ -67,9 +67,18 @@ def kernel_outputs(
     kwargs = dict(attributes)
     if chosen.wants_output_count:
         kwargs["output_count"] = output_count
-    result = chosen.fn(*inputs, **kwargs)
+    result = chosen.fn(*[_read_only(value) for value in inputs], **kwargs)
     results = list(result) if isinstance(result, tuple) else [result]
     return results[:output_count]
+
+
+def _read_only(value: np.ndarray | None) -> np.ndarray | None:
+    """A locked copy: kernels must never write into inputs (weights may be mmap views)."""
+    if value is None:
+        return None
+    locked = np.array(value)
+    locked.flags.writeable = False
+    return locked
 
 
 def assert_same(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float, what: str) -> None:

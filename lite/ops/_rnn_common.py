@@ -1,0 +1,148 @@
+"""What LSTM, GRU and RNN share: activation functions, layouts, directions, sequence lengths.
+
+https://onnx.ai/onnx/operators/onnx__RNN.html (the activation list and its alpha/beta rules)
+
+Every cell runs through :func:`run_directions`: inputs are brought to layout 0
+``(seq, batch, input)``, the input projection ``X @ W^T + Wb`` of every step is one GEMM, and
+each step only does the recurrent GEMM. A batch entry whose ``sequence_lens`` is shorter keeps
+its state and emits zeros past its end; in reverse it starts at its own last step, which a
+per-step mask gives for free since the loop walks the steps backwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from lite.errors import UnsupportedOpError
+
+# name -> (function of (x, alpha, beta), default alpha, default beta)
+_ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
+    "Relu": (lambda x, a, b: np.maximum(x, 0), None, None),
+    "Tanh": (lambda x, a, b: np.tanh(x), None, None),
+    "Sigmoid": (lambda x, a, b: 1.0 / (1.0 + np.exp(-x)), None, None),
+    "Affine": (lambda x, a, b: a * x + b, 1.0, 0.0),
+    "LeakyRelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, None),
+    "ThresholdedRelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, None),
+    "ScaledTanh": (lambda x, a, b: a * np.tanh(b * x), 1.0, 1.0),
+    "HardSigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), 0.2, 0.5),
+    "Elu": (lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1)), 1.0, None),
+    "Softsign": (lambda x, a, b: x / (1 + np.abs(x)), None, None),
+    "Softplus": (lambda x, a, b: np.log1p(np.exp(x)), None, None),
+}
+_DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+
+
+def activation_functions(
+    op: str,
+    names: Sequence[str] | None,
+    alphas: Sequence[float] | None,
+    betas: Sequence[float] | None,
+    defaults: Sequence[str],
+    directions: int,
+) -> list[list[Callable[[np.ndarray], np.ndarray]]]:
+    """Per direction, the cell's activations; alphas/betas are consumed by the ones that take them."""
+    names = list(names) if names else list(defaults) * directions
+    if len(names) != len(defaults) * directions:
+        raise UnsupportedOpError(
+            f"{op}: expected {len(defaults) * directions} activations for {directions} direction(s), got {names}"
+        )
+    alphas, betas = list(alphas or []), list(betas or [])
+    functions = []
+    for name in names:
+        matched = next((key for key in _ACTIVATIONS if key.lower() == str(name).lower()), None)
+        if matched is None:
+            raise UnsupportedOpError(f"{op}: unknown activation {name!r}")
+        fn, default_alpha, default_beta = _ACTIVATIONS[matched]
+        alpha = alphas.pop(0) if default_alpha is not None and alphas else default_alpha
+        beta = betas.pop(0) if default_beta is not None and betas else default_beta
+        functions.append(lambda x, fn=fn, alpha=alpha, beta=beta: fn(x, alpha, beta))
+    per = len(defaults)
+    return [functions[d * per : (d + 1) * per] for d in range(directions)]
+
+
+def direction_count(op: str, direction: str) -> int:
+    if direction not in _DIRECTIONS:
+        raise UnsupportedOpError(f"{op}: direction must be forward, reverse or bidirectional, got {direction!r}")
+    return _DIRECTIONS[direction]
+
+
+def to_time_major(X, initial_states, layout):
+    """Layout 1 (batch-major) inputs to layout 0."""
+    if not layout:
+        return X, initial_states
+    return np.swapaxes(X, 0, 1), [None if s is None else np.swapaxes(s, 0, 1) for s in initial_states]
+
+
+def from_time_major(Y, states, layout):
+    """Y ``(seq, dirs, batch, H)`` and states ``(dirs, batch, H)`` in the requested layout."""
+    if not layout:
+        return (Y, *states)
+    return (np.transpose(Y, (2, 0, 1, 3)), *(np.swapaxes(s, 0, 1) for s in states))
+
+
+def step_masks(sequence_lens, seq_length, batch):
+    """``active[t]`` (batch, 1): whether step t is inside each entry's sequence; None if all are."""
+    if sequence_lens is None:
+        return None
+    lengths = np.asarray(sequence_lens).astype(np.int64)
+    if lengths.shape != (batch,) or (lengths > seq_length).any() or (lengths < 0).any():
+        raise UnsupportedOpError(
+            f"sequence_lens must hold {batch} lengths within 0..{seq_length}, got {lengths.tolist()}"
+        )
+    if (lengths == seq_length).all():
+        return None
+    return (np.arange(seq_length)[:, None] < lengths[None, :])[:, :, None]
+
+
+def run_directions(
+    op: str,
+    X,
+    sequence_lens,
+    initial_states: list,
+    direction: str,
+    layout: int,
+    hidden_size: int,
+    state_count: int,
+    step_factory: Callable[[int], Callable],
+):
+    """Run ``step(x_projected_t, states) -> (output, states)`` over time for each direction.
+
+    ``step_factory(d)`` returns direction d's step function and its input projection
+    ``project(X) -> (seq, batch, k)``.
+    """
+    directions = direction_count(op, direction)
+    X, initial_states = to_time_major(np.asarray(X), initial_states, layout)
+    out_dtype = X.dtype
+    dtype = np.float64 if X.dtype == np.float64 else np.float32
+    X = X.astype(dtype, copy=False)
+    seq_length, batch = X.shape[:2]
+    masks = step_masks(sequence_lens, seq_length, batch)
+    Y = np.zeros((seq_length, directions, batch, hidden_size), dtype=dtype)
+    finals = [np.zeros((directions, batch, hidden_size), dtype=dtype) for _ in range(state_count)]
+    for d in range(directions):
+        step, project = step_factory(d)
+        projected = project(X)
+        states = [
+            np.zeros((batch, hidden_size), dtype=dtype) if s is None else np.asarray(s[d], dtype=dtype)
+            for s in initial_states
+        ]
+        backwards = direction == "reverse" or d == 1
+        for t in (range(seq_length - 1, -1, -1) if backwards else range(seq_length)):
+            output, new_states = step(projected[t], states)
+            if masks is not None:
+                active = masks[t]
+                output = np.where(active, output, 0)
+                new_states = [np.where(active, new, old) for new, old in zip(new_states, states)]
+            Y[t, d] = output
+            states = new_states
+        for final, state in zip(finals, states):
+            final[d] = state
+    return from_time_major(Y.astype(out_dtype), [f.astype(out_dtype) for f in finals], layout)
+
+
+def clipper(clip):
+    if clip is None:
+        return lambda x: x
+    return lambda x: np.clip(x, -clip, clip)

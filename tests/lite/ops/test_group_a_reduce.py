@@ -1,0 +1,190 @@
+"""Softmax family, reductions, ArgMax/ArgMin and CumSum against onnx.reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.lite.ops._group_a import check
+from tests.lite.ops._reference import check_against_onnxruntime, kernel_outputs
+
+rng = np.random.default_rng(11)
+F32 = np.float32
+
+
+def normal(shape, dtype=F32, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("axis", [None, 0, 1, 2, -1, -3])
+def test_softmax_family(op, axis):
+    x = normal((2, 3, 4), scale=5)
+    attributes = {} if axis is None else {"axis": axis}
+    check(op, [x], attributes, opset=13)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("opset", [1, 11])
+@pytest.mark.parametrize("axis", [None, 0, 1, 2, -1, -3])
+def test_softmax_family_coerced_to_2d(op, opset, axis):
+    # onnx.reference applies the opset-13 single-axis rule to every version; ONNX Runtime
+    # implements the 2-D coercion of opsets 1 and 11.
+    if opset == 1 and axis is not None and axis < 0:
+        axis += 3
+    x = normal((2, 3, 4), scale=5)
+    attributes = {} if axis is None else {"axis": axis}
+    check_against_onnxruntime(op, [x], attributes, opset=opset, rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_is_stable():
+    x = np.array([[1000.0, 1001.0, -1000.0], [-1e4, -1e4, -1e4]], dtype=F32)
+    (result,) = check("Softmax", [x], opset=13)
+    assert np.all(np.isfinite(result))
+    # onnx.reference computes log(softmax) and returns -inf where the exact value is -2001.3.
+    (logs,) = kernel_outputs("LogSoftmax", [x], {}, opset=13)
+    wide = x.astype(np.float64)
+    shifted = wide - wide.max(axis=1, keepdims=True)
+    expected = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(logs, expected, rtol=1e-5)
+
+
+def test_hardmax_takes_first_maximum():
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], dtype=F32)
+    (result,) = check("Hardmax", [x], opset=13)
+    assert result.tolist() == [[0, 1, 0], [1, 0, 0]]
+
+
+REDUCTIONS = [
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+]
+AXES_CASES = [None, [0], [1], [-1], [0, 2], [2, 0, 1]]
+
+
+def reduction_input(op, dtype=F32):
+    if op == "ReduceLogSum":
+        return rng.uniform(0.1, 2.0, size=(3, 4, 5)).astype(dtype)
+    if op == "ReduceProd":
+        return rng.uniform(0.5, 1.5, size=(3, 4, 5)).astype(dtype)
+    return normal((3, 4, 5), dtype)
+
+
+def axes_input_since(op):
+    return 13 if op == "ReduceSum" else 18
+
+
+@pytest.mark.parametrize("op", REDUCTIONS)
+@pytest.mark.parametrize("axes", AXES_CASES)
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduction_axes_attribute(op, axes, keepdims):
+    attributes = {"keepdims": keepdims}
+    if axes is not None:
+        attributes["axes"] = axes
+    check(op, [reduction_input(op)], attributes, opset=11)
+
+
+@pytest.mark.parametrize("op", REDUCTIONS)
+@pytest.mark.parametrize("axes", AXES_CASES)
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduction_axes_input(op, axes, keepdims):
+    opset = max(axes_input_since(op), 18 if op != "ReduceSum" else 13)
+    axes_tensor = None if axes is None else np.array(axes, dtype=np.int64)
+    check(op, [reduction_input(op), axes_tensor], {"keepdims": keepdims}, opset=opset)
+
+
+@pytest.mark.parametrize("op", REDUCTIONS)
+def test_reduction_noop_with_empty_axes(op):
+    x = reduction_input(op)
+    opset = axes_input_since(op)
+    check(op, [x], {"noop_with_empty_axes": 1}, opset=opset)
+    check(op, [x, np.array([], dtype=np.int64)], {"noop_with_empty_axes": 1}, opset=opset)
+    check(op, [x, np.array([], dtype=np.int64)], {"noop_with_empty_axes": 0, "keepdims": 0}, opset=opset)
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    [
+        (op, dtype)
+        for op in ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1"]
+        for dtype in (np.int32, np.int64)
+    ]
+    # onnx.reference widens int32 ReduceSumSquare to int64; the spec keeps the input type.
+    + [("ReduceSumSquare", np.int64)],
+)
+def test_reduction_integers_keep_type(op, dtype):
+    x = rng.integers(-5, 5, size=(3, 4)).astype(dtype)
+    check(op, [x, np.array([1], dtype=np.int64)], {"keepdims": 0}, opset=18)
+
+
+def test_reduce_max_bool():
+    x = rng.random((3, 4)) > 0.7
+    check("ReduceMax", [x, np.array([1], dtype=np.int64)], opset=20)
+    check("ReduceMin", [x, np.array([0], dtype=np.int64)], opset=20)
+
+
+def test_reductions_over_empty_set():
+    x = np.zeros((0, 3), dtype=F32)
+    axes = np.array([0], dtype=np.int64)
+    expected = {
+        "ReduceSum": 0.0,
+        "ReduceProd": 1.0,
+        "ReduceMax": -np.inf,
+        "ReduceMin": np.inf,
+        "ReduceLogSumExp": -np.inf,
+        "ReduceSumSquare": 0.0,
+    }
+    for op, value in expected.items():
+        (result,) = kernel_outputs(op, [x, axes], {"keepdims": 0}, opset=18)
+        assert result.shape == (3,) and result.dtype == F32, op
+        assert np.all(result == value), op
+
+
+def test_reduce_log_sum_exp_is_stable():
+    x = np.array([[1000.0, 1000.0], [-np.inf, -np.inf]], dtype=F32)
+    (result,) = kernel_outputs(
+        "ReduceLogSumExp", [x, np.array([1], dtype=np.int64)], {"keepdims": 0}, opset=18
+    )
+    np.testing.assert_allclose(result, [1000.0 + np.log(2), -np.inf], rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("opset", [1, 11, 12, 13])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_arg_extreme(op, opset, axis, keepdims):
+    x = normal((3, 4, 5))
+    if opset == 1 and axis < 0:
+        axis = 2
+    check(op, [x], {"axis": axis, "keepdims": keepdims}, opset=opset)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("select_last_index", [0, 1])
+def test_arg_extreme_ties(op, select_last_index):
+    x = rng.integers(0, 3, size=(4, 6)).astype(np.int32)
+    for axis in (0, 1):
+        check(op, [x], {"axis": axis, "select_last_index": select_last_index}, opset=13)
+
+
+@pytest.mark.parametrize("opset", [11, 14])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("dtype", [F32, np.int32, np.int64])
+def test_cum_sum(opset, axis, exclusive, reverse, dtype):
+    x = (normal((3, 4, 2), scale=10)).astype(dtype)
+    check(
+        "CumSum",
+        [x, np.array(axis, dtype=np.int64)],
+        {"exclusive": exclusive, "reverse": reverse},
+        opset=opset,
+    )

@@ -1,0 +1,1 @@
+"""Generated code; see scripts/generate.py."""
