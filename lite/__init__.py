@@ -17,12 +17,14 @@ from lite.errors import (
     UnsupportedOpError,
 )
 from lite.custom_ops import CustomOps
+from lite.device_arrays import DeviceArray
 from lite.model import Model, TensorSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CustomOps",
+    "DeviceArray",
     "EngineUnavailableError",
     "InvalidInputError",
     "KernelError",

@@ -19,6 +19,7 @@ from lite.errors import InvalidInputError
 from lite.format import ir, load as load_model
 from lite.format.dtypes import DataType, storage_dtype
 from lite.custom_ops import CustomOps
+from lite.device_arrays import device_array_spec, is_device_array
 
 DEVICES = ("auto", "numpy", "cpu", "cuda", "tensorrt")
 
@@ -130,6 +131,15 @@ class Model:
 
 
 def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]) -> np.ndarray:
+    if spec.dtype is None and spec.shape is None and (value is None or isinstance(value, (list, tuple))):
+        # A value of sequence or optional type (ONNX): a list of arrays, or None.
+        return list(value) if value is not None else None
+    if is_device_array(value):
+        shape, dtype = device_array_spec(value)
+        if spec.dtype is not None and dtype != spec.dtype:
+            raise InvalidInputError(f"input {spec.name!r} (on the GPU) has dtype {dtype}, the model expects {spec.dtype}")
+        _check_shape(spec, shape, bound)
+        return value
     if isinstance(value, np.ndarray):
         array = value
         if spec.dtype == np.dtype(object) and array.dtype.kind in "SU":
@@ -145,17 +155,23 @@ def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]
             array = np.asarray(value, dtype=spec.dtype)
         except (TypeError, ValueError) as err:
             raise InvalidInputError(f"input {spec.name!r} cannot be converted to {spec.dtype}: {err}") from err
+    _check_shape(spec, array.shape, bound)
+    return array
+
+
+def _check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple[int, str]]) -> None:
+    """Rank and fixed dimensions as declared; a symbolic dimension has one size across inputs."""
     if spec.shape is None:
-        return array
-    if array.ndim != len(spec.shape):
+        return
+    if len(shape) != len(spec.shape):
         raise InvalidInputError(
-            f"input {spec.name!r} has rank {array.ndim} (shape {list(array.shape)}), "
+            f"input {spec.name!r} has rank {len(shape)} (shape {list(shape)}), "
             f"the model expects rank {len(spec.shape)} (shape {list(spec.shape)})"
         )
-    for axis, (dim, size) in enumerate(zip(spec.shape, array.shape)):
+    for axis, (dim, size) in enumerate(zip(spec.shape, shape)):
         if isinstance(dim, int) and dim != size:
             raise InvalidInputError(
-                f"input {spec.name!r} has size {size} on axis {axis} (shape {list(array.shape)}), "
+                f"input {spec.name!r} has size {size} on axis {axis} (shape {list(shape)}), "
                 f"the model expects {dim} (shape {list(spec.shape)})"
             )
         if isinstance(dim, str):
@@ -164,7 +180,6 @@ def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]
                 raise InvalidInputError(
                     f"dimension {dim!r} is {size} on input {spec.name!r} axis {axis} but {first[0]} on {first[1]}"
                 )
-    return array
 
 
 def _file_identity(path: str | os.PathLike) -> str:

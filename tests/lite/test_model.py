@@ -111,3 +111,27 @@ def test_import_lite_pulls_in_no_heavy_dependency():
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class FakeCudaTensor:
+    """Speaks the DLPack device protocol as a CUDA tensor does (shape, dtype, device type 2)."""
+
+    def __init__(self, shape, dtype):
+        self.shape = shape
+        self.dtype = dtype
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_device_arrays_are_recognised_and_validated_without_copies():
+    from lite.device_arrays import device_array_spec, is_device_array
+
+    assert not is_device_array(np.ones(3))
+    assert is_device_array(FakeCudaTensor((2, 4), "torch.float32"))
+    assert device_array_spec(FakeCudaTensor((2, 4), "torch.float16")) == ((2, 4), np.dtype(np.float16))
+    model = lite.Model.load(matmul_model(), device="numpy")
+    with pytest.raises(lite.InvalidInputError, match="on the GPU.*float16, the model expects float32"):
+        model.predict({"x": FakeCudaTensor((2, 4), "torch.float16")})
+    with pytest.raises(lite.InvalidInputError, match="size 5 on axis 1"):
+        model.predict({"x": FakeCudaTensor((2, 5), np.float32)})

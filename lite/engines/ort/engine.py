@@ -13,6 +13,7 @@ node; that node then moves to the numpy engine and the segments are rebuilt.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from lite.device_arrays import is_device_array
 from lite.engines.numpy_engine import NumpyEngine
+from lite.engines.ort.cuda import CudaRunner
 from lite.engines.ort import sessions
 from lite.engines.ort.lower import lower_nodes, reads
 from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
@@ -79,7 +82,11 @@ class OrtEngine:
         self.model = model
         self.name = device
         self.custom_ops = custom_ops
-        self.config = options or sessions.SessionConfig(device=device, threads=threads)
+        config = options or sessions.SessionConfig(device=device, threads=threads)
+        # Segments run without CUDA graphs; the graphed session (if any) is built beside them.
+        self.config = config
+        self.plain_config = dataclasses.replace(config, cuda_graph=False)
+        self.cuda_graph_declined: str | None = None
         self.ort = sessions.import_onnxruntime(device)
         on_numpy = {id(n) for n in model.main.nodes if not self._supported(n)}
         self._on_numpy = on_numpy
@@ -98,6 +105,7 @@ class OrtEngine:
         graph = model.main
         self.output_names = [graph.tensors[i].name for i in graph.outputs]
         self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort)
+        self.gpu = self._gpu_runner() if device != "cpu" else None
 
     def _supported(self, node: ir.Node) -> bool:
         domain = normalize_domain(node.domain)
@@ -148,7 +156,7 @@ class OrtEngine:
 
             def build(input_types: dict[str, DataType] | None = None) -> sessions.Session:
                 lowered = lower_nodes(self.model, segment.nodes, inputs, outputs, name=name, input_types=input_types)
-                return sessions.create(self.ort, lowered, self.config)
+                return sessions.create(self.ort, lowered, self.plain_config)
 
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
                 return _TypedOnFirstRun(build)
@@ -159,7 +167,24 @@ class OrtEngine:
                        metadata=self.model.metadata, version=self.model.version)
         return NumpyEngine(sub, self.custom_ops)
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _gpu_runner(self) -> CudaRunner | None:
+        """IOBinding (and CUDA graph) execution when the whole graph is one ONNX Runtime session."""
+        if len(self.segments) != 1 or not isinstance(self.segments[0].runner, sessions.Session):
+            return None
+        plain = self.segments[0].runner
+        graphed = None
+        if self.config.cuda_graph:
+            lowered = lower_nodes(self.model, self.model.main.nodes, self.model.main.inputs, self.model.main.outputs)
+            try:
+                graphed = sessions.create(self.ort, lowered, self.config)
+            except Exception as err:  # e.g. some nodes fell back to the CPU provider: no capture possible
+                self.cuda_graph_declined = f"{type(err).__name__}: {err}"
+        return CudaRunner(self.ort, plain, graphed, self.config.device_id)
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        if self.gpu is not None:
+            return self.gpu.run(dict(feeds))
+        feeds = {name: _host(value) for name, value in feeds.items()}
         feeds = {name: _as_text(name, value) if value.dtype == object else value for name, value in feeds.items()}
         if len(self.segments) == 1:
             return self.segments[0].run(feeds)
@@ -186,6 +211,15 @@ class OrtEngine:
         """The partition: one entry per segment (engine, node count, first and last op)."""
         return [{"engine": "onnxruntime" if s.on_ort else "numpy", "nodes": len(s.nodes),
                  "ops": sorted({n.op_type for n in s.nodes})} for s in self.segments]
+
+
+def _host(value: Any) -> np.ndarray:
+    """numpy arrays as they are; device arrays copied to the host (partitioned or CPU graphs)."""
+    if is_device_array(value):
+        from onnxruntime import OrtValue
+
+        return OrtValue.from_dlpack(value).numpy()
+    return value
 
 
 def _as_text(name: str, array: np.ndarray) -> np.ndarray:

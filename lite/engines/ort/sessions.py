@@ -48,8 +48,8 @@ class SessionConfig:
     device_id: int = 0
     gpu_mem_limit: int | None = None  # bytes
     cudnn_conv_algo_search: str = "EXHAUSTIVE"  # EXHAUSTIVE | HEURISTIC | DEFAULT
-    prefer_nhwc: bool = False
-    cuda_graph: bool = False
+    prefer_nhwc: bool | None = None  # None: True on CUDA (faster convolutions with fp16 tensor cores)
+    cuda_graph: bool | None = None  # None: True on CUDA (captured per input-shape bucket, replayed)
     cache_dir: Path | None = field(default_factory=default_cache_dir)  # None: no cache
     weights_identity: str | None = None  # identity of the weights (file, size, mtime); None: hash them
 
@@ -58,6 +58,10 @@ class SessionConfig:
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
         if self.device not in _PROVIDERS:
             raise ValueError(f"ONNX Runtime device must be one of {', '.join(_PROVIDERS)}; got {self.device!r}")
+        on_gpu = self.device != "cpu"
+        for name in ("prefer_nhwc", "cuda_graph"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, on_gpu)
         if self.optimization not in _OPTIMIZATION_LEVELS:
             raise ValueError(f"optimization must be one of {', '.join(_OPTIMIZATION_LEVELS)}; got {self.optimization!r}")
         if self.cudnn_conv_algo_search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):

@@ -1,0 +1,85 @@
+"""Arrays in GPU memory: recognising them on input, and returning them (:class:`DeviceArray`).
+
+Anything that speaks DLPack and says it lives on a CUDA device is a device array: PyTorch
+tensors, CuPy and JAX arrays. Outputs that stay on the GPU are returned as
+:class:`DeviceArray`, which those libraries import without a copy (``torch.from_dlpack(y)``).
+This module imports nothing beyond numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+KDL_CUDA = 2
+
+
+def is_device_array(value: Any) -> bool:
+    """True for arrays in CUDA memory that speak DLPack (PyTorch, CuPy, JAX, DeviceArray)."""
+    device = getattr(value, "__dlpack_device__", None)
+    if device is None or isinstance(value, np.ndarray):
+        return False
+    try:
+        return device()[0] == KDL_CUDA
+    except Exception:
+        return False
+
+
+def device_array_spec(value: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and numpy dtype of a device array, whatever library made it."""
+    shape = tuple(int(d) for d in value.shape)
+    dtype = value.dtype
+    try:
+        return shape, np.dtype(dtype)
+    except TypeError:
+        # torch.float32 and friends: the name after the dot is numpy's name.
+        return shape, np.dtype(str(dtype).rsplit(".", 1)[-1])
+
+
+class DeviceArray:
+    """A tensor in GPU memory returned by lite; import it with ``torch.from_dlpack`` or ``cupy.from_dlpack``."""
+
+    def __init__(self, value: Any) -> None:
+        self._value = value  # an onnxruntime.OrtValue on the device
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._value.shape())
+
+    @property
+    def dtype(self) -> np.dtype:
+        return numpy_dtype_of_ortvalue(self._value)
+
+    @property
+    def device(self) -> str:
+        return f"cuda:{self.__dlpack_device__()[1]}"
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._value.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._value.__dlpack_device__()
+
+    def numpy(self) -> np.ndarray:
+        """A host copy."""
+        return self._value.numpy()
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r})"
+
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+    "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int16)": np.int16, "tensor(uint16)": np.uint16,
+    "tensor(int32)": np.int32, "tensor(uint32)": np.uint32, "tensor(int64)": np.int64,
+    "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+}
+
+
+def numpy_dtype_of_ortvalue(value: Any) -> np.dtype:
+    return np.dtype(_ORT_TYPES[value.data_type()])

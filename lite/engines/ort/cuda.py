@@ -1,0 +1,116 @@
+"""The GPU data path of the ONNX Runtime engine: inputs and outputs that stay on the device.
+
+- Inputs may be any DLPack-capable CUDA array (PyTorch, CuPy, JAX, a :class:`DeviceArray`): they
+  are bound in place (``OrtValue.from_dlpack``, no copy) through an IOBinding. Outputs of such a
+  call stay on the GPU and come back as :class:`DeviceArray` objects, which PyTorch and CuPy
+  import without a copy (``torch.from_dlpack(y)``, ``cupy.from_dlpack(y)``).
+- numpy inputs are copied to the device once per call and outputs copied back.
+- CUDA graphs (``cuda_graph=True``): each distinct set of input shapes (a bucket, at most
+  ``MAX_GRAPH_BUCKETS``) is captured once and replayed. Replay needs fixed addresses, so every
+  bucket owns device buffers for its inputs and outputs; a call copies its inputs into them
+  (device to device for device inputs) and its outputs out of them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from lite.device_arrays import DeviceArray, device_array_spec, is_device_array, numpy_dtype_of_ortvalue
+from lite.engines.ort.sessions import Session
+
+MAX_GRAPH_BUCKETS = 8
+
+
+class CudaRunner:
+    """Runs one whole-graph session on CUDA with IOBinding (and optionally CUDA graphs)."""
+
+    def __init__(self, ort, plain: Session, graphed: Session | None, device_id: int) -> None:
+        self.ort = ort
+        self.plain = plain
+        self.graphed = graphed
+        self.device_id = device_id
+        self.buckets: dict[tuple, _Bucket] = {}
+        self.lock = threading.Lock()
+        self.output_names = plain.output_names
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        on_device = any(is_device_array(v) for v in feeds.values())
+        if self.graphed is not None:
+            key = tuple((name, tuple(np.shape(v) if isinstance(v, np.ndarray) else device_array_spec(v)[0]))
+                        for name, v in sorted(feeds.items()))
+            bucket = self.buckets.get(key)
+            if bucket is None and len(self.buckets) < MAX_GRAPH_BUCKETS:
+                with self.lock:
+                    bucket = self.buckets.get(key) or self._capture(key, feeds)
+            if bucket is not None:
+                with bucket.lock:  # one replay at a time per bucket: it owns the buffers
+                    return bucket.run(feeds, on_device)
+        return self._run_bound(feeds, on_device)
+
+    def _run_bound(self, feeds: dict[str, Any], on_device: bool) -> dict[str, Any]:
+        binding = self.plain.session.io_binding()
+        keep = []
+        for name, value in feeds.items():
+            if is_device_array(value):
+                ortvalue = self.ort.OrtValue.from_dlpack(value)
+                keep.append(ortvalue)
+                binding.bind_ortvalue_input(name, ortvalue)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name in self.output_names:
+            binding.bind_output(name, "cuda", self.device_id)
+        self.plain.session.run_with_iobinding(binding)
+        outputs = binding.get_outputs()
+        if on_device:
+            return {name: DeviceArray(value) for name, value in zip(self.output_names, outputs)}
+        return {name: value.numpy() for name, value in zip(self.output_names, outputs)}
+
+    def _capture(self, key: tuple, feeds: dict[str, Any]) -> _Bucket:
+        # Output shapes come from one ordinary run; then buffers are fixed and the graph captured.
+        probe = self._run_bound(feeds, on_device=False)
+        graph_id = len(self.buckets) + 1
+        bucket = _Bucket(self.ort, self.graphed, self.device_id, graph_id, feeds, probe)
+        self.buckets[key] = bucket
+        return bucket
+
+
+class _Bucket:
+    def __init__(self, ort, session: Session, device_id: int, graph_id: int, feeds: dict[str, Any],
+                 probe: dict[str, np.ndarray]) -> None:
+        self.ort = ort
+        self.session = session
+        self.device_id = device_id
+        self.lock = threading.Lock()
+        self.inputs = {}
+        for name, value in feeds.items():
+            shape, dtype = (value.shape, value.dtype) if isinstance(value, np.ndarray) else device_array_spec(value)
+            self.inputs[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, "cuda", device_id)
+        self.outputs = {name: ort.OrtValue.ortvalue_from_shape_and_type(list(value.shape), value.dtype, "cuda", device_id)
+                        for name, value in probe.items()}
+        self.binding = session.session.io_binding()
+        for name, value in self.inputs.items():
+            self.binding.bind_ortvalue_input(name, value)
+        for name, value in self.outputs.items():
+            self.binding.bind_ortvalue_output(name, value)
+        self.options = ort.RunOptions()
+        self.options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        self.run(feeds, on_device=False)  # the first run with this id captures the graph
+
+    def run(self, feeds: dict[str, Any], on_device: bool) -> dict[str, Any]:
+        for name, value in feeds.items():
+            source = self.ort.OrtValue.from_dlpack(value) if is_device_array(value) else np.ascontiguousarray(value)
+            self.inputs[name].update_inplace(source)
+        self.session.session.run_with_iobinding(self.binding, self.options)
+        if not on_device:
+            return {name: value.numpy() for name, value in self.outputs.items()}
+        results = {}
+        for name, value in self.outputs.items():
+            copy = self.ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), numpy_dtype_of_ortvalue(value), "cuda", self.device_id)
+            copy.update_inplace(value)  # the bucket's buffer is overwritten by the next replay
+            results[name] = DeviceArray(copy)
+        return results
+
+
