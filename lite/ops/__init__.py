@@ -88,4 +88,26 @@ import lite.ops.roi_align  # noqa: F401
 import lite.ops.scan  # noqa: F401
 import lite.ops.upsample  # noqa: F401
 
+# --- group C: attention, losses, signal, sequences, strings, ml ---
+import lite.ops.attention  # noqa: F401
+import lite.ops.negative_log_likelihood_loss  # noqa: F401
+import lite.ops.softmax_cross_entropy_loss  # noqa: F401
+import lite.ops.rms_normalization  # noqa: F401
+import lite.ops.rotary_embedding  # noqa: F401
+import lite.ops.swiglu  # noqa: F401
+import lite.ops.cum_prod  # noqa: F401
+import lite.ops.bit_cast  # noqa: F401
+import lite.ops.dft  # noqa: F401
+import lite.ops.stft  # noqa: F401
+import lite.ops.window_functions  # noqa: F401
+import lite.ops.mel_weight_matrix  # noqa: F401
+import lite.ops.max_unpool  # noqa: F401
+import lite.ops.affine_grid  # noqa: F401
+import lite.ops.tensor_scatter  # noqa: F401
+import lite.ops.linear_attention  # noqa: F401
+import lite.ops.causal_conv_with_state  # noqa: F401
+import lite.ops.flex_attention  # noqa: F401
+import lite.ops.sequence_ops  # noqa: F401
+import lite.ops.optional_ops  # noqa: F401
+
 __all__ = ["KERNELS", "Kernel", "KernelRegistry", "kernel"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -149,6 +150,25 @@ def windows(
         + tuple(st * s for st, s in zip(spatial_strides, strides))
     )
     return np.lib.stride_tricks.as_strided(padded, shape, strides, writeable=False)
+
+
+_SCRATCH = threading.local()
+
+
+def scratch(shape: tuple[int, ...], dtype: np.dtype, slot: str = "cols") -> np.ndarray:
+    """A reusable per-thread buffer for temporaries that never leave a kernel (im2col columns).
+
+    Fresh multi-megabyte allocations are page-faulted in on every call; reusing one buffer per
+    thread keeps those pages mapped and cached. Callers must not return or keep the buffer.
+    """
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    buffers = getattr(_SCRATCH, "buffers", None)
+    if buffers is None:
+        buffers = _SCRATCH.buffers = {}
+    buffer = buffers.get(slot)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = buffers[slot] = np.empty(max(nbytes, 1), dtype=np.uint8)
+    return buffer[:nbytes].view(dtype).reshape(shape)
 
 
 def compute_dtype(x: np.ndarray) -> np.dtype:

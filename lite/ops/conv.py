@@ -10,7 +10,7 @@ Three paths, picked by shape, all computing the same thing:
   multiply-adds, each over one long contiguous slice (see ``TapPlan``), in cache-sized channel
   blocks; a GEMM per channel would be all call overhead;
 - general: im2col as a strided view of the padded input laid out ``(C, *kernel, *out)``, made
-  contiguous once, then one batched GEMM ``(group, M/g, C/g*K) @ (group, C/g*K, P)``.
+  contiguous once (into a reused per-thread buffer), then one batched GEMM ``(group, M/g, C/g*K) @ (group, C/g*K, P)``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from lite.ops._conv_common import (
     output_shape,
     pad_input,
     resolve_pads,
+    scratch,
     spatial_defaults,
     windows,
 )
@@ -94,7 +95,9 @@ def _im2col(padded, w, group, kernel_dims, strides, dilations, out_shape):
     taps = int(np.prod(kernel_dims))
     pixels = int(np.prod(out_shape))
     view = windows(padded, kernel_dims, strides, dilations, out_shape)
-    cols = np.ascontiguousarray(view).reshape(batch, group, channels // group * taps, pixels)
+    cols = scratch(view.shape, padded.dtype)
+    np.copyto(cols, view)
+    cols = cols.reshape(batch, group, channels // group * taps, pixels)
     weights = w.reshape(group, w.shape[0] // group, channels // group * taps)
     if group == 1 and batch == 1:
         return np.matmul(weights[0], cols[0, 0])
@@ -162,10 +165,10 @@ def _depthwise_taps(x, w, begin, end, strides, dilations, out_shape):
     length = plan.length
     block = max(1, _DEPTHWISE_BLOCK_ELEMENTS // (length * multiplier))
     y = np.empty((batch, channels, multiplier, length), dtype=x.dtype)
-    scratch = np.empty((min(block, channels), multiplier, length), dtype=x.dtype)
+    spare = np.empty((min(block, channels), multiplier, length), dtype=x.dtype)
     for start in range(0, channels, block):
         stop = min(start + block, channels)
-        tmp = scratch[: stop - start]
+        tmp = spare[: stop - start]
         for n in range(batch):
             acc = y[n, start:stop]
             for index, region in enumerate(plan.regions(slice(start, stop))):

@@ -68,7 +68,7 @@ def grid_sample(X, grid, mode, padding_mode, align_corners):
     out_spatial = grid.shape[1:-1]
     # Axis d of the input is grid component rank-1-d (the grid lists x first).
     coords = [_unnormalize(grid[..., rank - 1 - d], spatial[d], align_corners) for d in range(rank)]
-    per_axis = []  # per axis: list of (index array, weight array, padding-mapped)
+    per_axis = []  # per axis: the (index, weight) arrays of its interpolation taps
     for d, size in enumerate(spatial):
         low, high = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
         c = coords[d]
@@ -93,8 +93,7 @@ def grid_sample(X, grid, mode, padding_mode, align_corners):
         elif padding_mode == "reflection":
             taps = [(np.trunc(_reflect(i, low, high)), w) for i, w in taps]
         per_axis.append(taps)
-    compute = np.float64
-    y = np.zeros((batch, channels) + out_spatial, dtype=compute)
+    y = np.zeros((batch, channels) + out_spatial, dtype=np.float64)
     batch_index = np.arange(batch).reshape((batch,) + (1,) * len(out_spatial))
     for combo in itertools.product(*per_axis):
         weight = np.ones(grid.shape[:-1])
@@ -106,7 +105,6 @@ def grid_sample(X, grid, mode, padding_mode, align_corners):
             indices.append(np.clip(index, 0, size - 1))
             weight = weight * w
         weight = np.where(inside, weight, 0.0)
-        # values: (N, *out, C) -> move C next to N
         y += _gather(x, batch_index, indices) * weight[:, None]
     return y.astype(x.dtype)
 

@@ -25,7 +25,8 @@ from lite.device_arrays import is_device_array
 from lite.engines.numpy_engine import NumpyEngine
 from lite.engines.ort.cuda import CudaRunner
 from lite.engines.ort import sessions
-from lite.engines.ort.lower import lower_nodes, reads
+from lite.engines.ort.half import has_half_weights, to_half_compute
+from lite.engines.ort.lower import Lowered, lower_nodes, reads
 from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, from_numpy
@@ -87,6 +88,7 @@ class OrtEngine:
         self.config = config
         self.plain_config = dataclasses.replace(config, cuda_graph=False)
         self.cuda_graph_declined: str | None = None
+        self.compute_precision = "as stored"
         self.ort = sessions.import_onnxruntime(device)
         on_numpy = {id(n) for n in model.main.nodes if not self._supported(n)}
         self._on_numpy = on_numpy
@@ -156,7 +158,7 @@ class OrtEngine:
 
             def build(input_types: dict[str, DataType] | None = None) -> sessions.Session:
                 lowered = lower_nodes(self.model, segment.nodes, inputs, outputs, name=name, input_types=input_types)
-                return sessions.create(self.ort, lowered, self.plain_config)
+                return sessions.create(self.ort, self._precision(lowered), self.plain_config)
 
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
                 return _TypedOnFirstRun(build)
@@ -167,6 +169,16 @@ class OrtEngine:
                        metadata=self.model.metadata, version=self.model.version)
         return NumpyEngine(sub, self.custom_ops)
 
+    def _precision(self, lowered: Lowered) -> Lowered:
+        """On GPUs, compute in float16 when asked, or (auto) when the model stores float16 weights."""
+        wanted = self.config.precision
+        if self.name == "cpu" or wanted == "fp32":
+            return lowered
+        if wanted == "fp16" or has_half_weights(lowered):
+            self.compute_precision = "fp16"
+            return to_half_compute(lowered)
+        return lowered
+
     def _gpu_runner(self) -> CudaRunner | None:
         """IOBinding (and CUDA graph) execution when the whole graph is one ONNX Runtime session."""
         if len(self.segments) != 1 or not isinstance(self.segments[0].runner, sessions.Session):
@@ -176,7 +188,7 @@ class OrtEngine:
         if self.config.cuda_graph:
             lowered = lower_nodes(self.model, self.model.main.nodes, self.model.main.inputs, self.model.main.outputs)
             try:
-                graphed = sessions.create(self.ort, lowered, self.config)
+                graphed = sessions.create(self.ort, self._precision(lowered), self.config)
             except Exception as err:  # e.g. some nodes fell back to the CPU provider: no capture possible
                 self.cuda_graph_declined = f"{type(err).__name__}: {err}"
         return CudaRunner(self.ort, plain, graphed, self.config.device_id)

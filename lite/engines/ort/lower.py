@@ -25,17 +25,18 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 from lite.engines.numpy_engine import tensor_value
+from lite.errors import UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, is_subbyte
 from lite.ops import fused_activation
 
 MAX_IR_VERSION = 11
 MAX_DEFAULT_OPSET = 26
-# Element types ONNX Runtime takes as numpy-backed OrtValues (no copy).
-_ORT_NUMPY_TYPES = {
-    DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16, DataType.INT8, DataType.UINT8, DataType.INT16,
-    DataType.UINT16, DataType.INT32, DataType.UINT32, DataType.INT64, DataType.UINT64, DataType.BOOL,
-}
+# Weights handed to ONNX Runtime in place (numpy-backed OrtValues, no copy). Only data-like
+# types of some size: ONNX Runtime reads small integer tensors (Reshape shapes, Slice starts,
+# ...) during shape inference, which it cannot do for external initializers.
+_EXTERNAL_TYPES = {DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16, DataType.INT8, DataType.UINT8}
+_EXTERNAL_MIN_BYTES = 4096
 
 
 @dataclass
@@ -44,6 +45,68 @@ class Lowered:
 
     model: onnx.ModelProto
     external: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def make_ort_compatible(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Stamp ``proto`` with IR ≤ 13 and default-domain opset ≤ 26 (what ONNX Runtime 1.31 loads).
+
+    Lowering only the stamp is exact when no op of the model changed between the two opsets;
+    otherwise onnx's version converter rewrites the model, and if it cannot, the error says so.
+    Returns ``proto`` (modified in place) or a converted copy.
+    """
+    proto.ir_version = min(proto.ir_version or MAX_IR_VERSION, MAX_IR_VERSION)
+    opset = _default_opset(proto)
+    if opset <= MAX_DEFAULT_OPSET:
+        return proto
+    changed = _ops_changed_since(proto, MAX_DEFAULT_OPSET, opset)
+    if not changed:
+        for entry in proto.opset_import:
+            if entry.domain in ("", "ai.onnx"):
+                entry.version = MAX_DEFAULT_OPSET
+        return proto
+    try:
+        converted = onnx.version_converter.convert_version(proto, MAX_DEFAULT_OPSET)
+    except Exception as err:
+        raise UnsupportedOpError(
+            f"the model uses opset {opset} and ops {sorted(changed)} changed after opset {MAX_DEFAULT_OPSET}, "
+            f"which ONNX Runtime 1.31 does not load; onnx's version converter failed ({err}). "
+            "Run it on the numpy engine, or export the model at opset <= 26"
+        ) from err
+    converted.ir_version = min(converted.ir_version, MAX_IR_VERSION)
+    return converted
+
+
+def _default_opset(proto: onnx.ModelProto) -> int:
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return entry.version
+    return 1
+
+
+def _graph_protos(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _graph_protos(attribute.g)
+            for body in attribute.graphs:
+                yield from _graph_protos(body)
+
+
+def _ops_changed_since(proto: onnx.ModelProto, low: int, high: int) -> set[str]:
+    changed = set()
+    for graph in _graph_protos(proto.graph):
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                newest = onnx.defs.get_schema(node.op_type, high, "").since_version
+            except onnx.defs.SchemaError:
+                changed.add(node.op_type)
+                continue
+            if newest > low:
+                changed.add(node.op_type)
+    return changed
 
 
 def lower_model(model: ir.Model, *, external_weights: bool = True) -> Lowered:
@@ -61,18 +124,14 @@ def lower_nodes(model: ir.Model, nodes: Sequence[ir.Node], inputs: Sequence[int]
     """
     lowering = _Lowering(model, external_weights, input_types or {})
     graph = lowering.graph(model.main, nodes, inputs, outputs, name or model.main.name, top_level=True)
-    opsets = []
-    for domain, version in model.opset_imports.items():
-        if domain in ("", "ai.onnx"):
-            version = min(version, MAX_DEFAULT_OPSET)
-        opsets.append(helper.make_opsetid(domain, version))
+    opsets = [helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
     if not any(o.domain in ("", "ai.onnx") for o in opsets):
         opsets.append(helper.make_opsetid("", MAX_DEFAULT_OPSET))
     proto = helper.make_model(graph, opset_imports=opsets, producer_name="lite", ir_version=MAX_IR_VERSION)
     for key, value in model.metadata.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
-    return Lowered(proto, lowering.external)
+    return Lowered(make_ort_compatible(proto), lowering.external)
 
 
 class _Lowering:
@@ -80,6 +139,8 @@ class _Lowering:
         self.model = model
         self.external_weights = external_weights
         self.input_types = input_types
+        self.taken: dict[int, set[str]] = {}
+        self.added: dict[int, list[TensorProto]] = {}  # initializers lowering adds (Clip bounds)
         self.external: dict[str, np.ndarray] = {}
 
     def graph(self, graph: ir.Graph, nodes: Sequence[ir.Node], inputs: Sequence[int], outputs: Sequence[int],
@@ -90,6 +151,7 @@ class _Lowering:
         lowered_nodes = []
         for node in nodes:
             lowered_nodes.extend(self.node(graph, node))
+        initializers.extend(self.added.pop(id(graph), []))
         return helper.make_graph(
             lowered_nodes, name,
             [value_info_of(graph.tensors[i], self.input_types.get(graph.tensors[i].name)) for i in inputs],
@@ -98,7 +160,8 @@ class _Lowering:
         )
 
     def initializer(self, tensor: ir.Tensor, top_level: bool) -> TensorProto:
-        if top_level and self.external_weights and tensor.dtype in _ORT_NUMPY_TYPES and tensor.data.size:
+        if (top_level and self.external_weights and tensor.dtype in _EXTERNAL_TYPES
+                and tensor.data.nbytes >= _EXTERNAL_MIN_BYTES):
             proto = TensorProto(name=tensor.name, data_type=int(tensor.dtype), dims=list(tensor.shape))
             proto.data_location = TensorProto.EXTERNAL
             # The location is never read: the session receives the array itself.
@@ -127,13 +190,28 @@ class _Lowering:
             params = tuple(node.attributes[fused_activation.PARAMS_ATTRIBUTE].value)
         final_output = outputs[0] if outputs else ""
         if activation is not None:
-            outputs[0] = f"{final_output}__before_{activation.lower()}"
+            outputs[0] = self.fresh(graph, f"{final_output}__before_{activation.lower()}")
         proto = onnx.NodeProto(op_type=node.op_type, domain=node.domain, name=node.name,
                                input=inputs, output=outputs)
         proto.attribute.extend(attributes)
         if activation is None:
             return [proto]
-        return [proto, *activation_nodes(activation, params, outputs[0], final_output, node.name)]
+        weight = graph.tensors[node.inputs[1]] if len(node.inputs) > 1 and node.inputs[1] >= 0 else None
+        dtype = DataType.FLOAT16 if weight is not None and weight.dtype == DataType.FLOAT16 else DataType.FLOAT
+        opset = self.model.opset_imports.get("", self.model.opset_imports.get("ai.onnx", MAX_DEFAULT_OPSET))
+        name = self.fresh(graph, f"{node.name or node.op_type}/{activation}")
+        initializers = self.added.setdefault(id(graph), [])
+        return [proto, *activation_nodes(activation, params, outputs[0], final_output, name, opset, dtype, initializers)]
+
+    def fresh(self, graph: ir.Graph, base: str) -> str:
+        """A value or node name no tensor of ``graph`` (nor an earlier fresh name) uses."""
+        taken = self.taken.setdefault(id(graph), {t.name for t in graph.tensors})
+        name, counter = base, 0
+        while name in taken:
+            counter += 1
+            name = f"{base}_{counter}"
+        taken.add(name)
+        return name
 
     def attribute(self, name: str, attribute: ir.Attribute) -> AttributeProto:
         kind, value = attribute.type, attribute.value
@@ -188,24 +266,28 @@ def reads(model: ir.Model, graph: ir.Graph, nodes: Sequence[ir.Node]) -> set[int
     return result
 
 
-def activation_nodes(activation: str, params: Sequence[float], source: str, target: str,
-                     base: str) -> list[onnx.NodeProto]:
-    """The ONNX form of a fused activation, reading ``source`` and writing ``target``."""
-    name = f"{base}/{activation}"
+def activation_nodes(activation: str, params: Sequence[float], source: str, target: str, name: str,
+                     opset: int, dtype: DataType = DataType.FLOAT,
+                     initializers: list[TensorProto] | None = None) -> list[onnx.NodeProto]:
+    """The ONNX form of a fused activation, reading ``source`` and writing ``target``.
+
+    Clip's bounds are attributes before opset 11 and, after, initializers of the layer's element
+    type, appended to ``initializers``.
+    """
     if activation == "Clip":
-        low, high = (helper.make_tensor(f"{name}/{k}", TensorProto.FLOAT, [], [v]) for k, v in zip(("min", "max"), params))
-        return [
-            helper.make_node("Constant", [], [low.name], name=f"{name}/min", value=low),
-            helper.make_node("Constant", [], [high.name], name=f"{name}/max", value=high),
-            helper.make_node("Clip", [source, low.name, high.name], [target], name=name),
-        ]
+        if opset < 11:
+            return [helper.make_node("Clip", [source], [target], name=name, min=params[0], max=params[1])]
+        bounds = [f"{name}/min", f"{name}/max"]
+        if initializers is not None:
+            initializers.extend(helper.make_tensor(bound, int(dtype), [], [value]) for bound, value in zip(bounds, params))
+        return [helper.make_node("Clip", [source, *bounds], [target], name=name)]
     if activation == "LeakyRelu":
         return [helper.make_node("LeakyRelu", [source], [target], name=name, alpha=params[0])]
     if activation == "HardSigmoid":
         return [helper.make_node("HardSigmoid", [source], [target], name=name, alpha=params[0], beta=params[1])]
     if activation == "Silu":
-        gate = f"{source}__sigmoid"
-        return [helper.make_node("Sigmoid", [source], [gate], name=f"{name}/sigmoid"),
+        gate = f"{name}/sigmoid"
+        return [helper.make_node("Sigmoid", [source], [gate], name=gate),
                 helper.make_node("Mul", [source, gate], [target], name=name)]
     return [helper.make_node(activation, [source], [target], name=name)]
 

@@ -50,6 +50,7 @@ class SessionConfig:
     cudnn_conv_algo_search: str = "EXHAUSTIVE"  # EXHAUSTIVE | HEURISTIC | DEFAULT
     prefer_nhwc: bool | None = None  # None: True on CUDA (faster convolutions with fp16 tensor cores)
     cuda_graph: bool | None = None  # None: True on CUDA (captured per input-shape bucket, replayed)
+    precision: str = "auto"  # auto | fp32 | fp16 (GPU): auto computes in fp16 on GPUs when weights are fp16
     cache_dir: Path | None = field(default_factory=default_cache_dir)  # None: no cache
     weights_identity: str | None = None  # identity of the weights (file, size, mtime); None: hash them
 
@@ -59,6 +60,11 @@ class SessionConfig:
         if self.device not in _PROVIDERS:
             raise ValueError(f"ONNX Runtime device must be one of {', '.join(_PROVIDERS)}; got {self.device!r}")
         on_gpu = self.device != "cpu"
+        if self.precision not in ("auto", "fp32", "fp16"):
+            raise ValueError(f"precision must be 'auto', 'fp32' or 'fp16'; got {self.precision!r}")
+        if self.precision == "fp16" and not on_gpu:
+            raise ValueError("precision='fp16' needs a GPU device (cuda or tensorrt): ONNX Runtime's CPU provider "
+                             "has few float16 kernels; convert with --fp16 to store weights in half precision")
         for name in ("prefer_nhwc", "cuda_graph"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, on_gpu)
@@ -194,7 +200,7 @@ def cache_key(ort, lowered: Lowered, config: SessionConfig) -> str:
         for name in sorted(lowered.external):
             digest.update(name.encode())
             digest.update(memoryview(np.ascontiguousarray(lowered.external[name]).reshape(-1).view(np.uint8)))
-    settings = (config.device, config.threads, config.optimization, config.device_id, config.gpu_mem_limit,
+    settings = (config.device, config.threads, config.optimization, config.precision, config.device_id, config.gpu_mem_limit,
                 config.cudnn_conv_algo_search, config.prefer_nhwc, config.cuda_graph, ort.__version__,
                 platform.machine(), _cpu_features())
     digest.update(repr(settings).encode())

@@ -1,0 +1,304 @@
+"""The converter's Python API: ``convert`` (file in, file out, report) and ``convert_model``.
+
+``convert`` is what ``lite convert`` runs::
+
+    report = converter.convert("resnet18.onnx", "resnet18.lite", fp16=True, report_path="r.json")
+
+``convert_model`` stops at the in-memory .lite model (``lite.format.ir.Model``) and checks
+nothing against the runtime's kernels; with ``optimize=False`` it is the plain, lossless
+translation of any ONNX model, which the runtime's conformance suite uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from converter.errors import ExportError, InvalidOptionError, UnsupportedOpsError, VerificationError
+from converter.importer import ImportedModel, ModelSource, apply_input_shapes, import_onnx
+from converter.lower import lower_model
+from converter.onnx_export import serialize, to_onnx
+from converter.passes import DEFAULT_PASSES, PassContext, PassResult, run_passes, store_weights_fp16
+from converter.report import ConversionReport, GraphStats
+from converter.support import unsupported_nodes
+from converter.verify import compare, onnxruntime_available, random_inputs, run_onnxruntime
+from lite.format import ir as lite_ir
+
+OUTPUT_FORMATS = (".lite", ".onnx")
+CUSTOM_OPS_KEY = "lite.custom_ops"
+
+
+def converter_version() -> str:
+    try:
+        return importlib_metadata.version("lite-toolchain")
+    except importlib_metadata.PackageNotFoundError:
+        return "0.1.0"
+
+
+def optimize_model(
+    model: ir.Model,
+    *,
+    optimize: bool = True,
+    input_shapes: dict[str, list[int | str]] | None = None,
+    dynamic_batch: bool = False,
+    fp16: bool = False,
+    fp16_io: bool = False,
+) -> tuple[list[PassResult], list[str]]:
+    """Apply shape options and the passes to ``model`` in place; return pass results and warnings."""
+    context = PassContext()
+    context.warnings.extend(apply_input_shapes(model, input_shapes or {}, dynamic_batch))
+    passes = list(DEFAULT_PASSES) if optimize else []
+    if fp16 or fp16_io:
+        passes.append(_fp16_pass(fp16_io))
+    results = run_passes(model, tuple(passes), context)
+    return results, context.warnings
+
+
+def _fp16_pass(fp16_io: bool):
+    def store_weights_fp16_pass(model: ir.Model, context: PassContext) -> PassResult:
+        return store_weights_fp16(model, context, fp16_io=fp16_io)
+
+    store_weights_fp16_pass.name = "store_weights_fp16"  # type: ignore[attr-defined]
+    return store_weights_fp16_pass
+
+
+def convert_model(
+    model: ModelSource,
+    *,
+    optimize: bool = True,
+    input_shapes: dict[str, list[int | str]] | None = None,
+    dynamic_batch: bool = False,
+    fp16: bool = False,
+    fp16_io: bool = False,
+) -> lite_ir.Model:
+    """Convert an ONNX model (path, bytes, ModelProto or onnx_ir.Model) to a .lite in-memory model."""
+    imported = import_onnx(model)
+    options = _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, False)
+    optimize_model(
+        imported.model,
+        optimize=optimize,
+        input_shapes=input_shapes,
+        dynamic_batch=dynamic_batch,
+        fp16=fp16,
+        fp16_io=fp16_io,
+    )
+    return lower_model(imported.model, _metadata(imported, options))
+
+
+def convert(
+    model: ModelSource,
+    output_path: str | os.PathLike,
+    *,
+    input_shapes: dict[str, list[int | str]] | None = None,
+    dynamic_batch: bool = False,
+    fp16: bool = False,
+    fp16_io: bool = False,
+    verify: bool | None = None,
+    allow_custom: bool = False,
+    optimize: bool = True,
+    report_path: str | os.PathLike | None = None,
+    rtol: float | None = None,
+) -> ConversionReport:
+    """Convert ``model`` and write ``output_path`` (.lite or .onnx) atomically.
+
+    ``verify=None`` verifies when onnxruntime is installed. Raises :class:`UnsupportedOpsError`
+    listing every node the runtime cannot run (unless ``allow_custom``), and
+    :class:`VerificationError` when outputs differ by more than ``rtol`` (default 1e-4, or 1e-2
+    with fp16 weights); in both cases no output file is left behind.
+    """
+    started = time.perf_counter()
+    output = Path(output_path)
+    suffix = output.suffix.lower()
+    if suffix not in OUTPUT_FORMATS:
+        raise InvalidOptionError(f"output {output}: the extension must be .lite or .onnx, got {suffix or 'none'!r}")
+    fp16 = fp16 or fp16_io
+    if verify is None:
+        verify = onnxruntime_available()
+    rtol = rtol if rtol is not None else (1e-2 if fp16 else 1e-4)
+    options = _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, allow_custom)
+
+    imported = import_onnx(model)
+    original = _original_proto(imported, model) if verify else None
+    report = ConversionReport(
+        source=imported.source,
+        output=str(output),
+        output_format=suffix[1:],
+        source_sha256=imported.sha256,
+        converter_version=converter_version(),
+        options=options,
+        before=GraphStats.of(imported.model),
+    )
+    report.passes, report.warnings = optimize_model(
+        imported.model,
+        optimize=optimize,
+        input_shapes=input_shapes,
+        dynamic_batch=dynamic_batch,
+        fp16=fp16,
+        fp16_io=fp16_io,
+    )
+    report.after = GraphStats.of(imported.model)
+
+    temporary = output.with_name(f"{output.name}.tmp{os.getpid()}")
+    try:
+        exported = _write(imported, report, temporary, suffix, options, allow_custom)
+        if verify:
+            report.verification = _verify(original, imported.model, exported, temporary, suffix, fp16_io, rtol)
+            if not report.verification.passed:
+                worst = max(report.verification.outputs, key=lambda o: o.max_rel)
+                raise VerificationError(
+                    f"converted model differs from the original: output {worst.name!r} max relative error "
+                    f"{worst.max_rel:.3g} > rtol {rtol:g} (max abs {worst.max_abs:.3g}, cosine {worst.cosine:.6f}); "
+                    "see the report, retry with optimize=False (--no-optimize) to locate the pass, or raise --rtol"
+                )
+        os.replace(temporary, output)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        report.seconds = time.perf_counter() - started
+        if report_path is not None:
+            report.output = None
+            report.write_json(report_path)
+        raise
+    report.seconds = time.perf_counter() - started
+    if report_path is not None:
+        report.write_json(report_path)
+    return report
+
+
+def _write(
+    imported: ImportedModel,
+    report: ConversionReport,
+    temporary: Path,
+    suffix: str,
+    options: dict[str, Any],
+    allow_custom: bool,
+) -> onnx.ModelProto | None:
+    """Write the output to ``temporary``; return the ONNX export when one was made."""
+    if suffix == ".onnx":
+        exported = to_onnx(imported.model)
+        _write_bytes(temporary, serialize(exported))
+        return exported
+    lite_model = lower_model(imported.model, _metadata(imported, options))
+    unsupported = unsupported_nodes(lite_model)
+    if unsupported and not allow_custom:
+        listing = "\n".join(f"  {name}: {op} — {reason}" for name, op, reason in unsupported)
+        raise UnsupportedOpsError(
+            f"{len(unsupported)} node(s) use ops the lite runtime cannot run:\n{listing}\n"
+            "Pass --allow-custom (allow_custom=True) to keep them as custom nodes for the runtime's "
+            "custom-op mechanism, or write .onnx instead.",
+            unsupported,
+        )
+    if unsupported:
+        report.custom_ops = unsupported
+        report.warnings.append(f"{len(unsupported)} node(s) kept as custom ops (see custom_ops)")
+        lite_model.metadata[CUSTOM_OPS_KEY] = json.dumps([name for name, _, _ in unsupported])
+    save = _lite_save()
+    save(lite_model, temporary)
+    return None
+
+
+def _lite_save():
+    try:
+        from lite.format import save
+    except ImportError as err:
+        raise ExportError("this install has no .lite writer (lite.format.save); write .onnx instead") from err
+    return save
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as stream:
+        stream.write(data)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelProto:
+    if isinstance(source, onnx.ModelProto):
+        return source
+    if isinstance(source, ir.Model):
+        return ir.to_proto(source)
+    if isinstance(source, bytes):
+        return onnx.load_from_string(source)
+    return onnx.load(os.fspath(source))
+
+
+def _verify(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, rtol: float):
+    signature = exported if exported is not None else ir.to_proto(_interface_only(model))
+    feeds = random_inputs(signature)
+    if fp16_io:
+        reference_feeds = {k: v.astype("float32") if v.dtype.kind == "f" else v for k, v in feeds.items()}
+    else:
+        reference_feeds = feeds
+    reference = run_onnxruntime(original, reference_feeds)
+    engine = None
+    if suffix == ".lite":
+        engine = _lite_engine()
+    if engine is not None:
+        outputs = engine(path, feeds)
+        name = "lite.Model (numpy engine)"
+    else:
+        outputs = run_onnxruntime(exported if exported is not None else to_onnx(model), feeds)
+        name = "onnxruntime (ONNX export of the converted graph)"
+    return compare(reference, outputs, name, rtol)
+
+
+def _interface_only(model: ir.Model) -> ir.Model:
+    graph = ir.Graph(
+        inputs=[ir.val(v.name, v.dtype, v.shape) for v in model.graph.inputs if not v.is_initializer()],
+        outputs=[],
+        nodes=[],
+        opset_imports=dict(model.opset_imports),
+    )
+    return ir.Model(graph, ir_version=model.ir_version)
+
+
+def _lite_engine():
+    """``run(path, feeds)`` on lite's numpy engine (the reference every other engine is checked
+    against), or None when this install has no runtime."""
+    try:
+        import lite
+    except ImportError:
+        return None
+    model_class = getattr(lite, "Model", None)
+    if model_class is None:
+        return None
+
+    def run(path: Path, feeds):
+        model = model_class.load(str(path), device="numpy")
+        outputs = model.predict(feeds)
+        if isinstance(outputs, dict):
+            return outputs
+        return dict(zip([spec.name for spec in model.outputs], outputs))
+
+    return run
+
+
+def _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, allow_custom) -> dict[str, Any]:
+    return {
+        "optimize": optimize,
+        "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+        "dynamic_batch": dynamic_batch,
+        "fp16": fp16,
+        "fp16_io": fp16_io,
+        "allow_custom": allow_custom,
+    }
+
+
+def _metadata(imported: ImportedModel, options: dict[str, Any]) -> dict[str, str]:
+    model = imported.model
+    producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
+    return {
+        "producer": producer,
+        "source": os.path.basename(imported.source),
+        "source_sha256": imported.sha256,
+        "source_ir_version": str(model.ir_version),
+        "converter": "lite.converter",
+        "converter_version": converter_version(),
+        "converter_options": json.dumps(options, sort_keys=True),
+    }

@@ -1,0 +1,189 @@
+"""Read an ONNX model (file, bytes or ``onnx.ModelProto``) into the converter's graph IR.
+
+The converter works on ``onnx_ir`` (https://github.com/onnx/ir-py): a mutable graph whose values
+know their producer and consumers, so passes rewrite in place. Weights stored in external data
+files are mapped lazily, not copied, until a pass or the writer needs them. Model-local functions
+are inlined, so every pass sees plain ONNX nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+import onnx_ir.passes.common as ir_passes
+
+from converter.errors import InvalidOptionError, ModelImportError
+
+ModelSource = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
+
+
+@dataclass
+class ImportedModel:
+    model: ir.Model
+    source: str  # file path, or a short description of an in-memory model
+    sha256: str  # of the serialized source (weights in external files not included)
+    size_bytes: int  # serialized size plus external data files
+
+
+def import_onnx(source: ModelSource) -> ImportedModel:
+    """Import ``source`` into an ``onnx_ir.Model``; raise :class:`ModelImportError` if unreadable."""
+    if isinstance(source, ir.Model):
+        return ImportedModel(source, "<onnx_ir.Model>", "", 0)
+    if isinstance(source, onnx.ModelProto):
+        data = source.SerializeToString()
+        model = _deserialize(source, "<onnx.ModelProto>")
+        return ImportedModel(_inline_functions(model), "<onnx.ModelProto>", _sha256(data), len(data))
+    if isinstance(source, bytes):
+        proto = _parse(source, "<bytes>")
+        model = _deserialize(proto, "<bytes>")
+        return ImportedModel(_inline_functions(model), "<bytes>", _sha256(source), len(source))
+    path = Path(source)
+    if not path.is_file():
+        raise ModelImportError(f"{path}: no such file; pass the path of an .onnx model")
+    try:
+        model = ir.load(path)
+    except Exception as err:  # onnx raises DecodeError, OSError, ValueError... name the file
+        raise ModelImportError(f"{path}: not a readable ONNX model ({err}); check the file") from err
+    return ImportedModel(_inline_functions(model), str(path), _file_sha256(path), _model_size(model, path))
+
+
+def _parse(data: bytes, what: str) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as err:
+        raise ModelImportError(f"{what}: not an ONNX model ({err})") from err
+    return proto
+
+
+def _deserialize(proto: onnx.ModelProto, what: str) -> ir.Model:
+    try:
+        return ir.serde.deserialize_model(proto)
+    except Exception as err:
+        raise ModelImportError(f"{what}: the ONNX graph is malformed ({err}); run onnx.checker on it") from err
+
+
+def _inline_functions(model: ir.Model) -> ir.Model:
+    if model.functions:
+        ir_passes.InlinePass()(model)
+    _detach_from_proto(model)
+    return model
+
+
+def _detach_from_proto(model: ir.Model) -> None:
+    """Give every weight its own numpy array, so the parsed ModelProto can be freed.
+
+    A tensor deserialized by onnx_ir keeps a reference into the protobuf message, and any one such
+    reference keeps the whole message (all weights) alive. Weights replaced by a pass would then
+    be held twice; detaching keeps conversion memory near one copy of the weights.
+    """
+    for graph in [model.graph, *model.graph.subgraphs()]:
+        for value in graph.initializers.values():
+            value.const_value = _detached(value.const_value)
+        for node in graph:
+            for name, attr in list(node.attributes.items()):
+                if attr.type == ir.AttributeType.TENSOR:
+                    node.attributes[name] = ir.AttrTensor(name, _detached(attr.value), doc_string=attr.doc_string)
+                elif attr.type == ir.AttributeType.TENSORS:
+                    node.attributes[name] = ir.AttrTensors(name, [_detached(t) for t in attr.value], doc_string=attr.doc_string)
+
+
+def _detached(tensor: ir.TensorProtocol | None) -> ir.TensorProtocol | None:
+    if not isinstance(tensor, ir.serde.TensorProtoTensor) or tensor.dtype == ir.DataType.STRING:
+        return tensor
+    # numpy() copies the bytes out of the message; nothing refers back to it afterwards.
+    return ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=tensor.name, doc_string=tensor.doc_string)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _model_size(model: ir.Model, path: Path) -> int:
+    size = path.stat().st_size
+    external = set()
+    for value in model.graph.initializers.values():
+        if isinstance(value.const_value, ir.ExternalTensor):
+            external.add(value.const_value.path)
+    return size + sum(os.path.getsize(file) for file in external if os.path.exists(file))
+
+
+def parse_input_shape(text: str) -> tuple[str, list[int | str]]:
+    """Parse ``name:1,3,224,224`` (a dim may be a symbolic name, e.g. ``input:N,3,224,224``)."""
+    name, sep, dims = text.rpartition(":")
+    if not sep or not name or not dims:
+        raise InvalidOptionError(f"--input-shape {text!r}: expected NAME:D0,D1,... e.g. input:1,3,224,224")
+    shape: list[int | str] = []
+    for dim in dims.split(","):
+        dim = dim.strip()
+        if dim.lstrip("-").isdigit():
+            if int(dim) < 0:
+                raise InvalidOptionError(f"--input-shape {text!r}: dimension {dim} is negative")
+            shape.append(int(dim))
+        elif dim.isidentifier():
+            shape.append(dim)
+        else:
+            raise InvalidOptionError(f"--input-shape {text!r}: dimension {dim!r} is neither a size nor a name")
+    return name, shape
+
+
+def apply_input_shapes(
+    model: ir.Model, input_shapes: dict[str, list[int | str]], dynamic_batch: bool
+) -> list[str]:
+    """Fix graph input shapes (``--input-shape``) and/or make the batch dim symbolic.
+
+    Shapes previously inferred for intermediate values are dropped, so shape inference recomputes
+    them from the new inputs. Returns warnings.
+    """
+    graph = model.graph
+    warnings: list[str] = []
+    inputs = {value.name: value for value in graph.inputs}
+    unknown = sorted(set(input_shapes) - set(inputs))
+    if unknown:
+        raise InvalidOptionError(
+            f"--input-shape names {unknown}, which are not inputs of the model; inputs are {sorted(inputs)}"
+        )
+    for name, shape in input_shapes.items():
+        value = inputs[name]
+        if value.shape is not None and len(value.shape) != len(shape):
+            raise InvalidOptionError(
+                f"--input-shape {name}: rank {len(shape)} given, the model's input has rank "
+                f"{len(value.shape)} ({value.shape})"
+            )
+        value.shape = ir.Shape(shape)
+    if dynamic_batch:
+        for value in graph.inputs:
+            if value.is_initializer() or value.shape is None or len(value.shape) == 0:
+                continue
+            dims = list(value.shape)
+            dims[0] = "batch"
+            value.shape = ir.Shape(dims)
+        for value in graph.outputs:
+            if value.shape is not None and len(value.shape) > 0:
+                dims = list(value.shape)
+                dims[0] = "batch"
+                value.shape = ir.Shape(dims)
+    if input_shapes or dynamic_batch:
+        _forget_intermediate_shapes(graph)
+    return warnings
+
+
+def _forget_intermediate_shapes(graph: ir.Graph) -> None:
+    outputs = set(graph.outputs)
+    for node in graph.all_nodes():
+        for value in node.outputs:
+            if value not in outputs:
+                value.shape = None

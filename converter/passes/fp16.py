@@ -1,0 +1,97 @@
+"""store_weights_fp16 (``--fp16``): keep float32 weights as float16.
+
+Each float32 initializer ``w`` (not a graph input) becomes a float16 initializer ``w_fp16`` read
+through one ``Cast(to=FLOAT)`` whose output takes over ``w``'s readers, so every node still sees
+the dtype its schema requires and the graph stays valid ONNX; a runtime may compute with the
+half-precision weights directly. Values outside float16's range are clipped to ±65504 (reported).
+Integer, double and already-half weights are left alone.
+
+With ``fp16_io`` the float32 graph inputs and outputs become float16 too: a ``Cast`` after each
+input and before each output keeps the inside of the graph in float32.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx_ir as ir
+
+from converter.passes.base import PassContext, PassResult, add_initializer, all_graphs
+
+_FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def store_weights_fp16(model: ir.Model, context: PassContext, *, fp16_io: bool = False) -> PassResult:
+    result = PassResult("store_weights_fp16")
+    started = time.perf_counter()
+    for graph in all_graphs(model):
+        inputs = set(graph.inputs)
+        casts = []
+        for name, value in list(graph.initializers.items()):
+            if value in inputs or value.dtype != ir.DataType.FLOAT or not value.uses():
+                continue
+            array = value.const_value.numpy()
+            clipped = int(np.count_nonzero(np.abs(array) > _FLOAT16_MAX))
+            if clipped:
+                context.warnings.append(f"fp16: {clipped} values of {name!r} exceed float16's range and were clipped")
+            half = add_initializer(graph, np.clip(array, -_FLOAT16_MAX, _FLOAT16_MAX).astype(np.float16), context.unique_name(f"{name}_fp16"))
+            cast = ir.node("Cast", [half], {"to": int(ir.DataType.FLOAT)}, name=context.unique_name(f"{name}_cast"))
+            cast.outputs[0].dtype = ir.DataType.FLOAT
+            cast.outputs[0].shape = ir.Shape(list(array.shape))
+            value.replace_all_uses_with(cast.outputs[0], replace_graph_outputs=value.is_graph_output())
+            graph.initializers.pop(name)
+            cast.outputs[0].name = name
+            casts.append(cast)
+            result.changed += 1
+            result.counts["weights"] += 1
+        _prepend(graph, casts)
+    if fp16_io:
+        _cast_interface(model.graph, context, result)
+    result.details.append(f"{result.counts['weights']} float32 weights stored as float16")
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _cast_interface(graph: ir.Graph, context: PassContext, result: PassResult) -> None:
+    for position, value in enumerate(list(graph.inputs)):
+        if value.dtype != ir.DataType.FLOAT or value.is_initializer():
+            continue
+        name = value.name
+        value.name = context.unique_name(f"{name}_fp32")
+        half = ir.val(name, ir.DataType.FLOAT16, _copy(value.shape))
+        cast = ir.node("Cast", [half], {"to": int(ir.DataType.FLOAT)}, name=context.unique_name(f"{name}_cast"))
+        value.replace_all_uses_with(cast.outputs[0], replace_graph_outputs=value.is_graph_output())
+        cast.outputs[0].name = value.name
+        cast.outputs[0].dtype = ir.DataType.FLOAT
+        cast.outputs[0].shape = _copy(value.shape)
+        graph.inputs[position] = half
+        _prepend(graph, [cast])
+        result.counts["inputs"] += 1
+    for position, value in enumerate(list(graph.outputs)):
+        if value.dtype != ir.DataType.FLOAT:
+            continue
+        name = value.name
+        value.name = context.unique_name(f"{name}_fp32")
+        cast = ir.node("Cast", [value], {"to": int(ir.DataType.FLOAT16)}, name=context.unique_name(f"{name}_cast"))
+        cast.outputs[0].name = name
+        cast.outputs[0].dtype = ir.DataType.FLOAT16
+        cast.outputs[0].shape = _copy(value.shape)
+        graph.outputs[position] = cast.outputs[0]
+        graph.append(cast)
+        result.counts["outputs"] += 1
+    result.details.append(f"graph I/O cast to float16 ({result.counts['inputs']} inputs, {result.counts['outputs']} outputs)")
+
+
+def _prepend(graph: ir.Graph, nodes: list[ir.Node]) -> None:
+    if not nodes:
+        return
+    if len(graph):
+        graph.insert_before(graph[0], nodes)
+    else:
+        for node in nodes:
+            graph.append(node)
+
+
+def _copy(shape: ir.Shape | None) -> ir.Shape | None:
+    return None if shape is None else ir.Shape(list(shape))

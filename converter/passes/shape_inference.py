@@ -1,0 +1,62 @@
+"""infer_shapes: fill in element types and shapes of intermediate values.
+
+Runs ONNX's shape inference (https://onnx.ai/onnx/api/shape_inference.html) through onnx_ir's
+ShapeInferencePass, which leaves large weights out of the proto it hands to ONNX, so models over
+2 GB work. Later passes need the shapes: constant folding of ``Shape`` on static dims, and the
+rank checks of the BatchNormalization folds. When inference fails (e.g. custom ops), the model is
+left as it was and the pass reports why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import onnx_ir as ir
+import onnx_ir.passes.common as ir_passes
+
+from converter.passes.base import PassContext, PassResult, all_graphs
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        reason = record.exc_info[1] if record.exc_info else record.getMessage()
+        self.messages.append(str(reason).strip().splitlines()[0] if str(reason).strip() else record.getMessage())
+
+
+def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
+    result = PassResult("infer_shapes")
+    started = time.perf_counter()
+    before = _known(model)
+    logger = logging.getLogger(ir_passes.ShapeInferencePass.__module__)
+    capture = _Capture()
+    logger.addHandler(capture)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=True)(model)
+        if not outcome.modified and capture.messages:
+            # Strict mode stops at the first node it cannot infer; non-strict infers the rest.
+            ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
+    finally:
+        logger.removeHandler(capture)
+        logger.propagate = propagate
+    after = _known(model)
+    result.changed = max(0, after - before)
+    result.counts["values_with_shape"] = after
+    if capture.messages:
+        result.declined.append(f"model: strict shape inference failed: {capture.messages[0]}")
+    result.details.append(f"{after} values have a known shape ({result.changed} new)")
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _known(model: ir.Model) -> int:
+    count = 0
+    for graph in all_graphs(model):
+        for node in graph:
+            count += sum(1 for value in node.outputs if value.shape is not None)
+    return count

@@ -1,0 +1,120 @@
+"""The conversion report: what went in, what each pass did, what came out, how close it is.
+
+``ConversionReport.to_dict()`` is what ``--report report.json`` writes; ``table()`` is the short
+summary the CLI prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from converter.passes.base import PassResult, all_graphs
+from converter.verify import Verification
+
+
+@dataclass
+class GraphStats:
+    nodes: int
+    ops: Counter
+    parameter_bytes: int
+
+    @classmethod
+    def of(cls, model: ir.Model) -> GraphStats:
+        ops: Counter = Counter()
+        parameter_bytes = 0
+        for graph in all_graphs(model):
+            ops.update(node.op_type for node in graph)
+            for value in graph.initializers.values():
+                tensor = value.const_value
+                if tensor is not None:
+                    parameter_bytes += tensor.nbytes
+        return cls(sum(ops.values()), ops, parameter_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "ops": dict(sorted(self.ops.items())), "parameter_bytes": self.parameter_bytes}
+
+
+@dataclass
+class ConversionReport:
+    source: str
+    output: str | None
+    output_format: str
+    source_sha256: str
+    converter_version: str
+    options: dict[str, Any]
+    before: GraphStats | None = None
+    after: GraphStats | None = None
+    passes: list[PassResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    custom_ops: list[tuple[str, str, str]] = field(default_factory=list)
+    verification: Verification | None = None
+    seconds: float = 0.0
+
+    def pass_counts(self) -> dict[str, int]:
+        counts: Counter = Counter()
+        for result in self.passes:
+            counts[result.name] += result.changed
+        return dict(counts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "output": self.output,
+            "output_format": self.output_format,
+            "source_sha256": self.source_sha256,
+            "converter_version": self.converter_version,
+            "options": self.options,
+            "before": self.before.to_dict() if self.before else None,
+            "after": self.after.to_dict() if self.after else None,
+            "passes": [p.to_dict() for p in self.passes],
+            "warnings": self.warnings,
+            "custom_ops": [{"node": n, "op_type": o, "reason": r} for n, o, r in self.custom_ops],
+            "verification": self.verification.to_dict() if self.verification else None,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        target = Path(path)
+        temporary = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        os.replace(temporary, target)
+
+    def table(self) -> str:
+        """A short terminal summary: sizes, the passes that did something, verification."""
+        lines = [f"{self.source} → {self.output or '(in memory)'}  [{self.seconds:.2f} s]"]
+        if self.before and self.after:
+            lines.append(f"  {'':<26}{'before':>12}{'after':>12}")
+            lines.append(f"  {'nodes':<26}{self.before.nodes:>12}{self.after.nodes:>12}")
+            lines.append(
+                f"  {'parameters (MB)':<26}{self.before.parameter_bytes / 1e6:>12.2f}{self.after.parameter_bytes / 1e6:>12.2f}"
+            )
+            changed_ops = sorted(set(self.before.ops) | set(self.after.ops))
+            for op in changed_ops:
+                b, a = self.before.ops.get(op, 0), self.after.ops.get(op, 0)
+                if a != b:
+                    lines.append(f"  {'  ' + op:<26}{b:>12}{a:>12}")
+        active = [p for p in self.passes if p.changed or p.declined]
+        if active:
+            lines.append(f"  {'pass':<26}{'changed':>12}{'declined':>12}")
+            for result in active:
+                lines.append(f"  {result.name:<26}{result.changed:>12}{len(result.declined):>12}")
+        if self.custom_ops:
+            lines.append(f"  custom ops kept: {len(self.custom_ops)} ({', '.join(sorted({o for _, o, _ in self.custom_ops}))})")
+        if self.verification:
+            worst = max(self.verification.outputs, key=lambda o: o.max_rel, default=None)
+            status = "ok" if self.verification.passed else "FAILED"
+            if worst is not None:
+                lines.append(
+                    f"  verify ({self.verification.engine}): {status}  max abs {worst.max_abs:.3g}  "
+                    f"max rel {worst.max_rel:.3g} (rtol {self.verification.rtol:g})  cosine {worst.cosine:.6f}"
+                )
+        for warning in self.warnings:
+            lines.append(f"  warning: {warning}")
+        return "\n".join(lines)

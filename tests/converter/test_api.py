@@ -1,0 +1,206 @@
+"""converter.convert / convert_model and the ``lite convert`` CLI: options, errors, outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from models import resnet18
+from onnx import TensorProto, helper, numpy_helper
+from passtools import make_model, rng
+
+import converter
+from converter import cli
+from converter.errors import (
+    ConverterError,
+    InvalidOptionError,
+    ModelImportError,
+    UnsupportedOpsError,
+    VerificationError,
+)
+
+
+def _small() -> onnx.ModelProto:
+    return make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 3, 8, 8] input) => (float[N, 4, 8, 8] output) {
+            h = Conv <pads: ints = [1, 1, 1, 1]> (input, w)
+            b = BatchNormalization (h, gamma, beta, mean, var)
+            output = Relu (b)
+        }""",
+        w=rng().normal(size=(4, 3, 3, 3)).astype(np.float32),
+        gamma=np.full(4, 1.5, np.float32),
+        beta=np.full(4, 0.1, np.float32),
+        mean=np.full(4, 0.2, np.float32),
+        var=np.full(4, 2.0, np.float32),
+    )
+
+
+def test_convert_writes_lite_with_report(tmp_path):
+    report_path = tmp_path / "report.json"
+    report = converter.convert(_small(), tmp_path / "m.lite", report_path=report_path)
+    data = json.loads(report_path.read_text())
+    assert data["before"]["ops"]["BatchNormalization"] == 1 and "BatchNormalization" not in data["after"]["ops"]
+    assert {p["name"] for p in data["passes"]} >= {"fold_batchnorm", "fuse_activation"}
+    assert data["verification"]["passed"]
+    assert report.after.nodes == 1
+    assert "fold_batchnorm" in report.table()
+
+
+def test_input_shape_and_dynamic_batch(tmp_path):
+    from lite.format import load
+
+    converter.convert(_small(), tmp_path / "fixed.lite", input_shapes={"input": [2, 3, 8, 8]})
+    assert load(tmp_path / "fixed.lite").main.tensors[0].shape == (2, 3, 8, 8)
+    model = converter.convert_model(resnet18("mindspore", image_size=32), dynamic_batch=True)
+    assert model.main.tensors[model.main.inputs[0]].shape[0] == "batch"
+
+
+def test_dynamic_batch_conversion_verifies_at_batch_two(tmp_path):
+    report = converter.convert(_small(), tmp_path / "m.onnx", dynamic_batch=True)
+    assert report.verification.passed
+
+
+def test_unknown_input_name_is_an_option_error(tmp_path):
+    with pytest.raises(InvalidOptionError, match="not inputs of the model"):
+        converter.convert(_small(), tmp_path / "m.lite", input_shapes={"image": [1, 3, 8, 8]})
+
+
+def test_bad_extension_and_missing_file(tmp_path):
+    with pytest.raises(InvalidOptionError, match=".lite or .onnx"):
+        converter.convert(_small(), tmp_path / "m.tflite")
+    with pytest.raises(ModelImportError, match="no such file"):
+        converter.convert(tmp_path / "missing.onnx", tmp_path / "m.lite")
+
+
+def _custom_model() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Swish2", ["x"], ["a"], name="first", domain="com.example"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Swish2", ["b"], ["y"], name="second", domain="com.example"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+
+
+def test_unsupported_ops_are_all_listed_and_no_file_is_left(tmp_path):
+    output = tmp_path / "m.lite"
+    with pytest.raises(UnsupportedOpsError) as caught:
+        converter.convert(_custom_model(), output, verify=False)
+    assert [name for name, _, _ in caught.value.unsupported] == ["first", "second"]
+    assert "first" in str(caught.value) and "second" in str(caught.value) and "--allow-custom" in str(caught.value)
+    assert isinstance(caught.value, NotImplementedError) and isinstance(caught.value, ConverterError)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_allow_custom_keeps_the_nodes(tmp_path):
+    from lite.format import load
+
+    report = converter.convert(_custom_model(), tmp_path / "m.lite", verify=False, allow_custom=True)
+    assert len(report.custom_ops) == 2
+    model = load(tmp_path / "m.lite")
+    assert json.loads(model.metadata["lite.custom_ops"]) == ["first", "second"]
+    assert [n.domain for n in model.main.nodes] == ["com.example", "", "com.example"]
+
+
+def test_failed_verification_leaves_no_output_but_a_report(tmp_path):
+    output, report_path = tmp_path / "m.onnx", tmp_path / "r.json"
+    with pytest.raises(VerificationError, match="relative error"):
+        converter.convert(_small(), output, rtol=-1.0, report_path=report_path)
+    assert not output.exists()
+    assert json.loads(report_path.read_text())["verification"]["passed"] is False
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_opset_28_model_is_stamped_for_onnxruntime(tmp_path):
+    model = make_model('<ir_version: 14, opset_import: ["" : 28]>\ng (float[3] x) => (float[3] y) { y = Relu (x) }')
+    converter.convert(model, tmp_path / "m.onnx")
+    written = onnx.load(tmp_path / "m.onnx")
+    assert written.ir_version <= 13 and written.opset_import[0].version == 26
+
+
+def test_external_data_and_constant_weights(tmp_path):
+    model = _small()
+    source = tmp_path / "ext.onnx"
+    onnx.save_model(model, source, save_as_external_data=True, all_tensors_to_one_file=True, location="ext.data", size_threshold=0)
+    report = converter.convert(source, tmp_path / "m.lite")
+    assert report.verification.passed and report.before.parameter_bytes > 0
+    constant_weights = _small()  # save_model above moved the weights of `model` out
+    for init in list(constant_weights.graph.initializer):
+        constant_weights.graph.node.insert(0, helper.make_node("Constant", [], [init.name], value=init))
+    del constant_weights.graph.initializer[:]
+    report = converter.convert(constant_weights, tmp_path / "c.lite")
+    assert "BatchNormalization" not in report.after.ops and report.verification.passed
+
+
+def test_if_subgraph_reading_outer_values_converts(tmp_path):
+    then_graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["t"])], "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])]
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])]
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"]),
+            helper.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32), "w"), numpy_helper.from_array(np.array(0.0, np.float32), "zero")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.passed
+    lite_model = converter.convert_model(model)
+    then_index = lite_model.main.nodes[-1].attributes["then_branch"].value
+    captured = [lite_model.graphs[then_index].tensors[i].name for i in lite_model.graphs[then_index].captures]
+    assert sorted(captured) == ["w", "x"]
+
+
+def test_fp16_lite_is_smaller_and_verifies(tmp_path):
+    model = resnet18("legacy", image_size=32)
+    fp32 = converter.convert(model, tmp_path / "a.lite")
+    fp16 = converter.convert(model, tmp_path / "b.lite", fp16=True)
+    assert fp16.verification.passed and fp16.verification.rtol == 1e-2
+    assert (tmp_path / "b.lite").stat().st_size < 0.6 * (tmp_path / "a.lite").stat().st_size
+    assert fp32.after.parameter_bytes > 1.9 * fp16.after.parameter_bytes
+
+
+def _cli(*argv: str) -> int:
+    return cli.main(["convert", *argv])
+
+
+def test_cli_converts_and_prints_table(tmp_path, capsys):
+    source = tmp_path / "m.onnx"
+    onnx.save(_small(), source)
+    code = _cli(str(source), "-o", str(tmp_path / "m.lite"), "--input-shape", "input:1,3,8,8", "--report", str(tmp_path / "r.json"))
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "fold_batchnorm" in out and "verify" in out
+    assert (tmp_path / "r.json").exists()
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    source = tmp_path / "m.onnx"
+    onnx.save(_small(), source)
+    assert _cli(str(source), "-o", str(tmp_path / "m.lite"), "--input-shape", "input=1") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lite convert: error:") and "Traceback" not in err
+    assert _cli(str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "m.lite")) == 1
+
+
+def test_entry_point_is_declared():
+    from importlib.metadata import entry_points
+
+    names = {ep.name: ep.value for ep in entry_points(group="lite.commands")}
+    assert names.get("convert") == "converter.cli:register"
