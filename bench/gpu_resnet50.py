@@ -63,7 +63,7 @@ def export(workdir: Path):
     torch.onnx.export(net.half().cuda(), (example.half().cuda(),), str(fp16_path), dynamo=False, opset_version=17,
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
-    net.float()
+    net.float().cpu()  # .half().cuda() above converted the module in place
     return net, fp32_path, fp16_path
 
 

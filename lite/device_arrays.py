@@ -26,15 +26,22 @@ def is_device_array(value: Any) -> bool:
         return False
 
 
+_DTYPES: dict[Any, np.dtype] = {}  # foreign dtype object -> numpy dtype (a per-call cost otherwise)
+
+
 def device_array_spec(value: Any) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and numpy dtype of a device array, whatever library made it."""
-    shape = tuple(int(d) for d in value.shape)
+    shape = tuple(value.shape)
     dtype = value.dtype
-    try:
-        return shape, np.dtype(dtype)
-    except TypeError:
-        # torch.float32 and friends: the name after the dot is numpy's name.
-        return shape, np.dtype(str(dtype).rsplit(".", 1)[-1])
+    known = _DTYPES.get(dtype)
+    if known is None:
+        try:
+            known = np.dtype(dtype)
+        except TypeError:
+            # torch.float32 and friends: the name after the dot is numpy's name.
+            known = np.dtype(str(dtype).rsplit(".", 1)[-1])
+        _DTYPES[dtype] = known
+    return shape, known
 
 
 class DeviceArray:

@@ -109,5 +109,11 @@ import lite.ops.causal_conv_with_state  # noqa: F401
 import lite.ops.flex_attention  # noqa: F401
 import lite.ops.sequence_ops  # noqa: F401
 import lite.ops.optional_ops  # noqa: F401
+import lite.ops.string_ops  # noqa: F401
+import lite.ops.tf_idf_vectorizer  # noqa: F401
+import lite.ops.binarizer  # noqa: F401
+import lite.ops.array_feature_extractor  # noqa: F401
+import lite.ops.label_encoder  # noqa: F401
+import lite.ops.tree_ensemble  # noqa: F401
 
 __all__ = ["KERNELS", "Kernel", "KernelRegistry", "kernel"]

@@ -4,7 +4,8 @@ https://onnx.ai/onnx/operators/onnx__Optional.html
 https://onnx.ai/onnx/operators/onnx__OptionalHasElement.html
 https://onnx.ai/onnx/operators/onnx__OptionalGetElement.html
 
-An optional value is ``None`` (empty) or the value itself (a tensor or a sequence list).
+An optional value is ``None`` (empty) or the value itself (a tensor or a sequence list). Results
+are returned in a one-element tuple so that a sequence (a list) stays one value.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from lite.ops.registry import kernel
 @kernel("Optional", since=15)
 def Optional(input=None, *, type=None):
     # ``type`` (a TypeProto) only describes the empty optional; the value needs no wrapper.
-    return input
+    return (input,)
 
 
 @kernel("OptionalHasElement", since=15)
@@ -31,4 +32,4 @@ def OptionalGetElement(input):
     # From opset 18 a plain tensor or sequence is accepted too and returned as is.
     if input is None:
         raise KernelError("OptionalGetElement: the optional input is empty")
-    return input
+    return (input,)

@@ -4,7 +4,8 @@ https://onnx.ai/onnx/operators/onnx__SequenceConstruct.html (and SequenceEmpty, 
 SequenceInsert, SequenceErase, SequenceLength, ConcatFromSequence, SplitToSequence, SequenceMap)
 
 A sequence value is a plain Python list of arrays. Kernels return new lists and never modify
-the one they are given. Positions may be negative (counted from the back).
+the one they are given; a kernel returning a sequence wraps it in a one-element tuple, since a
+bare list would read as one value per output. Positions may be negative (counted from the back).
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ def _position(op_type: str, position, length: int, inclusive_end: bool) -> int:
 
 @kernel("SequenceConstruct", since=11)
 def SequenceConstruct(*inputs):
-    return [np.asarray(tensor) for tensor in inputs]
+    return ([np.asarray(tensor) for tensor in inputs],)
 
 
 @kernel("SequenceEmpty", since=11)
 def SequenceEmpty(*, dtype=1):
     # A list carries no element type; ``dtype`` only matters to type inference.
-    return []
+    return ([],)
 
 
 @kernel("SequenceAt", since=11)
@@ -52,7 +53,7 @@ def SequenceAt(input_sequence, position):
 def SequenceInsert(input_sequence, tensor, position=None):
     sequence = _as_sequence("SequenceInsert", input_sequence)
     index = len(sequence) if position is None else _position("SequenceInsert", position, len(sequence), True)
-    return sequence[:index] + [np.asarray(tensor)] + sequence[index:]
+    return (sequence[:index] + [np.asarray(tensor)] + sequence[index:],)
 
 
 @kernel("SequenceErase", since=11)
@@ -61,9 +62,9 @@ def SequenceErase(input_sequence, position=None):
     if position is None:
         if not sequence:
             raise KernelError("SequenceErase: cannot erase from an empty sequence")
-        return sequence[:-1]
+        return (sequence[:-1],)
     index = _position("SequenceErase", position, len(sequence), inclusive_end=False)
-    return sequence[:index] + sequence[index + 1 :]
+    return (sequence[:index] + sequence[index + 1 :],)
 
 
 @kernel("SequenceLength", since=11)
@@ -90,7 +91,7 @@ def SplitToSequence(input, split=None, *, axis=0, keepdims=1):
     if split is None:
         # Unit pieces; keepdims=0 drops the split axis from each.
         pieces = np.split(input, extent, axis=axis) if extent else []
-        return pieces if keepdims else [np.squeeze(piece, axis=axis) for piece in pieces]
+        return (pieces if keepdims else [np.squeeze(piece, axis=axis) for piece in pieces],)
     sizes = np.asarray(split).astype(np.int64)
     if sizes.ndim == 0:
         step = int(sizes)
@@ -103,7 +104,7 @@ def SplitToSequence(input, split=None, *, axis=0, keepdims=1):
                 f"SplitToSequence: split {sizes.tolist()} must be nonnegative and add up to {extent} (axis {axis})"
             )
         boundaries = np.cumsum(sizes)[:-1].tolist()
-    return np.split(input, boundaries, axis=axis)
+    return (np.split(input, boundaries, axis=axis),)
 
 
 @kernel("SequenceMap", since=17)

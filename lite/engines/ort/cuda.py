@@ -39,8 +39,7 @@ class CudaRunner:
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         on_device = any(is_device_array(v) for v in feeds.values())
         if self.graphed is not None:
-            key = tuple((name, tuple(np.shape(v) if isinstance(v, np.ndarray) else device_array_spec(v)[0]))
-                        for name, v in sorted(feeds.items()))
+            key = tuple((name, tuple(v.shape)) for name, v in feeds.items())
             bucket = self.buckets.get(key)
             if bucket is None and len(self.buckets) < MAX_GRAPH_BUCKETS:
                 with self.lock:
@@ -87,8 +86,10 @@ class _Bucket:
         self.inputs = {}
         for name, value in feeds.items():
             shape, dtype = (value.shape, value.dtype) if isinstance(value, np.ndarray) else device_array_spec(value)
-            self.inputs[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, "cuda", device_id)
-        self.outputs = {name: ort.OrtValue.ortvalue_from_shape_and_type(list(value.shape), value.dtype, "cuda", device_id)
+            self.inputs[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.dtype(dtype).type, "cuda",
+                                                                          device_id)
+        self.outputs = {name: ort.OrtValue.ortvalue_from_shape_and_type(list(value.shape), value.dtype.type, "cuda",
+                                                                        device_id)
                         for name, value in probe.items()}
         self.binding = session.session.io_binding()
         for name, value in self.inputs.items():
@@ -108,7 +109,8 @@ class _Bucket:
             return {name: value.numpy() for name, value in self.outputs.items()}
         results = {}
         for name, value in self.outputs.items():
-            copy = self.ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), numpy_dtype_of_ortvalue(value), "cuda", self.device_id)
+            copy = self.ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), numpy_dtype_of_ortvalue(value).type, "cuda",
+                                                                  self.device_id)
             copy.update_inplace(value)  # the bucket's buffer is overwritten by the next replay
             results[name] = DeviceArray(copy)
         return results

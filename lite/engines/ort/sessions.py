@@ -93,6 +93,9 @@ def import_onnxruntime(device: str):
             f"device {device!r} needs ONNX Runtime: pip install 'lite-toolchain[{extra}]'"
         ) from err
     provider = _PROVIDERS[device]
+    if device != "cpu" and hasattr(onnxruntime, "preload_dlls"):
+        # onnxruntime-gpu finds CUDA/cuDNN from the nvidia-* wheels (or torch) only when asked to.
+        onnxruntime.preload_dlls()
     available = onnxruntime.get_available_providers()
     if provider not in available:
         hint = {"cuda": "onnxruntime-gpu and a CUDA GPU (pip install 'lite-toolchain[gpu]')",

@@ -1,0 +1,95 @@
+"""The CUDA engine: device-resident inputs and outputs, CUDA graphs, fp16 compute (skips without a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lite
+from lite.format import GraphBuilder, to_bytes
+
+ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime-gpu")
+if "CUDAExecutionProvider" not in ort.get_available_providers():
+    pytest.skip("needs onnxruntime-gpu and a CUDA GPU", allow_module_level=True)
+torch = pytest.importorskip("torch", reason="device arrays are made with PyTorch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+pytestmark = pytest.mark.gpu
+
+
+def cnn(weights_dtype=np.float32) -> bytes:
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("cnn", opset=17)
+    x = b.input("x", np.float32, ["N", 3, 16, 16])
+    w = b.constant("w1", rng.standard_normal((8, 3, 3, 3)).astype(weights_dtype))
+    if weights_dtype != np.float32:
+        w = b.node("Cast", [w], to=1)
+    y = b.node("Conv", [x, w, b.constant("b1", np.zeros(8, np.float32))], pads=[1, 1, 1, 1],
+               fused_activation="Clip", fused_activation_params=[0.0, 6.0])
+    y = b.node("GlobalAveragePool", [y])
+    y = b.node("Flatten", [y], outputs=["features"])
+    b.output(y, np.float32, ["N", 8])
+    return to_bytes(b.build())
+
+
+def test_device_inputs_give_device_outputs_that_torch_imports():
+    data = cnn()
+    x = torch.randn(4, 3, 16, 16, device="cuda")
+    reference = lite.Model.load(data, device="numpy")(x.cpu().numpy())
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    out = model.predict({"x": x})["features"]
+    assert isinstance(out, lite.DeviceArray) and out.device == "cuda:0" and out.shape == (4, 8)
+    np.testing.assert_allclose(torch.from_dlpack(out).cpu().numpy(), reference, rtol=1e-3, atol=1e-4)
+
+
+def test_numpy_inputs_give_numpy_outputs():
+    data = cnn()
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    out = model(x)
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_allclose(out, lite.Model.load(data, device="numpy")(x), rtol=1e-3, atol=1e-4)
+
+
+def test_cuda_graph_buckets_per_input_shape():
+    model = lite.Model.load(cnn(), device="cuda", cache_dir=None)
+    assert model.engine.gpu is not None and model.engine.gpu.graphed is not None, model.engine.cuda_graph_declined
+    for batch in (1, 3, 1, 3):
+        x = torch.randn(batch, 3, 16, 16, device="cuda")
+        expected = lite.Model.load(cnn(), device="numpy")(x.cpu().numpy())
+        got = torch.from_dlpack(model.predict({"x": x})["features"]).cpu().numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
+    assert len(model.engine.gpu.buckets) == 2
+
+
+def test_fp16_weights_compute_in_half_precision_on_the_gpu():
+    data = cnn(np.float16)
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    assert model.engine.compute_precision == "fp16"
+    x = np.random.default_rng(2).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    out = model(x)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, lite.Model.load(data, device="numpy")(x), rtol=2e-2, atol=2e-2)
+
+
+def test_custom_op_partition_on_cuda():
+    ops = lite.CustomOps()
+
+    @ops.python("Scale", domain="com.example")
+    def scale(x, *, factor=1.0):
+        return x * np.float32(factor)
+
+    b = GraphBuilder("mixed", opset=17)
+    x = b.input("x", np.float32, ["N", 4])
+    h = b.node("Gemm", [x, b.constant("w", np.eye(4, dtype=np.float32))])
+    h = b.node("Scale", [h], domain="com.example", factor=2.0)
+    y = b.node("Relu", [h], outputs=["y"])
+    b.output(y, np.float32, ["N", 4])
+    model_ir = b.build()
+    model_ir.opset_imports["com.example"] = 1
+    model = lite.Model.load(to_bytes(model_ir), device="cuda", custom_ops=ops, cache_dir=None)
+    x = np.array([[1, -1, 2, -2]], np.float32)
+    np.testing.assert_allclose(model(x), [[2, 0, 4, 0]])
+    xt = torch.tensor(x, device="cuda")
+    np.testing.assert_allclose(np.asarray(model(xt)), [[2, 0, 4, 0]])
