@@ -13,7 +13,8 @@ The translation is lossless for any ONNX node (https://onnx.ai/onnx/repo-docs/IR
 - weights become numpy arrays in storage dtype (``lite.format.dtypes``): bfloat16 as uint16
   words, float8 as bytes, 4- and 2-bit types packed low bits first (1-D), strings as an object
   array of bytes;
-- symbolic dims stay names, unknown dims are ``None``, unknown rank is ``shape=None``.
+- symbolic dims stay names, unknown dims are ``None``, unknown rank is ``shape=None``;
+- an initializer that is also a graph input (an overridable default) becomes a constant.
 
 ONNX types the .lite tensor table has no field for are kept in metadata rather than dropped: a
 value of sequence/optional type is described in ``metadata["lite.value_types"]`` (JSON
@@ -77,7 +78,12 @@ class _Lowering:
 
         for value in graph.inputs:
             const = value.const_value
-            out.inputs.append(add(value, None if const is None else tensor_data(const, value.name)))
+            if const is None:
+                out.inputs.append(add(value))
+            else:
+                # An initializer also listed as an input (an overridable default, mostly in IR < 4
+                # models) becomes a constant: .lite keeps inputs and constants distinct.
+                add(value, tensor_data(const, value.name))
         for value in graph.initializers.values():
             if value not in table:
                 add(value, tensor_data(value.const_value, value.name))

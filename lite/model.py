@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,11 +37,12 @@ class TensorSpec:
     name: str
     dtype: np.dtype | None
     shape: tuple[int | str | None, ...] | None
+    kind: str = "tensor"  # "tensor", "sequence" (a list of arrays) or "optional" (an array or None)
 
     @classmethod
-    def of(cls, tensor: ir.Tensor) -> TensorSpec:
+    def of(cls, tensor: ir.Tensor, kind: str = "tensor") -> TensorSpec:
         dtype = None if tensor.dtype == DataType.UNDEFINED else storage_dtype(tensor.dtype)
-        return cls(tensor.name, dtype, tensor.shape)
+        return cls(tensor.name, dtype, tensor.shape, kind)
 
 
 class Model:
@@ -51,8 +53,9 @@ class Model:
         self.engine = engine
         self.source = source
         graph = model.main
-        self.inputs = [TensorSpec.of(graph.tensors[i]) for i in graph.inputs]
-        self.outputs = [TensorSpec.of(graph.tensors[i]) for i in graph.outputs]
+        kinds = _value_kinds(model)
+        self.inputs = [TensorSpec.of(graph.tensors[i], kinds.get(graph.tensors[i].name, "tensor")) for i in graph.inputs]
+        self.outputs = [TensorSpec.of(graph.tensors[i], kinds.get(graph.tensors[i].name, "tensor")) for i in graph.outputs]
 
     @classmethod
     def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
@@ -130,9 +133,31 @@ class Model:
         return feeds
 
 
-def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]) -> np.ndarray:
+VALUE_TYPES_KEY = "lite.value_types"
+
+
+def _value_kinds(model: ir.Model) -> dict[str, str]:
+    """Main-graph values of ONNX sequence or optional type, from the ``lite.value_types`` metadata."""
+    try:
+        described = json.loads(model.metadata.get(VALUE_TYPES_KEY, "{}")).get("0", {})
+    except (ValueError, AttributeError):
+        return {}
+    kinds = {}
+    for name, text in described.items():
+        if isinstance(text, str):
+            kinds[name] = "sequence" if text.startswith("seq(") else "optional" if text.startswith("optional(") else "tensor"
+    return kinds
+
+
+def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]) -> Any:
+    if spec.kind == "sequence":
+        if not isinstance(value, (list, tuple)):
+            raise InvalidInputError(f"input {spec.name!r} is a sequence: pass a list of arrays, got {type(value).__name__}")
+        return [np.asarray(item) for item in value]
+    if spec.kind == "optional" and (value is None or isinstance(value, (list, tuple))):
+        return None if value is None else [np.asarray(item) for item in value]  # empty, or a sequence
     if spec.dtype is None and spec.shape is None and (value is None or isinstance(value, (list, tuple))):
-        # A value of sequence or optional type (ONNX): a list of arrays, or None.
+        # Undeclared type: a list stays a list (a sequence), None stays None (an empty optional).
         return list(value) if value is not None else None
     if is_device_array(value):
         shape, dtype = device_array_spec(value)

@@ -1,82 +1,83 @@
-"""``lite quickstart [--workdir DIR]``: build, save, inspect and run a model on built-in data.
+"""``lite quickstart [--workdir DIR]``: the toolchain end to end on scikit-learn's digits.
 
-Stages that need packages from other extras (training, conversion, serving) join as those
-packages land; each stage prints what it did and the run ends with a summary table.
+Trains LeNet5 (with BatchNorm) with the train core, saves a .ckpt, exports ONNX, converts it to
+.lite with BatchNorm folded, runs it on the numpy engine and on ONNX Runtime, serves it over the
+KServe v2 gRPC protocol and queries it with tritonclient (one image as raw PNG bytes through the
+model's preprocessing), then prints accuracy, file sizes and latencies for each path.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("quickstart", help="run the toolchain end to end on built-in data")
+    parser = subparsers.add_parser("quickstart", help="train, convert, run and serve a digits model end to end")
     parser.add_argument("--workdir", default="lite-quickstart", help="directory for the artifacts (default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-serve", action="store_true", help="skip the gRPC server step")
     parser.set_defaults(handler=run)
 
 
-def build_classifier(features: np.ndarray, labels: np.ndarray, classes: int, seed: int):
-    """A two-layer classifier fitted in closed form (random features + least squares), as a .lite graph."""
-    from lite.format import GraphBuilder
-
-    rng = np.random.default_rng(seed)
-    hidden = 256
-    w1 = (rng.standard_normal((features.shape[1], hidden)) / np.sqrt(features.shape[1])).astype(np.float32)
-    b1 = np.zeros(hidden, np.float32)
-    h = np.maximum(features @ w1 + b1, 0)
-    targets = np.eye(classes, dtype=np.float32)[labels]
-    w2 = np.linalg.lstsq(np.c_[h, np.ones(len(h))], targets, rcond=None)[0].astype(np.float32)
-    b = GraphBuilder("digits_mlp", opset=17)
-    x = b.input("pixels", np.float32, ["N", features.shape[1]])
-    y = b.node("Gemm", [x, b.constant("w1", w1), b.constant("b1", b1)])
-    y = b.node("Relu", [y])
-    y = b.node("Gemm", [y, b.constant("w2", w2[:-1]), b.constant("b2", w2[-1])])
-    y = b.node("Softmax", [y], outputs=["probabilities"], axis=-1)
-    b.output(y, np.float32, ["N", classes])
-    return b.build({"producer": "lite quickstart", "labels": str(list(range(classes)))})
-
-
-def load_digits_or_synthetic(seed: int) -> tuple[np.ndarray, np.ndarray, str]:
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:
-        rng = np.random.default_rng(seed)
-        centers = rng.standard_normal((10, 64)).astype(np.float32)
-        labels = rng.integers(0, 10, 1797)
-        return (centers[labels] + 0.5 * rng.standard_normal((1797, 64))).astype(np.float32), labels, "synthetic"
-    digits = load_digits()
-    return (digits.data / 16.0).astype(np.float32), digits.target, "scikit-learn digits"
-
-
 def run(args: argparse.Namespace) -> int:
-    import lite
-    from lite.format import save
-    from lite.commands.inspect import render_text, summarize
+    from quickstart import steps
 
-    workdir = Path(args.workdir)
+    if args.epochs < 1:
+        raise ValueError("--epochs must be at least 1")
+    workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    features, labels, source = load_digits_or_synthetic(args.seed)
-    split = int(0.8 * len(features))
-    print(f"[1/3] data: {source}, {split} train / {len(features) - split} test samples")
-    model_ir = build_classifier(features[:split], labels[:split], 10, args.seed)
-    path = workdir / "digits_mlp.lite"
-    save(model_ir, path)
-    print(f"[2/3] model written with the writer API: {path}")
-    print(render_text(summarize(lite.format.load(path), str(path))))
-    model = lite.Model.load(path, device="numpy")
-    start = time.perf_counter()
-    probabilities = model.predict({"pixels": features[split:]})["probabilities"]
-    elapsed = time.perf_counter() - start
-    accuracy = float(np.mean(probabilities.argmax(axis=1) == labels[split:]))
-    print("[3/3] run on the numpy engine")
-    print()
-    print(f"{'path':<28} {'accuracy':>9} {'file':>10} {'latency':>12}")
-    print(f"{'fp32 .lite (numpy engine)':<28} {accuracy:>9.2%} {path.stat().st_size / 1024:>8.1f}KB "
-          f"{elapsed * 1e3 / (len(features) - split):>9.3f} ms/sample")
-    print(f"\nartifacts in {workdir.resolve()}")
+    started = time.perf_counter()
+    total = 5 if args.no_serve else 6
+    stage = iter(range(1, total + 1))
+
+    def say(text: str) -> None:
+        print(f"[{next(stage)}/{total}] {text}", flush=True)
+
+    images, labels = steps.test_arrays()
+    say(f"train LeNet5+BatchNorm on scikit-learn digits ({args.epochs} epochs)")
+    net, trained_accuracy, checkpoint = steps.train_lenet(workdir, args.epochs, args.seed)
+    rows = [steps.Measured("trained network (train core)", trained_accuracy, checkpoint.stat().st_size)]
+    say(f"checkpoint {checkpoint.name}; export ONNX and convert to .lite")
+    onnx_path, lite_path, folded = steps.export_and_convert(net, workdir)
+    print(f"      BatchNormalization nodes: {folded['BatchNormalization before']} -> "
+          f"{folded['BatchNormalization after']}; nodes: {folded['nodes before']} -> {folded['nodes after']}")
+    rows.append(steps.Measured("ONNX export", float("nan"), onnx_path.stat().st_size))
+    say("run the .lite on the numpy engine")
+    rows.append(steps.run_engine(lite_path, "numpy", images, labels))
+    say("run the .lite on ONNX Runtime (CPU)")
+    try:
+        rows.append(steps.run_engine(lite_path, "cpu", images, labels))
+    except Exception as err:  # ONNX Runtime is optional: say so and go on
+        print(f"      skipped: {err}")
+    png = None
+    if not args.no_serve:
+        say("serve over KServe v2 gRPC; send the test set with tritonclient")
+
+        def progress(done: int, count: int) -> None:
+            bar = "#" * (30 * done // count)
+            print(f"\r      {bar:<30} {done}/{count}", end="" if done < count else "\n", flush=True)
+
+        served, png = steps.serve_and_query(lite_path, workdir, images, labels, progress)
+        rows.append(served)
+    say("summary")
+    print_table(rows, len(images))
+    if png is not None:
+        print(f"PNG request ({png['png_bytes']} bytes of image/png): predicted {png['predicted']}, "
+              f"label {png['label']}; server stopped with exit code {png['server_exit_code']}")
+    print(f"finished in {time.perf_counter() - started:.1f} s; artifacts in {workdir}")
     return 0
+
+
+def print_table(rows, samples: int) -> None:
+    print(f"\n{'path':<32} {'accuracy':>9} {'file':>10} {'latency':>16}")
+    for row in rows:
+        accuracy = "-" if row.accuracy != row.accuracy else f"{row.accuracy:.2%}"
+        size = "-" if row.file_bytes is None else f"{row.file_bytes / 1024:.1f} KiB"
+        latency = "-" if row.ms_per_sample is None else f"{row.ms_per_sample:.3f} ms/sample"
+        print(f"{row.path:<32} {accuracy:>9} {size:>10} {latency:>16}")
+    print(f"(accuracy on the {samples} held-out digits)")
+    sys.stdout.flush()

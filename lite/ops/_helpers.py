@@ -64,7 +64,9 @@ def legacy_broadcast(
         return B
     start = normalize_axis(op_type, axis, A.ndim)
     trailing = A.ndim - start - B.ndim
-    if trailing < 0 or A.shape[start : start + B.ndim] != B.shape:
+    matched = A.shape[start : start + B.ndim]
+    # A dimension of size 1 in B stretches over A's (exporters of that era relied on it).
+    if trailing < 0 or any(b not in (a, 1) for a, b in zip(matched, B.shape)):
         raise KernelError(
             f"{op_type}: B of shape {B.shape} does not match A's dimensions {A.shape} from axis {axis}"
         )

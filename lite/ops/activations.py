@@ -47,7 +47,20 @@ def LeakyRelu(X, *, alpha=0.01):
 
 
 @kernel("PRelu", since=1)
+def PRelu_1(X, slope):
+    """Before opset 7 a 1-D slope of size C is per channel (axis 1), whatever X's rank.
+
+    https://github.com/onnx/onnx/blob/main/docs/Changelog.md#PRelu-6
+    """
+    X, slope = np.asarray(X), np.asarray(slope)
+    if slope.ndim == 1 and X.ndim >= 2 and slope.size == X.shape[1] and slope.size > 1:
+        slope = slope.reshape((-1,) + (1,) * (X.ndim - 2))
+    return _like(np.where(X < 0, X * slope, X), X)
+
+
+@kernel("PRelu", since=7)
 def PRelu(X, slope):
+    """Slope broadcasts to X unidirectionally (numpy rules). https://onnx.ai/onnx/operators/onnx__PRelu.html"""
     X = np.asarray(X)
     return _like(np.where(X < 0, X * slope, X), X)
 

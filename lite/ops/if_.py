@@ -21,4 +21,5 @@ def If(cond, *, then_branch=None, else_branch=None):
     if flag.size != 1:
         raise UnsupportedOpError(f"If: cond must hold one boolean, got shape {flag.shape}")
     outputs = then_branch() if bool(flag.reshape(())) else else_branch()
-    return tuple(np.asarray(value) for value in outputs)
+    # Sequence (list) and empty optional (None) values pass through as they are.
+    return tuple(value if value is None or isinstance(value, list) else np.asarray(value) for value in outputs)

@@ -22,7 +22,7 @@ def Loop(M, cond, *v_initial, body=None, output_count=None):
         raise UnsupportedOpError("Loop: the body graph is required")
     trip_limit = None if M is None else int(np.asarray(M).reshape(()))
     keep_going = True if cond is None else bool(np.asarray(cond).reshape(()))
-    carried = [np.asarray(v) for v in v_initial]
+    carried = [_value(v) for v in v_initial]
     scanned: list[list[np.ndarray]] = []
     iteration = 0
     while keep_going and (trip_limit is None or iteration < trip_limit):
@@ -33,7 +33,7 @@ def Loop(M, cond, *v_initial, body=None, output_count=None):
                 "(condition and every carried value)"
             )
         keep_going = bool(np.asarray(outputs[0]).reshape(()))
-        carried = [np.asarray(v) for v in outputs[1 : 1 + len(carried)]]
+        carried = [_value(v) for v in outputs[1 : 1 + len(carried)]]
         scanned.append([np.asarray(v) for v in outputs[1 + len(carried) :]])
         iteration += 1
     if scanned:
@@ -43,3 +43,8 @@ def Loop(M, cond, *v_initial, body=None, output_count=None):
         missing = 0 if output_count is None else max(output_count - len(carried), 0)
         stacked = [np.zeros((0,), dtype=np.float32) for _ in range(missing)]
     return tuple(carried + stacked)
+
+
+def _value(value):
+    """Loop-carried values keep their kind: sequences (lists) and empty optionals (None) as they are."""
+    return value if value is None or isinstance(value, list) else np.asarray(value)

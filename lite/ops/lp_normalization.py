@@ -20,5 +20,6 @@ def LpNormalization(input, *, axis=-1, p=2):
         norm = np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
     else:
         raise UnsupportedOpError(f"LpNormalization: p must be 1 or 2, got {p}")
+    # A zero vector stays zero (the operator's reference output), rather than 0/0 = NaN.
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (x / norm).astype(x.dtype, copy=False)
+        return np.where(norm == 0, 0, x / norm).astype(x.dtype, copy=False)

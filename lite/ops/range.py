@@ -21,7 +21,7 @@ def Range(start, limit, delta, *, stash_type=1):
     start = np.asarray(start).reshape(())
     dtype = start.dtype
     if dtype.kind in "iu":
-        first, stop, step = int(start), int(np.asarray(limit)), int(np.asarray(delta))
+        first, stop, step = int(start), int(np.asarray(limit).reshape(())), int(np.asarray(delta).reshape(()))
         if step == 0:
             raise KernelError("Range: delta must be non-zero")
         count = max(-(-(stop - first) // step), 0)

@@ -23,6 +23,9 @@ from converter import convert_model
 from lite.format import load, to_bytes
 
 
+DATA_SETS = ("simple", "pytorch-converted", "pytorch-operator")
+
+
 @dataclass
 class Case:
     name: str
@@ -73,6 +76,18 @@ def _read_pb(path: str):
     sequence = onnx.SequenceProto()
     sequence.ParseFromString(data)
     return numpy_helper.to_list(sequence)
+
+
+def all_case_names() -> list[str]:
+    """Node cases by name, then ``<set>/<name>`` for the shipped data sets."""
+    return [*node_cases(), *(f"{s}/{n}" for s in DATA_SETS for n in data_set_names(s))]
+
+
+def load_case(name: str) -> Case:
+    if "/" in name:
+        set_name, case_name = name.split("/", 1)
+        return data_case(set_name, case_name)
+    return node_cases()[name]
 
 
 def to_array(value):

@@ -197,7 +197,8 @@ class OrtEngine:
         if self.gpu is not None:
             return self.gpu.run(dict(feeds))
         feeds = {name: _host(value) for name, value in feeds.items()}
-        feeds = {name: _as_text(name, value) if value.dtype == object else value for name, value in feeds.items()}
+        feeds = {name: _as_text(name, value) if getattr(value, "dtype", None) == object else value
+                 for name, value in feeds.items()}
         if len(self.segments) == 1:
             return self.segments[0].run(feeds)
         values: dict[str, np.ndarray] = dict(feeds)

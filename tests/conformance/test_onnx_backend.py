@@ -1,0 +1,93 @@
+"""ONNX backend conformance: every case through convert -> .lite -> verified load -> engine.
+
+The cases are onnx's own (1,884 node cases built in memory, plus the 'simple', 'pytorch-converted'
+and 'pytorch-operator' sets its wheel ships). A case either passes or is listed in
+exclusions.py with the reason (regenerate with ``python -m tests.conformance.survey --write``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tests.conformance.exclusions import EXCLUSIONS
+from tests.conformance.runner import all_case_names, load_case, run_case, to_array
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    NAMES = all_case_names()
+RUNNABLE = [name for name in NAMES if name not in EXCLUSIONS]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_case_on_the_numpy_engine(name):
+    if name in EXCLUSIONS:
+        pytest.skip(EXCLUSIONS[name])
+    run_case(load_case(name))
+
+
+def test_goal_of_1500_node_cases_is_met():
+    # Every node case not excluded is asserted by the test above, so this bound is real.
+    node = [name for name in NAMES if "/" not in name]
+    assert len(node) == 1884
+    passing = len(node) - sum(name in EXCLUSIONS for name in node)
+    assert passing >= 1500, f"only {passing} node cases pass"
+
+
+def test_every_exclusion_names_a_case_and_has_a_reason():
+    assert set(EXCLUSIONS) <= set(NAMES)
+    assert all(reason and not reason.startswith("UNEXPLAINED") for reason in EXCLUSIONS.values())
+
+
+# Engines agree: the numpy engine against ONNX Runtime's CPU provider on the same .lite model.
+TOLERANCE = {"f": (1e-3, 1e-4), "c": (1e-3, 1e-4)}
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_numpy_and_onnx_runtime_agree(name):
+    pytest.importorskip("onnxruntime", reason="needs onnxruntime (the ort extra)")
+    import lite
+    from converter import convert_model
+    from lite.format import to_bytes
+
+    case = load_case(name)
+    data = to_bytes(convert_model(case.model, optimize=False))
+    try:
+        ort_model = lite.Model.load(data, device="cpu", cache_dir=None)
+    except (lite.UnsupportedOpError, lite.EngineUnavailableError) as err:
+        pytest.skip(f"ONNX Runtime cannot load this model: {str(err)[:120]}")
+    numpy_model = lite.Model.load(data, device="numpy")
+    initializers = {i.name for i in case.model.graph.initializer}
+    names = [i.name for i in case.model.graph.input if i.name not in initializers]
+    inputs, _ = case.data_sets[0]
+    feeds = {n: to_array(v) for n, v in zip(names, inputs)}
+    try:
+        got = ort_model.predict(feeds)
+    except Exception as err:  # ONNX Runtime's own refusal (type or shape rules) is not ours to fix
+        pytest.skip(f"ONNX Runtime rejects this case: {type(err).__name__}: {str(err)[:120]}")
+    want = numpy_model.predict(feeds)
+    for output, expected in want.items():
+        compare_outputs(output, got[output], expected)
+
+
+def compare_outputs(name, got, expected):
+    if isinstance(expected, list):
+        assert isinstance(got, list) and len(got) == len(expected), name
+        for g, e in zip(got, expected):
+            compare_outputs(name, g, e)
+        return
+    if expected is None:
+        assert got is None, name
+        return
+    got, expected = np.asarray(got), np.asarray(expected)
+    assert got.shape == expected.shape, f"{name}: {got.shape} vs {expected.shape}"
+    if expected.dtype == object:
+        decode = np.frompyfunc(lambda v: v.decode() if isinstance(v, bytes) else str(v), 1, 1)
+        assert (decode(got) == decode(expected)).all() if expected.size else True, name
+    elif expected.dtype.kind in TOLERANCE:
+        rtol, atol = TOLERANCE[expected.dtype.kind]
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, expected, err_msg=name)

@@ -1,0 +1,32 @@
+"""The README's first command: `lite quickstart` runs the whole path end to end."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("sklearn", reason="the quickstart trains on scikit-learn's digits")
+pytest.importorskip("tritonclient.grpc", reason="the quickstart queries the server with tritonclient")
+
+
+@pytest.mark.slow
+def test_quickstart_end_to_end(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "lite.cli", "quickstart", "--workdir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    accuracies = {label.strip(): float(value) for label, value in
+                  re.findall(r"^(.+?)\s+(\d+\.\d+)%", out, flags=re.MULTILINE)}
+    for path in ("trained network (train core)", "fp32 .lite, numpy engine", "served (tritonclient, gRPC)"):
+        assert accuracies[path] >= 97.0, out
+    # Every path computes the same network: the same accuracy.
+    assert len(set(accuracies.values())) == 1, out
+    assert "BatchNormalization nodes: 2 -> 0" in out
+    predicted, label = re.search(r"predicted (\d+), label (\d+)", out).groups()
+    assert predicted == label
+    assert "server stopped with exit code 0" in out
+    for artifact in ("lenet5_bn.ckpt", "lenet5_bn.onnx", "lenet5_bn.lite", "models/digits/1/model.lite"):
+        assert (tmp_path / artifact).exists(), artifact
