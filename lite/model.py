@@ -217,6 +217,14 @@ def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: C
                 options: dict[str, Any], identity: str | None):
     if device == "auto":
         device = _best_device(model)
+        if device != "numpy":
+            from lite.engines.ort.sessions import OrtRejected
+
+            try:
+                return _engine_for(model, device, threads, custom_ops, options, identity)
+            except OrtRejected:
+                # "auto" means the best engine that runs the model: the numpy engine runs them all.
+                return _engine_for(model, "numpy", threads, custom_ops, {}, identity)
     if device == "numpy":
         if options:
             raise TypeError(f"options {', '.join(sorted(options))} apply to ONNX Runtime devices, not to device='numpy'")

@@ -212,8 +212,8 @@ class NumpyEngine:
                     f"node {step.node.name!r} ({step.node.op_type}) failed on inputs [{shapes}]: "
                     f"{type(err).__name__}: {err}"
                 ) from err
-            if not isinstance(result, (tuple, list)):
-                result = (result,)
+            if not isinstance(result, tuple):
+                result = (result,)  # one value; a list is one value too (a sequence)
             for index, value in zip(step.outputs, result):
                 if index >= 0:
                     values[index] = value

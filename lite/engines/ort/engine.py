@@ -26,7 +26,7 @@ from lite.engines.numpy_engine import NumpyEngine
 from lite.engines.ort.cuda import CudaRunner
 from lite.engines.ort import sessions
 from lite.engines.ort.half import has_half_weights, to_half_compute
-from lite.engines.ort.lower import Lowered, lower_nodes, reads
+from lite.engines.ort.lower import Lowered, lower_nodes, node_name, reads
 from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, from_numpy
@@ -98,7 +98,8 @@ class OrtEngine:
                 self.segments = self._build(on_numpy)
                 break
             except sessions.MissingKernel as missing:
-                node = next((n for n in model.main.nodes if n.name == missing.node_name and id(n) not in on_numpy), None)
+                node = self._node_named(missing.node_name)
+                node = None if node is None or id(node) in on_numpy else node
                 if node is None:
                     raise UnsupportedOpError(str(missing)) from missing
                 on_numpy.add(id(node))
@@ -108,6 +109,10 @@ class OrtEngine:
         self.output_names = [graph.tensors[i].name for i in graph.outputs]
         self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort)
         self.gpu = self._gpu_runner() if device != "cpu" else None
+
+    def _node_named(self, name: str) -> ir.Node | None:
+        """The main-graph node ONNX Runtime calls ``name`` (unnamed nodes are lowered as OpType_i)."""
+        return next((n for i, n in enumerate(self.model.main.nodes) if node_name(n, i) == name), None)
 
     def _supported(self, node: ir.Node) -> bool:
         domain = normalize_domain(node.domain)
@@ -213,7 +218,7 @@ class OrtEngine:
 
     def _move_to_numpy(self, missing: sessions.MissingKernel) -> None:
         with self._rebuild_lock:
-            node = next((n for n in self.model.main.nodes if n.name == missing.node_name), None)
+            node = self._node_named(missing.node_name)
             if node is None or id(node) in self._on_numpy or len(self._on_numpy) > len(self.model.main.nodes):
                 raise UnsupportedOpError(str(missing)) from missing
             self._on_numpy.add(id(node))
@@ -248,7 +253,7 @@ def _as_text(name: str, array: np.ndarray) -> np.ndarray:
                 ) from err
         return item
 
-    return np.frompyfunc(decode, 1, 1)(array).astype(object) if array.size else array
+    return np.asarray(np.frompyfunc(decode, 1, 1)(array), dtype=object) if array.size else array
 
 
 def available_devices() -> list[str]:

@@ -17,6 +17,7 @@ Quantization parameters on tensors are descriptive; the computation is what the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from lite.format.dtypes import DataType, is_subbyte
 from lite.ops import fused_activation
 
 MAX_IR_VERSION = 11
+VALUE_TYPES_KEY = "lite.value_types"  # sequence/optional types of values (see lite.model)
 MAX_DEFAULT_OPSET = 26
 # Weights handed to ONNX Runtime in place (numpy-backed OrtValues, no copy). Only data-like
 # types of some size: ONNX Runtime reads small integer tensors (Reshape shapes, Slice starts,
@@ -140,6 +142,11 @@ class _Lowering:
         self.external_weights = external_weights
         self.input_types = input_types
         self.taken: dict[int, set[str]] = {}
+        self.positions: dict[int, dict[int, int]] = {}  # graph -> node -> position
+        try:
+            self.value_types = json.loads(model.metadata.get(VALUE_TYPES_KEY, "{}"))
+        except ValueError:
+            self.value_types = {}
         self.added: dict[int, list[TensorProto]] = {}  # initializers lowering adds (Clip bounds)
         self.external: dict[str, np.ndarray] = {}
 
@@ -154,10 +161,17 @@ class _Lowering:
         initializers.extend(self.added.pop(id(graph), []))
         return helper.make_graph(
             lowered_nodes, name,
-            [value_info_of(graph.tensors[i], self.input_types.get(graph.tensors[i].name)) for i in inputs],
-            [value_info_of(graph.tensors[i]) for i in outputs],
+            [self.value_info(graph, i, self.input_types.get(graph.tensors[i].name)) for i in inputs],
+            [self.value_info(graph, i) for i in outputs],
             initializer=initializers,
         )
+
+    def value_info(self, graph: ir.Graph, index: int, dtype: DataType | None = None) -> onnx.ValueInfoProto:
+        tensor = graph.tensors[index]
+        described = self.value_types.get(str(self.model.graphs.index(graph)), {}).get(tensor.name)
+        if described:  # a sequence or optional value: the .lite tensor table only has its element type
+            return helper.make_value_info(tensor.name, type_from_text(described))
+        return value_info_of(tensor, dtype)
 
     def initializer(self, tensor: ir.Tensor, top_level: bool) -> TensorProto:
         if (top_level and self.external_weights and tensor.dtype in _EXTERNAL_TYPES
@@ -191,7 +205,10 @@ class _Lowering:
         final_output = outputs[0] if outputs else ""
         if activation is not None:
             outputs[0] = self.fresh(graph, f"{final_output}__before_{activation.lower()}")
-        proto = onnx.NodeProto(op_type=node.op_type, domain=node.domain, name=node.name,
+        positions = self.positions.get(id(graph))
+        if positions is None:
+            positions = self.positions[id(graph)] = {id(n): i for i, n in enumerate(graph.nodes)}
+        proto = onnx.NodeProto(op_type=node.op_type, domain=node.domain, name=node_name(node, positions[id(node)]),
                                input=inputs, output=outputs)
         proto.attribute.extend(attributes)
         if activation is None:
@@ -199,7 +216,7 @@ class _Lowering:
         weight = graph.tensors[node.inputs[1]] if len(node.inputs) > 1 and node.inputs[1] >= 0 else None
         dtype = DataType.FLOAT16 if weight is not None and weight.dtype == DataType.FLOAT16 else DataType.FLOAT
         opset = self.model.opset_imports.get("", self.model.opset_imports.get("ai.onnx", MAX_DEFAULT_OPSET))
-        name = self.fresh(graph, f"{node.name or node.op_type}/{activation}")
+        name = self.fresh(graph, f"{proto.name}/{activation}")
         initializers = self.added.setdefault(id(graph), [])
         return [proto, *activation_nodes(activation, params, outputs[0], final_output, name, opset, dtype, initializers)]
 
@@ -290,6 +307,25 @@ def activation_nodes(activation: str, params: Sequence[float], source: str, targ
         return [helper.make_node("Sigmoid", [source], [gate], name=gate),
                 helper.make_node("Mul", [source, gate], [target], name=name)]
     return [helper.make_node(activation, [source], [target], name=name)]
+
+
+def node_name(node: ir.Node, position: int) -> str:
+    """The node's name, or ``OpType_position`` for an unnamed node (ONNX Runtime's errors then name one node)."""
+    return node.name or f"{node.op_type}_{position}"
+
+
+def type_from_text(text: str) -> onnx.TypeProto:
+    """``tensor(float)``, ``seq(tensor(int64))``, ``optional(seq(tensor(float)))`` as a TypeProto."""
+    text = text.strip()
+    if text.startswith("seq(") and text.endswith(")"):
+        return helper.make_sequence_type_proto(type_from_text(text[4:-1]))
+    if text.startswith("optional(") and text.endswith(")"):
+        return helper.make_optional_type_proto(type_from_text(text[9:-1]))
+    if text.startswith("tensor(") and text.endswith(")"):
+        name = text[7:-1].upper()
+        element = {"FLOAT": "FLOAT", "DOUBLE": "DOUBLE", "STRING": "STRING", "BOOL": "BOOL"}.get(name, name)
+        return helper.make_tensor_type_proto(int(getattr(DataType, element)), None)
+    raise ValueError(f"cannot read the value type {text!r}")
 
 
 def value_info_of(tensor: ir.Tensor, dtype: DataType | None = None) -> onnx.ValueInfoProto:

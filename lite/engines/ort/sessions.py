@@ -23,13 +23,16 @@ from typing import Any
 import numpy as np
 
 from lite.engines.ort.lower import Lowered
-from lite.errors import EngineUnavailableError
+from lite.errors import EngineUnavailableError, KernelError, UnsupportedOpError
 
 _OPTIMIZATION_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
                         "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 _PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
               "tensorrt": "TensorrtExecutionProvider"}
-_MISSING_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+_MISSING_KERNEL = re.compile(
+    r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'"
+    r"|Failed to find kernel for (\w+)\(\d+\) \(node:'([^']*)'"
+)
 
 
 def default_cache_dir() -> Path:
@@ -84,6 +87,15 @@ class MissingKernel(Exception):
         self.node_name = node_name
 
 
+class OrtRejected(UnsupportedOpError):
+    """ONNX Runtime refused the lowered model (an op version it does not know, a locale, ...)."""
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text[:300]
+
+
 def import_onnxruntime(device: str):
     try:
         import onnxruntime
@@ -118,7 +130,10 @@ class Session:
         self.output_names = [o.name for o in session.get_outputs()]
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(output_names, feeds)
+        try:
+            return self.session.run(output_names, feeds)
+        except Exception as err:  # ONNX Runtime's run-time refusals are untyped: name them
+            raise KernelError(f"ONNX Runtime failed to run the model: {_first_line(err)}") from err
 
 
 def providers(config: SessionConfig) -> list[Any]:
@@ -175,8 +190,9 @@ def create(ort, lowered: Lowered, config: SessionConfig) -> Session:
             shutil.rmtree(staging, ignore_errors=True)
         match = _MISSING_KERNEL.search(str(err))
         if match:
-            raise MissingKernel(str(err), match.group(1), match.group(2)) from err
-        raise
+            op_type, node = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+            raise MissingKernel(str(err), op_type, node) from err
+        raise OrtRejected(f"ONNX Runtime {ort.__version__} cannot load this model: {_first_line(err)}") from err
     if staging is not None:
         try:
             os.replace(staging, entry)  # atomic: a concurrent loader sees no entry or a whole one
