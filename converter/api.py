@@ -3,6 +3,8 @@
 ``convert`` is what ``lite convert`` runs::
 
     report = converter.convert("resnet18.onnx", "resnet18.lite", fp16=True, report_path="r.json")
+    report = converter.convert("resnet18.onnx", "resnet18.lite", quant="int8", calibration_data="calib/",
+                               eval_data="eval/", max_accuracy_drop=0.5)   # see docs/quantization.md
 
 ``convert_model`` stops at the in-memory .lite model (``lite.format.ir.Model``) and checks
 nothing against the runtime's kernels; with ``optimize=False`` it is the plain, lossless
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -24,8 +27,12 @@ import onnx_ir as ir
 from converter.errors import ExportError, InvalidOptionError, UnsupportedOpsError, VerificationError
 from converter.importer import ImportedModel, ModelSource, apply_input_shapes, import_onnx
 from converter.lower import lower_model
+from converter.mindspore import import_mindspore, is_mindspore_source
 from converter.onnx_export import serialize, to_onnx
 from converter.passes import DEFAULT_PASSES, PassContext, PassResult, run_passes, store_weights_fp16
+from converter.quantize.config import QuantConfig
+from converter.quantize.pipeline import quantize_model
+from converter.quantize.report import QuantizedConversionReport
 from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_nodes
 from converter.verify import compare, onnxruntime_available, random_inputs, run_onnxruntime
@@ -77,9 +84,14 @@ def convert_model(
     dynamic_batch: bool = False,
     fp16: bool = False,
     fp16_io: bool = False,
+    network: str | None = None,
+    network_input_shape: Sequence[int] | None = None,
+    dec_key: bytes | None = None,
+    dec_mode: str | None = None,
 ) -> lite_ir.Model:
-    """Convert an ONNX model (path, bytes, ModelProto or onnx_ir.Model) to a .lite in-memory model."""
-    imported = import_onnx(model)
+    """Convert a model to a .lite in-memory model: ONNX (path, bytes, ModelProto or
+    onnx_ir.Model), a MindSpore .mindir path, or a .ckpt path with ``network`` (see ``convert``)."""
+    imported, _, _ = _import_source(model, network, network_input_shape, dec_key, dec_mode, False)
     options = _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, False)
     optimize_model(
         imported.model,
@@ -105,28 +117,68 @@ def convert(
     optimize: bool = True,
     report_path: str | os.PathLike | None = None,
     rtol: float | None = None,
+    network: str | None = None,
+    network_input_shape: Sequence[int] | None = None,
+    dec_key: bytes | None = None,
+    dec_mode: str | None = None,
+    quant: str | None = None,
+    calibration_data: Any = None,
+    calibration_method: str = "minmax",
+    calibration_size: int = 256,
+    per_channel: bool = True,
+    eval_data: Any = None,
+    max_accuracy_drop: float | None = None,
+    preprocessing: str | dict[str, Any] | None = None,
+    quant_options: dict[str, Any] | None = None,
+    progress: Any = False,
 ) -> ConversionReport:
     """Convert ``model`` and write ``output_path`` (.lite or .onnx) atomically.
+
+    The input format follows the file extension: ONNX, MindSpore ``.mindir`` (``dec_key`` and
+    ``dec_mode`` for encrypted files), or a ``.ckpt`` checkpoint with ``network`` (``module:Callable``
+    building a train-core Cell) and ``network_input_shape`` (the sample input's shape).
 
     ``verify=None`` verifies when onnxruntime is installed. Raises :class:`UnsupportedOpsError`
     listing every node the runtime cannot run (unless ``allow_custom``), and
     :class:`VerificationError` when outputs differ by more than ``rtol`` (default 1e-4, or 1e-2
     with fp16 weights); in both cases no output file is left behind.
+
+    Quantization (docs/quantization.md): ``quant`` is ``"int8"`` (static; needs
+    ``calibration_data``: a folder of .npy/.npz files or images, or an iterable of arrays),
+    ``"int8-dynamic"``, ``"int8-weight"`` or ``"fp16"``. ``eval_data`` adds the accuracy report
+    (``report.quantization``); ``max_accuracy_drop`` (percentage points) keeps the most sensitive
+    layers in float until it holds. ``preprocessing`` (the image spec, JSON/dict/path) prepares
+    image folders and is stored in the model's ``preprocessing`` metadata for serving.
+    ``quant_options`` sets further :class:`converter.quantize.config.QuantConfig` fields
+    (``activation_type``, ``percentile``, ``exclude``, ...). Quantized models are checked by the
+    quantization report rather than by ``verify``.
     """
     started = time.perf_counter()
     output = Path(output_path)
     suffix = output.suffix.lower()
     if suffix not in OUTPUT_FORMATS:
         raise InvalidOptionError(f"output {output}: the extension must be .lite or .onnx, got {suffix or 'none'!r}")
-    fp16 = fp16 or fp16_io
+    quant_config = _quant_config(quant, calibration_method, calibration_size, per_channel, max_accuracy_drop, quant_options)
+    fp16 = fp16 or fp16_io or quant == "fp16"
     if verify is None:
-        verify = onnxruntime_available()
+        verify = onnxruntime_available() and (quant_config is None or quant == "fp16")
     rtol = rtol if rtol is not None else (1e-2 if fp16 else 1e-4)
     options = _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, allow_custom)
+    if quant_config is not None:
+        options["quant"] = quant_config.to_dict()
 
-    imported = import_onnx(model)
-    original = _original_proto(imported, model) if verify else None
-    report = ConversionReport(
+    imported, translated, source_warnings = _import_source(
+        model, network, network_input_shape, dec_key, dec_mode, allow_custom
+    )
+    if translated is not None:
+        original = translated
+        options["input_format"] = "ckpt" if network is not None else "mindir"
+        if network is not None:
+            options["network"] = network
+    else:
+        original = _original_proto(imported, model) if verify else None
+    report_class = ConversionReport if quant_config is None else QuantizedConversionReport
+    report = report_class(
         source=imported.source,
         output=str(output),
         output_format=suffix[1:],
@@ -143,11 +195,24 @@ def convert(
         fp16=fp16,
         fp16_io=fp16_io,
     )
+    report.warnings[:0] = source_warnings
     report.after = GraphStats.of(imported.model)
 
+    quantize = None
+    if quant_config is not None and quant != "fp16":
+
+        def quantize(lite_model: lite_ir.Model) -> lite_ir.Model:
+            quantized, report.quantization = quantize_model(
+                lite_model, quant_config, calibration_data=calibration_data, eval_data=eval_data,
+                preprocessing=preprocessing, progress=progress,
+            )
+            return quantized
+
+    elif quant_config is not None and (eval_data is not None or max_accuracy_drop is not None):
+        report.warnings.append("fp16: the accuracy report and fallback apply to int8 modes only")
     temporary = output.with_name(f"{output.name}.tmp{os.getpid()}")
     try:
-        exported = _write(imported, report, temporary, suffix, options, allow_custom)
+        exported = _write(imported, report, temporary, suffix, options, allow_custom, quantize)
         if verify:
             report.verification = _verify(original, imported.model, exported, temporary, suffix, fp16_io, rtol)
             if not report.verification.passed:
@@ -171,6 +236,32 @@ def convert(
     return report
 
 
+def _import_source(
+    model: ModelSource,
+    network: str | None,
+    network_input_shape: Sequence[int] | None,
+    dec_key: bytes | None,
+    dec_mode: str | None,
+    allow_custom: bool,
+) -> tuple[ImportedModel, onnx.ModelProto | None, list[str]]:
+    """Dispatch on the input format: ONNX, or MindSpore (.mindir; .ckpt with a network), which is
+    translated to ONNX first (returned too: the reference that verification runs)."""
+    if is_mindspore_source(model, network):
+        if not isinstance(model, (str, os.PathLike)):
+            raise InvalidOptionError("MindSpore inputs are converted from a file path (.mindir, .ckpt)")
+        return import_mindspore(
+            model,
+            network=network,
+            input_shape=network_input_shape,
+            dec_key=dec_key,
+            dec_mode=dec_mode,
+            allow_custom=allow_custom,
+        )
+    if dec_key is not None:
+        raise InvalidOptionError("dec_key applies to encrypted MindSpore files (.mindir, .ckpt) only")
+    return import_onnx(model), None, []
+
+
 def _write(
     imported: ImportedModel,
     report: ConversionReport,
@@ -178,13 +269,26 @@ def _write(
     suffix: str,
     options: dict[str, Any],
     allow_custom: bool,
+    quantize=None,
 ) -> onnx.ModelProto | None:
-    """Write the output to ``temporary``; return the ONNX export when one was made."""
-    if suffix == ".onnx":
+    """Write the output to ``temporary``; return the ONNX export when one was made.
+
+    ``quantize`` (int8 modes) rewrites the lowered .lite model; a quantized .onnx output is that
+    model lowered back to ONNX (QDQ form) as the runtime's ONNX Runtime engine does.
+    """
+    if suffix == ".onnx" and quantize is None:
         exported = to_onnx(imported.model)
         _write_bytes(temporary, serialize(exported))
         return exported
     lite_model = lower_model(imported.model, _metadata(imported, options))
+    if quantize is not None:
+        lite_model = quantize(lite_model)
+    if suffix == ".onnx":
+        from lite.engines.ort.lower import lower_model as lower_to_onnx
+
+        exported = lower_to_onnx(lite_model, external_weights=False).model
+        _write_bytes(temporary, serialize(exported))
+        return exported
     unsupported = unsupported_nodes(lite_model)
     if unsupported and not allow_custom:
         listing = "\n".join(f"  {name}: {op} — {reason}" for name, op, reason in unsupported)
@@ -277,6 +381,22 @@ def _lite_engine():
         return dict(zip([spec.name for spec in model.outputs], outputs))
 
     return run
+
+
+def _quant_config(quant, calibration_method, calibration_size, per_channel, max_accuracy_drop,
+                  quant_options) -> QuantConfig | None:
+    if quant is None:
+        if max_accuracy_drop is not None:
+            raise InvalidOptionError("max_accuracy_drop (--max-accuracy-drop) needs quant (--quant int8 ...)")
+        return None
+    return QuantConfig(
+        mode=quant,
+        calibration_method=calibration_method,
+        calibration_size=calibration_size,
+        per_channel=per_channel,
+        max_accuracy_drop=max_accuracy_drop,
+        **(quant_options or {}),
+    )
 
 
 def _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, allow_custom) -> dict[str, Any]:

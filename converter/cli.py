@@ -18,11 +18,21 @@ from converter.importer import parse_input_shape
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "convert",
-        help="convert an ONNX model to .lite (or an optimized .onnx)",
+        help="convert an ONNX or MindSpore model to .lite (or an optimized .onnx)",
         description="Import an ONNX model, optimize it (BatchNormalization folding, constant folding, "
         "activation fusion...) and write .lite or, for ONNX Runtime, .onnx.",
     )
-    parser.add_argument("model", help="source model (.onnx)")
+    parser.add_argument("model", nargs="?", help="source model: .onnx or MindSpore .mindir")
+    mindspore = parser.add_argument_group("MindSpore inputs (docs/mindspore.md)")
+    mindspore.add_argument("--ckpt", metavar="NET.ckpt", help="a checkpoint to convert with --network (instead of MODEL)")
+    mindspore.add_argument(
+        "--network",
+        metavar="MODULE:CALLABLE",
+        help="builds the checkpoint's network with the train core, e.g. train.models:LeNet5; "
+        "--input-shape D0,D1,... gives the sample input's shape",
+    )
+    mindspore.add_argument("--dec-key", metavar="HEX", help="key of an encrypted .mindir/.ckpt, as hex")
+    mindspore.add_argument("--dec-mode", choices=["AES-GCM", "AES-CBC", "SM4-CBC"], help="its encryption mode")
     parser.add_argument("-o", "--output", required=True, help="output path; the extension (.lite or .onnx) picks the format")
     parser.add_argument(
         "--input-shape",
@@ -42,15 +52,55 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--no-optimize", dest="optimize", action="store_false", help="translate only; run no passes")
     parser.add_argument("--report", metavar="REPORT.json", help="write the full conversion report as JSON")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    _add_quantization_options(parser)
     parser.set_defaults(handler=run)
     return parser
 
 
+def _add_quantization_options(parser: argparse.ArgumentParser) -> None:
+    """``--quant`` and friends (docs/quantization.md)."""
+    from converter.quantize.config import CALIBRATION_METHODS, MODES
+
+    group = parser.add_argument_group("quantization (docs/quantization.md)")
+    group.add_argument("--quant", choices=MODES, help="int8 (static, needs --calib), int8-dynamic, int8-weight or fp16")
+    group.add_argument("--calib", metavar="DATA", help="calibration data: a folder of .npy/.npz files or of images")
+    group.add_argument("--calib-method", choices=CALIBRATION_METHODS, default="minmax", help="how activation ranges are chosen")
+    group.add_argument("--calib-size", type=int, default=256, metavar="N", help="calibration samples to read at most (default 256)")
+    channel = group.add_mutually_exclusive_group()
+    channel.add_argument("--per-channel", dest="per_channel", action="store_true", default=True,
+                         help="one weight scale per output channel (default)")
+    channel.add_argument("--per-tensor", dest="per_channel", action="store_false", help="one weight scale per tensor")
+    group.add_argument("--eval", metavar="DATA", help="evaluation data (labels in .npz 'label' or class sub-folders): accuracy report")
+    group.add_argument("--max-accuracy-drop", type=float, metavar="PP",
+                       help="keep the most sensitive layers in float until the drop is <= PP percentage points (needs --eval)")
+    group.add_argument("--preprocess", metavar="SPEC", help="image preprocessing spec (JSON text or file); stored in the model")
+    group.add_argument("--activation-type", choices=("uint8", "int8"), default="uint8", help="activation integer type (default uint8)")
+    group.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float (repeatable)")
+
+
+def _quantization_arguments(args: argparse.Namespace) -> dict:
+    if args.quant is None:
+        return {"max_accuracy_drop": args.max_accuracy_drop} if args.max_accuracy_drop is not None else {}
+    return {
+        "quant": args.quant,
+        "calibration_data": args.calib,
+        "calibration_method": args.calib_method,
+        "calibration_size": args.calib_size,
+        "per_channel": args.per_channel,
+        "eval_data": args.eval,
+        "max_accuracy_drop": args.max_accuracy_drop,
+        "preprocessing": args.preprocess,
+        "quant_options": {"activation_type": args.activation_type, "exclude": tuple(args.exclude)},
+        "progress": not args.quiet,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        shapes = dict(parse_input_shape(text) for text in args.input_shape)
+        model, network_shape, texts = _source(args)
+        shapes = dict(parse_input_shape(text) for text in texts)
         report = convert(
-            args.model,
+            model,
             args.output,
             input_shapes=shapes,
             dynamic_batch=args.dynamic_batch,
@@ -61,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
             optimize=args.optimize,
             report_path=args.report,
             rtol=args.rtol,
+            **_quantization_arguments(args),
+            network=args.network,
+            network_input_shape=network_shape,
+            dec_key=_hex_key(args.dec_key),
+            dec_mode=args.dec_mode,
         )
     except InvalidOptionError as err:
         _error(err)
@@ -77,6 +132,35 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(report.table())
     return 0
+
+
+def _source(args: argparse.Namespace) -> tuple[str, list[int] | None, list[str]]:
+    """(model path, the network's sample input shape, the named --input-shape options)."""
+    if (args.model is None) == (args.ckpt is None):
+        raise InvalidOptionError("give exactly one source: MODEL (.onnx, .mindir) or --ckpt NET.ckpt with --network")
+    if args.network is not None and args.ckpt is None:
+        raise InvalidOptionError("--network goes with --ckpt NET.ckpt")
+    if args.ckpt is None:
+        return args.model, None, args.input_shape
+    if args.network is None:
+        raise InvalidOptionError("--ckpt needs --network MODULE:CALLABLE (the network the weights belong to)")
+    bare = [text for text in args.input_shape if ":" not in text]
+    if len(bare) != 1:
+        raise InvalidOptionError("--ckpt needs one --input-shape D0,D1,... for the network's sample input, e.g. 1,1,32,32")
+    try:
+        shape = [int(dim) for dim in bare[0].split(",")]
+    except ValueError as err:
+        raise InvalidOptionError(f"--input-shape {bare[0]!r}: expected sizes such as 1,1,32,32") from err
+    return args.ckpt, shape, [text for text in args.input_shape if ":" in text]
+
+
+def _hex_key(text: str | None) -> bytes | None:
+    if text is None:
+        return None
+    try:
+        return bytes.fromhex(text)
+    except ValueError as err:
+        raise InvalidOptionError(f"--dec-key must be hexadecimal (e.g. 000102...0f), got {text!r}") from err
 
 
 def _error(err: Exception) -> None:

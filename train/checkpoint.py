@@ -18,6 +18,7 @@ shares. Files are written atomically (temporary file, then ``os.replace``). No p
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import zlib
@@ -208,7 +209,7 @@ def _decode(name: str, parts: list[checkpoint_pb2.TensorProto], source: str) -> 
     head = parts[0]
     raw = b"".join(p.tensor_content for p in parts)
     if head.tensor_type == "str":
-        return np.frombuffer(raw, dtype="<U1").tobytes().decode("utf-32-le") if raw else ""
+        return _decode_text(name, raw, source)
     dims = tuple(head.dims)
     if dims == (0,):
         dims = ()
@@ -223,7 +224,7 @@ def _decode(name: str, parts: list[checkpoint_pb2.TensorProto], source: str) -> 
         )
     if any(d < 0 for d in dims):
         raise CheckpointError(f"{source}: {name!r} has negative dims {dims}")
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize  # Python ints: damaged dims cannot overflow
     if expected != len(raw):
         raise CheckpointError(
             f"{source}: {name!r} has dims {dims} ({head.tensor_type}) = {expected} bytes, "
@@ -233,6 +234,19 @@ def _decode(name: str, parts: list[checkpoint_pb2.TensorProto], source: str) -> 
     if head.tensor_type == "BFloat16":
         return (array.astype(np.uint32) << 16).view(np.float32)
     return array.astype(dtype.newbyteorder("="))
+
+
+def _decode_text(name: str, raw: bytes, source: str) -> str:
+    """A "str" entry: numpy's UTF-32 (little-endian, 4 bytes per character)."""
+    if len(raw) % 4:
+        raise CheckpointError(
+            f"{source}: string entry {name!r} has {len(raw)} bytes, not a multiple of 4 (UTF-32); "
+            "the file is damaged"
+        )
+    try:
+        return raw.decode("utf-32-le").rstrip("\x00")
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{source}: string entry {name!r} is not valid UTF-32; the file is damaged") from err
 
 
 def read_checkpoint(ckpt_file_name: str | os.PathLike, crc_check: bool = False) -> OrderedDict[str, Value]:

@@ -1,0 +1,67 @@
+"""Calibration: run the float model on sample data and record what every activation holds.
+
+Every float tensor computed at run time (graph inputs and node outputs of the main graph) becomes
+an extra output of one run of the model per batch; its values update a :class:`TensorStats`
+(running min/max, plus a streaming histogram for the percentile and entropy methods) and are
+dropped, so memory holds one batch. The ranges then come from the chosen method
+(:mod:`converter.quantize.methods`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from converter.quantize.config import QuantConfig
+from converter.quantize.data import DataSource, batches, describe_source
+from converter.quantize.errors import CalibrationDataError
+from converter.quantize.histogram import StreamingHistogram
+from converter.quantize.methods import METHODS, TensorStats, needs_histogram
+from converter.quantize.progress import ProgressCallback
+from converter.quantize.runner import Runner, input_specs, with_outputs
+from lite.format import ir as lite_ir
+from lite.format.dtypes import DataType
+
+
+def activation_names(model: lite_ir.Model) -> list[str]:
+    """Names of the float tensors of the main graph that are computed at run time."""
+    graph = model.main
+    indices = [i for i in graph.inputs if graph.tensors[i].data is None]
+    for node in graph.nodes:
+        indices.extend(i for i in node.outputs if i >= 0)
+    names = []
+    for index in indices:
+        tensor = graph.tensors[index]
+        if tensor.dtype == DataType.FLOAT and tensor.data is None and tensor.name not in names:
+            names.append(tensor.name)
+    return names
+
+
+def collect_stats(model: lite_ir.Model, source: DataSource, config: QuantConfig, *,
+                  spec: dict[str, Any] | None = None, progress: ProgressCallback | None = None,
+                  engine: str = "auto") -> tuple[dict[str, TensorStats], int]:
+    """Observe every activation of ``model`` over at most ``config.calibration_size`` samples;
+    return the statistics and the number of samples seen."""
+    names = activation_names(model)
+    runner = Runner(with_outputs(model, names), engine=engine)
+    histogram = needs_histogram(config.calibration_method)
+    stats = {name: TensorStats(histogram=StreamingHistogram() if histogram else None) for name in names}
+    inputs = input_specs(model)
+    seen = 0
+    for batch in batches(source, inputs, config.batch_size, config.calibration_size, spec):
+        outputs = runner.run(batch.feeds)
+        for name in names:
+            stats[name].add(outputs[name][: batch.size])
+        seen += batch.size
+        if progress is not None:
+            progress("calibrating (samples)", seen, config.calibration_size)
+    if seen == 0:
+        raise CalibrationDataError(f"calibration data {describe_source(source)} holds no samples")
+    if progress is not None and seen < config.calibration_size:
+        progress("calibrating (samples)", seen, seen)
+    return stats, seen
+
+
+def ranges(stats: dict[str, TensorStats], config: QuantConfig) -> dict[str, tuple[float, float]]:
+    """The range to quantize of every observed tensor, by the configured method."""
+    method = METHODS[config.calibration_method]
+    return {name: method(entry, config) for name, entry in stats.items() if entry.seen}

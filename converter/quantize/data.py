@@ -1,0 +1,232 @@
+"""Calibration and evaluation data, streamed sample by sample and re-batched for the model.
+
+Sources (``--calib DATA``, ``--eval DATA``, or ``calibration_data=`` in the API):
+
+- a folder (searched recursively, files in sorted order) or a single file of ``.npy`` / ``.npz``:
+  a ``.npy`` holds the model's only input, as one sample (rank one less than the input) or a
+  batch; a ``.npz`` holds one array per input name (a single-input model may use any key) and
+  optionally ``label``/``labels`` for evaluation;
+- a folder of images (.png, .jpg, ...), prepared with the preprocessing spec
+  (:mod:`converter.quantize.preprocessing`); images in sub-folders are labelled by the sorted
+  index of their sub-folder (ImageNet-style class folders);
+- a Python iterable (API only) of arrays (single-input models), dicts ``{input name: array}``
+  (optionally with ``"label"``), or ``(inputs, labels)`` pairs.
+
+Only one batch is in memory at a time: files are opened as they are reached.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converter.quantize.errors import CalibrationDataError
+from converter.quantize.preprocessing import ImageSpec, bind_spec
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+ARRAY_EXTENSIONS = (".npy", ".npz")
+LABEL_KEYS = ("label", "labels")
+DataSource = str | os.PathLike | Iterable[Any]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: np.dtype
+    shape: tuple  # with the batch dimension; ints, names or None
+
+    @property
+    def static_batch(self) -> int | None:
+        return self.shape[0] if self.shape and isinstance(self.shape[0], int) else None
+
+
+@dataclass
+class Sample:
+    feeds: dict[str, np.ndarray]  # one sample per input, no batch dimension
+    label: int | None = None
+
+
+@dataclass
+class Batch:
+    feeds: dict[str, np.ndarray]
+    labels: np.ndarray | None  # int64, one per sample, when every sample has a label
+    size: int
+
+
+def describe_source(source: DataSource) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return str(source)
+    return f"<{type(source).__name__}>"
+
+
+def samples(source: DataSource, inputs: list[InputSpec], spec: dict[str, Any] | None = None) -> Iterator[Sample]:
+    """Every sample of ``source``, lazily."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists():
+            raise CalibrationDataError(f"{path}: no such file or folder; pass a folder of .npy/.npz files or images")
+        return _path_samples(path, inputs, spec)
+    if isinstance(source, (bytes, np.ndarray)):
+        return _iterable_samples([source] if isinstance(source, np.ndarray) else [], inputs)
+    if isinstance(source, Iterable):
+        return _iterable_samples(source, inputs)
+    raise CalibrationDataError(
+        f"calibration data of type {type(source).__name__} is not supported: pass a folder path or an iterable of arrays"
+    )
+
+
+def batches(source: DataSource, inputs: list[InputSpec], batch_size: int, limit: int,
+            spec: dict[str, Any] | None = None) -> Iterator[Batch]:
+    """Samples of ``source`` (at most ``limit``) stacked into batches of the model's batch size
+    (fixed by the model, else ``batch_size``)."""
+    static = {spec_.static_batch for spec_ in inputs} - {None}
+    fixed = len(static) == 1
+    size = next(iter(static)) if fixed else batch_size
+    pending: list[Sample] = []
+    for count, sample in enumerate(samples(source, inputs, spec), start=1):
+        pending.append(sample)
+        if len(pending) == size:
+            yield _stack(pending, inputs)
+            pending = []
+        if count >= limit:
+            break
+    if pending:
+        real = len(pending)
+        if fixed:  # a fixed batch size: pad with the last sample; consumers use the first ``size`` rows
+            pending = pending + [pending[-1]] * (size - real)
+        batch = _stack(pending, inputs)
+        batch.size = real
+        if batch.labels is not None:
+            batch.labels = batch.labels[:real]
+        yield batch
+
+
+def _stack(items: list[Sample], inputs: list[InputSpec]) -> Batch:
+    feeds = {spec.name: np.stack([item.feeds[spec.name] for item in items]).astype(spec.dtype, copy=False)
+             for spec in inputs}
+    labels = None
+    if all(item.label is not None for item in items):
+        labels = np.array([item.label for item in items], dtype=np.int64)
+    return Batch(feeds, labels, len(items))
+
+
+def _path_samples(path: Path, inputs: list[InputSpec], spec: dict[str, Any] | None) -> Iterator[Sample]:
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    arrays = [p for p in files if p.suffix.lower() in ARRAY_EXTENSIONS]
+    images = [p for p in files if p.suffix.lower() in IMAGE_EXTENSIONS]
+    if arrays:
+        for file in arrays:
+            yield from _array_file_samples(file, inputs)
+    elif images:
+        image_spec = bind_spec(spec or {}, [(i.name, i.dtype, i.shape) for i in inputs])
+        yield from _image_samples(path, images, image_spec, inputs)
+    else:
+        raise CalibrationDataError(
+            f"{path}: found no .npy/.npz or image files; calibration data is a folder of .npy/.npz arrays "
+            f"or images ({', '.join(IMAGE_EXTENSIONS)})"
+        )
+
+
+def _array_file_samples(file: Path, inputs: list[InputSpec]) -> Iterator[Sample]:
+    try:
+        loaded = np.load(file, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise CalibrationDataError(f"{file}: not a readable .npy/.npz file ({err})") from err
+    if isinstance(loaded, np.ndarray):
+        if len(inputs) != 1:
+            raise CalibrationDataError(
+                f"{file}: a .npy file feeds a single-input model; this model has inputs "
+                f"{', '.join(i.name for i in inputs)}: use .npz files with one array per input name"
+            )
+        arrays, labels = {inputs[0].name: loaded}, None
+    else:
+        with loaded:
+            keys = list(loaded.keys())
+            label_key = next((k for k in LABEL_KEYS if k in keys), None)
+            labels = np.asarray(loaded[label_key]) if label_key else None
+            data_keys = [k for k in keys if k != label_key]
+            if len(inputs) == 1 and inputs[0].name not in data_keys and len(data_keys) == 1:
+                arrays = {inputs[0].name: loaded[data_keys[0]]}
+            else:
+                missing = [i.name for i in inputs if i.name not in data_keys]
+                if missing:
+                    raise CalibrationDataError(f"{file}: no array for input(s) {missing}; keys found: {keys}")
+                arrays = {i.name: loaded[i.name] for i in inputs}
+    yield from _split(arrays, labels, inputs, str(file))
+
+
+def _split(arrays: dict[str, np.ndarray], labels: Any, inputs: list[InputSpec], where: str) -> Iterator[Sample]:
+    """Rows of possibly batched arrays as single samples."""
+    batched: dict[str, np.ndarray] = {}
+    for spec in inputs:
+        array = np.asarray(arrays[spec.name])
+        rank = len(spec.shape) if spec.shape is not None else array.ndim
+        if array.ndim == rank - 1:
+            array = array[None]
+        elif array.ndim != rank:
+            raise CalibrationDataError(
+                f"{where}: input {spec.name!r} has shape {list(array.shape)}; the model expects rank {rank} "
+                f"(shape {list(spec.shape)}) with the batch dimension, or rank {rank - 1} for one sample"
+            )
+        for axis, (dim, size) in enumerate(zip(spec.shape[1:], array.shape[1:]), start=1):
+            if isinstance(dim, int) and dim != size:
+                raise CalibrationDataError(
+                    f"{where}: input {spec.name!r} has size {size} on axis {axis}; the model expects {dim} "
+                    f"(shape {list(spec.shape)})"
+                )
+        batched[spec.name] = array
+    counts = {array.shape[0] for array in batched.values()}
+    if len(counts) != 1:
+        raise CalibrationDataError(f"{where}: inputs have different numbers of samples {sorted(counts)}")
+    count = counts.pop()
+    label_array = None if labels is None else np.asarray(labels).reshape(-1)
+    if label_array is not None and label_array.size != count:
+        raise CalibrationDataError(f"{where}: {label_array.size} labels for {count} samples")
+    for row in range(count):
+        label = None if label_array is None else int(label_array[row])
+        yield Sample({name: array[row] for name, array in batched.items()}, label)
+
+
+def _image_samples(root: Path, images: list[Path], spec: ImageSpec, inputs: list[InputSpec]) -> Iterator[Sample]:
+    if len(inputs) != 1:
+        raise CalibrationDataError("image folders feed single-input models; use .npz files for several inputs")
+    classes: dict[str, int] = {}
+    if root.is_dir():
+        folders = sorted({p.relative_to(root).parts[0] for p in images if len(p.relative_to(root).parts) > 1})
+        classes = {name: index for index, name in enumerate(folders)}
+    for image in images:
+        parts = image.relative_to(root).parts if root.is_dir() else (image.name,)
+        label = classes.get(parts[0]) if len(parts) > 1 else None
+        yield Sample({spec.input_name: spec.load(image)}, label)
+
+
+def _iterable_samples(source: Iterable[Any], inputs: list[InputSpec]) -> Iterator[Sample]:
+    for position, item in enumerate(source):
+        where = f"calibration item {position}"
+        labels = None
+        if isinstance(item, tuple) and len(item) == 2:
+            item, labels = item
+        if isinstance(item, dict):
+            item = dict(item)
+            for key in LABEL_KEYS:
+                if key in item:
+                    labels = item.pop(key)
+            missing = [spec.name for spec in inputs if spec.name not in item]
+            if missing:
+                raise CalibrationDataError(f"{where}: no array for input(s) {missing}; keys: {sorted(item)}")
+            arrays = {spec.name: item[spec.name] for spec in inputs}
+        else:
+            if len(inputs) != 1:
+                raise CalibrationDataError(
+                    f"{where}: a bare array feeds a single-input model; yield dicts {{input name: array}} for inputs "
+                    f"{', '.join(i.name for i in inputs)}"
+                )
+            arrays = {inputs[0].name: item}
+        if labels is not None and np.ndim(labels) == 0:
+            labels = [labels]
+        yield from _split(arrays, labels, inputs, where)

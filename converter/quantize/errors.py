@@ -1,0 +1,24 @@
+"""Typed errors of quantization; every one is a :class:`converter.errors.ConverterError`.
+
+Messages name the option, file, node or tensor involved and say what to do.
+"""
+
+from __future__ import annotations
+
+from converter.errors import ConverterError, InvalidOptionError
+
+
+class QuantizationOptionError(InvalidOptionError):
+    """A quantization option is malformed or contradicts the model (``--quant``, ``--calib``...)."""
+
+
+class CalibrationDataError(ConverterError, ValueError):
+    """Calibration or evaluation data cannot be read or does not fit the model's inputs."""
+
+
+class QuantizationError(ConverterError, RuntimeError):
+    """The graph could not be quantized (e.g. a calibrated tensor never received a value)."""
+
+
+class AccuracyBudgetError(ConverterError, ArithmeticError):
+    """``max_accuracy_drop`` needs evaluation data (``--eval``) to be checked."""

@@ -1,0 +1,116 @@
+"""``quantize_model``: a lowered float .lite model in, the quantized model and its report out.
+
+Order: calibrate (int8) → quantize everything the mode covers → evaluate on the eval data →
+per-layer sensitivity → fall back layer by layer while the accuracy drop exceeds the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Collection
+from typing import Any
+
+from converter.quantize.calibrate import collect_stats, ranges
+from converter.quantize.config import QuantConfig
+from converter.quantize.data import DataSource, batches
+from converter.quantize.errors import AccuracyBudgetError, QuantizationOptionError
+from converter.quantize.evaluate import EvalSet
+from converter.quantize.preprocessing import METADATA_KEY, bind_spec, read_spec
+from converter.quantize.progress import ProgressCallback, resolve
+from converter.quantize.quantizers import LAYER_OPS
+from converter.quantize.report import QuantizationReport
+from converter.quantize.runner import input_specs, onnxruntime_available
+from converter.quantize.sensitivity import fallback, layer_sensitivity
+from converter.quantize.static import QuantizedGraph, quantize_static
+from converter.quantize.weights import quantize_dynamic, quantize_weights_only
+from lite.format import ir as lite_ir
+
+QUANTIZATION_KEY = "quantization"
+
+
+def quantize_model(
+    model: lite_ir.Model,
+    config: QuantConfig,
+    *,
+    calibration_data: DataSource | None = None,
+    eval_data: DataSource | None = None,
+    preprocessing: str | dict[str, Any] | None = None,
+    progress: bool | ProgressCallback | None = None,
+    engine: str = "auto",
+) -> tuple[lite_ir.Model, QuantizationReport]:
+    """Quantize ``model`` (not modified) as ``config`` says; see docs/quantization.md."""
+    started = time.perf_counter()
+    report_progress = resolve(progress)
+    spec = read_spec(preprocessing)
+    inputs = input_specs(model)
+    if spec:
+        bind_spec(spec, [(i.name, i.dtype, i.shape) for i in inputs])  # fail early on a bad spec
+    if config.max_accuracy_drop is not None and eval_data is None:
+        raise AccuracyBudgetError(
+            f"max_accuracy_drop={config.max_accuracy_drop} needs evaluation data: pass --eval DATA (eval_data=...)"
+        )
+    engine = engine if engine != "auto" else ("ort" if onnxruntime_available() else "numpy")
+    report = QuantizationReport(mode=config.mode, options=config.to_dict(), calibration_engine=engine)
+    build = _builder(model, config, calibration_data, spec, report, report_progress, engine)
+
+    quantized = build(None, ())
+    if eval_data is not None:
+        evalset = EvalSet(model, list(batches(eval_data, inputs, config.batch_size, config.eval_size, spec)), engine)
+        evaluation = evalset.evaluate(quantized.model)
+        layers = _layers(model, quantized)
+        if layers and (config.max_accuracy_drop is not None or len(layers) <= 64):
+            report.sensitivity = layer_sensitivity(build, layers, evalset, config.sensitivity_size, report_progress)
+        if config.max_accuracy_drop is not None:
+            quantized, evaluation, report.kept_in_float, report.fallback_steps = fallback(
+                build, report.sensitivity, evalset, config.max_accuracy_drop, (quantized, evaluation)
+            )
+            report.budget_met = evaluation.drop <= config.max_accuracy_drop
+        report.evaluation = evaluation
+    report.quantized_nodes = quantized.quantized
+    report.declined = quantized.declined
+    report.removed_activations = quantized.removed
+    report.warnings.extend(w for w in quantized.warnings if w not in report.warnings)
+    result = quantized.model
+    result.metadata[QUANTIZATION_KEY] = json.dumps(
+        {**config.to_dict(), "kept_in_float": report.kept_in_float}, sort_keys=True
+    )
+    if spec:
+        result.metadata[METADATA_KEY] = json.dumps(spec, sort_keys=True)
+    report.seconds = time.perf_counter() - started
+    return result, report
+
+
+def _builder(model, config: QuantConfig, calibration_data, spec, report: QuantizationReport,
+             progress: ProgressCallback, engine: str):
+    if config.mode == "int8":
+        if calibration_data is None:
+            raise QuantizationOptionError(
+                "--quant int8 needs calibration data: pass --calib DATA (a folder of .npy/.npz files or images) "
+                "or calibration_data=<iterable of arrays>; or use --quant int8-dynamic / int8-weight"
+            )
+        stats, report.calibration_samples = collect_stats(model, calibration_data, config, spec=spec,
+                                                          progress=progress, engine=engine)
+        calibrated = ranges(stats, config)
+
+        def build(include: Collection[str] | None, exclude: Collection[str]) -> QuantizedGraph:
+            return quantize_static(model, calibrated, config, include=include, exclude=exclude)
+
+        return build
+    if config.mode in ("int8-dynamic", "int8-weight"):
+        quantize = quantize_dynamic if config.mode == "int8-dynamic" else quantize_weights_only
+
+        def build(include: Collection[str] | None, exclude: Collection[str]) -> QuantizedGraph:
+            keep = set(exclude) | set(config.exclude)
+            if include is not None:
+                keep |= {n.name for n in model.main.nodes if n.name not in include}
+            return quantize(model, dataclasses.replace(config, exclude=tuple(keep)))
+
+        return build
+    raise QuantizationOptionError(f"quantize_model does not handle mode {config.mode!r} (fp16 is a converter pass)")
+
+
+def _layers(model: lite_ir.Model, quantized: QuantizedGraph) -> list[tuple[str, str]]:
+    op_of = {node.name: node.op_type for node in model.main.nodes}
+    return [(name, op_of.get(name, "")) for name in quantized.quantized if op_of.get(name) in LAYER_OPS]

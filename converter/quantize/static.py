@@ -1,0 +1,232 @@
+"""Static int8 quantization: calibrated ranges → QuantizeLinear/DequantizeLinear (QDQ) pairs.
+
+For a quantized Conv the rewrite produces (ONNX QDQ form, https://onnx.ai/onnx/operators/onnx__QuantizeLinear.html)::
+
+    x ─► Q ─► x_q ─► DQ ─┐
+    W_q (int8) ─► DQ ────┼─► Conv ─► y ─► Q ─► y_q ─► DQ ─► readers of y
+    B_q (int32) ─► DQ ───┘
+
+Every quantized tensor is an integer tensor with explicit :class:`QuantParams` in the .lite file;
+the graph stays float in between, so any engine runs it (lite's numpy engine computes it
+exactly as written), and ONNX Runtime replaces each ``DQ → op → Q`` group by its integer kernel
+(QLinearConv, QLinearAdd, QGemm, ...). Scale and zero point constants are shared by a Q and its DQ,
+and by every tensor that shares parameters (max pooling, reshapes).
+
+Steps: (1) ask each node's quantizer (:mod:`converter.quantize.quantizers`) what it needs;
+(2) drop a Relu/Clip(0, ·) that follows a quantized producer, quantizing the producer's output
+with the activation's range instead; (3) give every quantized activation its parameters from
+the calibrated range; (4) quantize weights (int8, per channel) and biases (int32, input scale ×
+weight scale); (5) insert the Q/DQ pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from converter.quantize.config import QuantConfig
+from converter.quantize.errors import QuantizationError
+from converter.quantize.graph import GraphEditor, default_opset, describe
+from converter.quantize.quantizers import QUANTIZERS, Request
+from converter.quantize.scheme import activation_params, quantize_bias, quantize_weight
+from lite.format import ir as lite_ir
+from lite.format.dtypes import DataType
+
+Range = tuple[float, float]
+
+
+@dataclass
+class QuantizedGraph:
+    """A quantized model and what happened to each node."""
+
+    model: lite_ir.Model
+    quantized: list[str] = field(default_factory=list)  # node names quantized
+    declined: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, reason) kept in float
+    removed: list[str] = field(default_factory=list)  # activations absorbed into a quantized output
+    warnings: list[str] = field(default_factory=list)
+
+
+def quantize_static(model: lite_ir.Model, ranges: dict[str, Range], config: QuantConfig, *,
+                    include: Collection[str] | None = None, exclude: Collection[str] = ()) -> QuantizedGraph:
+    """Quantize ``model`` (not modified) with calibrated ``ranges`` (tensor name → [low, high]).
+
+    ``include``: quantize only these nodes (per-layer sensitivity); ``exclude``: keep these in float.
+    """
+    opset = default_opset(model)
+    if opset < 10:
+        raise QuantizationError(f"the model uses opset {opset}; QuantizeLinear needs opset >= 10: re-export at opset >= 13")
+    result = QuantizedGraph(model)
+    if config.per_channel and opset < 13:
+        config = _per_tensor(config)
+        result.warnings.append(f"opset {opset} has no per-axis DequantizeLinear (opset 13): weights quantized per tensor")
+    graph = GraphEditor(model)
+    excluded = set(exclude) | set(config.exclude)
+    requests = _requests(graph, config, include, excluded, result)
+    forced = _remove_activations(graph, requests, ranges, result)
+    shared, own = _mark_tensors(graph, requests, forced)
+    params = _parameters(graph, own, shared, ranges, forced, config)
+    for node, request in requests:
+        _quantize_weights(graph, node, request, params)
+    _insert_pairs(graph, params, shared, config)
+    result.model = graph.finish()
+    result.quantized = [node.name for node, _ in requests]
+    return result
+
+
+def _per_tensor(config: QuantConfig) -> QuantConfig:
+    return dataclasses.replace(config, per_channel=False)
+
+
+def _requests(graph: GraphEditor, config: QuantConfig, include, excluded, result: QuantizedGraph):
+    requests: list[tuple[lite_ir.Node, Request]] = []
+    for node in graph.nodes:
+        quantizer = QUANTIZERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if quantizer is None or (include is not None and node.name not in include):
+            continue
+        if node.name in excluded:
+            result.declined.append((node.name, node.op_type, "kept in float (excluded)"))
+            continue
+        outcome = quantizer.check(node, graph, config)
+        if isinstance(outcome, str):
+            result.declined.append((node.name, node.op_type, outcome))
+        else:
+            requests.append((node, outcome))
+    return requests
+
+
+def _remove_activations(graph: GraphEditor, requests, ranges: dict[str, Range], result: QuantizedGraph) -> dict[int, Range]:
+    """Absorb removable Relu/Clip nodes; return tensor index → forced range for their inputs."""
+    by_node = {id(node): request for node, request in requests}
+    forced: dict[int, Range] = {}
+    kept = []
+    for node, request in requests:
+        if request.removable is None:
+            kept.append((node, request))
+            continue
+        source, target = node.inputs[0], node.outputs[0]
+        producer = graph.producer.get(source)
+        producer_request = by_node.get(id(producer)) if producer is not None else None
+        absorbable = (
+            producer_request is not None
+            and producer_request.output in ("always", "if_read")
+            and graph.readers(source) == [node]
+            and not graph.is_output(source)
+            and graph.tensor(target).name in ranges
+        )
+        if not absorbable:
+            kept.append((node, request))
+            continue
+        low, high = ranges[graph.tensor(target).name]
+        clamp_low, clamp_high = request.removable
+        forced[source] = (max(low, clamp_low), min(high, clamp_high))
+        graph.redirect(target, source)
+        graph.remove_node(node)
+        result.removed.append(node.name)
+    requests[:] = kept
+    return forced
+
+
+def _mark_tensors(graph: GraphEditor, requests, forced: dict[int, Range]) -> tuple[dict[int, int], set[int]]:
+    """Which activation tensors get a Q/DQ pair: ``own`` parameters, or ``shared`` with another."""
+    own: set[int] = set(forced)
+    shared: dict[int, int] = {}
+    for node, request in requests:
+        for slot in request.activations:
+            own.add(node.inputs[slot])
+        output = node.outputs[0]
+        if request.output == "always":
+            own.add(output)
+        elif request.output == "shared":
+            shared[output] = node.inputs[0]
+    own -= set(shared)
+    return shared, own
+
+
+def _parameters(graph: GraphEditor, own: set[int], shared: dict[int, int], ranges: dict[str, Range],
+                forced: dict[int, Range], config: QuantConfig) -> dict[int, lite_ir.QuantParams]:
+    params: dict[int, lite_ir.QuantParams] = {}
+    for index in sorted(own):
+        name = graph.tensor(index).name
+        value_range = forced.get(index, ranges.get(name))
+        if value_range is None:
+            raise QuantizationError(
+                f"tensor {name!r} has no calibrated range (no calibration sample reached it); "
+                "check that the calibration data exercises the whole graph"
+            )
+        params[index] = activation_params(*value_range, config.activation_type)
+    for index in sorted(shared):
+        root, seen = index, set()
+        while root in shared and root not in seen:
+            seen.add(root)
+            root = shared[root]
+        if root not in params:
+            raise QuantizationError(f"tensor {graph.tensor(index).name!r} shares parameters with an unquantized tensor")
+        params[index] = params[root]
+    return params
+
+
+def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, params) -> None:
+    weight_scales = None
+    for slot, axis in request.weights.items():
+        index = node.inputs[slot]
+        tensor = graph.tensor(index)
+        values, weight_params = quantize_weight(graph.constant(index), axis)
+        weight_scales = weight_params.scale
+        quantized = graph.add_constant(f"{tensor.name}_quantized", values, DataType.INT8, weight_params)
+        node.inputs[slot] = _dequantize_constant(graph, node, quantized, weight_params, tensor)
+    if request.bias is None:
+        return
+    index = node.inputs[request.bias]
+    tensor = graph.tensor(index)
+    input_params = params[node.inputs[0]]
+    values, bias_params = quantize_bias(graph.constant(index), float(input_params.scale[0]), weight_scales)
+    quantized = graph.add_constant(f"{tensor.name}_quantized", values, DataType.INT32, bias_params)
+    node.inputs[request.bias] = _dequantize_constant(graph, node, quantized, bias_params, tensor)
+
+
+def _dequantize_constant(graph: GraphEditor, reader: lite_ir.Node, quantized: int,
+                         params: lite_ir.QuantParams, original: lite_ir.Tensor) -> int:
+    """DQ(quantized) → a float tensor in place of ``original`` for ``reader`` (zero point 0: omitted)."""
+    per_axis = params.axis is not None
+    scale_array = params.scale if per_axis else np.float32(params.scale[0])
+    scale = graph.add_constant(f"{original.name}_scale", np.asarray(scale_array, np.float32), DataType.FLOAT)
+    zero_dtype = np.int8 if params.bits == 8 else np.int32
+    zero_array = np.zeros(params.scale.size, zero_dtype) if per_axis else zero_dtype(0)
+    zero = graph.add_constant(f"{original.name}_zero_point", np.asarray(zero_array),
+                              DataType.INT8 if params.bits == 8 else DataType.INT32)
+    output = graph.add_tensor(f"{original.name}_dequantized", DataType.FLOAT, original.shape)
+    attributes = {"axis": lite_ir.Attribute(lite_ir.AttributeType.INT, int(params.axis))} if per_axis else {}
+    node = graph.new_node("DequantizeLinear", [quantized, scale, zero], [output], f"{original.name}_DequantizeLinear", attributes)
+    graph.place_before(reader, [node])
+    return output
+
+
+def _insert_pairs(graph: GraphEditor, params: dict[int, lite_ir.QuantParams], shared: dict[int, int],
+                  config: QuantConfig) -> None:
+    integer = DataType.UINT8 if config.activation_type == "uint8" else DataType.INT8
+    storage = np.uint8 if config.activation_type == "uint8" else np.int8
+    constants: dict[int, tuple[int, int]] = {}  # id(params) -> (scale, zero point) tensors
+    for index in sorted(params):
+        tensor = graph.tensor(index)
+        quant = params[index]
+        if id(quant) not in constants:
+            scale = graph.add_constant(f"{tensor.name}_scale", np.float32(quant.scale[0]), DataType.FLOAT)
+            zero = graph.add_constant(f"{tensor.name}_zero_point", np.array(quant.zero_point[0], storage), integer)
+            constants[id(quant)] = (scale, zero)
+        scale, zero = constants[id(quant)]
+        readers = graph.readers(index)
+        quantized = graph.add_tensor(f"{tensor.name}_quantized", integer, tensor.shape, quant=quant)
+        dequantized = graph.add_tensor(f"{tensor.name}_dequantized", DataType.FLOAT, tensor.shape)
+        q = graph.new_node("QuantizeLinear", [index, scale, zero], [quantized], f"{tensor.name}_QuantizeLinear")
+        dq = graph.new_node("DequantizeLinear", [quantized, scale, zero], [dequantized], f"{tensor.name}_DequantizeLinear")
+        graph.place_after_producer(index, [q, dq])
+        graph.redirect(index, dequantized, readers)
+        if graph.is_output(index):
+            graph.outputs = [dequantized if i == index else i for i in graph.outputs]
+            graph.swap_names(index, dequantized)
+
+
+__all__ = ["QuantizedGraph", "describe", "quantize_static"]

@@ -1,0 +1,67 @@
+"""Calibration data readers: .npy/.npz folders, image folders with a preprocessing spec, iterables."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from converter.quantize.data import InputSpec, batches
+from converter.quantize.errors import CalibrationDataError
+
+INPUTS = [InputSpec("input", np.dtype(np.float32), ("N", 1, 8, 8))]
+
+
+def test_npy_folder_mixes_single_samples_and_batches_and_rebatches(tmp_path):
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "a.npy", rng.random((5, 1, 8, 8), np.float32))
+    np.save(tmp_path / "b.npy", rng.random((1, 8, 8), np.float32))  # one sample, no batch dimension
+    sizes = [b.size for b in batches(tmp_path, INPUTS, batch_size=4, limit=100)]
+    assert sizes == [4, 2]
+
+
+def test_npz_labels_and_limit(tmp_path):
+    np.savez(tmp_path / "eval.npz", input=np.zeros((10, 1, 8, 8), np.float32), label=np.arange(10))
+    got = list(batches(tmp_path, INPUTS, batch_size=4, limit=6))
+    assert [b.size for b in got] == [4, 2]
+    np.testing.assert_array_equal(np.concatenate([b.labels for b in got]), np.arange(6))
+
+
+def test_fixed_batch_models_get_padded_batches(tmp_path):
+    fixed = [InputSpec("input", np.dtype(np.float32), (4, 1, 8, 8))]
+    got = list(batches([np.zeros((6, 1, 8, 8), np.float32)], fixed, batch_size=16, limit=100))
+    assert [b.feeds["input"].shape[0] for b in got] == [4, 4] and [b.size for b in got] == [4, 2]
+
+
+def test_shape_mismatch_names_file_input_and_expected_shape(tmp_path):
+    np.save(tmp_path / "bad.npy", np.zeros((2, 1, 9, 8), np.float32))
+    with pytest.raises(CalibrationDataError, match=r"bad.npy.*'input'.*axis 2.*expects 8"):
+        list(batches(tmp_path, INPUTS, 4, 10))
+
+
+def test_image_folder_uses_the_preprocessing_spec_and_class_folders(tmp_path):
+    from PIL import Image
+
+    for label, value in (("cat", 0), ("dog", 255)):
+        (tmp_path / label).mkdir()
+        Image.fromarray(np.full((12, 10), value, np.uint8)).save(tmp_path / label / "x.png")
+    spec = {"resize": 8, "crop": 8, "mean": [0.5], "std": [0.5], "color": "L"}
+    (got,) = batches(tmp_path, INPUTS, 4, 10, spec)
+    assert got.feeds["input"].shape == (2, 1, 8, 8)
+    np.testing.assert_allclose(got.feeds["input"][0], -1.0)
+    np.testing.assert_allclose(got.feeds["input"][1], 1.0)
+    np.testing.assert_array_equal(got.labels, [0, 1])
+    assert json.loads(json.dumps(spec)) == spec
+
+
+def test_iterables_of_arrays_dicts_and_pairs():
+    x = np.zeros((3, 1, 8, 8), np.float32)
+    items = [x, {"input": x[0]}, (x, np.array([1, 2, 3]))]
+    got = list(batches(items, INPUTS, 16, 100))
+    assert got[0].size == 7 and got[0].labels is None
+
+
+def test_empty_folder_says_what_calibration_data_is(tmp_path):
+    with pytest.raises(CalibrationDataError, match="found no .npy/.npz or image files"):
+        list(batches(tmp_path, INPUTS, 4, 10))
