@@ -1,7 +1,8 @@
 """``lite quickstart [--workdir DIR]``: the toolchain end to end on scikit-learn's digits.
 
 Trains LeNet5 (with BatchNorm) with the train core, saves a .ckpt, exports ONNX, converts it to
-.lite with BatchNorm folded, runs it on the numpy engine and on ONNX Runtime, serves it over the
+.lite with BatchNorm folded and to an int8 .lite (static quantization calibrated on training
+digits), runs both on the numpy engine and on ONNX Runtime, serves the fp32 model over the
 KServe v2 gRPC protocol and queries it with tritonclient (one image as raw PNG bytes through the
 model's preprocessing), then prints accuracy, file sizes and latencies for each path.
 """
@@ -46,13 +47,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"      BatchNormalization nodes: {folded['BatchNormalization before']} -> "
           f"{folded['BatchNormalization after']}; nodes: {folded['nodes before']} -> {folded['nodes after']}")
     rows.append(steps.Measured("ONNX export", float("nan"), onnx_path.stat().st_size))
-    say("run the .lite on the numpy engine")
-    rows.append(steps.run_engine(lite_path, "numpy", images, labels))
-    say("run the .lite on ONNX Runtime (CPU)")
-    try:
-        rows.append(steps.run_engine(lite_path, "cpu", images, labels))
-    except Exception as err:  # ONNX Runtime is optional: say so and go on
-        print(f"      skipped: {err}")
+    say("quantize to int8 (static, calibrated on 256 training digits)")
+    int8_path = steps.quantize_int8(onnx_path, workdir)
+    say("run the fp32 and int8 .lite files on the numpy engine and on ONNX Runtime (CPU)")
+    for path, label in ((lite_path, "fp32"), (int8_path, "int8")):
+        rows.append(steps.run_engine(path, "numpy", images, labels, label))
+        try:
+            rows.append(steps.run_engine(path, "cpu", images, labels, label))
+        except Exception as err:  # ONNX Runtime is optional: say so and go on
+            print(f"      {label} on ONNX Runtime skipped: {err}")
     png = None
     if not args.no_serve:
         say("serve over KServe v2 gRPC; send the test set with tritonclient")

@@ -20,13 +20,17 @@ def test_quickstart_end_to_end(tmp_path):
     out = result.stdout
     accuracies = {label.strip(): float(value) for label, value in
                   re.findall(r"^(.+?)\s+(\d+\.\d+)%", out, flags=re.MULTILINE)}
-    for path in ("trained network (train core)", "fp32 .lite, numpy engine", "served (tritonclient, gRPC)"):
+    for path in ("trained network (train core)", "fp32 .lite, numpy engine", "int8 .lite, numpy engine",
+                 "served (tritonclient, gRPC)"):
         assert accuracies[path] >= 97.0, out
-    # Every path computes the same network: the same accuracy.
-    assert len(set(accuracies.values())) == 1, out
+    # fp32 paths compute the same network: the same accuracy; int8 loses at most 0.5 points.
+    fp32 = {v for k, v in accuracies.items() if not k.startswith("int8")}
+    assert len(fp32) == 1, out
+    assert all(fp32.pop() - v <= 0.5 for k, v in accuracies.items() if k.startswith("int8")), out
     assert "BatchNormalization nodes: 2 -> 0" in out
     predicted, label = re.search(r"predicted (\d+), label (\d+)", out).groups()
     assert predicted == label
     assert "server stopped with exit code 0" in out
-    for artifact in ("lenet5_bn.ckpt", "lenet5_bn.onnx", "lenet5_bn.lite", "models/digits/1/model.lite"):
+    for artifact in ("lenet5_bn.ckpt", "lenet5_bn.onnx", "lenet5_bn.lite", "lenet5_bn_int8.lite",
+                     "models/digits/1/model.lite"):
         assert (tmp_path / artifact).exists(), artifact
