@@ -26,7 +26,8 @@ def test_quickstart_end_to_end(tmp_path):
     # fp32 paths compute the same network: the same accuracy; int8 loses at most 0.5 points.
     fp32 = {v for k, v in accuracies.items() if not k.startswith("int8")}
     assert len(fp32) == 1, out
-    assert all(fp32.pop() - v <= 0.5 for k, v in accuracies.items() if k.startswith("int8")), out
+    reference = fp32.pop()
+    assert all(reference - v <= 0.5 for k, v in accuracies.items() if k.startswith("int8")), out
     assert "BatchNormalization nodes: 2 -> 0" in out
     predicted, label = re.search(r"predicted (\d+), label (\d+)", out).groups()
     assert predicted == label
