@@ -1,27 +1,34 @@
 #!/usr/bin/env python3
 """Serving benchmark (issue 9, acceptance): lite serve vs a bare grpc.aio echo server (the floor)
-and MLServer 1.7 (the peer), one after another in one run on the same machine, all serving an
-FP32 [1,16] identity model to tritonclient aio clients on loopback.
+and MLServer 1.7 (the peer), all serving an FP32 [1,16] identity model to tritonclient aio
+clients on loopback, side by side in one run on the same machine.
 
-    python bench/serving.py [--duration 5] [--mlserver-python /path/to/venv/bin/python]
+    python bench/serving.py [--rounds 5] [--duration 3] [--mlserver-python /tmp/mlsenv/bin/python]
+
+Method. The machine is small and shared (2 cores, other jobs), so one long run per server mixes
+the servers' speed with the machine's mood. Instead every server starts first and stays up; then
+``--rounds`` rounds each measure every server in turn (the order rotates each round), at
+concurrency 1 and at concurrency 8, for ``--duration`` seconds after ``--warmup`` seconds. The
+figures are medians over rounds, and each ratio (lite / floor, lite / MLServer) is the median of
+the per-round ratios: the two servers of a ratio were measured seconds apart, under the same load.
 
 Targets: at concurrency 1, lite's p50 latency <= 1.2x the floor's; at concurrency 8, lite's
 throughput >= 0.9x the floor's and >= 1.6x MLServer's. MLServer runs from another interpreter
-(``--mlserver-python``; it pins its own grpcio/protobuf), and is skipped when none is given and
-``mlserver`` is not importable here.
+(``--mlserver-python``, default /tmp/mlsenv/bin/python when it exists; it pins its own
+grpcio/protobuf) and is skipped when there is none.
 
-Only loopback addresses are used; every loop is bounded by ``--duration``.
+Only loopback addresses are used; every loop is bounded by ``--duration`` and ``--rounds``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +40,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+DEFAULT_MLSERVER_PYTHON = Path("/tmp/mlsenv/bin/python")
+FLOOR, LITE, PEER = "floor (grpc.aio echo)", "lite serve", "MLServer 1.7"
 
 # ----- the floor: a bare grpc.aio server that echoes the inputs (run as a subprocess) ----------
 
@@ -110,7 +119,7 @@ def start_floor(port: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(port)], env=env)
 
 
-def start_lite(port: int, workdir: Path) -> subprocess.Popen:
+def start_lite(port: int, workdir: Path, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     from lite.format import GraphBuilder, save
 
     model_dir = workdir / "lite" / "identity" / "1"
@@ -122,7 +131,7 @@ def start_lite(port: int, workdir: Path) -> subprocess.Popen:
     save(b.build(), str(model_dir / "model.lite"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "serving", "--repository", str(workdir / "lite"), "--host", "127.0.0.1",
-               "--port", str(port), "--metrics-port", "0", "--log-level", "warning"]
+               "--port", str(port), "--metrics-port", "0", "--log-level", "warning", *extra]
     return subprocess.Popen(command, env=env)
 
 
@@ -130,7 +139,8 @@ def start_mlserver(port: int, workdir: Path, python: str) -> subprocess.Popen:
     model_dir = workdir / "mlserver" / "identity"
     model_dir.mkdir(parents=True)
     (model_dir / "runtime.py").write_text(textwrap.dedent(MLSERVER_RUNTIME))
-    (model_dir / "model-settings.json").write_text(json.dumps({"name": "identity", "implementation": "runtime.Identity"}))
+    settings = {"name": "identity", "implementation": "runtime.Identity"}
+    (model_dir / "model-settings.json").write_text(json.dumps(settings))
     (workdir / "mlserver" / "settings.json").write_text(json.dumps({
         "grpc_port": port, "http_port": free_port(), "host": "127.0.0.1", "metrics_endpoint": None,
         "parallel_workers": 0,
@@ -140,91 +150,151 @@ def start_mlserver(port: int, workdir: Path, python: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def measure(port: int, concurrency: int, duration: float, warmup: float) -> dict:
+async def measure(client, tensor, concurrency: int, duration: float, warmup: float) -> dict:
+    """Closed loop: ``concurrency`` callers, each sending its next request when answered."""
+
+    async def phase(seconds: float) -> tuple[list[float], float]:
+        latencies: list[float] = []
+        start = time.perf_counter()
+        stop_at = start + seconds
+
+        async def caller() -> None:
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                await client.infer("identity", [tensor])
+                latencies.append(time.perf_counter() - t0)
+
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        return latencies, time.perf_counter() - start
+
+    await phase(warmup)
+    latencies, elapsed = await phase(duration)
+    lat = np.asarray(latencies) * 1e6
+    return {"rps": len(lat) / elapsed, "p50_us": float(np.percentile(lat, 50)),
+            "p99_us": float(np.percentile(lat, 99))}
+
+
+async def run_rounds(ports: dict[str, int], rounds: int, duration: float, warmup: float) -> list[dict]:
     import tritonclient.grpc.aio as aioclient
 
-    client = aioclient.InferenceServerClient(f"127.0.0.1:{port}")
     tensor = aioclient.InferInput("INPUT0", [1, 16], "FP32")
     tensor.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
+    clients = {name: aioclient.InferenceServerClient(f"127.0.0.1:{port}") for name, port in ports.items()}
+    names = list(ports)
+    results = []
     try:
-        async def phase(seconds: float) -> tuple[list[float], float]:
-            latencies: list[float] = []
-            start = time.perf_counter()
-            stop_at = start + seconds
-
-            async def caller() -> None:
-                while time.perf_counter() < stop_at:
-                    t0 = time.perf_counter()
-                    await client.infer("identity", [tensor])
-                    latencies.append(time.perf_counter() - t0)
-
-            await asyncio.gather(*(caller() for _ in range(concurrency)))
-            return latencies, time.perf_counter() - start
-
-        await phase(warmup)
-        latencies, elapsed = await phase(duration)
+        for index in range(rounds):
+            order = names[index % len(names):] + names[:index % len(names)]
+            row: dict[str, dict] = {}
+            for name in order:
+                row[name] = {
+                    "c1": await measure(clients[name], tensor, 1, duration, warmup),
+                    "c8": await measure(clients[name], tensor, 8, duration, warmup),
+                }
+            results.append(row)
+            print(f"round {index + 1}/{rounds} (order: {', '.join(order)})", flush=True)
+            for name in names:
+                r = row[name]
+                print(f"  {name:24s} c=1: p50 {r['c1']['p50_us']:6.0f} µs {r['c1']['rps']:6.0f} req/s | "
+                      f"c=8: {r['c8']['rps']:6.0f} req/s p50 {r['c8']['p50_us']:6.0f} µs", flush=True)
     finally:
-        await client.close()
-    lat = np.asarray(latencies) * 1e6
-    return {"rps": len(lat) / elapsed, "p50_us": float(np.percentile(lat, 50)), "p99_us": float(np.percentile(lat, 99))}
+        for client in clients.values():
+            await client.close()
+    return results
 
 
-def run_one(name: str, start, duration: float, warmup: float) -> dict:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        process = start(port, Path(tmp))
-        try:
-            wait_ready(port, process)
-            return {
-                "c1": asyncio.run(measure(port, 1, duration, warmup)),
-                "c8": asyncio.run(measure(port, 8, duration, warmup)),
-            }
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+def summarize(rounds: list[dict]) -> dict:
+    names = list(rounds[0])
+    medians = {
+        name: {point: {key: statistics.median(r[name][point][key] for r in rounds)
+                       for key in ("rps", "p50_us", "p99_us")}
+               for point in ("c1", "c8")}
+        for name in names
+    }
+
+    def ratio(values: list[float]) -> dict:
+        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+    ratios = {
+        "lite/floor c1 p50": ratio([r[LITE]["c1"]["p50_us"] / r[FLOOR]["c1"]["p50_us"] for r in rounds]),
+        "lite/floor c8 throughput": ratio([r[LITE]["c8"]["rps"] / r[FLOOR]["c8"]["rps"] for r in rounds]),
+    }
+    if PEER in names:
+        for name, server in (("lite", LITE), ("floor", FLOOR)):
+            ratios[f"{name}/MLServer c8 throughput"] = ratio(
+                [r[server]["c8"]["rps"] / r[PEER]["c8"]["rps"] for r in rounds])
+    return {"medians": medians, "ratios": ratios}
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per point")
-    parser.add_argument("--warmup", type=float, default=1.0)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds measured per point and round")
+    parser.add_argument("--warmup", type=float, default=0.5, help="seconds before each point")
     parser.add_argument("--mlserver-python", default=None, help="interpreter with mlserver 1.7 installed")
+    parser.add_argument("--lite-arg", action="append", default=[], help="extra lite serve flag (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
+    if args.rounds < 1 or args.duration <= 0:
+        parser.error("--rounds must be >= 1 and --duration > 0")
 
-    servers = {"floor (grpc.aio echo)": lambda port, tmp: start_floor(port), "lite serve": start_lite}
+    starters = {FLOOR: lambda port, tmp: start_floor(port),
+                LITE: lambda port, tmp: start_lite(port, tmp, tuple(args.lite_arg))}
     mlserver_python = args.mlserver_python
-    if mlserver_python is None and importlib.util.find_spec("mlserver") is not None:
-        mlserver_python = sys.executable
+    if mlserver_python is None and DEFAULT_MLSERVER_PYTHON.exists():
+        mlserver_python = str(DEFAULT_MLSERVER_PYTHON)
     if mlserver_python is not None:
-        servers["MLServer 1.7"] = lambda port, tmp: start_mlserver(port, tmp, mlserver_python)
-    results = {}
-    for name, start in servers.items():
-        results[name] = run_one(name, start, args.duration, args.warmup)
-        r = results[name]
-        print(f"{name:24s} c=1: p50 {r['c1']['p50_us']:7.0f} µs  {r['c1']['rps']:7.0f} req/s | "
-              f"c=8: {r['c8']['rps']:7.0f} req/s  p99 {r['c8']['p99_us']:7.0f} µs", flush=True)
-    floor, lite = results["floor (grpc.aio echo)"], results["lite serve"]
-    checks = {
-        "c1 p50 <= 1.2x floor": lite["c1"]["p50_us"] <= 1.2 * floor["c1"]["p50_us"],
-        "c8 throughput >= 0.9x floor": lite["c8"]["rps"] >= 0.9 * floor["c8"]["rps"],
-    }
-    print(f"lite/floor: c1 p50 {lite['c1']['p50_us'] / floor['c1']['p50_us']:.2f}x, "
-          f"c8 throughput {lite['c8']['rps'] / floor['c8']['rps']:.2f}x")
-    if "MLServer 1.7" in results:
-        peer = results["MLServer 1.7"]
-        checks["c8 throughput >= 1.6x MLServer"] = lite["c8"]["rps"] >= 1.6 * peer["c8"]["rps"]
-        print(f"lite/MLServer: c8 throughput {lite['c8']['rps'] / peer['c8']['rps']:.2f}x")
+        starters[PEER] = lambda port, tmp: start_mlserver(port, tmp, mlserver_python)
     else:
-        print("MLServer: not run (pass --mlserver-python or install mlserver==1.7.*)")
+        print("MLServer: not run (pass --mlserver-python, or install mlserver==1.7.1 in /tmp/mlsenv)")
+
+    processes: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            ports = {}
+            for name, start in starters.items():
+                port = free_port()
+                workdir = Path(tmp) / name.split()[0].lower()
+                workdir.mkdir()
+                process = start(port, workdir)
+                processes.append(process)
+                wait_ready(port, process)
+                ports[name] = port
+            rounds = asyncio.run(run_rounds(ports, args.rounds, args.duration, args.warmup))
+        finally:
+            for process in processes:
+                stop(process)
+
+    summary = summarize(rounds)
+    print(f"\nmedians over {args.rounds} rounds of {args.duration:g} s per point:")
+    for name, m in summary["medians"].items():
+        print(f"  {name:24s} c=1: p50 {m['c1']['p50_us']:6.0f} µs {m['c1']['rps']:6.0f} req/s | "
+              f"c=8: {m['c8']['rps']:6.0f} req/s p99 {m['c8']['p99_us']:6.0f} µs")
+    print("ratios (median of per-round ratios, [min, max]):")
+    for name, r in summary["ratios"].items():
+        print(f"  {name:32s} {r['median']:.2f}x  [{r['min']:.2f}, {r['max']:.2f}]")
+    ratios = summary["ratios"]
+    checks = {
+        "c1 p50 <= 1.2x floor": ratios["lite/floor c1 p50"]["median"] <= 1.2,
+        "c8 throughput >= 0.9x floor": ratios["lite/floor c8 throughput"]["median"] >= 0.9,
+    }
+    if "lite/MLServer c8 throughput" in ratios:
+        checks["c8 throughput >= 1.6x MLServer"] = ratios["lite/MLServer c8 throughput"]["median"] >= 1.6
     for check, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'}  {check}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"results": results, "checks": checks}, indent=2))
+        args.json.write_text(json.dumps({"rounds": rounds, **summary, "checks": checks}, indent=2))
     return 0 if all(checks.values()) else 1
 
 

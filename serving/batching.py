@@ -41,6 +41,7 @@ class Scheduled:
     queue_ns: int
     times: ExecutionTimes
     requests: int  # requests that shared the execution
+    cpu_ns: int = 0  # CPU time of the executing thread (excludes waits for the GIL or the CPU)
 
 
 class DirectScheduler:
@@ -86,27 +87,29 @@ class DirectScheduler:
             else:
                 loop = asyncio.get_running_loop()
                 scheduled = await loop.run_in_executor(self._executor, self._run, inputs, rows, enqueued, deadline)
-            self._learn(scheduled.times.infer_ns, size)
+            self._learn(scheduled.cpu_ns, size)
             self._record(scheduled.times, 1)
             return scheduled
         finally:
             self._pending -= 1
 
-    def _learn(self, infer_ns: int, size: int) -> None:
+    def _learn(self, cpu_ns: int, size: int) -> None:
         if self._average_ns == float("inf"):
-            self._average_ns = infer_ns
+            self._average_ns = cpu_ns
         else:
-            self._average_ns = 0.9 * self._average_ns + 0.1 * infer_ns
-        if infer_ns < self._inline_ns:
+            self._average_ns = 0.9 * self._average_ns + 0.1 * cpu_ns
+        if cpu_ns < self._inline_ns:
             self._inline_bytes = max(self._inline_bytes, size)
 
     def _run(self, inputs: Tensors, rows: int, enqueued: int, deadline: float | None) -> Scheduled:
         start = time.perf_counter_ns()
         if deadline is not None and time.monotonic() > deadline:
             raise DeadlineExceededError(f"model {self._name}: deadline passed while the request was queued")
+        cpu_start = time.thread_time_ns()
         outputs = self._execute(inputs)
+        cpu = time.thread_time_ns() - cpu_start
         end = time.perf_counter_ns()
-        return Scheduled(outputs, start - enqueued, ExecutionTimes(rows, 0, end - start, 0), 1)
+        return Scheduled(outputs, start - enqueued, ExecutionTimes(rows, 0, end - start, 0), 1, cpu)
 
 
 class _Pending:

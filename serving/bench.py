@@ -1,9 +1,16 @@
-"""Load tool for any KServe v2 gRPC server (``lite bench-grpc``).
+"""Load tool for any KServe v2 gRPC server: ``lite bench --grpc ADDR --model NAME``.
+
+    lite bench --grpc 127.0.0.1:8001 --model resnet --concurrency 8 --duration 10 [--batch B]
 
 Closed loop: ``concurrency`` tritonclient aio callers each send the next request as soon as the
-previous one is answered, for ``duration`` seconds after ``warmup`` seconds. Reports throughput,
-client latency percentiles, and the server's own breakdown (queue, compute input / infer /
-output, average batch) from ModelStatistics deltas over the measured window.
+previous one is answered, for ``duration`` seconds, after ``warmup`` untimed requests each.
+Reports throughput, client latency percentiles, and the server's own breakdown (queue, compute
+input / infer / output, average batch) from ModelStatistics deltas over the measured window.
+Inputs are random, shaped from the model's metadata (variable dimensions become 1, the batch
+dimension ``batch``). A server that wants a bearer token gets ``LITE_AUTH_TOKEN``.
+
+The runtime's ``lite bench`` finds :func:`bench_command` through the ``lite.bench_backends``
+entry point ``grpc`` (pyproject.toml) and never imports this package itself.
 
 This module talks to the server as a client (tritonclient) and never imports the server's
 generated protocol code: both register the same protobuf names in one descriptor pool.
@@ -11,8 +18,10 @@ generated protocol code: both register the same protobuf names in one descriptor
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import os
 import time
 
 import numpy as np
@@ -22,14 +31,39 @@ def _tritonclient():
     try:
         import tritonclient.grpc.aio as client
     except ImportError as err:
-        raise ValueError("bench-grpc needs tritonclient: pip install 'tritonclient[grpc]'") from err
+        raise ValueError("lite bench --grpc needs tritonclient: pip install 'tritonclient[grpc]'") from err
     return client
 
 
-async def run_bench(address: str, model: str, *, version: str = "", concurrency: int = 1, duration: float = 10.0,
-                    warmup: float = 1.0, batch: int = 1, token: str = "") -> dict:
-    if concurrency < 1 or duration <= 0 or batch < 1:
-        raise ValueError("concurrency and batch must be >= 1 and duration > 0")
+TOKEN_VARIABLE = "LITE_AUTH_TOKEN"
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    """The ``grpc`` plug-in of ``lite bench``: measure, print the report, optionally write JSON."""
+    if not args.served_model:
+        raise ValueError("--grpc needs --model NAME (the served model's name)")
+    aio = _tritonclient()
+    try:
+        report = asyncio.run(run_bench(
+            args.grpc, args.served_model, concurrency=args.concurrency, duration=args.duration,
+            warmup=args.warmup, batch=args.batch, token=os.environ.get(TOKEN_VARIABLE, ""),
+        ))
+    except aio.InferenceServerException as err:
+        # lite's CLI prints ValueErrors as one line; the server's status says what went wrong
+        message = f"{args.grpc} model {args.served_model!r}: {err.message()} ({err.status()})"
+        raise ValueError(message) from err
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return 0
+
+
+async def run_bench(address: str, model: str, *, version: str = "", concurrency: int = 1,
+                    duration: float = 10.0, warmup: int = 5, batch: int = 1, token: str = "") -> dict:
+    """Measure ``model`` at ``address``; ``warmup`` untimed requests per caller come first."""
+    if concurrency < 1 or duration <= 0 or batch < 1 or warmup < 0:
+        raise ValueError("--concurrency and --batch must be >= 1, --duration > 0 and --warmup >= 0")
     aio = _tritonclient()
     headers = {"authorization": f"Bearer {token}"} if token else None
     client = aio.InferenceServerClient(address)
@@ -38,6 +72,10 @@ async def run_bench(address: str, model: str, *, version: str = "", concurrency:
         config = await client.get_model_config(model, version, headers=headers, as_json=True)
         batched = int(config["config"].get("max_batch_size", 0)) > 0
         inputs = [_make_input(aio, spec, batch, batched) for spec in metadata["inputs"]]
+
+        async def warm() -> None:
+            for _ in range(warmup):
+                await client.infer(model, inputs, model_version=version, headers=headers)
 
         async def phase(seconds: float) -> tuple[list[float], float]:
             latencies: list[float] = []
@@ -53,8 +91,7 @@ async def run_bench(address: str, model: str, *, version: str = "", concurrency:
             await asyncio.gather(*(caller() for _ in range(concurrency)))
             return latencies, time.perf_counter() - start
 
-        if warmup > 0:
-            await phase(warmup)
+        await asyncio.gather(*(warm() for _ in range(concurrency)))
         before = await client.get_inference_statistics(model, version, headers=headers, as_json=True)
         latencies, elapsed = await phase(duration)
         after = await client.get_inference_statistics(model, version, headers=headers, as_json=True)
@@ -67,6 +104,7 @@ def _make_input(aio, spec: dict, batch: int, batched: bool):
     shape = [int(d) for d in spec.get("shape", [])]
     shape = [batch if (i == 0 and batched) else (1 if d < 0 else d) for i, d in enumerate(shape)]
     datatype = spec["datatype"]
+
     if datatype == "BYTES":
         data = np.full(shape, b"x", dtype=object)
     elif datatype == "BOOL":

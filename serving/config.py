@@ -10,6 +10,7 @@ Every key is optional; unknown keys are an error so that a typo never goes unnot
       },
       "max_queue_size": 256,                    # queued requests before RESOURCE_EXHAUSTED
       "instance_count": 2,                      # executions of this model in parallel
+      "threads": 1,                             # intra-op threads (ONNX Runtime); 0: one per core
       "device": "cpu",                          # numpy | cpu | cuda | auto (default: the server's)
       "version_policy": {"latest": 2},          # or {"all": true} or {"specific": [1, 3]}
       "warmup": {"batch_size": 1, "count": 2},  # runs on zero inputs before the model is READY
@@ -33,7 +34,7 @@ from .errors import ConfigError
 CONFIG_FILE = "config.json"
 
 _KEYS = {
-    "max_batch_size", "dynamic_batching", "max_queue_size", "instance_count", "device",
+    "max_batch_size", "dynamic_batching", "max_queue_size", "instance_count", "threads", "device",
     "version_policy", "warmup", "inputs", "outputs", "preprocessing",
 }
 
@@ -73,6 +74,7 @@ class ModelConfig:
     dynamic_batching: DynamicBatching | None = None
     max_queue_size: int | None = None  # None: the server's default
     instance_count: int | None = None
+    threads: int | None = None  # None: the server's setting
     device: str | None = None
     version_policy: VersionPolicy = VersionPolicy()
     warmup: Warmup | None = None
@@ -119,6 +121,7 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
         dynamic_batching=batching,
         max_queue_size=_int(raw, "max_queue_size", where, None, minimum=1),
         instance_count=_int(raw, "instance_count", where, None, minimum=1),
+        threads=_int(raw, "threads", where, None, minimum=0),
         device=device,
         version_policy=_version_policy(raw.get("version_policy"), f"{where}: version_policy"),
         warmup=_warmup(raw.get("warmup"), f"{where}: warmup"),

@@ -62,6 +62,9 @@ def numpy_dtype(datatype: str) -> np.dtype:
 
 def datatype_of(dtype: np.dtype) -> str:
     """The KServe datatype name of a numpy dtype (str/bytes/object arrays are BYTES)."""
+    known = _BY_DTYPE.get(dtype)  # the common case, once per tensor of every request
+    if known is not None:
+        return known
     dtype = np.dtype(dtype)
     if dtype.kind in ("U", "S", "O"):
         return "BYTES"

@@ -141,6 +141,7 @@ class ModelManager:
             source.name, version, path, config,
             device=config.device or self.settings.device,
             instances=config.instance_count or self.settings.instance_count,
+            threads=config.threads if config.threads is not None else self.settings.threads,
             max_queue_size=config.max_queue_size or self.settings.max_queue_size,
             metrics=self.metrics,
             inline_us=self.settings.inline_execution_us,

@@ -23,7 +23,7 @@ from .errors import (
     ModelNotReadyError,
     ServingError,
 )
-from .metrics import Metrics
+from .metrics import Metrics, no_pending
 from .processing import ImagePreprocessing, classify, labels_of
 from .statistics import ExecutionTimes, ModelStatistics
 from .types import InferenceRequest, InferenceResponse, RequestedOutput, TensorInfo
@@ -42,7 +42,7 @@ class ServedModel:
         self.name = name
         self.version = str(version)
         self.config = config
-        self.device = device
+        self.device = device  # the engine the runtime chose: numpy, cpu, cuda or tensorrt
         self.instances = instances
         self.max_queue_size = max_queue_size
         self.stamp = stamp  # what this version was loaded from (file, mtime, size, config)
@@ -50,6 +50,7 @@ class ServedModel:
         self.stats = ModelStatistics(name, self.version)
         self._model = model
         self._metrics = metrics.for_model(name, self.version)
+        self._metrics.pending = self._pending_requests
         self._labels = labels_of(model.metadata)
         self._preprocess = (
             ImagePreprocessing.from_model(model.metadata, model.inputs) if config.preprocessing == "image" else None
@@ -77,16 +78,21 @@ class ServedModel:
 
     @classmethod
     def load(cls, name: str, version: int, path: Path, config: ModelConfig, *, device: str, instances: int,
-             max_queue_size: int, metrics: Metrics, inline_us: int = 0, stamp: tuple = ()) -> ServedModel:
+             max_queue_size: int, metrics: Metrics, inline_us: int = 0, stamp: tuple = (),
+             threads: int = 0) -> ServedModel:
+        """``device`` as lite.Model.load takes it ("auto": CUDA, else ONNX Runtime CPU, else numpy);
+        ``threads`` intra-op threads for ONNX Runtime (0: its default)."""
         try:
-            model = lite.Model.load(path, device=device)
+            model = lite.Model.load(path, device=device, threads=threads or None)
         except (lite.LiteError, OSError, ValueError) as err:
             raise ModelLoadError(f"model {name} version {version}: cannot load {path}: {err}") from err
         try:
-            served = cls(name, version, model, config, device=device, instances=instances,
+            served = cls(name, version, model, config, device=model.device, instances=instances,
                          max_queue_size=max_queue_size, metrics=metrics, inline_us=inline_us, stamp=stamp)
         except ConfigError as err:
             raise ModelLoadError(f"model {name} version {version}: {err}") from err
+        log.info("model loaded", extra={"model": name, "version": version, "device": served.device,
+                                        "requested_device": device, "threads": threads or "default"})
         served.warmup()
         return served
 
@@ -146,6 +152,11 @@ class ServedModel:
         await self._scheduler.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self.state = "UNAVAILABLE"
+        if self._metrics.pending == self._pending_requests:  # a newer load of this version may own it
+            self._metrics.pending = no_pending  # and the metrics must not keep this model alive
+
+    def _pending_requests(self) -> int:
+        return self._in_flight
 
     # ----- inference -------------------------------------------------------------------------
 
@@ -155,7 +166,6 @@ class ServedModel:
         start = time.perf_counter_ns()
         self._in_flight += 1
         self._drained.clear()
-        self._metrics.pending.inc()
         try:
             rows = self._check_request(request)
             scheduled = await self._scheduler.submit(request.inputs, rows, request.deadline)
@@ -164,15 +174,12 @@ class ServedModel:
             self._record_failure(err, time.perf_counter_ns() - start)
             raise
         finally:
-            self._metrics.pending.dec()
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._drained.set()
         total = time.perf_counter_ns() - start
         self.stats.record_request(True, total, scheduled.queue_ns)
-        self._metrics.success.inc()
-        self._metrics.request_duration.observe(total / 1e9)
-        self._metrics.queue_duration.observe(scheduled.queue_ns / 1e9)
+        self._metrics.success(total / 1e9, scheduled.queue_ns / 1e9)
         return response
 
     def _record_failure(self, err: BaseException, total_ns: int) -> None:
@@ -247,8 +254,7 @@ class ServedModel:
     def _record_execution(self, times: ExecutionTimes, requests: int) -> None:
         """Called by the scheduler once per model execution (a batch)."""
         self.stats.record_execution(times, requests)
-        self._metrics.compute_duration.observe((times.input_ns + times.infer_ns + times.output_ns) / 1e9)
-        self._metrics.batch_size.observe(times.batch_size)
+        self._metrics.execution((times.input_ns + times.infer_ns + times.output_ns) / 1e9, times.batch_size)
 
     def _respond(self, request: InferenceRequest, scheduled: Scheduled) -> InferenceResponse:
         outputs = scheduled.outputs

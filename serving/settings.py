@@ -35,6 +35,10 @@ class Settings:
     max_message_bytes: int = 64 * MIB
     max_queue_size: int = 1024  # per model version, unless its config says otherwise
     instance_count: int = 1  # default model instances, unless a config says otherwise
+    # Intra-op threads of each model's ONNX Runtime session, unless a config says otherwise.
+    # 0: ONNX Runtime's default (one per core). 1 suits small models and many instances: no
+    # thread pool whose spinning workers compete with the gRPC threads for the cores.
+    threads: int = 0
     # Executions shorter than this (moving average) run on the event loop when nothing else is
     # queued for the model: cheaper than a thread hop. 0: always use the instance threads.
     inline_execution_us: int = 50
@@ -53,6 +57,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check_positive(self, ("max_message_bytes", "max_queue_size", "instance_count", "stream_concurrency"))
+        if self.threads < 0:
+            raise ConfigError(f"setting threads must be >= 0 (0: ONNX Runtime's default), got {self.threads}")
         if not 0 <= self.port < 65536 or not 0 <= self.metrics_port < 65536:
             raise ConfigError(f"port {self.port} / metrics_port {self.metrics_port} out of range 0..65535")
         if self.device not in ("auto", "numpy", "cpu", "cuda"):

@@ -31,6 +31,7 @@ _TYPED_FIELD = {
 _SHARED_MEMORY = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 _NOT_ECHOED = ("headers",)
 _Tensor = pb.ModelInferResponse.InferOutputTensor
+_GPU = pb.ModelInstanceGroup.KIND_GPU
 
 
 # ----- inference ------------------------------------------------------------------------------
@@ -186,7 +187,7 @@ def model_config(model: ServedModel) -> pb.ModelConfigResponse:
         instance_group=[pb.ModelInstanceGroup(
             name=f"{model.name}_0",
             count=model.instances,
-            kind=pb.ModelInstanceGroup.KIND_GPU if model.device == "cuda" else pb.ModelInstanceGroup.KIND_CPU,
+            kind=_GPU if model.device in ("cuda", "tensorrt") else pb.ModelInstanceGroup.KIND_CPU,
         )],
         default_model_filename="model.lite",
     )

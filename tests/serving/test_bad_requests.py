@@ -169,8 +169,9 @@ def test_full_queue_is_resource_exhausted(server):
     async def burst() -> list:
         client = aioclient.InferenceServerClient(server.address)
         try:
-            tensor = aioclient.InferInput("X", [64, 512], "FP32")
-            tensor.set_data_from_numpy(np.ones((64, 512), np.float32))
+            # Large enough that each execution outlasts the burst's arrival on a busy machine.
+            tensor = aioclient.InferInput("X", [256, 512], "FP32")
+            tensor.set_data_from_numpy(np.ones((256, 512), np.float32))
             return await asyncio.gather(*(client.infer("slow", [tensor]) for _ in range(8)),
                                         return_exceptions=True)
         finally:

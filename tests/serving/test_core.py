@@ -58,6 +58,10 @@ def test_config_rejects_unknown_keys_and_bad_values():
                            "version_policy": {"specific": [1, 3]}}, "cfg")
     assert config.dynamic_batching == DynamicBatching(100, ())
     assert config.version_policy.select([1, 2, 3]) == [1, 3]
+    assert parse_config({"threads": 1}, "cfg").threads == 1
+    assert parse_config({}, "cfg").threads is None  # the server's --threads
+    with pytest.raises(ConfigError, match="threads must be an integer >= 0"):
+        parse_config({"threads": -1}, "cfg")
 
 
 def test_version_policies():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -151,19 +152,42 @@ def test_sigterm_finishes_in_flight_requests_then_exits(tmp_path):
     async def scenario() -> list:
         client = aioclient.InferenceServerClient(server.address)
         try:
-            tensor = ones(aioclient, "X", [1024, 512])
+            tensor = ones(aioclient, "X", [2048, 512])
             calls = [asyncio.ensure_future(client.infer("m", [tensor])) for _ in range(3)]
-            await asyncio.sleep(0.1)
+            # SIGTERM once the server has all three and some still run: a request still on its way
+            # when the server stops accepting is refused, which is right but not this test's point.
+            def all_arrived_some_running() -> bool:
+                pending, done = _requests(server.metrics_port, "m")
+                return pending >= 1 and pending + done >= 3
+
+            await asyncio.to_thread(_wait_for, all_arrived_some_running)
             server.process.terminate()  # SIGTERM
             return await asyncio.gather(*calls, return_exceptions=True)
         finally:
             await client.close()
 
-    results = asyncio.run(scenario())
-    code = server.process.wait(20)
+    try:
+        results = asyncio.run(scenario())
+        code = server.process.wait(20)
+    finally:
+        server.stop()  # a no-op when the process already exited; never leave a server behind
     assert code == 0
     assert all(not isinstance(r, Exception) for r in results), results
     assert any('"shutting down"' in line for line in server.logs)
+
+
+def _requests(metrics_port: int, model: str) -> tuple[float, float]:
+    """Requests of ``model`` in flight and succeeded, from the server's Prometheus endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    pending = done = 0.0
+    for line in text.splitlines():
+        if f'model="{model}"' not in line:
+            continue
+        if line.startswith("lite_inference_pending_requests{"):
+            pending = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("lite_inference_requests_total{") and 'outcome="success"' in line:
+            done = float(line.rsplit(" ", 1)[1])
+    return pending, done
 
 
 def _wait_for(condition, timeout: float = 10.0) -> None:

@@ -264,3 +264,21 @@ def test_repository_index_lists_models_and_versions(client):
     entries = {(m["name"], m.get("version", "")): m.get("state") for m in index}
     assert entries[("identity", "1")] == "READY"
     assert entries[("versioned", "2")] == "READY"
+
+
+def test_device_auto_uses_onnx_runtime_cpu_when_installed(client, server):
+    """``--device auto`` (the default) is the runtime's choice: ONNX Runtime's CPU provider here
+    (no CUDA), the numpy engine for models with string tensors; ModelConfig says KIND_CPU."""
+    import json
+
+    pytest.importorskip("onnxruntime")
+    loaded = {}
+    for line in server.logs:
+        if '"model loaded"' in line:
+            entry = json.loads(line)
+            loaded[entry["model"]] = entry
+    assert loaded["identity"]["requested_device"] == "auto"
+    assert loaded["identity"]["device"] in ("cpu", "cuda")
+    assert loaded["multi"]["device"] == "numpy"  # a BYTES input: ONNX Runtime holds strings as text only
+    group = client.get_model_config("identity", as_json=True)["config"]["instance_group"][0]
+    assert group["kind"] == ("KIND_GPU" if loaded["identity"]["device"] == "cuda" else "KIND_CPU")

@@ -1,0 +1,112 @@
+"""Dynamic batching end to end: a small CNN converted from ONNX (the path bench/serving_batching.py
+takes with ResNet-18), 8 concurrent single-image clients, through a real server.
+
+Asserts that batching happens (ModelStatistics shows executions of more than one request) and
+that every client gets the answer to its own image, checked against the numpy engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import tritonclient.grpc.aio as aioclient
+from onnx import TensorProto, helper, numpy_helper
+
+import lite
+from lite.format import save
+
+from .conftest import start_server
+
+CLIENTS = 8
+REQUESTS_PER_CLIENT = 6
+IMAGE = (3, 16, 16)
+
+
+def small_cnn() -> onnx.ModelProto:
+    """Conv(3->8, 3x3) -> Relu -> MaxPool -> Conv(8->16) -> Relu -> GlobalAveragePool -> Flatten
+    -> Gemm(16->10), with a variable batch dimension."""
+    rng = np.random.default_rng(0)
+
+    def weight(name: str, shape: tuple) -> TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
+
+    nodes = [
+        helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
+    ]
+    initializers = [weight("w1", (8, 3, 3, 3)), weight("b1", (8,)), weight("w2", (16, 8, 3, 3)),
+                    weight("b2", (16,)), weight("w3", (10, 16)), weight("b3", (10,))]
+    graph = helper.make_graph(
+        nodes, "small_cnn",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *IMAGE])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture(scope="module")
+def cnn_repository(tmp_path_factory) -> Path:
+    converter = pytest.importorskip("converter")
+    root = tmp_path_factory.mktemp("batching-repository")
+    (root / "cnn" / "1").mkdir(parents=True)
+    save(converter.convert_model(small_cnn(), dynamic_batch=True), str(root / "cnn" / "1" / "model.lite"))
+    # A long delay lets the 8 clients' requests meet in the queue even on a busy machine.
+    (root / "cnn" / "config.json").write_text(json.dumps({
+        "max_batch_size": CLIENTS, "dynamic_batching": {"max_queue_delay_us": 50_000},
+    }))
+    return root
+
+
+@pytest.mark.slow
+def test_concurrent_single_image_clients_are_batched_and_answered_exactly(cnn_repository):
+    reference = lite.Model.load(cnn_repository / "cnn" / "1" / "model.lite", device="numpy")
+    input_name = reference.inputs[0].name
+    output_name = reference.outputs[0].name
+    rng = np.random.default_rng(1)
+    images = rng.standard_normal((CLIENTS, REQUESTS_PER_CLIENT, 1, *IMAGE), dtype=np.float32)
+    server = start_server(cnn_repository)
+    try:
+        async def scenario() -> tuple[np.ndarray, dict]:
+            client = aioclient.InferenceServerClient(server.address)
+            answers = np.zeros((CLIENTS, REQUESTS_PER_CLIENT, 1, 10), np.float32)
+
+            async def caller(index: int) -> None:
+                for step in range(REQUESTS_PER_CLIENT):
+                    tensor = aioclient.InferInput(input_name, [1, *IMAGE], "FP32")
+                    tensor.set_data_from_numpy(images[index, step])
+                    result = await client.infer("cnn", [tensor], request_id=f"{index}-{step}",
+                                                client_timeout=30)
+                    assert result.get_response().id == f"{index}-{step}"
+                    answers[index, step] = result.as_numpy(output_name)
+
+            try:
+                await asyncio.wait_for(asyncio.gather(*(caller(i) for i in range(CLIENTS))), 60)
+                stats = await client.get_inference_statistics("cnn", as_json=True)
+            finally:
+                await client.close()
+            return answers, stats["model_stats"][0]
+
+        answers, stats = asyncio.run(scenario())
+    finally:
+        server.stop()
+
+    expected = reference.predict({input_name: images.reshape(-1, *IMAGE)})[output_name]
+    np.testing.assert_allclose(answers.reshape(-1, 10), expected, rtol=1e-4, atol=1e-4)
+    total = CLIENTS * REQUESTS_PER_CLIENT
+    assert int(stats["inference_count"]) == total
+    sizes = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
+    assert max(sizes) > 1, f"no execution held more than one request: {sizes}"
+    assert sum(size * count for size, count in sizes.items()) == total
+    assert int(stats["execution_count"]) < total

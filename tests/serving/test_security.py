@@ -1,0 +1,252 @@
+"""TLS, mutual TLS and bearer-token authentication, through tritonclient against a real server.
+
+Certificates are made here with ``cryptography``: a CA, a server certificate for 127.0.0.1 and
+localhost, a client certificate from the same CA, and a rogue CA with its own client certificate
+(a stranger the server must not trust).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import queue
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from .conftest import identity_model, start_server
+
+TOKEN = "s3cret-token"
+TIMEOUT = 10.0  # seconds for each client call: a refused handshake must not hang the test
+
+
+# ----- certificates ------------------------------------------------------------------------------
+
+
+@dataclass
+class Identity:
+    key: Path
+    cert: Path
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _write(directory: Path, stem: str, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> Identity:
+    key_path, cert_path = directory / f"{stem}.key", directory / f"{stem}.crt"
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return Identity(key_path, cert_path)
+
+
+def _certificate(subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool,
+                 usage=None, names: list | None = None) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _authority(directory: Path, stem: str) -> tuple[Identity, ec.EllipticCurvePrivateKey, x509.Name]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _certificate(f"{stem} CA", key, _name(f"{stem} CA"), key, ca=True)
+    return _write(directory, stem, key, cert), key, cert.subject
+
+
+def _leaf(directory: Path, stem: str, authority: tuple, usage, names: list | None = None) -> Identity:
+    _, issuer_key, issuer_name = authority
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _certificate(stem, key, issuer_name, issuer_key, ca=False, usage=usage, names=names)
+    return _write(directory, stem, key, cert)
+
+
+@dataclass
+class Pki:
+    ca: Identity
+    server: Identity
+    client: Identity
+    rogue_ca: Identity
+    rogue_client: Identity
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Pki:
+    directory = tmp_path_factory.mktemp("pki")
+    authority = _authority(directory, "ca")
+    rogue = _authority(directory, "rogue-ca")
+    loopback = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    return Pki(
+        ca=authority[0],
+        server=_leaf(directory, "server", authority, ExtendedKeyUsageOID.SERVER_AUTH, loopback),
+        client=_leaf(directory, "client", authority, ExtendedKeyUsageOID.CLIENT_AUTH),
+        rogue_ca=rogue[0],
+        rogue_client=_leaf(directory, "rogue-client", rogue, ExtendedKeyUsageOID.CLIENT_AUTH),
+    )
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("secure-repository")
+    identity_model(root / "identity" / "1" / "model.lite")
+    return root
+
+
+# ----- helpers ----------------------------------------------------------------------------------
+
+
+def infer_ones(client: grpcclient.InferenceServerClient, headers: dict | None = None) -> np.ndarray:
+    x = np.ones((1, 16), np.float32)
+    tensor = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+    tensor.set_data_from_numpy(x)
+    result = client.infer("identity", [tensor], headers=headers, client_timeout=TIMEOUT)
+    return result.as_numpy("OUTPUT0")
+
+
+def secure_client(address: str, ca: Identity,
+                  client: Identity | None = None) -> grpcclient.InferenceServerClient:
+    return grpcclient.InferenceServerClient(
+        address, ssl=True, root_certificates=str(ca.cert),
+        private_key=str(client.key) if client else None,
+        certificate_chain=str(client.cert) if client else None,
+    )
+
+
+def refused(call) -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as info:
+        call()
+    return info.value
+
+
+# ----- TLS --------------------------------------------------------------------------------------
+
+
+def test_tls_serves_clients_that_trust_the_server_ca(pki, repository):
+    server = start_server(repository, "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key))
+    try:
+        client = secure_client(server.address, pki.ca)
+        assert client.is_server_live(client_timeout=TIMEOUT)
+        np.testing.assert_array_equal(infer_ones(client), np.ones((1, 16), np.float32))
+        client.close()
+
+        stranger = secure_client(server.address, pki.rogue_ca)  # does not trust the server's CA
+        assert refused(lambda: infer_ones(stranger)).status() == "StatusCode.UNAVAILABLE"
+        stranger.close()
+
+        plaintext = grpcclient.InferenceServerClient(server.address)
+        assert refused(lambda: infer_ones(plaintext)).status() == "StatusCode.UNAVAILABLE"
+        plaintext.close()
+    finally:
+        server.stop()
+
+
+def test_mutual_tls_accepts_only_clients_with_a_certificate_from_the_client_ca(pki, repository):
+    server = start_server(repository, "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key),
+                          "--tls-client-ca", str(pki.ca.cert))
+    try:
+        client = secure_client(server.address, pki.ca, pki.client)
+        np.testing.assert_array_equal(infer_ones(client), np.ones((1, 16), np.float32))
+        assert client.get_model_metadata("identity", client_timeout=TIMEOUT).name == "identity"
+        client.close()
+
+        anonymous = secure_client(server.address, pki.ca)  # TLS, but no client certificate
+        assert refused(lambda: infer_ones(anonymous)).status() == "StatusCode.UNAVAILABLE"
+        anonymous.close()
+
+        stranger = secure_client(server.address, pki.ca, pki.rogue_client)  # certificate from another CA
+        assert refused(lambda: infer_ones(stranger)).status() == "StatusCode.UNAVAILABLE"
+        stranger.close()
+    finally:
+        server.stop()
+
+
+# ----- bearer token -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def token_server(repository):
+    # The token comes through the environment, as the settings advise (flags show in `ps`).
+    server = start_server(repository, env={"LITE_AUTH_TOKEN": TOKEN})
+    yield server
+    server.stop()
+
+
+def test_the_right_bearer_token_is_served(token_server):
+    client = grpcclient.InferenceServerClient(token_server.address)
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    np.testing.assert_array_equal(infer_ones(client, headers), np.ones((1, 16), np.float32))
+    assert client.is_server_ready(headers=headers, client_timeout=TIMEOUT)
+    assert client.get_inference_statistics("identity", headers=headers, client_timeout=TIMEOUT)
+    client.close()
+
+
+@pytest.mark.parametrize("headers", [
+    None,
+    {"authorization": "Bearer wrong-token"},
+    {"authorization": TOKEN},  # no "Bearer " scheme
+    {"authorization": f"Bearer {TOKEN}x"},
+    {"x-api-key": TOKEN},
+], ids=["missing", "wrong", "no-scheme", "longer", "other-header"])
+def test_a_missing_or_wrong_token_is_unauthenticated(token_server, headers):
+    client = grpcclient.InferenceServerClient(token_server.address)
+    for call in (
+        lambda: infer_ones(client, headers),
+        lambda: client.is_server_live(headers=headers, client_timeout=TIMEOUT),
+        lambda: client.get_model_repository_index(headers=headers, client_timeout=TIMEOUT),
+        lambda: client.load_model("identity", headers=headers, client_timeout=TIMEOUT),
+    ):
+        error = refused(call)
+        assert error.status() == "StatusCode.UNAUTHENTICATED"
+        assert "bearer token" in error.message()
+    client.close()
+
+
+def test_streams_need_the_token_too(token_server):
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(token_server.address)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)),
+                        headers={"authorization": "Bearer wrong-token"})
+    try:
+        tensor = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
+        # The server may end the stream before the request is queued; the callback says why.
+        with contextlib.suppress(InferenceServerException):
+            client.async_stream_infer("identity", [tensor])
+        result, error = answers.get(timeout=TIMEOUT)
+    finally:
+        client.stop_stream()
+        client.close()
+    assert result is None
+    assert error.status() == "StatusCode.UNAUTHENTICATED" and "bearer token" in error.message()
+
+
+def test_health_checks_need_no_token(token_server):
+    """Kubernetes probes carry no credentials (auth_exempt_health, on by default)."""
+    with grpc.insecure_channel(token_server.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=TIMEOUT)
+    assert response.status == health_pb2.HealthCheckResponse.SERVING
