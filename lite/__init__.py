@@ -14,6 +14,7 @@ from lite.errors import (
     KernelError,
     LiteError,
     ModelFormatError,
+    PreprocessingError,
     UnsupportedOpError,
 )
 from lite.custom_ops import CustomOps
@@ -31,6 +32,7 @@ __all__ = [
     "LiteError",
     "Model",
     "ModelFormatError",
+    "PreprocessingError",
     "TensorSpec",
     "UnsupportedOpError",
     "__version__",

@@ -33,3 +33,7 @@ class EngineUnavailableError(LiteError, RuntimeError):
 
 class KernelError(LiteError, RuntimeError):
     """A kernel failed while running a node; the message names the node and op type."""
+
+
+class PreprocessingError(LiteError, ValueError):
+    """A preprocessing spec is invalid, or an image cannot be decoded or prepared with it."""
