@@ -153,8 +153,9 @@ class ServerProcess:
             return self.process.wait(5)
 
 
-def start_server(repository: Path, *extra: str, env: dict | None = None, timeout: float = 30.0) -> ServerProcess:
-    port, metrics_port = free_port(), free_port()
+def start_server(repository: Path, *extra: str, env: dict | None = None, timeout: float = 30.0,
+                 port: int | None = None) -> ServerProcess:
+    port, metrics_port = port or free_port(), free_port()
     command = [sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
                "--port", str(port), "--metrics-port", str(metrics_port), "--grace-period-s", "5", *extra]
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
