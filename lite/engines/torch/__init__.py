@@ -1,0 +1,54 @@
+"""The PyTorch-Inductor engine: .lite graphs lowered to torch operations and compiled.
+
+    from lite.engines.torch import TorchEngine
+    engine = TorchEngine(model_ir, device="cuda", mode="max-autotune")
+    outputs = engine.run({"input": x})          # numpy or CUDA (DLPack) arrays
+
+PyTorch is the optional extra ``torch`` (``pip install 'lite-toolchain[torch]'``); importing this
+package without it raises :class:`lite.errors.EngineUnavailableError`. Only this package imports
+torch. See :mod:`.engine` (partition, precision, data path), :mod:`.lowering` (the FX module),
+:mod:`.ops` (the table of lowerings) and :mod:`.compiler` (modes and on-disk caches).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lite.errors import EngineUnavailableError
+
+try:
+    import torch  # noqa: F401  (the optional extra; every module of this package needs it)
+except ImportError as err:
+    raise EngineUnavailableError("the torch engine needs PyTorch: pip install 'lite-toolchain[torch]'") from err
+
+from lite.engines.torch.compiler import MODES
+from lite.engines.torch.engine import PRECISIONS, TorchEngine
+from lite.format import ir
+
+__all__ = ["MODES", "PRECISIONS", "TorchEngine", "create_engine"]
+
+# lite.engines precision policies -> TorchEngine precision ("bf16" allows fp16 arithmetic too).
+_PRECISION = {None: "auto", "exact": "fp32", "fp16": "fp16", "bf16": "auto"}
+
+
+def create_engine(model: ir.Model, request: Any) -> TorchEngine:
+    """The factory of ``lite.engines.ENGINES["torch"]`` (a :class:`lite.engines.EngineRequest`).
+
+    ``request.device``: "auto" (CUDA when torch sees a GPU, else the CPU), "cuda", "cuda:N" or
+    "cpu". ``request.options``: TorchEngine's keyword arguments (``mode``, ``channels_last``,
+    ``dynamic``, ``freezing``, ``fallback``, ``cache_dir``). ``request.threads`` is not applied:
+    torch's thread count is process-wide (``torch.set_num_threads``).
+    """
+    import torch
+
+    device = request.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise EngineUnavailableError(f"engine 'torch' runs on 'cuda' or 'cpu'; got device={request.device!r}")
+    options = dict(request.options)
+    options.setdefault("cache_dir", request.cache_dir)
+    precision = _PRECISION[request.precision]
+    if precision == "fp16" and device == "cpu":
+        precision = "fp32"
+    return TorchEngine(model, device, precision=precision, custom_ops=request.custom_ops, **options)

@@ -1,0 +1,255 @@
+"""The torch engine: a .lite graph lowered to PyTorch operations and compiled by Inductor.
+
+The main graph is cut into segments executed in order, as the ONNX Runtime engine does:
+nodes the lowering table maps (:mod:`lite.engines.torch.ops`) form torch segments, each one
+FX module (:mod:`lite.engines.torch.lowering`) compiled with ``torch.compile``; every other
+node (custom ops, ops without a lowering, attribute combinations a lowering declines, subgraph
+ops) runs on the numpy engine. ``fallback=False`` refuses such models instead, with an
+:class:`UnsupportedOpError` naming every unmapped node. :meth:`TorchEngine.describe` shows the
+partition.
+
+Precision: ``precision="auto"`` computes in float16 on CUDA when the model stores float16
+weights (``lite convert --fp16``), ``"fp16"`` always on CUDA, ``"fp32"`` never; the CPU
+computes in float32. Inputs may be numpy arrays (outputs are numpy) or CUDA arrays that speak
+DLPack — torch tensors are used as they are — and outputs then are torch tensors on the GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lite.device_arrays import is_device_array
+from lite.engines.numpy_engine import NumpyEngine
+from lite.engines.torch.compiler import MODES, compile_module, configure_cache, uses_cuda_graphs
+from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
+from lite.errors import EngineUnavailableError, UnsupportedOpError
+from lite.format import ir
+from lite.format.dtypes import DataType, storage_dtype
+from lite.ops.registry import KernelRegistry, normalize_domain
+
+PRECISIONS = ("auto", "fp32", "fp16")
+
+
+def default_cache_dir() -> Path:
+    """lite's cache root, shared with the other engines' caches."""
+    from lite.engines import default_cache_dir as root
+
+    return root()
+
+
+@dataclass
+class _Segment:
+    on_torch: bool
+    nodes: list[ir.Node]
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    module: Any = None  # the FX GraphModule (torch segments)
+    runner: Any = None  # the compiled module, or a NumpyEngine
+
+
+class TorchEngine:
+    """Runs a model with PyTorch (compiled by Inductor), handing unmapped nodes to the numpy engine.
+
+    ``device``: ``"cuda"`` (or ``"cuda:N"``) or ``"cpu"``. ``mode``: one of
+    :data:`lite.engines.torch.compiler.MODES`; None picks ``max-autotune`` on CUDA (the fastest
+    at large batches, CUDA graphs included) and ``default`` on the CPU. ``dynamic``: passed to
+    ``torch.compile`` (False: one compiled graph per input shape). ``freezing``: fold weights
+    into the compiled graph. ``cache_dir``: the cache root (Inductor's caches go to
+    ``<cache_dir>/torch``); None leaves torch's default.
+    """
+
+    def __init__(self, model: ir.Model, device: str = "cuda", *, mode: str | None = None, precision: str = "auto",
+                 channels_last: bool | None = None, dynamic: bool | None = False, freezing: bool = True,
+                 cache_dir: str | Path | None = "default", custom_ops: KernelRegistry | None = None,
+                 fallback: bool = True) -> None:
+        self.device = torch.device(device)
+        if self.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"the torch engine runs on 'cuda' or 'cpu'; got device {device!r}")
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise EngineUnavailableError(f"device {device!r}: this PyTorch ({torch.__version__}) sees no CUDA GPU")
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        on_gpu = self.device.type == "cuda"
+        self.mode = mode or ("max-autotune" if on_gpu else "default")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+        if precision == "fp16" and not on_gpu:
+            raise ValueError("precision='fp16' needs device='cuda': the CPU computes in float32")
+        self.name = f"torch-{self.device.type}"
+        self.model = model
+        self.custom_ops = custom_ops
+        half = on_gpu and (precision == "fp16" or (precision == "auto" and _has_half_weights(model)))
+        self.compute_precision = "fp16" if half else "fp32"
+        self.policy = Policy(self.device, torch.float16 if half else torch.float32,
+                             on_gpu if channels_last is None else channels_last)
+        self.cache_dir = configure_cache(default_cache_dir() if cache_dir == "default" else
+                                         None if cache_dir is None else Path(cache_dir))
+        self.cuda_graphs = uses_cuda_graphs(self.mode, self.device)
+        self._lock = threading.Lock()
+        graph = model.main
+        self.output_names = [graph.tensors[i].name for i in graph.outputs]
+        self.unmapped = self._unmapped()
+        if self.unmapped and not fallback:
+            listed = "\n  ".join(f"{label}: {reason}" for label, reason in self.unmapped.values())
+            raise UnsupportedOpError(
+                f"the torch engine does not lower {len(self.unmapped)} node(s) of this model:\n  {listed}\n"
+                "Pass fallback=True to run them on the numpy engine, or use device='cpu'/'cuda' (ONNX Runtime)."
+            )
+        self.segments = self._build(dynamic, freezing)
+        self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_torch)
+
+    # -- partition -----------------------------------------------------------------------------
+    def _unmapped(self) -> dict[int, tuple[str, str]]:
+        graph = self.model.main
+        opset = {normalize_domain(d): v for d, v in self.model.opset_imports.items()}.get("", 1)
+        unmapped = {}
+        for position, node in enumerate(graph.nodes):
+            reason = unmapped_reason(node, graph, opset, self.custom_ops)
+            if reason is not None:
+                label = f"node {node.name or position!r} ({node.domain + '::' if node.domain else ''}{node.op_type})"
+                unmapped[id(node)] = (label, reason)
+        return unmapped
+
+    def _build(self, dynamic: bool | None, freezing: bool) -> list[_Segment]:
+        graph = self.model.main
+        segments: list[_Segment] = []
+        for node in graph.nodes:
+            on_torch = id(node) not in self.unmapped
+            if segments and segments[-1].on_torch == on_torch:
+                segments[-1].nodes.append(node)
+            else:
+                segments.append(_Segment(on_torch, [node]))
+        if not segments:
+            segments = [_Segment(True, [])]
+        for position, segment in enumerate(segments):
+            needed = _reads(self.model, graph, segment.nodes)
+            produced = {i for n in segment.nodes for i in n.outputs if i >= 0}
+            later = set(graph.outputs)
+            for other in segments[position + 1:]:
+                later |= _reads(self.model, graph, other.nodes)
+            if len(segments) == 1:
+                segment.inputs, segment.outputs = list(graph.inputs), list(graph.outputs)
+            else:
+                segment.inputs = sorted(i for i in needed - produced if not graph.tensors[i].is_constant)
+                segment.outputs = sorted(produced & later)
+            segment.input_names = tuple(graph.tensors[i].name for i in segment.inputs)
+            segment.output_names = tuple(graph.tensors[i].name for i in segment.outputs)
+            if segment.on_torch:
+                segment.module = build_module(self.model, segment.nodes, segment.inputs, segment.outputs, self.policy)
+                segment.runner = compile_module(segment.module, self.mode, dynamic=dynamic, freezing=freezing)
+            else:
+                body = ir.Graph(name=f"{graph.name}/numpy{position}", tensors=graph.tensors, nodes=segment.nodes,
+                                inputs=segment.inputs, outputs=segment.outputs)
+                sub = ir.Model(graphs=[body, *self.model.graphs[1:]], opset_imports=self.model.opset_imports,
+                               metadata=self.model.metadata, version=self.model.version)
+                segment.runner = NumpyEngine(sub, self.custom_ops)
+        return segments
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The partition: one entry per segment (engine, node count, op types)."""
+        return [{"engine": "torch" if s.on_torch else "numpy", "nodes": len(s.nodes),
+                 "ops": sorted({n.op_type for n in s.nodes})} for s in self.segments]
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the main graph; numpy in, numpy out; CUDA arrays in, torch tensors (on that GPU) out."""
+        device_inputs = [v for v in feeds.values() if is_device_array(v)]
+        out_device = _device_of(device_inputs[0]) if device_inputs else None
+        values: dict[str, Any] = dict(feeds)
+        with torch.no_grad():
+            for segment in self.segments:
+                if segment.on_torch:
+                    values.update(self._run_torch(segment, values))
+                else:
+                    feeds_np = {name: self._to_numpy(name, values[name]) for name in segment.input_names}
+                    values.update(segment.runner.run(feeds_np))
+            return {name: self._deliver(name, values[name], out_device) for name in self.output_names}
+
+    def _run_torch(self, segment: _Segment, values: dict[str, Any]) -> dict[str, Any]:
+        args = [self._to_torch(values[name]) for name in segment.input_names]
+        if not self.cuda_graphs:
+            results = segment.runner(*args)
+            return dict(zip(segment.output_names, results))
+        with self._lock:
+            # CUDA graphs replay into the same output buffers: take copies before the next replay.
+            torch.compiler.cudagraph_mark_step_begin()
+            results = segment.runner(*args)
+            return {name: v.clone() if isinstance(v, torch.Tensor) else v
+                    for name, v in zip(segment.output_names, results)}
+
+    def _to_torch(self, value: Any) -> torch.Tensor:
+        if isinstance(value, torch.Tensor):
+            return value.to(self.device)
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(value) if value.flags.writeable else value.copy()).to(
+                self.device)
+        if is_device_array(value):
+            return torch.from_dlpack(value).to(self.device)
+        return torch.tensor(value, device=self.device)  # a host value (shape arithmetic) between segments
+
+    def _to_numpy(self, name: str, value: Any) -> Any:
+        if isinstance(value, np.ndarray) or value is None or isinstance(value, list) and value and \
+                isinstance(value[0], np.ndarray):
+            return value
+        if is_device_array(value) and not isinstance(value, torch.Tensor):
+            value = torch.from_dlpack(value)
+        if isinstance(value, torch.Tensor):
+            return value.detach().cpu().numpy()
+        return np.asarray(value, dtype=self._declared_numpy(name))
+
+    def _declared_numpy(self, name: str) -> np.dtype | None:
+        graph = self.model.main
+        tensor = next((t for t in graph.tensors if t.name == name), None)
+        if tensor is None or tensor.dtype == DataType.UNDEFINED:
+            return None
+        return storage_dtype(tensor.dtype)
+
+    def _deliver(self, name: str, value: Any, out_device: torch.device | None) -> Any:
+        if out_device is None:
+            return self._to_numpy(name, value)
+        if isinstance(value, torch.Tensor):
+            return value.to(out_device)
+        if is_device_array(value):
+            return value
+        return torch.from_numpy(np.ascontiguousarray(self._to_numpy(name, value))).to(out_device)
+
+
+def _device_of(value: Any) -> torch.device:
+    if isinstance(value, torch.Tensor):
+        return value.device
+    return torch.device("cuda", value.__dlpack_device__()[1])
+
+
+def _has_half_weights(model: ir.Model) -> bool:
+    """True when the model stores float16 weights (it was converted with ``--fp16``)."""
+    return any(t.is_constant and t.dtype == DataType.FLOAT16 for t in model.main.tensors)
+
+
+def _reads(model: ir.Model, graph: ir.Graph, nodes: list[ir.Node]) -> set[int]:
+    """Indices of ``graph``'s tensors that ``nodes`` read, directly or through their bodies' captures."""
+    index_of = {t.name: i for i, t in enumerate(graph.tensors)}
+    result = set()
+    for node in nodes:
+        result.update(i for i in node.inputs if i >= 0)
+        for attribute in node.attributes.values():
+            if attribute.type == ir.AttributeType.GRAPH:
+                bodies = [attribute.value]
+            elif attribute.type == ir.AttributeType.GRAPHS:
+                bodies = list(attribute.value)
+            else:
+                continue
+            for body in bodies:
+                sub = model.graphs[body]
+                result.update(index_of[sub.tensors[c].name] for c in sub.captures if sub.tensors[c].name in index_of)
+    return result
