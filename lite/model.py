@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,8 @@ class Model:
 
     @classmethod
     def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
-             threads: int | None = None, custom_ops: CustomOps | None = None, **options: Any) -> Model:
+             threads: int | None = None, custom_ops: CustomOps | None = None, *, engine: str | None = None,
+             batch_sizes: Sequence[int] | None = None, **options: Any) -> Model:
         """Load and verify a .lite model and bind it to an engine.
 
         ``device``: ``"numpy"`` (the edge engine, always available), ``"cpu"`` / ``"cuda"`` /
@@ -69,18 +70,42 @@ class Model:
         devices those nodes run on the numpy engine, the rest of the graph on ONNX Runtime.
         ``options`` (ONNX Runtime devices): ``optimization`` ("all", "extended", "basic",
         "disable"), ``cache_dir`` (None disables the session cache), ``device_id``,
-        ``gpu_mem_limit``, ``cudnn_conv_algo_search``, ``prefer_nhwc``, ``cuda_graph``; see
-        :class:`lite.engines.ort.sessions.SessionConfig`.
+        ``gpu_mem_limit``, ``cudnn_conv_algo_search``, ``prefer_nhwc``, ``cuda_graph``,
+        ``precision``; see :class:`lite.engines.ort.sessions.SessionConfig`.
+
+        ``engine`` (orthogonal to ``device``, which then says where the engine runs; ``"auto"``
+        lets the engine choose): None (the default) binds the engine ``device`` names, as above;
+        ``"numpy"``, ``"onnxruntime"``, ``"openvino"`` (optional extra ``openvino``; CPU) or any
+        other name of :data:`lite.engines.ENGINES` binds that engine and raises a typed error
+        (:class:`lite.EngineUnavailableError`, :class:`lite.UnsupportedOpError`) when it is not
+        installed or cannot run the model; ``"auto"`` measures every engine that can run the
+        model on ``device``, checks each against the numpy engine on random inputs, and binds
+        the fastest per batch size of ``batch_sizes`` (default ``(1,)``); a batch is served by
+        the engine of the smallest declared size not below it. The decision is recorded under
+        ``cache_dir`` (``<cache_dir>/autotune/``) and reused by later loads while the model file,
+        the engines' versions and the hardware are unchanged; ``retune=True`` measures again.
+        ``model.engine.decision`` holds the record (times, errors, why others were not chosen).
+        With an ``engine``, ``precision`` is a policy: ``"exact"`` (the default: float32
+        arithmetic, as the numpy engine computes), ``"fp16"`` or ``"bf16"`` (the least precise
+        arithmetic an engine may use; OpenVINO computes in bf16 on CPUs with bf16 units);
+        int8 models run in int8 from their QDQ form under any policy. With ``engine="auto"``
+        only ``precision``, ``cache_dir`` and ``retune`` apply; with one engine, that engine's
+        options (e.g. the ONNX Runtime ones above for ``"onnxruntime"``).
         """
         if device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer or None; got {threads!r}")
+        if batch_sizes is not None and engine != "auto":
+            raise TypeError("batch_sizes applies to engine='auto' (it declares the batch sizes to tune for)")
         model = load_model(source)
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         identity = None if in_memory else _file_identity(source)
-        engine = _engine_for(model, device, threads, custom_ops, options, identity)
-        return cls(model, engine, "<bytes>" if in_memory else str(source))
+        if engine is None:
+            bound = _engine_for(model, device, threads, custom_ops, options, identity)
+        else:
+            bound = _named_engine(model, engine, source, device, threads, custom_ops, options, identity, batch_sizes)
+        return cls(model, bound, "<bytes>" if in_memory else str(source))
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -211,6 +236,33 @@ def _file_identity(path: str | os.PathLike) -> str:
     """Names the weights of a file for caches: its real path, size, modification time and inode."""
     stat = os.stat(path)
     return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+
+
+def _named_engine(model: ir.Model, engine: str, source: Any, device: str, threads: int | None,
+                  custom_ops: CustomOps | None, options: dict[str, Any], identity: str | None,
+                  batch_sizes: Sequence[int] | None):
+    """``engine=`` given: one engine of :data:`lite.engines.ENGINES`, or the autotuned choice."""
+    from lite.engines import EngineRequest, create_engine, default_cache_dir
+
+    options = dict(options)
+    precision = options.pop("precision", None)
+    cache_dir = options.pop("cache_dir", default_cache_dir())
+    where = "cpu" if device == "numpy" else device
+    if engine != "auto":
+        if device == "numpy" and engine != "numpy":
+            raise ValueError(f"device='numpy' is the numpy engine; engine={engine!r} needs device 'auto' or one it runs on")
+        request = EngineRequest(device=where, threads=threads, precision=precision, custom_ops=custom_ops,
+                                identity=identity, cache_dir=cache_dir, options=options)
+        return create_engine(engine, model, request)
+    from lite.autotune import model_identity, tune
+
+    retune = bool(options.pop("retune", False))
+    if options:
+        raise TypeError(f"options {', '.join(sorted(options))} do not apply to engine='auto' (it takes precision, "
+                        "cache_dir and retune); name an engine to pass engine options")
+    return tune(model, identity=identity or model_identity(source), device=device, threads=threads,
+                precision=precision, batch_sizes=batch_sizes, custom_ops=custom_ops, cache_dir=cache_dir,
+                retune=retune)
 
 
 def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: CustomOps | None,

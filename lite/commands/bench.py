@@ -4,6 +4,12 @@
     lite bench model.lite --memory            # peak activation bytes vs the lifetime lower bound
     lite bench model.lite --profile           # time per node and per op type
     lite bench model.lite --compare cpu       # max abs error, cosine, top-1 agreement vs another engine
+    lite bench --grpc 127.0.0.1:8001 --model resnet --concurrency 8 --duration 10   # a running server
+    lite bench model.lite --autotune 1,8 --precision bf16   # measure every engine, record the choice
+
+A served model is measured by a plug-in: ``--grpc`` loads the ``grpc`` entry point of the
+``lite.bench_backends`` group (declared by the package that provides it; serving's comes with
+the ``serve`` extra) and hands it the parsed arguments. The runtime never imports that package.
 """
 
 from __future__ import annotations
@@ -14,17 +20,19 @@ import sys
 import time
 import tracemalloc
 from collections import defaultdict
+from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
 
 from lite.commands._inputs import parse_shape_overrides, random_inputs, read_inputs
+from lite.engines import PRECISIONS
 from lite.model import DEVICES, Model
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="measure latency, throughput, memory; profile; compare engines")
-    parser.add_argument("model", help="path to a .lite file")
+    parser.add_argument("model", nargs="?", help="path to a .lite file (or use --grpc)")
     parser.add_argument("--device", default="auto", choices=DEVICES)
     parser.add_argument("--batch", type=int, default=1, help="size of symbolic leading dimensions (default 1)")
     parser.add_argument("--shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
@@ -36,17 +44,43 @@ def register(subparsers) -> None:
     parser.add_argument("--profile", action="store_true", help="time per node and per op type (numpy engine)")
     parser.add_argument("--compare", choices=DEVICES, metavar="DEVICE", help="compare outputs with another engine")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--autotune", nargs="?", const="", metavar="BATCHES",
+                        help="measure every engine (numpy, ONNX Runtime, OpenVINO, ...) at these batch sizes "
+                             "(comma separated; default --batch), record the fastest per batch size as "
+                             "Model.load(engine='auto') reuses it, then time the choice")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="precision policy for --autotune (default exact)")
+    served = parser.add_argument_group("a model behind a server (plug-in, e.g. the 'serve' extra)")
+    served.add_argument("--grpc", metavar="ADDR", help="load-test a KServe v2 gRPC server (host:port)")
+    served.add_argument("--model", dest="served_model", metavar="NAME", help="the served model's name")
+    served.add_argument("--concurrency", type=int, default=1, help="requests in flight (default 1)")
+    served.add_argument("--duration", type=float, default=10.0, help="seconds measured (default 10)")
     parser.set_defaults(handler=run)
 
 
+# Plug-ins in the ``lite.bench_backends`` entry-point group, and the extra that provides each.
+BENCH_BACKENDS = {"grpc": "serve"}
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.grpc is not None:
+        if args.model is not None:
+            raise ValueError(f"give a .lite file or --grpc ADDR, not both (got {args.model!r} and --grpc)")
+        return run_backend("grpc", args)
+    if args.model is None:
+        raise ValueError("give a .lite file to measure, or --grpc ADDR --model NAME for a served model")
     if args.loops < 1 or args.warmup < 0 or args.batch < 1:
         raise ValueError("--loops and --batch must be >= 1 and --warmup >= 0")
-    model = Model.load(args.model, device=args.device, threads=args.threads)
+    if args.autotune is not None:
+        model = autotune(args)
+    else:
+        model = Model.load(args.model, device=args.device, threads=args.threads)
     feeds = read_inputs(model, args.input) if args.input else random_inputs(model, args.batch, parse_shape_overrides(args.shape))
     batch = next(iter(feeds.values())).shape[0] if feeds and next(iter(feeds.values())).ndim else 1
     results: dict[str, Any] = {"model": args.model, "device": model.device, "batch": int(batch),
                                "inputs": {k: list(v.shape) for k, v in feeds.items()}}
+    if args.autotune is not None:
+        results["autotune"] = model.engine.decision
     results["latency_ms"] = time_runs(model, feeds, args.loops, args.warmup)
     results["throughput_per_s"] = batch * 1e3 / results["latency_ms"]["median"]
     print(f"{args.model} on {model.device}, batch {batch}, {args.loops} runs after {args.warmup} warm-up")
@@ -73,6 +107,52 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)
     return 0
+
+
+def autotune(args: argparse.Namespace) -> Model:
+    """``--autotune``: measure afresh (retune), print the table, return the model bound to the choice."""
+    try:
+        sizes = [int(size) for size in args.autotune.split(",") if size] or [args.batch]
+    except ValueError as err:
+        raise ValueError(f"--autotune {args.autotune!r}: expected batch sizes like 1,8") from err
+    model = Model.load(args.model, device=args.device, threads=args.threads, engine="auto", batch_sizes=sizes,
+                       precision=args.precision or "exact", retune=True)
+    decision = model.engine.decision
+    print(f"autotune ({decision['settings']['precision']}, tolerance {decision['tolerance']:g} of the output's peak "
+          f"vs the numpy engine), recorded in {decision.get('path', '(no cache)')}")
+    print(f"  {'batch':<7}{'engine':<20}{'relative':>9}{'best ms':>10}{'median ms':>11}{'spread':>8}{'error':>11}"
+          "  verdict")
+    for bucket in decision["buckets"]:
+        for label, entry in bucket["candidates"].items():
+            timing = entry.get("ms", {})
+            relative = f"{timing['relative']:.2f}x" if timing else "-"
+            best = f"{timing['best_round']:.3f}" if timing else "-"
+            median = f"{timing['median']:.3f}" if timing else "-"
+            spread = f"{timing['spread']:.0%}" if timing else "-"
+            error = f"{entry['error']:.2g}" if "error" in entry else "-"
+            verdict = "chosen" if label == bucket["chosen"] else entry.get("rejected", "")
+            batch = "any" if bucket["batch"] is None else bucket["batch"]
+            print(f"  {batch!s:<7}{label:<20}{relative:>9}{best:>10}{median:>11}{spread:>8}{error:>11}  {verdict}")
+    for label, reason in decision["unavailable"].items():
+        print(f"  {'':<7}{label:<20}  unavailable: {reason[:120]}")
+    return model
+
+
+def run_backend(name: str, args: argparse.Namespace) -> int:
+    """Hand ``args`` to the ``name`` plug-in of ``lite.bench_backends``: ``fn(args) -> exit code``."""
+    extra = BENCH_BACKENDS[name]
+    found = [entry for entry in entry_points(group="lite.bench_backends") if entry.name == name]
+    reason = ""
+    if found:
+        try:
+            backend = found[0].load()
+        except ImportError as err:
+            reason = f" ({err})"
+        else:
+            return int(backend(args) or 0)
+    print(f"lite bench --{name}: this needs the '{extra}' extra: "
+          f"pip install 'lite-toolchain[{extra}]'{reason}", file=sys.stderr)
+    return 2
 
 
 def time_runs(model: Model, feeds: dict[str, np.ndarray], loops: int, warmup: int) -> dict[str, float]:
@@ -106,7 +186,8 @@ def measure_memory(model: Model, feeds: dict[str, np.ndarray]) -> dict[str, floa
 
     ``peak_live_bytes`` is the largest set of tensors alive at once under the engine's schedule:
     the lower bound any allocator reaches by reusing dead buffers. ``peak_allocated_bytes`` is
-    what numpy actually allocated at the peak (tracemalloc), scratch buffers of kernels included.
+    what the run holds at its peak: the engine's planned arena (large activations and kernel
+    scratch) plus what numpy allocated outside it (tracemalloc).
     """
     engine = _numpy_engine(model)
     constants = {id(v) for v in engine.plans[0].constants.values()}
@@ -123,7 +204,8 @@ def measure_memory(model: Model, feeds: dict[str, np.ndarray]) -> dict[str, floa
     tracemalloc.reset_peak()
     baseline = tracemalloc.get_traced_memory()[0]
     engine.run(feeds)
-    allocated = tracemalloc.get_traced_memory()[1] - baseline + input_bytes
+    # The engine's arena was allocated in an earlier run (planned from it): count it explicitly.
+    allocated = tracemalloc.get_traced_memory()[1] - baseline + input_bytes + engine.pool.held_bytes()
     tracemalloc.stop()
     bound = max(peak[0], 1)
     return {"peak_live_bytes": peak[0], "peak_allocated_bytes": allocated, "ratio_to_bound": allocated / bound}

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -104,9 +103,11 @@ def pad_input(
     begin: Sequence[int],
     end: Sequence[int],
     value: float = 0.0,
+    allocate: Callable[..., np.ndarray] = np.empty,
 ) -> np.ndarray:
     """``x`` with its spatial axes padded by ``value``; negative pads crop. Returns ``x`` itself when
-    there is nothing to pad (no copy)."""
+    there is nothing to pad (no copy). The padded copy comes from ``allocate`` (see the kernel
+    contract in :mod:`lite.ops.registry`); only its border is filled, then the input copied in."""
     if not any(begin) and not any(end):
         return x
     lead = x.ndim - len(begin)
@@ -120,7 +121,14 @@ def pad_input(
     shape = list(x.shape[:lead]) + [
         n + b + e for n, b, e in zip(x.shape[lead:], grow_begin, grow_end)
     ]
-    padded = np.full(shape, value, dtype=x.dtype)
+    padded = allocate(tuple(shape), x.dtype)
+    for axis, (b, e) in enumerate(zip(grow_begin, grow_end)):
+        before = [slice(None)] * padded.ndim
+        after = [slice(None)] * padded.ndim
+        before[lead + axis] = slice(0, b)
+        after[lead + axis] = slice(padded.shape[lead + axis] - e, None)
+        padded[tuple(before)] = value
+        padded[tuple(after)] = value
     inner = [slice(None)] * lead + [
         slice(b, b + n) for b, n in zip(grow_begin, x.shape[lead:])
     ]
@@ -152,25 +160,6 @@ def windows(
     return np.lib.stride_tricks.as_strided(padded, shape, strides, writeable=False)
 
 
-_SCRATCH = threading.local()
-
-
-def scratch(shape: tuple[int, ...], dtype: np.dtype, slot: str = "cols") -> np.ndarray:
-    """A reusable per-thread buffer for temporaries that never leave a kernel (im2col columns).
-
-    Fresh multi-megabyte allocations are page-faulted in on every call; reusing one buffer per
-    thread keeps those pages mapped and cached. Callers must not return or keep the buffer.
-    """
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    buffers = getattr(_SCRATCH, "buffers", None)
-    if buffers is None:
-        buffers = _SCRATCH.buffers = {}
-    buffer = buffers.get(slot)
-    if buffer is None or buffer.nbytes < nbytes:
-        buffer = buffers[slot] = np.empty(max(nbytes, 1), dtype=np.uint8)
-    return buffer[:nbytes].view(dtype).reshape(shape)
-
-
 def compute_dtype(x: np.ndarray) -> np.dtype:
     """float16 (and other narrow floats) compute in float32; float64 stays float64."""
     return np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
@@ -189,25 +178,26 @@ class TapPlan:
     hold ``fill``.
     """
 
-    def __init__(self, x, begin, end, kernel, strides, dilations, out_shape, fill):
+    def __init__(self, x, begin, end, kernel, strides, dilations, out_shape, fill, allocate=np.empty):
         self.out_shape = list(out_shape)
         lead = x.shape[:2]
         spatial = x.shape[2:]
         padded = [n + b + e for n, b, e in zip(spatial, begin, end)]
         self.grid = [max(-(-p // s), 1) for p, s in zip(padded, strides)]
-        self.length = self.out_shape[0] * int(np.prod(self.grid[1:], dtype=np.int64))
-        grid_strides = [int(np.prod(self.grid[d + 1 :], dtype=np.int64)) for d in range(len(self.grid))]
+        self.length = self.out_shape[0] * math.prod(self.grid[1:])
+        grid_strides = [math.prod(self.grid[d + 1 :]) for d in range(len(self.grid))]
         taps = []
         for offset in itertools.product(*(range(k) for k in kernel)):
             shifted = [o * d for o, d in zip(offset, dilations)]
             residue = tuple(v % s for v, s in zip(shifted, strides))
             start = sum((v // s) * g for v, s, g in zip(shifted, strides, grid_strides))
             taps.append((residue, start))
-        size = int(np.prod(self.grid, dtype=np.int64))
+        size = math.prod(self.grid)
         total = max(start + self.length for _, start in taps)
         self.phases = {}
         for residue in sorted({r for r, _ in taps}):
-            buffer = np.full(lead + (max(total, size),), fill, dtype=x.dtype)
+            buffer = allocate(lead + (max(total, size),), x.dtype)
+            buffer.fill(fill)
             grid_view = buffer[..., :size].reshape(lead + tuple(self.grid))
             fill_phase(grid_view, x, residue, begin, strides)
             self.phases[residue] = buffer

@@ -18,7 +18,7 @@ from lite.ops._conv_common import compute_dtype
 from lite.ops.registry import kernel
 
 
-def _normalize(X, scale, B, mean, var, epsilon, spatial=1):
+def _normalize(X, scale, B, mean, var, epsilon, spatial=1, allocate=np.empty):
     dtype = compute_dtype(X)
     x = np.asarray(X, dtype=dtype)
     if x.ndim < 2:
@@ -28,38 +28,44 @@ def _normalize(X, scale, B, mean, var, epsilon, spatial=1):
     if spatial:
         shape = (x.shape[1],) + (1,) * (x.ndim - 2)
         factor, shift = factor.reshape(shape), shift.reshape(shape)
-    y = np.multiply(x, factor)
+    y = allocate(np.broadcast_shapes(x.shape, factor.shape), dtype)
+    np.multiply(x, factor, out=y)
     y += shift
     return y.astype(X.dtype, copy=False)
 
 
 @kernel("BatchNormalization", since=1)
 def BatchNormalization_1(
-    X, scale, B, mean, var, *, consumed_inputs=None, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1
+    X, scale, B, mean, var, *, consumed_inputs=None, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1,
+    allocate=np.empty,
 ):
-    return _normalize(X, scale, B, mean, var, epsilon, spatial)
+    return _normalize(X, scale, B, mean, var, epsilon, spatial, allocate)
 
 
 @kernel("BatchNormalization", since=6)
-def BatchNormalization_6(X, scale, B, mean, var, *, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1):
-    return _normalize(X, scale, B, mean, var, epsilon, spatial)
+def BatchNormalization_6(
+    X, scale, B, mean, var, *, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1, allocate=np.empty
+):
+    return _normalize(X, scale, B, mean, var, epsilon, spatial, allocate)
 
 
 @kernel("BatchNormalization", since=7)
-def BatchNormalization_7(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, spatial=1):
-    return _normalize(X, scale, B, mean, var, epsilon, spatial)
+def BatchNormalization_7(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, spatial=1, allocate=np.empty):
+    return _normalize(X, scale, B, mean, var, epsilon, spatial, allocate)
 
 
 @kernel("BatchNormalization", since=9)
-def BatchNormalization_9(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9):
-    return _normalize(X, scale, B, mean, var, epsilon)
+def BatchNormalization_9(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, allocate=np.empty):
+    return _normalize(X, scale, B, mean, var, epsilon, allocate=allocate)
 
 
 @kernel("BatchNormalization", since=14)
-def BatchNormalization(X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0):
+def BatchNormalization(
+    X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0, allocate=np.empty
+):
     """Outputs Y, and with ``training_mode=1`` also running_mean and running_var."""
     if not training_mode:
-        return _normalize(X, scale, B, input_mean, input_var, epsilon)
+        return _normalize(X, scale, B, input_mean, input_var, epsilon, allocate=allocate)
     dtype = compute_dtype(X)
     x = np.asarray(X, dtype=dtype)
     axes = (0,) + tuple(range(2, x.ndim))

@@ -2,13 +2,17 @@
 
 https://onnx.ai/onnx/operators/onnx__MaxPool.html
 
-The maximum is a running ``np.maximum`` over the kernel taps, each one long contiguous slice
-(see ``TapPlan``), instead of a reduction over a strided 2*d-dimensional view. Indices
-(opset 8+) are flat positions in the unpadded input, row-major or, with ``storage_order=1``,
-column-major over the spatial axes.
+The maximum over a box is separable: the max over the first spatial axis's taps, then over the
+next axis's taps of that, and so on. Each axis costs ``kernel[axis]`` ``np.maximum`` passes
+over strided views, only over the outputs a tap reaches inside the input (padding never wins a
+max, so it is never materialised), a block of channels at a time so the intermediate stays in
+cache. Indices (opset 8+) are flat positions in the unpadded input, row-major or, with
+``storage_order=1``, column-major over the spatial axes.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -29,6 +33,7 @@ def MaxPool(
     storage_order=0,
     strides=None,
     output_count=1,
+    allocate=np.empty,
 ):
     geometry = pool_geometry(
         "MaxPool",
@@ -40,17 +45,66 @@ def MaxPool(
         pads=pads,
         ceil_mode=ceil_mode,
     )
-    plan = geometry.tap_plan(np.asarray(X), lowest(X.dtype))
-    regions = plan.regions()
-    y = np.array(next(regions))
-    for region in regions:
-        np.maximum(y, region, out=y)
-    y = np.ascontiguousarray(plan.crop(y))
+    y = _separable_max(np.asarray(X), geometry, allocate)
     if output_count < 2:
         return y
     end = [e + extra for e, extra in zip(geometry.end, geometry.overhang)]
     padded = pad_input(np.asarray(X), geometry.begin, end, lowest(X.dtype))
     return y, _indices(X, padded, geometry, storage_order)
+
+
+# Elements of the per-block intermediate of _separable_max (it stays in L2).
+_BLOCK_ELEMENTS = 64 * 1024
+
+
+def _separable_max(x, geometry, allocate):
+    lead, spatial = x.shape[:2], x.shape[2:]
+    planes = x.reshape((-1,) + spatial)
+    y = allocate(lead + tuple(geometry.out_shape), x.dtype)
+    flat_y = y.reshape((-1,) + tuple(geometry.out_shape))
+    largest = max(
+        math.prod(geometry.out_shape[: axis + 1] + list(spatial[axis + 1 :]))
+        for axis in range(len(spatial))
+    )
+    block = max(1, _BLOCK_ELEMENTS // max(largest, 1))
+    for start in range(0, planes.shape[0], block):
+        current = planes[start : start + block]
+        for axis in range(len(spatial)):
+            last = axis == len(spatial) - 1
+            shape = current.shape[: axis + 1] + (geometry.out_shape[axis],) + current.shape[axis + 2 :]
+            target = flat_y[start : start + block] if last else allocate(shape, x.dtype)
+            _max_along(current, target, axis + 1, geometry, axis)
+            current = target
+    return y
+
+
+def _max_along(source, target, axis, geometry, spatial_axis):
+    """target[..., j, ...] = max over taps t of source[..., j*s + t*d - b, ...] (inside the input)."""
+    size, length = source.shape[axis], target.shape[axis]
+    stride, dilation = geometry.strides[spatial_axis], geometry.dilations[spatial_axis]
+    begin = geometry.begin[spatial_axis]
+    low = lowest(source.dtype)
+    lead = (slice(None),) * axis
+    covered = False
+    for tap in range(geometry.kernel[spatial_axis]):
+        offset = tap * dilation - begin
+        # Outputs j with 0 <= j*stride + offset < size: from ceil(-offset / stride) to below
+        # floor((size - 1 - offset) / stride) + 1.
+        first = max(0, -(offset // stride))
+        stop = min(length, (size - 1 - offset) // stride + 1) if size - 1 - offset >= 0 else 0
+        if stop <= first:
+            continue
+        region = source[lead + (slice(first * stride + offset, (stop - 1) * stride + offset + 1, stride),)]
+        out = target[lead + (slice(first, stop),)]
+        if not covered:
+            target[lead + (slice(0, first),)] = low
+            target[lead + (slice(stop, None),)] = low
+            np.copyto(out, region)
+            covered = True
+        else:
+            np.maximum(out, region, out=out)
+    if not covered:
+        target[...] = low
 
 
 def _indices(X, padded, geometry, storage_order):
@@ -72,7 +126,7 @@ def _indices(X, padded, geometry, storage_order):
     else:
         position = np.ravel_multi_index(coords, spatial, mode="clip")
     batch, channels = X.shape[:2]
-    base = (np.arange(batch * channels) * int(np.prod(spatial))).reshape(
+    base = (np.arange(batch * channels) * math.prod(spatial)).reshape(
         (batch, channels) + (1,) * rank
     )
     return (base + position).astype(np.int64)

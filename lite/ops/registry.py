@@ -17,8 +17,18 @@ The signature *is* the spec (https://onnx.ai/onnx/operators/):
   runs the subgraph (for If/Loop/Scan).
 - a kernel that needs to know how many outputs its node declares (Split, LSTM, ...) takes a
   keyword-only ``output_count`` parameter; the engine fills it in.
-- it returns one array, or a tuple of arrays for the outputs in order (trailing ones the node
-  does not declare are dropped). Dtypes follow the spec exactly; scalars are 0-d arrays.
+- a kernel may take a keyword-only ``allocate`` parameter (default ``np.empty``), a callable
+  ``allocate(shape, dtype) -> np.ndarray`` giving an uninitialised C-contiguous array. The
+  engine passes one that recycles the memory of dead values, so large outputs and temporaries
+  should come from it. Do not keep such arrays beyond the call except in the returned outputs.
+- a Conv/Gemm-like kernel may take a keyword-only ``fused_activation`` parameter (default
+  ``None``): the engine then passes ``(name, params)`` from the node's fused-activation
+  attributes (see :mod:`lite.ops.fused_activation`) and the kernel applies it to its first
+  output, bit-for-bit as ``fused_activation.apply`` would on the finished output. Kernels
+  without it get the activation applied by the engine afterwards.
+- it returns one value, or a *tuple* of values for the outputs in order (trailing ones the node
+  does not declare are dropped). A value is an array (dtypes exactly as the spec; scalars are
+  0-d arrays), a list of arrays for an ONNX sequence, or None for an empty optional.
 - inputs are read-only (weights may be views of a memory-mapped file): never write into them.
 
 Selection follows ONNX versioning: for a model importing opset ``v`` of the domain, the kernel
@@ -49,6 +59,9 @@ class Kernel:
     # Names of the keyword parameters (attributes) the function accepts.
     attribute_names: frozenset[str] = field(default=frozenset())
     wants_output_count: bool = False
+    # Engine-provided keyword-only parameters (see the module docstring).
+    wants_allocate: bool = False
+    wants_fused_activation: bool = False
     # True when the function takes **attributes (custom ops): every attribute is passed.
     accepts_any_attribute: bool = False
 
@@ -66,7 +79,7 @@ class KernelRegistry:
         """Decorator registering ``fn`` as the kernel of ``op_type`` from opset ``since`` on."""
 
         def decorate(fn: Callable) -> Callable:
-            self.add(Kernel(op_type, normalize_domain(domain), since, fn, *_describe(fn)))
+            self.add(Kernel(op_type, normalize_domain(domain), since, fn, **_describe(fn)))
             return fn
 
         return decorate
@@ -102,19 +115,24 @@ class KernelRegistry:
         return (normalize_domain(domain), op_type) in self._kernels
 
 
-def _describe(fn: Callable) -> tuple[frozenset[str], bool, bool]:
+# Keyword-only parameters the engine fills in; every other one is an ONNX attribute.
+_ENGINE_PARAMETERS = {"output_count": "wants_output_count", "allocate": "wants_allocate",
+                      "fused_activation": "wants_fused_activation"}
+
+
+def _describe(fn: Callable) -> dict:
     attributes = set()
-    wants_output_count = False
-    any_attribute = False
+    described = dict.fromkeys(_ENGINE_PARAMETERS.values(), False)
+    described["accepts_any_attribute"] = False
     for parameter in inspect.signature(fn).parameters.values():
         if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
-            if parameter.name == "output_count":
-                wants_output_count = True
+            if parameter.name in _ENGINE_PARAMETERS:
+                described[_ENGINE_PARAMETERS[parameter.name]] = True
             else:
                 attributes.add(parameter.name)
         elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            any_attribute = True
-    return frozenset(attributes), wants_output_count, any_attribute
+            described["accepts_any_attribute"] = True
+    return {"attribute_names": frozenset(attributes), **described}
 
 
 KERNELS = KernelRegistry()

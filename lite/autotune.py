@@ -1,0 +1,414 @@
+"""Engine autotuning: measure the engines that can run a model, keep the fastest per batch size.
+
+``lite.Model.load(path, engine="auto", batch_sizes=(1, 8), precision="exact")`` calls :func:`tune`:
+
+1. Candidates are the (engine, device) pairs of :data:`lite.engines.ENGINES` for the requested
+   device; one that cannot be built here (package missing, no GPU, an op it cannot run) is
+   recorded with the reason and left out.
+2. For each declared batch size (a *bucket*), every candidate runs the model's own random
+   inputs and must agree with the numpy engine within the policy's tolerance
+   (:data:`TOLERANCES`); one that disagrees is recorded with its error and left out.
+3. The agreeing candidates are timed in alternating rounds (each warmed up again after the
+   switch, since one engine's spinning threads slow the next one for a few calls, and the order
+   rotated); each is scored by its time relative to the fastest of the same round, median over
+   rounds (a paired comparison: candidates of one round see about the same load from other
+   processes); the lowest score wins. Times, medians and spreads are recorded too. A candidate more than :data:`_GIVE_UP` times slower than the
+   best after the first round is not timed again.
+4. The decision is written as JSON to ``<cache_dir>/autotune/<key>.json``. The file name covers
+   the model path, device, threads, policy and buckets; inside, the model file's identity (size,
+   mtime, inode), the engines' package versions and a hardware fingerprint are recorded, and a
+   later load reuses the decision only when all three still match (otherwise it measures again
+   and rewrites the file).
+
+At run time :class:`AutoEngine` sends a batch of size ``b`` to the engine of the smallest bucket
+``>= b`` (the largest bucket beyond them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import lite
+from lite.atomic import atomic_write
+from lite.device_arrays import device_array_spec, is_device_array
+from lite.engines import ENGINES, PRECISIONS, EngineRequest, create_engine, engine_versions
+from lite.errors import LiteError
+from lite.format import ir
+from lite.format.dtypes import DataType
+
+# Largest error allowed against the numpy engine, relative to the largest magnitude of the
+# output: float32 reassociation stays far below 1e-3; bf16 keeps 8 significant bits (~0.4% a
+# rounding) and the errors of a deep network add up to a few of those.
+TOLERANCES = {"exact": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
+# Quantized models: engines may round a value the other way at one quantization step, and
+# that step (1/255 of a range) propagates; allowed at any policy.
+QUANTIZED_TOLERANCE = 5e-2
+DECISION_FORMAT = 1
+_GIVE_UP = 3.0  # after round one, candidates this many times slower than the best are dropped
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long each round and call took, and how many calls were timed."""
+
+    rounds: int = 8
+    warmup_s: float = 0.1  # per candidate per round (after switching engines)
+    measure_s: float = 0.15  # per candidate per round
+    min_calls: int = 5
+    max_calls: int = 500
+
+
+DEFAULT_TIMING = Timing()
+
+
+def _is_quantized(model: ir.Model) -> bool:
+    return any(node.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul")
+               for graph in model.graphs for node in graph.nodes)
+
+
+def hardware_fingerprint() -> dict[str, Any]:
+    """The CPU (model, flags, usable cores) and NVIDIA GPUs, read without importing any engine."""
+    from lite.engines.openvino.cache import cpu_signature
+
+    gpus = []
+    root = Path("/proc/driver/nvidia/gpus")
+    if root.is_dir():
+        for information in sorted(root.glob("*/information")):
+            try:
+                line = next((ln for ln in information.read_text().splitlines() if ln.startswith("Model:")), "")
+            except OSError:
+                continue
+            gpus.append(line.partition(":")[2].strip())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu_signature(), "cores": cores, "gpus": gpus, "system": platform.system()}
+
+
+def candidates(device: str) -> list[tuple[str, str]]:
+    """(engine, device) pairs engine="auto" measures for ``device``."""
+    pairs = []
+    for name, entry in ENGINES.items():
+        for engine_device in entry.devices:
+            if device in ("auto", engine_device) or (device == "numpy" and name == "numpy"):
+                pairs.append((name, engine_device))
+    return pairs
+
+
+def _label(engine: str, device: str) -> str:
+    return engine if engine == "numpy" else f"{engine}:{device}"
+
+
+def _batch_of(feeds: Mapping[str, Any]) -> int | None:
+    for value in feeds.values():
+        shape = device_array_spec(value)[0] if is_device_array(value) else getattr(value, "shape", None)
+        if shape:
+            return int(shape[0])
+    return None
+
+
+class AutoEngine:
+    """The engines autotuning chose, one per batch-size bucket; ``decision`` is the record."""
+
+    def __init__(self, buckets: list[tuple[int | None, Any]], decision: dict[str, Any]) -> None:
+        self.buckets = sorted(buckets, key=lambda item: -1 if item[0] is None else item[0])
+        self.decision = decision
+        names = []
+        for _, engine in self.buckets:
+            if engine.name not in names:
+                names.append(engine.name)
+        self.name = "|".join(names)
+        self._single = self.buckets[0][1] if len(names) == 1 else None
+
+    def engine_for(self, batch: int | None) -> Any:
+        if batch is None or self.buckets[0][0] is None:
+            return self.buckets[0][1]
+        for size, engine in self.buckets:
+            if batch <= size:
+                return engine
+        return self.buckets[-1][1]
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        engine = self._single or self.engine_for(_batch_of(feeds))
+        return engine.run(feeds)
+
+
+def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int | None = None,
+         precision: str | None = None, batch_sizes: Sequence[int] | None = None, custom_ops: Any = None,
+         cache_dir: str | os.PathLike | None = None, retune: bool = False, timing: Timing | None = None,
+         engines: Sequence[str] | None = None) -> AutoEngine:
+    """Measure (or reuse the recorded decision) and return an :class:`AutoEngine`.
+
+    ``identity`` names the model for the decision file (``lite.model._file_identity`` for a
+    file, a content hash for bytes); ``cache_dir`` None measures every time and records nothing;
+    ``engines`` limits the candidates to these engine names.
+    """
+    policy = precision or "exact"
+    if policy not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    buckets = _buckets(model, batch_sizes)
+    pairs = [p for p in candidates(device) if engines is None or p[0] in engines]
+    if not pairs:
+        raise ValueError(f"no engine of {', '.join(engines or ENGINES)} runs on device {device!r}")
+    fingerprint = {"format": DECISION_FORMAT, "model": identity, "lite": lite.__version__,
+                   "versions": engine_versions(), "hardware": hardware_fingerprint()}
+    settings = {"device": device, "threads": threads, "precision": policy, "batch_sizes": buckets,
+                "engines": [_label(*p) for p in pairs]}
+    cache_root = Path(cache_dir) if cache_dir is not None else None
+    path = _decision_path(cache_root, identity, settings) if cache_root is not None else None
+    request = EngineRequest(device=device, threads=threads, precision=policy, custom_ops=custom_ops,
+                            identity=None if identity.startswith("sha256:") else identity, cache_dir=cache_root)
+    if path is not None and not retune:
+        reused = _reuse(model, path, fingerprint, settings, request)
+        if reused is not None:
+            return reused
+    decision = _measure(model, pairs, buckets, request, timing or DEFAULT_TIMING)
+    decision.update(fingerprint=fingerprint, settings=settings, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    built = decision.pop("_engines")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path) as handle:
+            handle.write(json.dumps(decision, indent=2, sort_keys=True).encode())
+        decision["path"] = str(path)
+    decision["reused"] = False
+    return AutoEngine([(b["batch"], built[b["chosen"]]) for b in decision["buckets"]], decision)
+
+
+def model_identity(source: Any) -> str:
+    """The identity decisions are keyed on: the file's (path, size, mtime, inode), or a content hash."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return "sha256:" + hashlib.sha256(source).hexdigest()
+    from lite.model import _file_identity
+
+    return _file_identity(source)
+
+
+def _buckets(model: ir.Model, batch_sizes: Sequence[int] | None) -> list[int | None]:
+    """Sorted distinct batch sizes; [None] when no input has a free leading dimension."""
+    graph = model.main
+    shapes = [graph.tensors[i].shape for i in graph.inputs]
+    if not any(shape and not isinstance(shape[0], int) for shape in shapes):
+        return [None]
+    sizes = sorted(set(batch_sizes or (1,)))
+    if any(not isinstance(size, int) or size < 1 for size in sizes):
+        raise ValueError(f"batch_sizes must be positive integers; got {list(batch_sizes or ())}")
+    return list(sizes)
+
+
+def _decision_path(cache_dir: Path, identity: str, settings: dict[str, Any]) -> Path:
+    # The path part of the identity only: a rewritten model file keeps its decision file.
+    where = identity.rsplit(":", 3)[0] if not identity.startswith("sha256:") else identity
+    key = hashlib.sha256(json.dumps([where, settings], sort_keys=True).encode()).hexdigest()[:32]
+    return cache_dir / "autotune" / f"{key}.json"
+
+
+def _reuse(model: ir.Model, path: Path, fingerprint: dict[str, Any], settings: dict[str, Any],
+           request: EngineRequest) -> AutoEngine | None:
+    try:
+        decision = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if decision.get("fingerprint") != fingerprint or decision.get("settings") != settings:
+        return None  # the model, an engine version or the hardware changed: measure again
+    built: dict[str, Any] = {}
+    try:
+        for bucket in decision["buckets"]:
+            label = bucket["chosen"]
+            if label not in built:
+                engine, _, device = label.partition(":")
+                built[label] = create_engine(engine, model, _on(request, device or "cpu"))
+        buckets = [(bucket["batch"], built[bucket["chosen"]]) for bucket in decision["buckets"]]
+    except (LiteError, KeyError, TypeError, ValueError):
+        return None
+    decision.update(path=str(path), reused=True)
+    return AutoEngine(buckets, decision)
+
+
+def _on(request: EngineRequest, device: str) -> EngineRequest:
+    return EngineRequest(device=device, threads=request.threads, precision=request.precision,
+                         custom_ops=request.custom_ops, identity=request.identity, cache_dir=request.cache_dir)
+
+
+def _measure(model: ir.Model, pairs: list[tuple[str, str]], buckets: list[int | None], request: EngineRequest,
+             timing: Timing) -> dict[str, Any]:
+    built: dict[str, Any] = {}
+    unavailable: dict[str, str] = {}
+    build_seconds: dict[str, float] = {}
+    for engine, device in pairs:
+        label = _label(engine, device)
+        started = time.perf_counter()
+        try:
+            built[label] = create_engine(engine, model, _on(request, device))
+        except (LiteError, ImportError) as err:
+            unavailable[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+            continue
+        build_seconds[label] = round(time.perf_counter() - started, 3)
+    reference = built.get("numpy")
+    if reference is None:
+        from lite.engines.numpy_engine import NumpyEngine
+
+        try:
+            reference = NumpyEngine(model, request.custom_ops)
+        except LiteError as err:
+            reference, unavailable["reference"] = None, f"the numpy engine cannot run this model: {err}"
+    tolerance = QUANTIZED_TOLERANCE if _is_quantized(model) else TOLERANCES[request.precision or "exact"]
+    results = []
+    for batch in buckets:
+        results.append(_measure_bucket(model, batch, built, reference, tolerance, timing))
+    used = {bucket["chosen"] for bucket in results}
+    return {"buckets": results, "unavailable": unavailable, "tolerance": tolerance, "build_seconds": build_seconds,
+            "_engines": {label: engine for label, engine in built.items() if label in used}}
+
+
+def _measure_bucket(model: ir.Model, batch: int | None, built: dict[str, Any], reference: Any,
+                    tolerance: float, timing: Timing) -> dict[str, Any]:
+    try:
+        feeds = _random_feeds(model, batch or 1)
+    except lite.InvalidInputError as err:
+        # Nothing to measure with (strings, untyped inputs): the numpy engine runs every model.
+        if "numpy" not in built:
+            raise
+        return {"batch": batch, "chosen": "numpy", "candidates": {},
+                "note": f"not measured: {err}; the numpy engine runs every model"}
+    expected = reference.run(feeds) if reference is not None else None
+    entries: dict[str, dict[str, Any]] = {}
+    agreeing = []
+    for label, engine in built.items():
+        entry = entries[label] = {}
+        try:
+            outputs = engine.run(feeds)
+        except LiteError as err:
+            entry["rejected"] = f"failed on the tuning inputs: {type(err).__name__}: {str(err)[:300]}"
+            continue
+        if expected is not None:
+            error, reason = agreement(expected, outputs, tolerance)
+            entry["error"] = error
+            if reason is not None:
+                entry["rejected"] = reason
+                continue
+        else:
+            entry["note"] = "agreement not checked: the numpy engine cannot run this model"
+        agreeing.append(label)
+    scores = _time_alternating({label: built[label] for label in agreeing}, feeds, timing, entries)
+    if not scores:
+        raise lite.UnsupportedOpError(
+            f"no engine runs this model within tolerance at batch {batch}: "
+            + "; ".join(f"{label}: {entry.get('rejected')}" for label, entry in entries.items())
+        )
+    chosen = min(scores, key=lambda label: (scores[label], entries[label]["ms"]["best_round"]))
+    for label, score in scores.items():
+        if label != chosen:
+            entries[label].setdefault("rejected", f"slower: {score / scores[chosen]:.2f}x the time of {chosen} "
+                                                  f"in the same rounds (median {entries[label]['ms']['median']:.3f} ms "
+                                                  f"vs {entries[chosen]['ms']['median']:.3f} ms)")
+    return {"batch": batch, "chosen": chosen, "candidates": entries}
+
+
+def agreement(expected: Mapping[str, Any], got: Mapping[str, Any], tolerance: float) -> tuple[float, str | None]:
+    """Largest error relative to each output's peak magnitude, and why it fails (None: it agrees)."""
+    worst = 0.0
+    for name, reference in expected.items():
+        if name not in got:
+            return float("inf"), f"output {name!r} is missing"
+        a = np.asarray(reference)
+        b = np.asarray(got[name])
+        if a.shape != b.shape:
+            return float("inf"), f"output {name!r} has shape {list(b.shape)}, the numpy engine gives {list(a.shape)}"
+        if a.dtype.kind not in "fc":
+            mismatched = float(np.mean(a != b)) if a.size else 0.0
+            worst = max(worst, mismatched)
+            allowed = 0.0 if tolerance <= TOLERANCES["exact"] else 0.01
+            if mismatched > allowed:
+                return worst, f"output {name!r}: {mismatched:.2%} of the elements differ from the numpy engine"
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        if not np.array_equal(np.isnan(a64), np.isnan(b64)):
+            return float("inf"), f"output {name!r}: NaN where the numpy engine has numbers (or the reverse)"
+        finite = np.isfinite(a64) & np.isfinite(b64)
+        if not np.array_equal(a64[~finite], b64[~finite], equal_nan=True):
+            return float("inf"), f"output {name!r}: infinities differ from the numpy engine"
+        if not finite.any():
+            continue
+        scale = max(float(np.max(np.abs(a64[finite]))), 1e-12)
+        error = float(np.max(np.abs(a64[finite] - b64[finite]))) / scale
+        worst = max(worst, error)
+        if error > tolerance:
+            return worst, (f"output {name!r}: max error {error:.3g} of the output's peak {scale:.3g}, "
+                           f"tolerance {tolerance:g}")
+    return worst, None
+
+
+def _random_feeds(model: ir.Model, batch: int) -> dict[str, np.ndarray]:
+    from lite.commands._inputs import concrete_shape, random_array
+    from lite.model import TensorSpec
+
+    rng = np.random.default_rng(0)
+    graph = model.main
+    feeds = {}
+    for index in graph.inputs:
+        spec = TensorSpec.of(graph.tensors[index])
+        if graph.tensors[index].dtype in (DataType.UNDEFINED, DataType.STRING):
+            raise lite.InvalidInputError(f"input {spec.name!r} is untyped or holds strings: no random inputs for it")
+        feeds[spec.name] = random_array(spec, concrete_shape(spec, batch), rng)
+    return feeds
+
+
+def _time_alternating(engines: dict[str, Any], feeds: dict[str, np.ndarray], timing: Timing,
+                      entries: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each candidate's median time relative to the fastest of the same round, median over rounds.
+
+    Rounds are short and the order rotates, so the candidates of one round see about the same
+    load from other processes; comparing within rounds cancels most of it (a paired comparison).
+    """
+    rounds: dict[str, list[float]] = {label: [] for label in engines}
+    active = sorted(engines, key=lambda label: label == "numpy")  # the usually slow one last
+    for round_index in range(timing.rounds):
+        shift = round_index % len(active)
+        for label in active[shift:] + active[:shift]:
+            best = min((values[0] for values in rounds.values() if values), default=None)
+            ceiling = None if round_index or best is None else _GIVE_UP * best
+            rounds[label].append(_time_one(engines[label], feeds, timing, ceiling))
+        if round_index == 0 and len(active) > 1:
+            best = min(rounds[label][0] for label in active)
+            active = [label for label in active if rounds[label][0] <= _GIVE_UP * best]
+    fastest = [min(rounds[label][r] for label in active) for r in range(timing.rounds)]
+    scores = {}
+    for label, values in rounds.items():
+        scores[label] = statistics.median(value / base for value, base in zip(values, fastest))
+        median = statistics.median(values)
+        entries[label]["ms"] = {"best_round": min(values), "median": median, "rounds": values,
+                                "spread": (max(values) - min(values)) / median if median else 0.0,
+                                "relative": scores[label]}
+    return scores
+
+
+def _time_one(engine: Any, feeds: dict[str, np.ndarray], timing: Timing, ceiling: float | None = None) -> float:
+    """Median milliseconds per call after a warm-up, for at least ``min_calls`` calls.
+
+    A first call slower than ``ceiling`` milliseconds ends the measurement: that candidate is
+    out anyway (it already ran once in the agreement check, so this call is a warm one).
+    """
+    deadline = time.perf_counter() + timing.warmup_s
+    started = time.perf_counter()
+    engine.run(feeds)
+    first = (time.perf_counter() - started) * 1e3
+    if ceiling is not None and first > ceiling:
+        return first
+    while time.perf_counter() < deadline:
+        engine.run(feeds)
+    times = []
+    deadline = time.perf_counter() + timing.measure_s
+    while len(times) < timing.min_calls or (time.perf_counter() < deadline and len(times) < timing.max_calls):
+        started = time.perf_counter()
+        engine.run(feeds)
+        times.append((time.perf_counter() - started) * 1e3)
+    return float(np.median(times))

@@ -1,0 +1,190 @@
+"""The engine-filled kernel parameters: ``fused_activation`` and ``allocate`` (lite.ops.registry),
+and the numpy engine's buffer pool on the other side of ``allocate``.
+
+A kernel that applies the fused activation itself must give bit-for-bit what the engine gives
+by applying it afterwards; a kernel given ``allocate`` must give what it gives without it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lite
+from lite.engines.numpy_engine import NumpyEngine
+from lite.format import GraphBuilder, load, to_bytes
+from lite.ops import KERNELS, conv, fused_activation, max_pool
+from tests.lite.ops._reference import check_against_reference
+
+rng = np.random.default_rng(2024)
+
+ACTIVATIONS = [("Relu", ()), ("Clip", (0.0, 6.0)), ("LeakyRelu", (0.1,)), ("Sigmoid", ()), ("HardSwish", ())]
+
+CONV_PATHS = {
+    "general": ((1, 5, 9, 10), (6, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}),
+    "grouped": ((2, 4, 9, 10), (6, 2, 3, 2), {"group": 2, "pads": [1, 0, 2, 1]}),
+    "pointwise": ((2, 8, 6, 6), (16, 8, 1, 1), {"strides": [2, 2]}),
+    "depthwise": ((1, 6, 9, 9), (12, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+    "depthwise channels-last": ((1, 192, 7, 7), (192, 1, 3, 3), {"group": 192, "pads": [1, 1, 1, 1]}),
+}
+
+
+def normal(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def counting_allocator():
+    calls = []
+
+    def allocate(shape, dtype):
+        calls.append((tuple(shape), np.dtype(dtype)))
+        # Garbage, not zeros: a kernel must not rely on fresh memory being cleared.
+        return np.full(shape, 12345, dtype=dtype) if np.dtype(dtype).kind == "f" else np.empty(shape, dtype)
+
+    return allocate, calls
+
+
+def test_registry_reports_engine_parameters_and_not_as_attributes():
+    conv_kernel = KERNELS.select("Conv", "", 13)
+    assert conv_kernel.wants_fused_activation and conv_kernel.wants_allocate
+    assert not conv_kernel.accepts("fused_activation") and not conv_kernel.accepts("allocate")
+    relu = KERNELS.select("Relu", "", 14)
+    assert not relu.wants_fused_activation and not relu.wants_allocate
+
+
+@pytest.mark.parametrize("path", CONV_PATHS)
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda a: a[0])
+def test_conv_fused_activation_is_exactly_the_engines(path, activation):
+    x_shape, w_shape, attributes = CONV_PATHS[path]
+    x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
+    expected = fused_activation.apply(conv.Conv(x, w, b, **attributes), *activation)
+    allocate, calls = counting_allocator()
+    got = conv.Conv(x, w, b, fused_activation=activation, allocate=allocate, **attributes)
+    np.testing.assert_array_equal(got, expected)
+    assert calls, "the kernel should take its output from allocate"
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS[:2] + ACTIVATIONS[3:4], ids=lambda a: a[0])
+def test_conv_float16_applies_the_activation_after_the_cast(activation):
+    x, w = normal(1, 3, 6, 6, dtype=np.float16), normal(4, 3, 3, 3, dtype=np.float16)
+    expected = fused_activation.apply(conv.Conv(x, w, pads=[1, 1, 1, 1]), *activation)
+    got = conv.Conv(x, w, pads=[1, 1, 1, 1], fused_activation=activation)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda a: a[0])
+def test_gemm_fused_activation_is_exactly_the_engines(activation):
+    a, b, c = normal(5, 7), normal(4, 7), normal(4)
+    attributes = {"transB": 1, "alpha": 0.5, "beta": 2.0}
+    expected = fused_activation.apply(KERNELS.select("Gemm", "", 13).fn(a, b, c, **attributes), *activation)
+    allocate, _ = counting_allocator()
+    got = KERNELS.select("Gemm", "", 13).fn(a, b, c, fused_activation=activation, allocate=allocate, **attributes)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_conv_blocks_match_the_reference(monkeypatch):
+    """Tiny block budgets: im2col over several row chunks, pointwise over several pixel blocks,
+    depthwise over several channel blocks (each path's loop boundaries)."""
+    monkeypatch.setattr(conv, "_COLUMNS_BYTES", 512)
+    monkeypatch.setattr(conv, "_POINTWISE_OUTPUT_BYTES", 64)
+    monkeypatch.setattr(conv, "_DEPTHWISE_BLOCK_ELEMENTS", 200)
+    cases = [
+        ((2, 3, 11, 9), (4, 3, 3, 3), {"pads": [1, 2, 0, 1], "strides": [2, 1], "dilations": [1, 2]}),
+        ((1, 4, 7, 6, 5), (4, 2, 2, 3, 2), {"group": 2, "pads": [1, 0, 1, 0, 1, 1]}),
+        ((2, 6, 30, 30), (8, 6, 1, 1), {}),
+        ((2, 5, 12, 11), (10, 1, 3, 3), {"group": 5, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ]
+    for x_shape, w_shape, attributes in cases:
+        bias = normal(w_shape[0])
+        check_against_reference("Conv", [normal(*x_shape), normal(*w_shape), bias], attributes, opset=11)
+
+
+def test_max_pool_blocks_match_the_reference(monkeypatch):
+    monkeypatch.setattr(max_pool, "_BLOCK_ELEMENTS", 50)
+    attributes = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    check_against_reference("MaxPool", [normal(2, 5, 13, 12)], attributes, opset=12)
+
+
+def test_max_pool_window_entirely_in_padding_is_lowest():
+    x = normal(1, 1, 2, 2)
+    y = max_pool.MaxPool(x, kernel_shape=[1, 1], pads=[1, 1, 1, 1])
+    assert y.shape == (1, 1, 4, 4)
+    assert np.isneginf(y[0, 0, 0]).all() and np.array_equal(y[0, 0, 1:3, 1:3], x[0, 0])
+
+
+# -- the engine's buffer pool -----------------------------------------------------------------
+
+
+def conv_chain_model(seed: int = 0):
+    """Conv(+Relu fused) -> MaxPool -> Conv -> output: outputs and intermediates above the
+    pool's 64 KiB floor, so every buffer goes through the plan."""
+    weights = np.random.default_rng(seed)
+    b = GraphBuilder("chain", opset=13)
+    x = b.input("x", np.float32, ["N", 4, 64, 64])
+    w1 = b.constant("w1", weights.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    w2 = b.constant("w2", weights.standard_normal((8, 8, 3, 3)).astype(np.float32))
+    b1 = b.constant("b1", weights.standard_normal(8).astype(np.float32))
+    y = b.node("Conv", [x, w1, b1], pads=[1, 1, 1, 1], fused_activation="Relu")
+    y = b.node("MaxPool", [y], kernel_shape=[2, 2], strides=[1, 1])
+    y = b.node("Conv", [y, w2], pads=[1, 1, 1, 1], outputs=["y"])
+    b.output(y, np.float32, ["N", 8, 63, 63])
+    return load(to_bytes(b.build()))
+
+
+def test_pool_plans_after_one_run_and_results_do_not_change():
+    engine = NumpyEngine(conv_chain_model())
+    x = normal(1, 4, 64, 64)
+    first = engine.run({"x": x})["y"]
+    assert engine.pool.held_bytes() > 0
+    state = engine.pool._state()
+    results = [engine.run({"x": x})["y"] for _ in range(3)]
+    assert not state.missed and len(state.from_arena) == len(state.sizes) - 1  # all but the output
+    for result in results:
+        np.testing.assert_array_equal(result, first)
+
+
+def test_outputs_the_caller_keeps_are_never_overwritten():
+    engine = NumpyEngine(conv_chain_model())
+    inputs = [normal(1, 4, 64, 64) for _ in range(3)]
+    kept = [engine.run({"x": x})["y"] for x in inputs]
+    fresh = NumpyEngine(conv_chain_model())
+    for x, y in zip(inputs, kept):
+        np.testing.assert_array_equal(y, fresh.run({"x": x})["y"])
+
+
+def test_values_kept_by_an_observer_are_not_reused():
+    engine = NumpyEngine(conv_chain_model())
+    x1, x2 = normal(1, 4, 64, 64), normal(1, 4, 64, 64)
+    engine.run({"x": x1})
+    kept = {}
+
+    def observe(node, seconds, values):
+        kept[node.name] = [v for v in values if isinstance(v, np.ndarray) and v.nbytes > 65536]
+
+    engine.run({"x": x1}, observe)
+    snapshot = {name: [v.copy() for v in values] for name, values in kept.items()}
+    engine.run({"x": x2})
+    for name, values in kept.items():
+        for value, copy in zip(values, snapshot[name]):
+            np.testing.assert_array_equal(value, copy)
+
+
+def test_a_new_input_shape_replans():
+    engine = NumpyEngine(conv_chain_model())
+    for shape in [(1, 4, 64, 64), (2, 4, 64, 64), (2, 4, 64, 64), (1, 4, 64, 64), (1, 4, 64, 64)]:
+        x = normal(*shape)
+        np.testing.assert_array_equal(engine.run({"x": x})["y"], NumpyEngine(conv_chain_model()).run({"x": x})["y"])
+    assert not engine.pool._state().missed
+
+
+def test_threads_have_pools_of_their_own():
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = lite.Model.load(to_bytes(conv_chain_model()), device="numpy")
+    inputs = [normal(1, 4, 64, 64) for _ in range(8)]
+    expected = [model.predict({"x": x})["y"] for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda x: model.predict({"x": x})["y"], inputs * 3))
+    for index, result in enumerate(results):
+        np.testing.assert_array_equal(result, expected[index % len(inputs)])
