@@ -52,6 +52,7 @@ ENGINES: dict[str, EngineEntry] = {
     "onnxruntime": EngineEntry("lite.engines:create_onnxruntime_engine", ("onnxruntime", "onnxruntime-gpu"),
                                ("cuda", "cpu")),
     "openvino": EngineEntry("lite.engines.openvino:create_engine", ("openvino",), ("cpu",)),
+    "torch": EngineEntry("lite.engines.torch:create_engine", ("torch",), ("cuda",)),
 }
 
 
