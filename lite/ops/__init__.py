@@ -1,119 +1,218 @@
 """numpy kernels, one ONNX operator per module, registered in ``lite.ops.registry.KERNELS``.
 
-Each module below registers its kernels when imported; the list is explicit on purpose (no
-scanning of globals), so a kernel exists exactly when its module is named here.
+Kernel modules load on demand: :data:`MODULES` maps each (domain, op type) to the module that
+registers its kernels, and the registry imports that module the first time it is asked for the
+op, so a model imports only the kernels it runs (``import lite`` stays cheap). The table is
+explicit on purpose (no scanning of globals): a kernel exists exactly when its op is listed here,
+and tests/lite/ops/test_kernel_table.py checks the table against what the modules register.
 """
 
 from lite.ops.registry import KERNELS, Kernel, KernelRegistry, kernel
 
-# --- elementwise, activations, reductions, shape, indexing, math (group A) ---
-import lite.ops.activations
-import lite.ops.arg_max
-import lite.ops.arithmetic
-import lite.ops.cast
-import lite.ops.clip
-import lite.ops.comparison
-import lite.ops.compress
-import lite.ops.concat
-import lite.ops.constant
-import lite.ops.cum_sum
-import lite.ops.depth_to_space
-import lite.ops.det
-import lite.ops.dropout
-import lite.ops.einsum
-import lite.ops.elementwise_unary
-import lite.ops.erf
-import lite.ops.expand
-import lite.ops.eye_like
-import lite.ops.gather
-import lite.ops.gather_nd
-import lite.ops.logical
-import lite.ops.non_zero
-import lite.ops.one_hot
-import lite.ops.pad
-import lite.ops.range
-import lite.ops.reduce
-import lite.ops.reshape
-import lite.ops.reverse_sequence
-import lite.ops.scatter_elements
-import lite.ops.scatter_nd
-import lite.ops.shape
-import lite.ops.slice
-import lite.ops.softmax
-import lite.ops.split
-import lite.ops.squeeze
-import lite.ops.tile
-import lite.ops.top_k
-import lite.ops.transpose
-import lite.ops.trilu
-import lite.ops.unique
-import lite.ops.variadic
+# (domain, op type) -> the module of lite.ops whose import registers that op's kernels.
+MODULES: dict[tuple[str, str], str] = {
+    ('', 'Abs'): 'elementwise_unary',
+    ('', 'Acos'): 'elementwise_unary',
+    ('', 'Acosh'): 'elementwise_unary',
+    ('', 'Add'): 'arithmetic',
+    ('', 'AffineGrid'): 'affine_grid',
+    ('', 'And'): 'logical',
+    ('', 'ArgMax'): 'arg_max',
+    ('', 'ArgMin'): 'arg_max',
+    ('', 'Asin'): 'elementwise_unary',
+    ('', 'Asinh'): 'elementwise_unary',
+    ('', 'Atan'): 'elementwise_unary',
+    ('', 'Atanh'): 'elementwise_unary',
+    ('', 'Attention'): 'attention',
+    ('', 'AveragePool'): 'average_pool',
+    ('', 'BatchNormalization'): 'batch_normalization',
+    ('', 'BitCast'): 'bit_cast',
+    ('', 'BitShift'): 'logical',
+    ('', 'BitwiseAnd'): 'logical',
+    ('', 'BitwiseNot'): 'logical',
+    ('', 'BitwiseOr'): 'logical',
+    ('', 'BitwiseXor'): 'logical',
+    ('', 'BlackmanWindow'): 'window_functions',
+    ('', 'Cast'): 'cast',
+    ('', 'CastLike'): 'cast',
+    ('', 'CausalConvWithState'): 'causal_conv_with_state',
+    ('', 'Ceil'): 'elementwise_unary',
+    ('', 'Celu'): 'activations',
+    ('', 'CenterCropPad'): 'center_crop_pad',
+    ('', 'Clip'): 'clip',
+    ('', 'Col2Im'): 'col2im',
+    ('', 'Compress'): 'compress',
+    ('', 'Concat'): 'concat',
+    ('', 'ConcatFromSequence'): 'sequence_ops',
+    ('', 'Constant'): 'constant',
+    ('', 'ConstantOfShape'): 'constant',
+    ('', 'Conv'): 'conv',
+    ('', 'ConvInteger'): 'conv_integer',
+    ('', 'ConvTranspose'): 'conv_transpose',
+    ('', 'Cos'): 'elementwise_unary',
+    ('', 'Cosh'): 'elementwise_unary',
+    ('', 'CumProd'): 'cum_prod',
+    ('', 'CumSum'): 'cum_sum',
+    ('', 'DFT'): 'dft',
+    ('', 'DepthToSpace'): 'depth_to_space',
+    ('', 'DequantizeLinear'): 'dequantize_linear',
+    ('', 'Det'): 'det',
+    ('', 'Div'): 'arithmetic',
+    ('', 'Dropout'): 'dropout',
+    ('', 'DynamicQuantizeLinear'): 'dynamic_quantize_linear',
+    ('', 'Einsum'): 'einsum',
+    ('', 'Elu'): 'activations',
+    ('', 'Equal'): 'comparison',
+    ('', 'Erf'): 'erf',
+    ('', 'Exp'): 'elementwise_unary',
+    ('', 'Expand'): 'expand',
+    ('', 'EyeLike'): 'eye_like',
+    ('', 'Flatten'): 'reshape',
+    ('', 'Floor'): 'elementwise_unary',
+    ('', 'GRU'): 'gru',
+    ('', 'Gather'): 'gather',
+    ('', 'GatherElements'): 'gather',
+    ('', 'GatherND'): 'gather_nd',
+    ('', 'Gelu'): 'activations',
+    ('', 'Gemm'): 'gemm',
+    ('', 'GlobalAveragePool'): 'global_pool',
+    ('', 'GlobalLpPool'): 'global_pool',
+    ('', 'GlobalMaxPool'): 'global_pool',
+    ('', 'Greater'): 'comparison',
+    ('', 'GreaterOrEqual'): 'comparison',
+    ('', 'GridSample'): 'grid_sample',
+    ('', 'GroupNormalization'): 'group_normalization',
+    ('', 'HammingWindow'): 'window_functions',
+    ('', 'HannWindow'): 'window_functions',
+    ('', 'HardSigmoid'): 'activations',
+    ('', 'HardSwish'): 'activations',
+    ('', 'Hardmax'): 'softmax',
+    ('', 'Identity'): 'elementwise_unary',
+    ('', 'If'): 'if_',
+    ('', 'InstanceNormalization'): 'instance_normalization',
+    ('', 'IsInf'): 'elementwise_unary',
+    ('', 'IsNaN'): 'elementwise_unary',
+    ('', 'LRN'): 'lrn',
+    ('', 'LSTM'): 'lstm',
+    ('', 'LayerNormalization'): 'layer_normalization',
+    ('', 'LeakyRelu'): 'activations',
+    ('', 'Less'): 'comparison',
+    ('', 'LessOrEqual'): 'comparison',
+    ('', 'LinearAttention'): 'linear_attention',
+    ('', 'Log'): 'elementwise_unary',
+    ('', 'LogSoftmax'): 'softmax',
+    ('', 'Loop'): 'loop',
+    ('', 'LpNormalization'): 'lp_normalization',
+    ('', 'LpPool'): 'lp_pool',
+    ('', 'MatMul'): 'mat_mul',
+    ('', 'MatMulInteger'): 'mat_mul_integer',
+    ('', 'Max'): 'variadic',
+    ('', 'MaxPool'): 'max_pool',
+    ('', 'MaxRoiPool'): 'max_roi_pool',
+    ('', 'MaxUnpool'): 'max_unpool',
+    ('', 'Mean'): 'variadic',
+    ('', 'MeanVarianceNormalization'): 'mean_variance_normalization',
+    ('', 'MelWeightMatrix'): 'mel_weight_matrix',
+    ('', 'Min'): 'variadic',
+    ('', 'Mish'): 'activations',
+    ('', 'Mod'): 'arithmetic',
+    ('', 'Mul'): 'arithmetic',
+    ('', 'Neg'): 'elementwise_unary',
+    ('', 'NegativeLogLikelihoodLoss'): 'negative_log_likelihood_loss',
+    ('', 'NonMaxSuppression'): 'non_max_suppression',
+    ('', 'NonZero'): 'non_zero',
+    ('', 'Not'): 'logical',
+    ('', 'OneHot'): 'one_hot',
+    ('', 'Optional'): 'optional_ops',
+    ('', 'OptionalGetElement'): 'optional_ops',
+    ('', 'OptionalHasElement'): 'optional_ops',
+    ('', 'Or'): 'logical',
+    ('', 'PRelu'): 'activations',
+    ('', 'Pad'): 'pad',
+    ('', 'Pow'): 'arithmetic',
+    ('', 'QLinearConv'): 'qlinear_conv',
+    ('', 'QLinearMatMul'): 'qlinear_mat_mul',
+    ('', 'QuantizeLinear'): 'quantize_linear',
+    ('', 'RMSNormalization'): 'rms_normalization',
+    ('', 'RNN'): 'rnn',
+    ('', 'Range'): 'range',
+    ('', 'Reciprocal'): 'elementwise_unary',
+    ('', 'ReduceL1'): 'reduce',
+    ('', 'ReduceL2'): 'reduce',
+    ('', 'ReduceLogSum'): 'reduce',
+    ('', 'ReduceLogSumExp'): 'reduce',
+    ('', 'ReduceMax'): 'reduce',
+    ('', 'ReduceMean'): 'reduce',
+    ('', 'ReduceMin'): 'reduce',
+    ('', 'ReduceProd'): 'reduce',
+    ('', 'ReduceSum'): 'reduce',
+    ('', 'ReduceSumSquare'): 'reduce',
+    ('', 'RegexFullMatch'): 'string_ops',
+    ('', 'Relu'): 'activations',
+    ('', 'Reshape'): 'reshape',
+    ('', 'Resize'): 'resize',
+    ('', 'ReverseSequence'): 'reverse_sequence',
+    ('', 'RoiAlign'): 'roi_align',
+    ('', 'RotaryEmbedding'): 'rotary_embedding',
+    ('', 'Round'): 'elementwise_unary',
+    ('', 'STFT'): 'stft',
+    ('', 'Scan'): 'scan',
+    ('', 'Scatter'): 'scatter_elements',
+    ('', 'ScatterElements'): 'scatter_elements',
+    ('', 'ScatterND'): 'scatter_nd',
+    ('', 'Selu'): 'activations',
+    ('', 'SequenceAt'): 'sequence_ops',
+    ('', 'SequenceConstruct'): 'sequence_ops',
+    ('', 'SequenceEmpty'): 'sequence_ops',
+    ('', 'SequenceErase'): 'sequence_ops',
+    ('', 'SequenceInsert'): 'sequence_ops',
+    ('', 'SequenceLength'): 'sequence_ops',
+    ('', 'SequenceMap'): 'sequence_ops',
+    ('', 'Shape'): 'shape',
+    ('', 'Shrink'): 'activations',
+    ('', 'Sigmoid'): 'activations',
+    ('', 'Sign'): 'elementwise_unary',
+    ('', 'Sin'): 'elementwise_unary',
+    ('', 'Sinh'): 'elementwise_unary',
+    ('', 'Size'): 'shape',
+    ('', 'Slice'): 'slice',
+    ('', 'Softmax'): 'softmax',
+    ('', 'SoftmaxCrossEntropyLoss'): 'softmax_cross_entropy_loss',
+    ('', 'Softplus'): 'activations',
+    ('', 'Softsign'): 'activations',
+    ('', 'SpaceToDepth'): 'depth_to_space',
+    ('', 'Split'): 'split',
+    ('', 'SplitToSequence'): 'sequence_ops',
+    ('', 'Sqrt'): 'elementwise_unary',
+    ('', 'Squeeze'): 'squeeze',
+    ('', 'StringConcat'): 'string_ops',
+    ('', 'StringNormalizer'): 'string_ops',
+    ('', 'StringSplit'): 'string_ops',
+    ('', 'Sub'): 'arithmetic',
+    ('', 'Sum'): 'variadic',
+    ('', 'SwiGLU'): 'swiglu',
+    ('', 'Swish'): 'activations',
+    ('', 'Tan'): 'elementwise_unary',
+    ('', 'Tanh'): 'activations',
+    ('', 'TensorScatter'): 'tensor_scatter',
+    ('', 'TfIdfVectorizer'): 'tf_idf_vectorizer',
+    ('', 'ThresholdedRelu'): 'activations',
+    ('', 'Tile'): 'tile',
+    ('', 'TopK'): 'top_k',
+    ('', 'Transpose'): 'transpose',
+    ('', 'Trilu'): 'trilu',
+    ('', 'Unique'): 'unique',
+    ('', 'Unsqueeze'): 'squeeze',
+    ('', 'Upsample'): 'upsample',
+    ('', 'Where'): 'comparison',
+    ('', 'Xor'): 'logical',
+    ('ai.onnx.ml', 'ArrayFeatureExtractor'): 'array_feature_extractor',
+    ('ai.onnx.ml', 'Binarizer'): 'binarizer',
+    ('ai.onnx.ml', 'LabelEncoder'): 'label_encoder',
+    ('ai.onnx.ml', 'TreeEnsemble'): 'tree_ensemble',
+    ('ai.onnx.preview', 'FlexAttention'): 'flex_attention',
+}
 
-# --- convolution, pooling, normalization, matmul, resize, recurrent, control flow, quantized (group B) ---
-# (each import registers that module's kernels)
-import lite.ops.average_pool  # noqa: F401
-import lite.ops.batch_normalization  # noqa: F401
-import lite.ops.center_crop_pad  # noqa: F401
-import lite.ops.col2im  # noqa: F401
-import lite.ops.conv  # noqa: F401
-import lite.ops.conv_integer  # noqa: F401
-import lite.ops.conv_transpose  # noqa: F401
-import lite.ops.dequantize_linear  # noqa: F401
-import lite.ops.dynamic_quantize_linear  # noqa: F401
-import lite.ops.gemm  # noqa: F401
-import lite.ops.global_pool  # noqa: F401
-import lite.ops.gru  # noqa: F401
-import lite.ops.group_normalization  # noqa: F401
-import lite.ops.grid_sample  # noqa: F401
-import lite.ops.if_  # noqa: F401
-import lite.ops.instance_normalization  # noqa: F401
-import lite.ops.layer_normalization  # noqa: F401
-import lite.ops.lp_normalization  # noqa: F401
-import lite.ops.loop  # noqa: F401
-import lite.ops.lp_pool  # noqa: F401
-import lite.ops.lrn  # noqa: F401
-import lite.ops.lstm  # noqa: F401
-import lite.ops.mat_mul  # noqa: F401
-import lite.ops.mat_mul_integer  # noqa: F401
-import lite.ops.max_pool  # noqa: F401
-import lite.ops.max_roi_pool  # noqa: F401
-import lite.ops.mean_variance_normalization  # noqa: F401
-import lite.ops.non_max_suppression  # noqa: F401
-import lite.ops.qlinear_conv  # noqa: F401
-import lite.ops.qlinear_mat_mul  # noqa: F401
-import lite.ops.quantize_linear  # noqa: F401
-import lite.ops.resize  # noqa: F401
-import lite.ops.rnn  # noqa: F401
-import lite.ops.roi_align  # noqa: F401
-import lite.ops.scan  # noqa: F401
-import lite.ops.upsample  # noqa: F401
+KERNELS.load_on_demand(MODULES, package=__name__)
 
-# --- group C: attention, losses, signal, sequences, strings, ml ---
-import lite.ops.attention  # noqa: F401
-import lite.ops.negative_log_likelihood_loss  # noqa: F401
-import lite.ops.softmax_cross_entropy_loss  # noqa: F401
-import lite.ops.rms_normalization  # noqa: F401
-import lite.ops.rotary_embedding  # noqa: F401
-import lite.ops.swiglu  # noqa: F401
-import lite.ops.cum_prod  # noqa: F401
-import lite.ops.bit_cast  # noqa: F401
-import lite.ops.dft  # noqa: F401
-import lite.ops.stft  # noqa: F401
-import lite.ops.window_functions  # noqa: F401
-import lite.ops.mel_weight_matrix  # noqa: F401
-import lite.ops.max_unpool  # noqa: F401
-import lite.ops.affine_grid  # noqa: F401
-import lite.ops.tensor_scatter  # noqa: F401
-import lite.ops.linear_attention  # noqa: F401
-import lite.ops.causal_conv_with_state  # noqa: F401
-import lite.ops.flex_attention  # noqa: F401
-import lite.ops.sequence_ops  # noqa: F401
-import lite.ops.optional_ops  # noqa: F401
-import lite.ops.string_ops  # noqa: F401
-import lite.ops.tf_idf_vectorizer  # noqa: F401
-import lite.ops.binarizer  # noqa: F401
-import lite.ops.array_feature_extractor  # noqa: F401
-import lite.ops.label_encoder  # noqa: F401
-import lite.ops.tree_ensemble  # noqa: F401
-
-__all__ = ["KERNELS", "Kernel", "KernelRegistry", "kernel"]
+__all__ = ["KERNELS", "MODULES", "Kernel", "KernelRegistry", "kernel"]

@@ -38,6 +38,7 @@ twice is an error at import time.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +75,24 @@ class KernelRegistry:
 
     def __init__(self) -> None:
         self._kernels: dict[tuple[str, str], list[Kernel]] = {}
+        self._pending: dict[tuple[str, str], str] = {}  # op -> module not imported yet
+        self._package = ""
+
+    def load_on_demand(self, modules: dict[tuple[str, str], str], package: str) -> None:
+        """Import ``package.<module>`` the first time one of its ops is asked for."""
+        self._pending.update({(normalize_domain(d), op): module for (d, op), module in modules.items()})
+        self._package = package
+
+    def _load(self, key: tuple[str, str]) -> None:
+        module = self._pending.pop(key, None)
+        if module is not None:
+            importlib.import_module(f"{self._package}.{module}")
+
+    def load_all(self) -> None:
+        """Import every pending kernel module (for listings of what the registry supports)."""
+        for module in sorted(set(self._pending.values())):
+            importlib.import_module(f"{self._package}.{module}")
+        self._pending.clear()
 
     def register(self, op_type: str, *, since: int = 1, domain: str = "") -> Callable[[Callable], Callable]:
         """Decorator registering ``fn`` as the kernel of ``op_type`` from opset ``since`` on."""
@@ -96,7 +115,9 @@ class KernelRegistry:
 
     def select(self, op_type: str, domain: str, opset_version: int) -> Kernel | None:
         """The newest kernel whose ``since`` is not above ``opset_version``, or None."""
-        versions = self._kernels.get((normalize_domain(domain), op_type), [])
+        key = (normalize_domain(domain), op_type)
+        self._load(key)
+        versions = self._kernels.get(key, [])
         chosen = None
         for candidate in versions:
             if candidate.since_version <= opset_version:
@@ -104,15 +125,20 @@ class KernelRegistry:
         return chosen
 
     def versions(self, op_type: str, domain: str = "") -> list[int]:
-        return [k.since_version for k in self._kernels.get((normalize_domain(domain), op_type), [])]
+        key = (normalize_domain(domain), op_type)
+        self._load(key)
+        return [k.since_version for k in self._kernels.get(key, [])]
 
     def op_types(self, domain: str = "") -> list[str]:
+        self.load_all()
         domain = normalize_domain(domain)
         return sorted(op for (d, op) in self._kernels if d == domain)
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         domain, op_type = key
-        return (normalize_domain(domain), op_type) in self._kernels
+        key = (normalize_domain(domain), op_type)
+        self._load(key)
+        return key in self._kernels
 
 
 # Keyword-only parameters the engine fills in; every other one is an ONNX attribute.
