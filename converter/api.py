@@ -210,7 +210,9 @@ def convert(
 
     elif quant_config is not None and (eval_data is not None or max_accuracy_drop is not None):
         report.warnings.append("fp16: the accuracy report and fallback apply to int8 modes only")
-    temporary = output.with_name(f"{output.name}.tmp{os.getpid()}")
+    # Hidden, like lite.atomic's: after a hard kill it never passes for a model (a repository scan,
+    # a glob for *.lite); os.replace below makes the output appear complete or not at all.
+    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     try:
         exported = _write(imported, report, temporary, suffix, options, allow_custom, quantize)
         if verify:

@@ -18,6 +18,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as ir_passes
 
 from converter.errors import InvalidOptionError, ModelImportError
+from converter.import_checks import check_model, checked_numpy
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
 
@@ -37,11 +38,11 @@ def import_onnx(source: ModelSource) -> ImportedModel:
     if isinstance(source, onnx.ModelProto):
         data = source.SerializeToString()
         model = _deserialize(source, "<onnx.ModelProto>")
-        return ImportedModel(_inline_functions(model), "<onnx.ModelProto>", _sha256(data), len(data))
+        return ImportedModel(_inline_functions(model, "<onnx.ModelProto>"), "<onnx.ModelProto>", _sha256(data), len(data))
     if isinstance(source, bytes):
         proto = _parse(source, "<bytes>")
         model = _deserialize(proto, "<bytes>")
-        return ImportedModel(_inline_functions(model), "<bytes>", _sha256(source), len(source))
+        return ImportedModel(_inline_functions(model, "<bytes>"), "<bytes>", _sha256(source), len(source))
     path = Path(source)
     if not path.is_file():
         raise ModelImportError(f"{path}: no such file; pass the path of an .onnx model")
@@ -49,7 +50,7 @@ def import_onnx(source: ModelSource) -> ImportedModel:
         model = ir.load(path)
     except Exception as err:  # onnx raises DecodeError, OSError, ValueError... name the file
         raise ModelImportError(f"{path}: not a readable ONNX model ({err}); check the file") from err
-    return ImportedModel(_inline_functions(model), str(path), _file_sha256(path), _model_size(model, path))
+    return ImportedModel(_inline_functions(model, str(path)), str(path), _file_sha256(path), _model_size(model, path))
 
 
 def _parse(data: bytes, what: str) -> onnx.ModelProto:
@@ -68,9 +69,10 @@ def _deserialize(proto: onnx.ModelProto, what: str) -> ir.Model:
         raise ModelImportError(f"{what}: the ONNX graph is malformed ({err}); run onnx.checker on it") from err
 
 
-def _inline_functions(model: ir.Model) -> ir.Model:
+def _inline_functions(model: ir.Model, what: str) -> ir.Model:
     if model.functions:
         ir_passes.InlinePass()(model)
+    check_model(model, what)
     _detach_from_proto(model)
     return model
 
@@ -94,10 +96,13 @@ def _detach_from_proto(model: ir.Model) -> None:
 
 
 def _detached(tensor: ir.TensorProtocol | None) -> ir.TensorProtocol | None:
-    if not isinstance(tensor, ir.serde.TensorProtoTensor) or tensor.dtype == ir.DataType.STRING:
+    if isinstance(tensor, ir.StringTensor) or (tensor is not None and tensor.dtype == ir.DataType.STRING):
+        checked_numpy(tensor)  # strings are kept as they are; their count must still fit the dims
+        return tensor
+    if not isinstance(tensor, ir.serde.TensorProtoTensor):
         return tensor
     # numpy() copies the bytes out of the message; nothing refers back to it afterwards.
-    return ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=tensor.name, doc_string=tensor.doc_string)
+    return ir.Tensor(checked_numpy(tensor), dtype=tensor.dtype, name=tensor.name, doc_string=tensor.doc_string)
 
 
 def _sha256(data: bytes) -> str:

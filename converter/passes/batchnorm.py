@@ -69,7 +69,13 @@ def _inference_form(node: ir.Node) -> tuple[BatchNorm | None, str | None]:
     if len(params) < 4 or any(p is None for p in params):
         return None, "scale, B, mean and var are not all constants"
     gamma, beta, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)
-    epsilon = float(attribute(node, "epsilon", 1e-5))
+    lengths = [len(gamma), len(beta), len(mean), len(var)]
+    if len(set(lengths)) != 1:
+        return None, f"scale, B, mean and var have {lengths} elements; each needs one per channel"
+    epsilon = attribute(node, "epsilon", 1e-5)
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
+        return None, f"epsilon is {epsilon!r}, not a number"
+    epsilon = float(epsilon)
     s = gamma / np.sqrt(var + epsilon)
     return BatchNorm(node, s, beta - mean * s), None
 

@@ -15,7 +15,8 @@ import time
 import onnx_ir as ir
 import onnx_ir.passes.common as ir_passes
 
-from converter.passes.base import PassContext, PassResult, all_graphs
+from converter.errors import PassError
+from converter.passes.base import PassContext, PassResult, all_graphs, describe
 
 
 class _Capture(logging.Handler):
@@ -44,6 +45,7 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
+    _refuse_negative_dims(model)
     after = _known(model)
     result.changed = max(0, after - before)
     result.counts["values_with_shape"] = after
@@ -52,6 +54,20 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     result.details.append(f"{after} values have a known shape ({result.changed} new)")
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _refuse_negative_dims(model: ir.Model) -> None:
+    """ONNX's inference computes sizes without bounds checks (a kernel larger than its padded input
+    gives a negative spatial size); such a node can never run, and no later pass may fold the size."""
+    for graph in all_graphs(model):
+        for node in graph:
+            for value in node.outputs:
+                if value.shape is not None and any(isinstance(d, int) and d < 0 for d in value.shape):
+                    raise PassError(
+                        f"infer_shapes: {describe(node)} gives {value.name!r} the shape {value.shape}, with a "
+                        "negative dimension: the node cannot run on the model's input shapes; check its "
+                        "attributes (kernel, pads, strides, dilations) and the input shapes"
+                    )
 
 
 def _known(model: ir.Model) -> int:

@@ -23,6 +23,7 @@ from ..metrics import Metrics
 from ..repository import ModelRepository
 from ..settings import Settings
 from .auth import BearerTokenInterceptor
+from .decoding import DecodeErrorInterceptor
 from .servicer import InferenceServicer
 
 log = logging.getLogger("serving.server")
@@ -53,6 +54,7 @@ class Server:
         token = settings.token
         if token:
             interceptors.append(BearerTokenInterceptor(token, settings.auth_exempt_health))
+        interceptors.append(DecodeErrorInterceptor())
         self._grpc = grpc.aio.server(
             interceptors=interceptors,
             options=[

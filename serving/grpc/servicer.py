@@ -18,6 +18,7 @@ from .._generated import inference_pb2_grpc as pb_grpc
 from ..dataplane import DataPlane
 from ..errors import ServingError
 from . import converters
+from .decoding import Undecodable
 from .status import status_of
 
 log = logging.getLogger("serving.grpc")
@@ -29,6 +30,8 @@ def _answer_errors(method: Callable[..., Awaitable]) -> Callable[..., Awaitable]
     @functools.wraps(method)
     async def wrapper(self, request, context):
         try:
+            if isinstance(request, Undecodable):
+                raise request.error()
             return await method(self, request, context)
         except ServingError as err:
             await context.abort(status_of(err), str(err))
@@ -106,19 +109,26 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await answers.put(out)
 
         async def read() -> None:
-            async for request in request_iterator:
-                await slots.acquire()
-                task = asyncio.get_running_loop().create_task(answer(request))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            await asyncio.gather(*running, return_exceptions=True)
-            await answers.put(None)
+            try:
+                async for request in request_iterator:
+                    if isinstance(request, Undecodable):
+                        raise request.error()  # the stream's framing is lost: end the whole call
+                    await slots.acquire()
+                    task = asyncio.get_running_loop().create_task(answer(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                await asyncio.gather(*running, return_exceptions=True)
+            finally:
+                await answers.put(None)  # a failed reader must not leave the writer waiting
 
         reader = asyncio.get_running_loop().create_task(read())
         try:
             while (out := await answers.get()) is not None:
                 yield out
-            await reader  # surfaces an error of the request stream itself
+            try:
+                await reader  # surfaces an error of the request stream itself
+            except ServingError as err:
+                await context.abort(status_of(err), str(err))
         finally:
             reader.cancel()
             for task in list(running):
