@@ -34,6 +34,11 @@ from lite.format.dtypes import DataType, bfloat16_to_float32, is_subbyte, unpack
 from lite.ops import KERNELS, KernelRegistry, fused_activation
 from lite.ops.registry import normalize_domain
 
+# Load-time constant folding runs deterministic ONNX ops only.
+_FOLDABLE_DOMAINS = {"", "ai.onnx.ml"}
+_NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+                 "Multinomial", "Dropout"}
+
 # observer(node, seconds, values alive while the node ran): see NumpyEngine.run.
 Observer = Callable[[ir.Node, float, list[Any]], None]
 
@@ -65,6 +70,7 @@ class _Step:
     # True when the kernel applies ``activation`` itself (keyword-only ``fused_activation``).
     kernel_applies_activation: bool = False
     wants_allocate: bool = False
+    custom: bool = False  # a user's kernel (lite.CustomOps): never run at load time
     release: list[int] = field(default_factory=list)
 
 
@@ -103,6 +109,9 @@ class NumpyEngine:
             step = self._plan_node(node, graph_index, problems)
             if step is not None:
                 steps.append(step)
+        constants = {i: tensor_value(t) for i, t in enumerate(graph.tensors) if t.is_constant}
+        if not problems:  # every node has its kernel: fold what depends on weights alone
+            steps = self._fold_constants(steps, constants, len(graph.tensors))
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
         last_use: dict[int, int] = {}
         for position, step in enumerate(steps):
@@ -121,12 +130,10 @@ class NumpyEngine:
                 # An output nobody reads is released right after it is produced.
                 if index >= 0:
                     last_use.setdefault(index, position)
-        keep = set(graph.outputs) | {i for i, t in enumerate(graph.tensors) if t.is_constant}
-        keep |= set(graph.inputs) | set(graph.captures)
+        keep = set(graph.outputs) | set(constants) | set(graph.inputs) | set(graph.captures)
         for index, position in last_use.items():
             if index not in keep:
                 steps[position].release.append(index)
-        constants = {i: tensor_value(t) for i, t in enumerate(graph.tensors) if t.is_constant}
         return _GraphPlan(graph, steps, constants, index_of)
 
     def _plan_node(self, node: ir.Node, graph_index: int, problems: list[str]) -> _Step | None:
@@ -137,6 +144,7 @@ class NumpyEngine:
         kernel = None
         if self.custom_ops is not None:
             kernel = self.custom_ops.select(node.op_type, domain, 1 << 30)
+        custom = kernel is not None
         if kernel is None:
             version = self.opsets.get(domain)
             if version is None and domain == "":
@@ -179,7 +187,7 @@ class NumpyEngine:
         return _Step(node, kernel.fn, inputs, list(node.outputs), attributes, graph_attributes,
                      len(node.outputs) if kernel.wants_output_count else None, activation,
                      kernel_applies_activation=activation is not None and kernel.wants_fused_activation,
-                     wants_allocate=kernel.wants_allocate)
+                     wants_allocate=kernel.wants_allocate, custom=custom)
 
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray], observer: Observer | None = None) -> dict[str, np.ndarray]:
@@ -214,42 +222,69 @@ class NumpyEngine:
         local = _Scope(plan, values, scope)
         for step in plan.steps:
             started = time.perf_counter() if observer is not None else 0.0
-            args = [values[i] if i >= 0 else None for i in step.inputs]
-            kwargs = dict(step.attributes)
-            for name, target in step.graph_attributes.items():
-                kwargs[name] = self._body(target, local)
-            if step.output_count is not None:
-                kwargs["output_count"] = step.output_count
-            if step.wants_allocate:
-                kwargs["allocate"] = self.pool.allocate
-            if step.kernel_applies_activation:
-                kwargs["fused_activation"] = step.activation
-            try:
-                result = step.fn(*args, **kwargs)
-            except LiteError as err:
-                raise type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}") from err
-            except Exception as err:  # a kernel failed on these inputs: name the node, keep the cause
-                shapes = ", ".join("-" if a is None else f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}"
-                                   for a in args)
-                raise KernelError(
-                    f"node {step.node.name!r} ({step.node.op_type}) failed on inputs [{shapes}]: "
-                    f"{type(err).__name__}: {err}"
-                ) from err
-            if not isinstance(result, tuple):
-                result = (result,)  # one value; a list is one value too (a sequence)
-            for index, value in zip(step.outputs, result):
-                if index >= 0:
-                    values[index] = value
-            if (step.activation is not None and not step.kernel_applies_activation
-                    and step.outputs and step.outputs[0] >= 0):
-                first = step.outputs[0]
-                values[first] = fused_activation.apply(values[first], *step.activation)
+            bodies = {name: self._body(target, local) for name, target in step.graph_attributes.items()}
+            self._execute(step, values, bodies, self.pool.allocate)
             if observer is not None:
                 # Called before releasing: `values` is the live set while the node ran.
                 observer(step.node, time.perf_counter() - started, values)
             for index in step.release:
                 values[index] = None
         return [values[i] for i in graph.outputs]
+
+    @staticmethod
+    def _execute(step: _Step, values: list[Any], bodies: dict[str, Any], allocate: Callable | None) -> None:
+        """Run one node on ``values`` (tensor index -> value), storing its outputs there."""
+        args = [values[i] if i >= 0 else None for i in step.inputs]
+        kwargs = {**step.attributes, **bodies}
+        if step.output_count is not None:
+            kwargs["output_count"] = step.output_count
+        if step.wants_allocate and allocate is not None:
+            kwargs["allocate"] = allocate
+        if step.kernel_applies_activation:
+            kwargs["fused_activation"] = step.activation
+        try:
+            result = step.fn(*args, **kwargs)
+        except LiteError as err:
+            raise type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}") from err
+        except Exception as err:  # a kernel failed on these inputs: name the node, keep the cause
+            shapes = ", ".join("-" if a is None else f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}"
+                               for a in args)
+            raise KernelError(
+                f"node {step.node.name!r} ({step.node.op_type}) failed on inputs [{shapes}]: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        if not isinstance(result, tuple):
+            result = (result,)  # one value; a list is one value too (a sequence)
+        for index, value in zip(step.outputs, result):
+            if index >= 0:
+                values[index] = value
+        if step.activation is not None and not step.kernel_applies_activation and step.outputs and step.outputs[0] >= 0:
+            first = step.outputs[0]
+            values[first] = fused_activation.apply(values[first], *step.activation)
+
+    def _fold_constants(self, steps: list[_Step], constants: dict[int, Any], size: int) -> list[_Step]:
+        """Run, once at load, the nodes whose inputs are all constants; their outputs become constants.
+
+        This is where ``--quant int8-weight`` weights are dequantized and ``--fp16`` weights widened:
+        once, not on every call. Random and custom ops, and nodes with subgraphs, always run.
+        """
+        values: list[Any] = [None] * size
+        for index, value in constants.items():
+            values[index] = value
+        kept = []
+        for step in steps:
+            foldable = (not step.graph_attributes and not step.custom
+                        and normalize_domain(step.node.domain) in _FOLDABLE_DOMAINS
+                        and step.node.op_type not in _NOT_FOLDABLE
+                        and all(i < 0 or i in constants for i in step.inputs))
+            if not foldable:
+                kept.append(step)
+                continue
+            self._execute(step, values, {}, None)
+            for index in step.outputs:
+                if index >= 0:
+                    constants[index] = values[index]
+        return kept
 
     def _body(self, target, scope: _Scope):
         if isinstance(target, list):

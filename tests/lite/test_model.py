@@ -135,3 +135,22 @@ def test_device_arrays_are_recognised_and_validated_without_copies():
         model.predict({"x": FakeCudaTensor((2, 4), "torch.float16")})
     with pytest.raises(lite.InvalidInputError, match="size 5 on axis 1"):
         model.predict({"x": FakeCudaTensor((2, 5), np.float32)})
+
+
+def test_weight_only_dequantization_and_fp16_casts_run_once_at_load():
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("int8_weight", opset=21)
+    x = b.input("x", np.float32, ["N", 4])
+    w = b.node("DequantizeLinear", [b.constant("w_q", rng.integers(-127, 128, (4, 3)).astype(np.int8)),
+                                   b.constant("w_scale", np.float32(0.05))])
+    h = b.node("MatMul", [x, w])
+    v = b.node("Cast", [b.constant("v_fp16", rng.standard_normal((3, 2)).astype(np.float16))], to=1)
+    y = b.node("MatMul", [h, v], outputs=["y"])
+    b.output(y, np.float32, ["N", 2])
+    model = lite.Model.load(to_bytes(b.build()), device="numpy")
+    assert [s.node.op_type for s in model.engine.plans[0].steps] == ["MatMul", "MatMul"]
+    xs = rng.standard_normal((2, 4)).astype(np.float32)
+    tensors = {t.name: t.data for t in b.graph.tensors}
+    weights = tensors["w_q"].astype(np.float32) * np.float32(0.05)
+    expected = xs @ weights @ tensors["v_fp16"].astype(np.float32)
+    np.testing.assert_allclose(model(xs), expected, rtol=1e-5)
