@@ -13,6 +13,7 @@ Adding an engine is one line in ``ENGINES``, e.g.::
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class EngineRequest:
 
     device: str = "auto"  # "auto" or a device the engine runs on ("cpu", "cuda", ...)
     threads: int | None = None
-    precision: str | None = None  # a policy of PRECISIONS; None: "exact"
+    precision: str | None = None  # a policy of PRECISIONS; None: "exact" (create_engine fills it in)
     custom_ops: Any = None
     identity: str | None = None  # identity of the model file (path, size, mtime, inode); None: bytes
     cache_dir: Path | None = None  # the cache root; None: no on-disk caches
@@ -70,7 +71,9 @@ def create_engine(name: str, model: ir.Model, request: EngineRequest) -> Any:
     """Build engine ``name`` of :data:`ENGINES` for ``model``."""
     if name not in ENGINES:
         raise ValueError(f"engine must be 'auto' or one of {', '.join(ENGINES)}; got {name!r}")
-    if request.precision is not None and request.precision not in PRECISIONS:
+    if request.precision is None:
+        request = dataclasses.replace(request, precision="exact")
+    elif request.precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {request.precision!r}")
     module_name, _, function = ENGINES[name].factory.partition(":")
     factory = getattr(importlib.import_module(module_name), function)

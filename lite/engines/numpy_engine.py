@@ -280,7 +280,12 @@ class NumpyEngine:
             if not foldable:
                 kept.append(step)
                 continue
-            self._execute(step, values, {}, None)
+            try:
+                self._execute(step, values, {}, None)
+            except LiteError:
+                # Folding only saves time: a node that fails here stays, and fails when run, as it would unfolded.
+                kept.append(step)
+                continue
             for index in step.outputs:
                 if index >= 0:
                     constants[index] = values[index]

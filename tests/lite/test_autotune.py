@@ -22,7 +22,7 @@ from tests.lite.engines.models import cnn
 
 pytest.importorskip("onnxruntime", reason="autotuning is tested with numpy vs ONNX Runtime")
 
-FAST = autotune.Timing(rounds=2, warmup_s=0.0, measure_s=0.01, min_calls=3)
+FAST = autotune.Timing(rounds=2, extra_rounds=2, warmup_s=0.0, measure_s=0.01, min_calls=3)
 
 
 @pytest.fixture(autouse=True)

@@ -139,3 +139,18 @@ def test_lowered_model_passes_the_onnx_checker():
 def test_threads_option(tmp_path):
     model = lite.Model.load(cnn("Relu", []), device="cpu", threads=1, cache_dir=None)
     assert model(np.ones((1, 3, 16, 16), np.float32)).shape == (1, 4)
+
+
+def test_warm_start_from_the_cache_does_not_import_onnx(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "cnn.lite"
+    path.write_bytes(cnn("Relu", []))
+    lite.Model.load(path, device="cpu", cache_dir=tmp_path / "cache")  # fills the cache
+    code = ("import sys, numpy as np, lite\n"
+            f"m = lite.Model.load({str(path)!r}, device='cpu', cache_dir={str(tmp_path / 'cache')!r})\n"
+            "m(np.ones((1, 3, 16, 16), np.float32))\n"
+            "print(m.engine.segments[0].runner.cached, 'onnx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]

@@ -25,8 +25,7 @@ from lite.device_arrays import is_device_array
 from lite.engines.numpy_engine import NumpyEngine
 from lite.engines.ort.cuda import CudaRunner
 from lite.engines.ort import sessions
-from lite.engines.ort.half import has_half_weights, to_half_compute
-from lite.engines.ort.lower import Lowered, lower_nodes, node_name, reads
+from lite.engines.ort.graph import lowering_fingerprint, node_name, reads
 from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, from_numpy
@@ -88,7 +87,7 @@ class OrtEngine:
         self.config = config
         self.plain_config = dataclasses.replace(config, cuda_graph=False)
         self.cuda_graph_declined: str | None = None
-        self.compute_precision = "as stored"
+        self.compute_precision = "fp16" if self._half_compute() else "as stored"
         self.ort = sessions.import_onnxruntime(device)
         on_numpy = {id(n) for n in model.main.nodes if not self._supported(n)}
         self._on_numpy = on_numpy
@@ -98,11 +97,10 @@ class OrtEngine:
                 self.segments = self._build(on_numpy)
                 break
             except sessions.MissingKernel as missing:
-                node = self._node_named(missing.node_name)
-                node = None if node is None or id(node) in on_numpy else node
-                if node is None:
+                moved = {id(n) for n in self._nodes_named(missing)} - on_numpy
+                if not moved:
                     raise UnsupportedOpError(str(missing)) from missing
-                on_numpy.add(id(node))
+                on_numpy |= moved
         else:
             raise UnsupportedOpError(f"ONNX Runtime rejected more than {_MAX_REPARTITIONS} nodes of this model")
         graph = model.main
@@ -110,21 +108,21 @@ class OrtEngine:
         self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort)
         self.gpu = self._gpu_runner() if device != "cpu" else None
 
-    def _node_named(self, name: str) -> ir.Node | None:
-        """The main-graph node ONNX Runtime calls ``name`` (unnamed nodes are lowered as OpType_i)."""
-        return next((n for i, n in enumerate(self.model.main.nodes) if node_name(n, i) == name), None)
+    def _nodes_named(self, missing: sessions.MissingKernel) -> list[ir.Node]:
+        """The main-graph nodes ONNX Runtime's error is about: one by name (unnamed nodes are
+        lowered as OpType_i), or every node of an op type it does not know at all."""
+        nodes = self.model.main.nodes
+        if missing.node_name is None:
+            return [n for n in nodes if n.op_type == missing.op_type]
+        return [n for i, n in enumerate(nodes) if node_name(n, i) == missing.node_name]
 
     def _supported(self, node: ir.Node) -> bool:
         domain = normalize_domain(node.domain)
         if self.custom_ops is not None and self.custom_ops.select(node.op_type, domain, 1 << 30) is not None:
             return False
-        if domain not in _ORT_DOMAINS:
-            return False
-        if domain == "":
-            from onnx import defs
-
-            return defs.has(node.op_type)
-        return True
+        # Within ONNX Runtime's domains, a node it cannot run surfaces as MissingKernel when the
+        # session is built, and moves to the numpy engine then.
+        return domain in _ORT_DOMAINS
 
     def _build(self, on_numpy: set[int]) -> list[_Segment]:
         graph = self.model.main
@@ -162,8 +160,9 @@ class OrtEngine:
             name = graph.name if count == 1 else f"{graph.name}/segment{index}"
 
             def build(input_types: dict[str, DataType] | None = None) -> sessions.Session:
-                lowered = lower_nodes(self.model, segment.nodes, inputs, outputs, name=name, input_types=input_types)
-                return sessions.create(self.ort, self._precision(lowered), self.plain_config)
+                typed = sorted((k, int(v)) for k, v in (input_types or {}).items())
+                return sessions.create(self.ort, lambda: self._lower(segment.nodes, inputs, outputs, name, input_types),
+                                       self.plain_config, self._identity(f"{name}|{index}/{count}|{typed}"))
 
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
                 return _TypedOnFirstRun(build)
@@ -174,15 +173,26 @@ class OrtEngine:
                        metadata=self.model.metadata, version=self.model.version)
         return NumpyEngine(sub, self.custom_ops)
 
-    def _precision(self, lowered: Lowered) -> Lowered:
+    def _half_compute(self) -> bool:
         """On GPUs, compute in float16 when asked, or (auto) when the model stores float16 weights."""
         wanted = self.config.precision
         if self.name == "cpu" or wanted == "fp32":
-            return lowered
-        if wanted == "fp16" or has_half_weights(lowered):
-            self.compute_precision = "fp16"
-            return to_half_compute(lowered)
-        return lowered
+            return False
+        return wanted == "fp16" or any(t.is_constant and t.dtype == DataType.FLOAT16 for t in self.model.main.tensors)
+
+    def _lower(self, nodes, inputs, outputs, name: str, input_types=None):
+        """The ONNX model ONNX Runtime runs for these nodes (imports onnx: only on a cache miss)."""
+        from lite.engines.ort.half import to_half_compute
+        from lite.engines.ort.lower import lower_nodes
+
+        lowered = lower_nodes(self.model, nodes, inputs, outputs, name=name, input_types=input_types)
+        return to_half_compute(lowered) if self.compute_precision == "fp16" else lowered
+
+    def _identity(self, part: str) -> str | None:
+        """Names a lowered part of the model without lowering it, when the model came from a file."""
+        if self.config.weights_identity is None:
+            return None
+        return f"{self.config.weights_identity}|{lowering_fingerprint()}|{self.compute_precision}|{part}"
 
     def _gpu_runner(self) -> CudaRunner | None:
         """IOBinding (and CUDA graph) execution when the whole graph is one ONNX Runtime session."""
@@ -191,9 +201,10 @@ class OrtEngine:
         plain = self.segments[0].runner
         graphed = None
         if self.config.cuda_graph:
-            lowered = lower_nodes(self.model, self.model.main.nodes, self.model.main.inputs, self.model.main.outputs)
+            main = self.model.main
             try:
-                graphed = sessions.create(self.ort, self._precision(lowered), self.config)
+                graphed = sessions.create(self.ort, lambda: self._lower(main.nodes, main.inputs, main.outputs, main.name),
+                                          self.config, self._identity("whole graph, CUDA graph"))
             except Exception as err:  # e.g. some nodes fell back to the CPU provider: no capture possible
                 self.cuda_graph_declined = f"{type(err).__name__}: {err}"
         return CudaRunner(self.ort, plain, graphed, self.config.device_id)
@@ -218,10 +229,10 @@ class OrtEngine:
 
     def _move_to_numpy(self, missing: sessions.MissingKernel) -> None:
         with self._rebuild_lock:
-            node = self._node_named(missing.node_name)
-            if node is None or id(node) in self._on_numpy or len(self._on_numpy) > len(self.model.main.nodes):
+            moved = {id(n) for n in self._nodes_named(missing)} - self._on_numpy
+            if not moved:
                 raise UnsupportedOpError(str(missing)) from missing
-            self._on_numpy.add(id(node))
+            self._on_numpy |= moved
             self.segments = self._build(self._on_numpy)
             self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort)
 

@@ -26,6 +26,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 from lite.engines.numpy_engine import tensor_value
+from lite.engines.ort.graph import node_name, reads
 from lite.errors import UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, is_subbyte
@@ -261,28 +262,6 @@ class _Lowering:
         return self.graph(body, body.nodes, body.inputs, body.outputs, body.name, top_level=False)
 
 
-def reads(model: ir.Model, graph: ir.Graph, nodes: Sequence[ir.Node]) -> set[int]:
-    """Indices of ``graph``'s tensors that ``nodes`` read, directly or through their bodies' captures."""
-    index_of = {t.name: i for i, t in enumerate(graph.tensors)}
-    result = set()
-    for node in nodes:
-        result.update(i for i in node.inputs if i >= 0)
-        for attribute in node.attributes.values():
-            if attribute.type == ir.AttributeType.GRAPH:
-                bodies = [attribute.value]
-            elif attribute.type == ir.AttributeType.GRAPHS:
-                bodies = attribute.value
-            else:
-                continue
-            for body_index in bodies:
-                body = model.graphs[body_index]
-                for captured in body.captures:
-                    index = index_of.get(body.tensors[captured].name)
-                    if index is not None:
-                        result.add(index)
-    return result
-
-
 def activation_nodes(activation: str, params: Sequence[float], source: str, target: str, name: str,
                      opset: int, dtype: DataType = DataType.FLOAT,
                      initializers: list[TensorProto] | None = None) -> list[onnx.NodeProto]:
@@ -307,11 +286,6 @@ def activation_nodes(activation: str, params: Sequence[float], source: str, targ
         return [helper.make_node("Sigmoid", [source], [gate], name=gate),
                 helper.make_node("Mul", [source, gate], [target], name=name)]
     return [helper.make_node(activation, [source], [target], name=name)]
-
-
-def node_name(node: ir.Node, position: int) -> str:
-    """The node's name, or ``OpType_position`` for an unnamed node (ONNX Runtime's errors then name one node)."""
-    return node.name or f"{node.op_type}_{position}"
 
 
 def type_from_text(text: str) -> onnx.TypeProto:

@@ -16,14 +16,17 @@ import platform
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.ort.lower import Lowered
 from lite.errors import EngineUnavailableError, KernelError, UnsupportedOpError
+
+if TYPE_CHECKING:  # lowering imports onnx; a warm start from the cache never needs it
+    from lite.engines.ort.lower import Lowered
 
 _OPTIMIZATION_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
                         "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
@@ -33,6 +36,7 @@ _MISSING_KERNEL = re.compile(
     r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'"
     r"|Failed to find kernel for (\w+)\(\d+\) \(node:'([^']*)'"
 )
+_UNKNOWN_OP = re.compile(r"[\w.]*:(\w+)\(-?\d+\) is not a registered function/op")
 
 
 def default_cache_dir() -> Path:
@@ -81,7 +85,7 @@ class SessionConfig:
 class MissingKernel(Exception):
     """ONNX Runtime has no kernel for a node (it then runs on the numpy engine)."""
 
-    def __init__(self, message: str, op_type: str, node_name: str) -> None:
+    def __init__(self, message: str, op_type: str, node_name: str | None) -> None:
         super().__init__(message)
         self.op_type = op_type
         self.node_name = node_name
@@ -163,9 +167,21 @@ def session_options(ort, config: SessionConfig, level: str | None = None):
     return options
 
 
-def create(ort, lowered: Lowered, config: SessionConfig) -> Session:
-    """A session for ``lowered``, from the cache when an entry exists, else built (and cached)."""
-    key = cache_key(ort, lowered, config) if config.cache_dir is not None else None
+def create(ort, lower: Callable[[], Lowered], config: SessionConfig, identity: str | None = None) -> Session:
+    """A session for the model ``lower()`` produces: from the cache when an entry exists, else built and cached.
+
+    ``identity`` names the lowered model without building it (the model file's identity, the part
+    of it lowered, the lowering code): with it, a cache hit skips lowering, and onnx is never
+    imported. Without it the key is a hash of the lowered model and its weights.
+    """
+    lowered = None
+    if config.cache_dir is None:
+        key = None
+    elif identity is not None:
+        key = _digest(identity, ort, config)
+    else:
+        lowered = lower()
+        key = cache_key(ort, lowered, config)
     entry = config.cache_dir / "ort" / key if key else None
     if entry is not None and (entry / "model.onnx").exists():
         try:
@@ -174,6 +190,7 @@ def create(ort, lowered: Lowered, config: SessionConfig) -> Session:
             return Session(session, [], cached=True)
         except Exception:  # a damaged entry: drop it and build afresh
             shutil.rmtree(entry, ignore_errors=True)
+    lowered = lowered if lowered is not None else lower()
     options = session_options(ort, config)
     keep_alive = _add_external_initializers(ort, options, lowered)
     staging = None
@@ -192,6 +209,9 @@ def create(ort, lowered: Lowered, config: SessionConfig) -> Session:
         if match:
             op_type, node = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
             raise MissingKernel(str(err), op_type, node) from err
+        unknown = _UNKNOWN_OP.search(str(err))
+        if unknown:  # an op type ONNX Runtime does not know at all: every node of it
+            raise MissingKernel(str(err), unknown.group(1), None) from err
         raise OrtRejected(f"ONNX Runtime {ort.__version__} cannot load this model: {_first_line(err)}") from err
     if staging is not None:
         try:
@@ -219,11 +239,15 @@ def cache_key(ort, lowered: Lowered, config: SessionConfig) -> str:
         for name in sorted(lowered.external):
             digest.update(name.encode())
             digest.update(memoryview(np.ascontiguousarray(lowered.external[name]).reshape(-1).view(np.uint8)))
-    settings = (config.device, config.threads, config.optimization, config.precision, config.device_id, config.gpu_mem_limit,
-                config.cudnn_conv_algo_search, config.prefer_nhwc, config.cuda_graph, ort.__version__,
-                platform.machine(), _cpu_features())
-    digest.update(repr(settings).encode())
-    return digest.hexdigest()[:32]
+    return _digest(digest.hexdigest(), ort, config)
+
+
+def _digest(model_key: str, ort, config: SessionConfig) -> str:
+    """The cache key: the model's key plus everything about the session and the machine."""
+    settings = (model_key, config.device, config.threads, config.optimization, config.precision, config.device_id,
+                config.gpu_mem_limit, config.cudnn_conv_algo_search, config.prefer_nhwc, config.cuda_graph,
+                ort.__version__, platform.machine(), _cpu_features())
+    return hashlib.sha256(repr(settings).encode()).hexdigest()[:32]
 
 
 def _cpu_features() -> str:

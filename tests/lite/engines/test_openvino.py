@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -84,21 +84,8 @@ def test_concurrent_predicts_give_the_same_results(tmp_path):
     model = lite.Model.load(cnn(), engine="openvino", cache_dir=tmp_path)
     x = inputs(4)
     expected = model(x)
-    results, errors = [], []
-
-    def work():
-        try:
-            for _ in range(10):
-                results.append(model(x))
-        except Exception as err:  # collected and re-raised in the test thread
-            errors.append(err)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: model(x), range(40)))  # errors re-raise here
     assert all(np.array_equal(result, expected) for result in results)
 
 
@@ -117,7 +104,7 @@ def test_custom_ops_are_refused_with_a_typed_error_when_forced():
 def test_auto_falls_back_when_openvino_cannot_run_the_model(tmp_path, monkeypatch):
     from lite import autotune
 
-    monkeypatch.setattr(autotune, "DEFAULT_TIMING", autotune.Timing(rounds=1, warmup_s=0.0, measure_s=0.01))
+    monkeypatch.setattr(autotune, "DEFAULT_TIMING", autotune.Timing(rounds=1, extra_rounds=0, warmup_s=0.0, measure_s=0.01))
     custom = lite.CustomOps()
 
     @custom.python("Swish2", domain="my.ops")

@@ -27,6 +27,6 @@ def test_guide_example_runs(index, monkeypatch, capsys):
         if marker in block and importlib.util.find_spec(package) is None:
             pytest.skip(f"the example uses {marker}, which needs {package}")
     # engine="auto" examples measure briefly: the choice is not what this test checks.
-    monkeypatch.setattr(autotune, "DEFAULT_TIMING", autotune.Timing(rounds=1, warmup_s=0.0, measure_s=0.01))
+    monkeypatch.setattr(autotune, "DEFAULT_TIMING", autotune.Timing(rounds=1, extra_rounds=0, warmup_s=0.0, measure_s=0.01))
     exec(compile(block, f"{GUIDE.name} block {index}", "exec"), {"__name__": f"guide_{index}"})
     assert capsys.readouterr().out
