@@ -2,7 +2,8 @@
 
 Each runs in a scratch directory that holds what the examples refer to by name: ``model.lite`` (a
 LeNet-shaped network, input ``input`` of shape [N, 1, 32, 32]). docs/serving.md has its own test
-(tests/serving/test_docs.py), which starts the server its examples talk to.
+(tests/serving/test_docs.py, which starts the server its examples talk to), and so does docs/runtime.md
+(tests/lite/engines/test_runtime_guide.py, which skips the engines that are not installed).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN_TESTS = {"serving.md"}
+OWN_TESTS = {"serving.md", "runtime.md"}  # tests/serving/test_docs.py, tests/lite/engines/test_runtime_guide.py
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in OWN_TESTS)]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
