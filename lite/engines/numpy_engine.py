@@ -18,9 +18,6 @@ several threads are safe.
 
 from __future__ import annotations
 
-import math
-import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from lite.engines.arena import BufferPool
 from lite.errors import KernelError, LiteError, ModelFormatError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, bfloat16_to_float32, is_subbyte, unpack_subbyte
@@ -299,192 +297,6 @@ class NumpyEngine:
             return self._run_graph(target, list(inputs), scope)
 
         return body
-
-
-class BufferPool:
-    """Activation memory planned from the lifetimes of a previous run, one plan per thread.
-
-    Kernels that take ``allocate`` (see :mod:`lite.ops.registry`) ask for their outputs and
-    temporaries in order, and a run of a model asks for the same sizes in the same order every
-    time. The pool records each request of a run: its size, when it was made and when its
-    memory was dead again (counted in requests). From that trace it plans one arena: each
-    request gets an offset, and requests whose lifetimes overlap never share bytes (the
-    classic greedy: largest first, lowest offset that fits). The next runs then serve request
-    ``i`` from its planned bytes, so a run touches no fresh pages and holds about the lifetime
-    bound of memory instead of whatever the allocator kept.
-
-    Every hand-out is checked, not assumed: a buffer is dead when nothing refers to its owner
-    array any more (each view keeps a reference to it, so CPython's reference count tells),
-    and planned bytes are handed out only when every request sharing them is dead. Anything
-    else (a different input shape, a kernel keeping a buffer, a caller holding an output)
-    falls back to ``np.empty`` and the run's trace replaces the plan. Buffers under an output
-    of the run leave the pool with the caller.
-    """
-
-    # Below this numpy's and the C allocator's own caches are as good.
-    MIN_BYTES = 64 * 1024
-    ALIGNMENT = 64
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        # What the reference count of an owner nothing else refers to reads through the very
-        # call that checks it (the number differs between Python versions).
-        self._idle_references = _references({0: np.empty(1)}, 0)
-
-    def _state(self) -> _PoolState:
-        state = getattr(self._local, "state", None)
-        if state is None:
-            state = self._local.state = _PoolState()
-        return state
-
-    def begin_run(self) -> None:
-        state = self._state()
-        # Planned bytes still referenced from an earlier run (kept by a kernel or an observer)
-        # must not be handed out again until they are dead.
-        lingering = [index for index in state.from_arena
-                     if index in state.owners and _references(state.owners, index) > self._idle_references]
-        state.lingering = {index: state.owners[index] for index in lingering}
-        state.begin()
-
-    def allocate(self, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
-        """An uninitialised C-contiguous array (the ``allocate`` of the kernel contract)."""
-        dtype = np.dtype(dtype)
-        nbytes = math.prod(shape) * dtype.itemsize
-        state = self._state()
-        if nbytes < self.MIN_BYTES or dtype.hasobject or not state.recording:
-            return np.empty(shape, dtype)
-        index = len(state.sizes)
-        self._note_dead(state, index)
-        owner = self._planned(state, index, nbytes)
-        if owner is None:
-            owner = np.empty(nbytes, dtype=np.uint8)
-        state.owners[index] = owner
-        state.sizes.append(nbytes)
-        state.dead_at.append(None)
-        state.live.add(index)
-        return owner[:nbytes].view(dtype).reshape(shape)
-
-    def end_run(self, outputs: list[Any], completed: bool) -> None:
-        state = self._state()
-        if not state.recording:
-            return
-        handed = {id(_owner_of(value)) for value in outputs}
-        for index, owner in list(state.owners.items()):
-            if id(owner) in handed:
-                state.handed.add(index)
-                del state.owners[index]
-                state.live.discard(index)
-                if index in state.from_arena:
-                    # The caller now holds planned bytes: plan again, in a new arena.
-                    state.missed = True
-        self._note_dead(state, len(state.sizes))
-        if completed and (state.missed or state.plan is None or len(state.plan) != len(state.sizes)):
-            state.replan()
-        state.recording = False
-
-    def held_bytes(self) -> int:
-        """Bytes of this thread's arena: the planned working memory of the kernels."""
-        arena = self._state().arena
-        return 0 if arena is None else arena.nbytes
-
-    def _note_dead(self, state: _PoolState, now: int) -> None:
-        for index in [i for i in state.live if _references(state.owners, i) <= self._idle_references]:
-            state.dead_at[index] = now
-            state.live.discard(index)
-
-    def _planned(self, state: _PoolState, index: int, nbytes: int) -> np.ndarray | None:
-        if state.plan is None or index >= len(state.plan):
-            state.missed = True
-            return None
-        if state.plan[index] is None:  # planned to leave with the caller: a fresh buffer
-            return None
-        offset, size = state.plan[index]
-        if size < nbytes:
-            state.missed = True
-            return None
-        # _note_dead has just run: every request still in `live` is referenced.
-        for other in state.live:
-            if other in state.from_arena and _overlap(state.plan[other], offset, size):
-                state.missed = True
-                return None
-        for other in list(state.lingering):
-            if _overlap(state.plan[other], offset, size) if other < len(state.plan) else True:
-                if _references(state.lingering, other) > self._idle_references:
-                    state.missed = True
-                    return None
-                del state.lingering[other]
-        state.from_arena.add(index)
-        # frombuffer makes an owner of its own: views of it refer to it, not to the arena.
-        return np.frombuffer(state.arena_view[offset : offset + size], np.uint8)
-
-
-class _PoolState:
-    """One thread's plan, arena and the trace of its current run (see :class:`BufferPool`)."""
-
-    def __init__(self) -> None:
-        self.plan: list[tuple[int, int] | None] | None = None  # (offset, size) per request
-        self.arena: np.ndarray | None = None
-        self.arena_view: memoryview | None = None
-        self.lingering: dict[int, np.ndarray] = {}
-        self.recording = False
-        self.begin()
-
-    def begin(self) -> None:
-        self.sizes: list[int] = []
-        self.dead_at: list[int | None] = []
-        self.owners: dict[int, np.ndarray] = {}
-        self.from_arena: set[int] = set()
-        self.live: set[int] = set()
-        self.handed: set[int] = set()
-        self.missed = False
-        self.recording = True
-
-    def replan(self) -> None:
-        """Greedy offsets for this run's requests: largest first, lowest offset that fits."""
-        alignment = BufferPool.ALIGNMENT
-        end_of_run = len(self.sizes)
-        intervals = []
-        for index, size in enumerate(self.sizes):
-            if index in self.handed:
-                continue
-            dead = self.dead_at[index]
-            # Still alive at the end (a kernel kept it): it shares with nothing.
-            stop = dead if dead is not None else end_of_run + 1
-            intervals.append((-(-size // alignment) * alignment, index, stop))
-        intervals.sort(key=lambda item: (-item[0], item[1]))
-        placed: list[tuple[int, int, int, int]] = []  # offset, size, start, stop
-        offsets: dict[int, tuple[int, int]] = {}
-        for size, index, stop in intervals:
-            busy = sorted((o, o + n) for o, n, start, end in placed if start < stop and index < end)
-            offset = 0
-            for low, high in busy:
-                if offset + size <= low:
-                    break
-                offset = max(offset, high)
-            placed.append((offset, size, index, stop))
-            offsets[index] = (offset, size)
-        total = max((o + n for o, n in offsets.values()), default=0)
-        self.plan = [None] * len(self.sizes)
-        for index, offset_and_size in offsets.items():
-            self.plan[index] = offset_and_size
-        self.arena = np.empty(max(total, 1), dtype=np.uint8)
-        self.arena_view = memoryview(self.arena)
-        self.lingering = {}
-
-
-def _overlap(planned: tuple[int, int] | None, offset: int, size: int) -> bool:
-    return planned is not None and planned[0] < offset + size and offset < planned[0] + planned[1]
-
-
-def _references(owners: dict[int, np.ndarray], key: int) -> int:
-    return sys.getrefcount(owners[key])
-
-
-def _owner_of(value: Any) -> Any:
-    """The array that owns ``value``'s memory as far as views go (see ``BufferPool``)."""
-    while isinstance(value, np.ndarray) and isinstance(value.base, np.ndarray):
-        value = value.base
-    return value
 
 
 class _Scope:
