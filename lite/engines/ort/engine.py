@@ -159,10 +159,14 @@ class OrtEngine:
             outputs = graph.outputs if count == 1 else segment.outputs
             name = graph.name if count == 1 else f"{graph.name}/segment{index}"
 
+            position = {id(n): i for i, n in enumerate(graph.nodes)}
+            # The exact part of the graph: which nodes, and the tensors at its boundary.
+            part = f"{name}|{[position[id(n)] for n in segment.nodes]}|{list(inputs)}|{list(outputs)}"
+
             def build(input_types: dict[str, DataType] | None = None) -> sessions.Session:
                 typed = sorted((k, int(v)) for k, v in (input_types or {}).items())
                 return sessions.create(self.ort, lambda: self._lower(segment.nodes, inputs, outputs, name, input_types),
-                                       self.plain_config, self._identity(f"{name}|{index}/{count}|{typed}"))
+                                       self.plain_config, self._identity(f"{part}|{typed}"))
 
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
                 return _TypedOnFirstRun(build)

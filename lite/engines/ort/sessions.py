@@ -178,7 +178,7 @@ def create(ort, lower: Callable[[], Lowered], config: SessionConfig, identity: s
     if config.cache_dir is None:
         key = None
     elif identity is not None:
-        key = _digest(identity, ort, config)
+        key = _digest(hashlib.sha256(identity.encode()).hexdigest(), ort, config)
     else:
         lowered = lower()
         key = cache_key(ort, lowered, config)
