@@ -164,7 +164,9 @@ def _check_initializer_shape(value: ir.Value, where: str, what: str) -> None:
     tensor = value.const_value
     if tensor is None or value.shape is None:
         return
-    if list(value.shape) != list(tensor.shape):
+    declared, actual = list(value.shape), list(tensor.shape)
+    # Symbolic or unknown declared dims (an overridable initializer's input type) match any size.
+    if len(declared) != len(actual) or any(isinstance(d, int) and d != a for d, a in zip(declared, actual)):
         raise ModelImportError(
             f"{what}: {where}: initializer {value.name!r} has dims {list(tensor.shape)}, but its declared "
             f"type says shape {value.shape}"

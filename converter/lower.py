@@ -165,10 +165,14 @@ class _Lowering:
             if not isinstance(value_type, ir.TensorType):
                 self.value_types.setdefault(str(graph_index), {})[value.name] = type_text(value_type)
             dtype = _lite_dtype(_element_dtype(value_type), value.name)
+        shape = _shape(value.shape) if isinstance(value_type, ir.TensorType) or value_type is None else None
+        if data is not None:
+            # A constant has the shape of its data (a declared type may say less: symbolic dims).
+            shape = tuple(int(d) for d in value.const_value.shape)
         return lite_ir.Tensor(
             name=value.name or "",
             dtype=dtype,
-            shape=_shape(value.shape) if isinstance(value_type, ir.TensorType) or value_type is None else None,
+            shape=shape,
             data=data,
             doc=value.doc_string or "",
         )

@@ -172,3 +172,24 @@ def test_backend_node_model_survives_lite_round_trip(case, tmp_path):
     path = tmp_path / "model.lite"
     save(convert_model(case.model, optimize=False), path)
     assert_lossless(case.model, load(path))
+
+
+def test_overridable_initializer_declared_with_a_symbolic_shape_becomes_a_constant():
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import lite
+    from converter import convert_model
+    from lite.format import to_bytes
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["K"])],  # an input with a default value
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        initializer=[numpy_helper.from_array(np.arange(3, dtype=np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    converted = convert_model(model, optimize=False)
+    assert [converted.main.tensors[i].name for i in converted.main.inputs] == ["x"]
+    out = lite.Model.load(to_bytes(converted), device="numpy")(np.ones(3, np.float32))
+    np.testing.assert_array_equal(out, [1, 2, 3])
