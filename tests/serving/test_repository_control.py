@@ -103,13 +103,15 @@ def test_reload_and_unload_never_drop_in_flight_requests(tmp_path):
         try:
             tensor = ones(aioclient, "X", [1024, 512])
             first = [asyncio.ensure_future(client.infer("m", [tensor])) for _ in range(4)]
-            await asyncio.sleep(0.05)
+            # Swap only once the server holds all four (a request still on its way when the model is
+            # gone is refused, which is right but not this test's point).
+            await asyncio.to_thread(_wait_for, lambda: _arrived(server.metrics_port, "m") >= 4)
             # a new version appears and is loaded while requests run and wait on version 1
             slow_model(tmp_path / "m" / "2" / "model.lite")
             await client.load_model("m")
             assert (await client.get_model_metadata("m", as_json=True))["versions"] == ["2"]
             second = [asyncio.ensure_future(client.infer("m", [tensor])) for _ in range(2)]
-            await asyncio.sleep(0.05)
+            await asyncio.to_thread(_wait_for, lambda: _arrived(server.metrics_port, "m", version="2") >= 2)
             await client.unload_model("m")  # drains version 2's queue before returning
             return await asyncio.gather(*first, return_exceptions=True), await asyncio.gather(
                 *second, return_exceptions=True)
@@ -188,6 +190,18 @@ def _requests(metrics_port: int, model: str) -> tuple[float, float]:
         elif line.startswith("lite_inference_requests_total{") and 'outcome="success"' in line:
             done = float(line.rsplit(" ", 1)[1])
     return pending, done
+
+
+def _arrived(metrics_port: int, model: str, version: str | None = None) -> float:
+    """Requests of ``model`` (one version, or all) the server has received: in flight or done."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if f'model="{model}"' not in line or (version is not None and f'version="{version}"' not in line):
+            continue
+        if line.startswith("lite_inference_pending_requests{") or line.startswith("lite_inference_requests_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def _wait_for(condition, timeout: float = 10.0) -> None:
