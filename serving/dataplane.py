@@ -62,6 +62,10 @@ class DataPlane:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         if self.stopping:
             raise ModelNotReadyError("the server is shutting down")
+        if not self.started:
+            # Listening already (health says NOT_SERVING) but startup models still load: a
+            # retryable UNAVAILABLE, not "unknown model", so clients may retry or go elsewhere.
+            raise ModelNotReadyError("the server is starting: its models are still loading; retry shortly")
         model = self.manager.get(request.model_name, request.model_version)
         return await model.infer(request)
 

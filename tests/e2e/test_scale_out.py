@@ -18,9 +18,10 @@ SERVICE_CONFIG = json.dumps({
     "loadBalancingConfig": [{"round_robin": {}}],
     "methodConfig": [{
         "name": [{"service": "inference.GRPCInferenceService"}],
-        # A replica going away answers UNAVAILABLE (or refuses the connection): try another one.
+        # A replica going away answers UNAVAILABLE, refuses the connection, or cancels a call that
+        # arrived as it stopped: inference is idempotent, so try another replica.
         "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.05s", "maxBackoff": "0.5s",
-                        "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
+                        "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]},
     }],
 })
 
@@ -55,7 +56,9 @@ def test_round_robin_client_survives_a_replica_restart(tmp_path):
                 assert np.array_equal(out, x)
                 served[0] += 1
             except Exception as err:  # every failure is recorded; the test wants none
-                failures.append(repr(err))
+                status = getattr(err, "status", lambda: None)()
+                message = getattr(err, "message", lambda: str(err))()
+                failures.append(f"{type(err).__name__} {status}: {message}")
 
     sender = threading.Thread(target=send)
     sender.start()
