@@ -60,8 +60,8 @@ ENGINES: dict[str, EngineEntry] = {
 def default_cache_dir() -> Path:
     """The cache root of every engine: ``$XDG_CACHE_HOME/lite`` or ``~/.cache/lite``.
 
-    The same folder as :func:`lite.engines.ort.sessions.default_cache_dir` (a test keeps them
-    equal), without importing onnx, so a warm start of a cached engine does not pay for it.
+    Every engine's caches live below it (ONNX Runtime sessions, OpenVINO models, Inductor
+    artifacts, autotuning decisions).
     """
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "lite"

@@ -162,13 +162,6 @@ def test_named_engines_and_argument_checks(model_file):
         lite.Model.load(model_file, engine="auto", precision="int4")
 
 
-def test_default_cache_dir_is_the_onnxruntime_engines_one():
-    from lite.engines import default_cache_dir
-    from lite.engines.ort.sessions import default_cache_dir as ort_default
-
-    assert default_cache_dir() == ort_default()
-
-
 def test_agreement_checks_shapes_nans_and_integer_outputs():
     a = {"y": np.array([1.0, 2.0, 4.0], np.float32)}
     assert autotune.agreement(a, {"y": a["y"] + 1e-5}, 1e-3)[1] is None

@@ -1,6 +1,6 @@
 """On-disk forms of a model for OpenVINO: the lowered ONNX file and the compiled blobs.
 
-Layout under the runtime's cache root (:func:`lite.engines.ort.sessions.default_cache_dir`)::
+Layout under the runtime's cache root (:func:`lite.engines.default_cache_dir`)::
 
     <cache_dir>/openvino/models/<key>/model.onnx    the lowered graph, weights referenced externally
     <cache_dir>/openvino/models/<key>/weights.bin   its float weights, 64-byte aligned

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lite.engines import default_cache_dir
 from lite.errors import EngineUnavailableError, KernelError, UnsupportedOpError
 
 if TYPE_CHECKING:  # lowering imports onnx; a warm start from the cache never needs it
@@ -37,12 +38,6 @@ _MISSING_KERNEL = re.compile(
     r"|Failed to find kernel for (\w+)\(\d+\) \(node:'([^']*)'"
 )
 _UNKNOWN_OP = re.compile(r"[\w.]*:(\w+)\(-?\d+\) is not a registered function/op")
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/lite`` or ``~/.cache/lite``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lite"
 
 
 @dataclass(frozen=True)
