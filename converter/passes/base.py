@@ -23,6 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from converter.errors import PassError
+from lite.format.ir import fresh_name
 
 
 @dataclass
@@ -57,12 +58,7 @@ class PassContext:
     names: set[str] = field(default_factory=set)  # value names in use (see model_names)
 
     def unique_name(self, base: str) -> str:
-        name, counter = base, 0
-        while name in self.names:
-            counter += 1
-            name = f"{base}_{counter}"
-        self.names.add(name)
-        return name
+        return fresh_name(base, self.names)
 
 
 Pass = Callable[[ir.Model, PassContext], PassResult]

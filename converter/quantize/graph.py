@@ -18,6 +18,7 @@ import numpy as np
 
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
+from lite.format.ir import fresh_name
 
 
 class GraphEditor:
@@ -77,12 +78,7 @@ class GraphEditor:
 
     # --- edits ----------------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
-        name, counter = base, 0
-        while name in self.names:
-            counter += 1
-            name = f"{base}_{counter}"
-        self.names.add(name)
-        return name
+        return fresh_name(base, self.names)
 
     def add_tensor(self, base: str, dtype: DataType, shape, data: np.ndarray | None = None,
                    quant: lite_ir.QuantParams | None = None) -> int:

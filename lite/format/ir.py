@@ -131,3 +131,13 @@ class Model:
     @property
     def main(self) -> Graph:
         return self.graphs[0]
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``... whichever ``taken`` lacks; the result is added to ``taken``."""
+    name, counter = base, 0
+    while name in taken:
+        counter += 1
+        name = f"{base}_{counter}"
+    taken.add(name)
+    return name

@@ -30,6 +30,7 @@ from lite.engines.ort.graph import node_name, reads
 from lite.errors import UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, is_subbyte
+from lite.format.ir import fresh_name
 from lite.ops import fused_activation
 
 MAX_IR_VERSION = 11
@@ -223,13 +224,7 @@ class _Lowering:
 
     def fresh(self, graph: ir.Graph, base: str) -> str:
         """A value or node name no tensor of ``graph`` (nor an earlier fresh name) uses."""
-        taken = self.taken.setdefault(id(graph), {t.name for t in graph.tensors})
-        name, counter = base, 0
-        while name in taken:
-            counter += 1
-            name = f"{base}_{counter}"
-        taken.add(name)
-        return name
+        return fresh_name(base, self.taken.setdefault(id(graph), {t.name for t in graph.tensors}))
 
     def attribute(self, name: str, attribute: ir.Attribute) -> AttributeProto:
         kind, value = attribute.type, attribute.value
