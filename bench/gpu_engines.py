@@ -194,7 +194,8 @@ def run_parent(args: argparse.Namespace) -> dict:
     engines: dict[str, TorchEngine] = {}
     for mode in args.modes:
         try:
-            engines[mode] = TorchEngine(model_ir, device=args.device, mode=mode, cache_dir=cache_dir)
+            engines[mode] = TorchEngine(model_ir, device=args.device, mode=mode, cache_dir=cache_dir,
+                                        **freezing_option(args))
             info[f"lite_{mode}_precision"] = engines[mode].compute_precision
             info[f"lite_{mode}_partition"] = engines[mode].describe()
         except Exception as err:
@@ -273,6 +274,8 @@ def warm_start(bench: Bench, lite_path: Path, cache_dir: Path, batch: int) -> No
         return
     command = [sys.executable, __file__, "--child", str(lite_path), "--cache-dir", str(cache_dir), "--device",
                args.device, "--batches", str(batch), "--modes", mode, "--image-size", str(args.image_size)]
+    if args.freezing is not None:
+        command.append("--freezing" if args.freezing else "--no-freezing")
     started = time.time()
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=max(30.0, min(180.0, bench.left())),
@@ -297,7 +300,10 @@ def run_child(args: argparse.Namespace) -> None:
 
     imported = time.time()
     model_ir = lite.Model.load(args.child, device="numpy").ir
-    engine = TorchEngine(model_ir, device=args.device, mode=args.modes[0], cache_dir=args.cache_dir)
+    loaded = time.time()
+    engine = TorchEngine(model_ir, device=args.device, mode=args.modes[0], cache_dir=args.cache_dir,
+                         **freezing_option(args))
+    built = time.time()
     batch = args.batches[0]
     x = torch.randn(batch, 3, args.image_size, args.image_size, device=args.device).half()
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
@@ -316,9 +322,15 @@ def run_child(args: argparse.Namespace) -> None:
     slow = [i for i, t in enumerate(times) if t > 1.2 * steady]
     full_speed = (first_result - spawned) + float(elapsed[slow[-1]] - elapsed[0]) if slow else first_result - spawned
     print(json.dumps({"mode": args.modes[0], "batch": batch, "import_seconds": round(imported - spawned, 2),
+                      "load_seconds": round(loaded - imported, 2), "engine_seconds": round(built - loaded, 2),
+                      "second_call_s": round(times[1], 3), "third_call_s": round(times[2], 3),
                       "start_to_first_result_s": round(first_result - spawned, 2),
                       "start_to_full_speed_s": round(full_speed, 2), "first_call_s": round(times[0], 3),
                       "steady_ms_per_batch": round(steady * 1e3, 3)}))
+
+
+def freezing_option(args: argparse.Namespace) -> dict:
+    return {} if args.freezing is None else {"freezing": args.freezing}
 
 
 def ratios(results: dict, args: argparse.Namespace) -> dict:
@@ -377,6 +389,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--model", default="resnet50", help="torchvision model name, or 'tiny'")
     parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--freezing", action=argparse.BooleanOptionalAction, default=None,
+                        help="the torch engine's freezing option (default: the engine's default)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

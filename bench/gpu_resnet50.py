@@ -8,13 +8,14 @@ float16 by PyTorch:
 
 - ORT default: CUDA provider defaults, inputs and outputs bound on the GPU (IOBinding);
 - ORT best: NHWC preferred + CUDA graph + IOBinding with fixed buffers (its best configuration);
-- lite, device-resident: torch CUDA tensors in, DeviceArray out (DLPack, no host copies);
+- lite, device-resident: torch CUDA tensors in, DeviceArray out (DLPack, no host copies); the
+  same with CuPy arrays in (the generic DLPack path, without PyTorch's allocator);
 - lite, numpy: numpy arrays in and out.
 
 Needs a CUDA GPU, torch + torchvision, and onnxruntime-gpu (see docs/benchmarks.md for the
 command used on our GPU machine). Prints a table and writes JSON to --json.
 
-    python bench/gpu_resnet50.py --batches 1 256 --seconds 3 --json out.json
+    python bench/gpu_resnet50.py --batches 1 256 --seconds 2 --rounds 5 --json out.json
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def export(workdir: Path):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 256])
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed window per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; figures are medians")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -116,24 +118,14 @@ def main() -> int:
     for batch in args.batches:
         x_dev = torch.randn(batch, 3, 224, 224, device="cuda").half()
         x_host = x_dev.cpu().numpy()
-        results = {"batch": batch}
-
-        def measure(label, fn):
-            try:
-                seconds = timed(fn, sync, args.seconds)
-                results[label] = {"ms_per_batch": seconds * 1e3, "images_per_s": batch / seconds,
-                                  "ms_per_image": seconds * 1e3 / batch}
-            except Exception as err:  # keep the table going; the error is part of the result
-                results[label] = {"error": f"{type(err).__name__}: {err}"}
-                traceback.print_exc()
-
+        results: dict = {"batch": batch}
+        runners = {}
         # ORT default, IOBinding on the GPU.
         session = ort.InferenceSession(str(fp16_path), providers=["CUDAExecutionProvider"])
         binding = session.io_binding()
         binding.bind_input("input", "cuda", 0, np.float16, list(x_dev.shape), x_dev.data_ptr())
         binding.bind_output("logits", "cuda", 0)
-        measure("ort_default", lambda: session.run_with_iobinding(binding))
-        del session, binding
+        runners["ort_default"] = lambda s=session, b=binding: s.run_with_iobinding(b)
         # ORT best: NHWC + CUDA graph + fixed IOBinding buffers.
         options = {"prefer_nhwc": "1", "enable_cuda_graph": "1"}
         best = ort.InferenceSession(str(fp16_path), providers=[("CUDAExecutionProvider", options)])
@@ -142,15 +134,42 @@ def main() -> int:
         best_binding = best.io_binding()
         best_binding.bind_ortvalue_input("input", x_fixed)
         best_binding.bind_ortvalue_output("logits", y_fixed)
-        measure("ort_best", lambda: best.run_with_iobinding(best_binding))
-        del best, best_binding
-        # lite.
-        measure("lite_device", lambda: model.predict({"input": x_dev}))
-        measure("lite_numpy", lambda: model.predict({"input": x_host}))
+        runners["ort_best"] = lambda s=best, b=best_binding: s.run_with_iobinding(b)
+        # lite: PyTorch tensors in (its fast path), any other DLPack array in (CuPy), numpy in and out.
+        runners["lite_device"] = lambda: model.predict({"input": x_dev})
+        try:
+            import cupy
+
+            x_cupy = cupy.from_dlpack(x_dev)
+            runners["lite_device_cupy"] = lambda: model.predict({"input": x_cupy})
+        except ImportError:
+            pass
+        runners["lite_numpy"] = lambda: model.predict({"input": x_host})
+        # Interleaved rounds, rotating the order: each figure is the median over rounds.
+        samples: dict[str, list[float]] = {label: [] for label in runners}
+        labels_in_order = list(runners)
+        for round_index in range(args.rounds):
+            shift = round_index % len(labels_in_order)
+            for label in labels_in_order[shift:] + labels_in_order[:shift]:
+                try:
+                    samples[label].append(timed(runners[label], sync, args.seconds))
+                except Exception as err:  # keep the table going; the error is part of the result
+                    results[label] = {"error": f"{type(err).__name__}: {err}"}
+                    traceback.print_exc()
+        for label, values in samples.items():
+            if values and label not in results:
+                seconds = float(np.median(values))
+                results[label] = {"ms_per_batch": seconds * 1e3, "images_per_s": batch / seconds,
+                                  "ms_per_image": seconds * 1e3 / batch,
+                                  "rounds_ms": [round(v * 1e3, 4) for v in values]}
+        if samples["lite_device"] and samples["ort_best"]:
+            per_round = [b / a for a, b in zip(samples["lite_device"], samples["ort_best"])]
+            results["lite_device_vs_ort_best_per_round"] = [round(r, 4) for r in per_round]
         rows.append(results)
+        del runners, session, binding, best, best_binding
 
     print(json.dumps(checks, indent=2))
-    labels = ["ort_default", "ort_best", "lite_device", "lite_numpy"]
+    labels = ["ort_default", "ort_best", "lite_device", "lite_device_cupy", "lite_numpy"]
     print(f"\n{'batch':>6} " + " ".join(f"{label:>22}" for label in labels) + "   (images/s; ms/image)")
     for row in rows:
         cells = []

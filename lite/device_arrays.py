@@ -45,18 +45,26 @@ def device_array_spec(value: Any) -> tuple[tuple[int, ...], np.dtype]:
 
 
 class DeviceArray:
-    """A tensor in GPU memory returned by lite; import it with ``torch.from_dlpack`` or ``cupy.from_dlpack``."""
+    """A tensor in GPU memory returned by lite; import it with ``torch.from_dlpack`` or ``cupy.from_dlpack``.
+
+    It wraps what the engine produced: an ``onnxruntime.OrtValue`` on the device, or a tensor of
+    the caller's framework (a PyTorch tensor when the inputs were PyTorch tensors); either way
+    DLPack hands the memory over without a copy.
+    """
 
     def __init__(self, value: Any) -> None:
-        self._value = value  # an onnxruntime.OrtValue on the device
+        self._value = value
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self._value.shape())
+        shape = self._value.shape
+        return tuple(shape() if callable(shape) else shape)
 
     @property
     def dtype(self) -> np.dtype:
-        return numpy_dtype_of_ortvalue(self._value)
+        if hasattr(self._value, "data_type"):  # an OrtValue
+            return numpy_dtype_of_ortvalue(self._value)
+        return device_array_spec(self._value)[1]
 
     @property
     def device(self) -> str:
@@ -70,7 +78,9 @@ class DeviceArray:
 
     def numpy(self) -> np.ndarray:
         """A host copy."""
-        return self._value.numpy()
+        if hasattr(self._value, "data_type"):  # an OrtValue
+            return self._value.numpy()
+        return self._value.cpu().numpy()  # a framework tensor (PyTorch)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         array = self.numpy()

@@ -63,12 +63,15 @@ class TorchEngine:
     :data:`lite.engines.torch.compiler.MODES`; None picks ``max-autotune`` on CUDA (the fastest
     at large batches, CUDA graphs included) and ``default`` on the CPU. ``dynamic``: passed to
     ``torch.compile`` (False: one compiled graph per input shape). ``freezing``: fold weights
-    into the compiled graph. ``cache_dir``: the cache root (Inductor's caches go to
+    into the compiled graph; None: on the CPU (oneDNN weight prepacking) but not on CUDA, where
+    the lowering already stores weights in their final dtype and layout, and where a frozen graph
+    misses Inductor's FX graph cache, so a restart took 14.2 s to full speed instead of 11.9 s
+    (ResNet-50, H200, bench/gpu_engines.py; same throughput). ``cache_dir``: the cache root (Inductor's caches go to
     ``<cache_dir>/torch``); None leaves torch's default.
     """
 
     def __init__(self, model: ir.Model, device: str = "cuda", *, mode: str | None = None, precision: str = "auto",
-                 channels_last: bool | None = None, dynamic: bool | None = False, freezing: bool = True,
+                 channels_last: bool | None = None, dynamic: bool | None = False, freezing: bool | None = None,
                  cache_dir: str | Path | None = "default", custom_ops: KernelRegistry | None = None,
                  fallback: bool = True) -> None:
         self.device = torch.device(device)
@@ -106,7 +109,7 @@ class TorchEngine:
                 f"the torch engine does not lower {len(self.unmapped)} node(s) of this model:\n  {listed}\n"
                 "Pass fallback=True to run them on the numpy engine, or use device='cpu'/'cuda' (ONNX Runtime)."
             )
-        self.segments = self._build(dynamic, freezing)
+        self.segments = self._build(dynamic, not on_gpu if freezing is None else freezing)
         self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_torch)
 
     # -- partition -----------------------------------------------------------------------------
