@@ -106,6 +106,11 @@ def _check_node(node: ir.Node, label: str, opsets: dict[str, int], what: str) ->
         _text(name, f"{label}: an attribute name", what)
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
     version = opsets.get(domain, opsets.get("ai.onnx", 0) if domain == "" else 0)
+    if domain == "" and version == 0:
+        raise ModelImportError(
+            f"{what}: {label} is a standard ONNX op ({node.op_type}), but the model imports no opset for "
+            "the default domain (opset_import has no entry for ''); export the model again with an opset version"
+        )
     try:
         schema = onnx.defs.get_schema(node.op_type, version, domain)
     except onnx.defs.SchemaError:

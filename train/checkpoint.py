@@ -224,6 +224,10 @@ def _decode(name: str, parts: list[checkpoint_pb2.TensorProto], source: str) -> 
         )
     if any(d < 0 for d in dims):
         raise CheckpointError(f"{source}: {name!r} has negative dims {dims}")
+    if len(dims) > _MAX_RANK:
+        raise CheckpointError(
+            f"{source}: {name!r} has {len(dims)} dims; tensors have at most {_MAX_RANK} (the file is damaged)"
+        )
     expected = math.prod(dims) * dtype.itemsize  # Python ints: damaged dims cannot overflow
     if expected != len(raw):
         raise CheckpointError(
@@ -234,6 +238,9 @@ def _decode(name: str, parts: list[checkpoint_pb2.TensorProto], source: str) -> 
     if head.tensor_type == "BFloat16":
         return (array.astype(np.uint32) << 16).view(np.float32)
     return array.astype(dtype.newbyteorder("="))
+
+
+_MAX_RANK = 32  # numpy 1.x's limit (2.x allows 64); MindSpore's tensors stay far below it
 
 
 def _decode_text(name: str, raw: bytes, source: str) -> str:

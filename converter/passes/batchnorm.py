@@ -90,7 +90,7 @@ class FoldBatchNormIntoLayer(RewriteRule):
     name = "fold_batchnorm"
 
     def match(self, node: ir.Node) -> _Fold | None:
-        if _match_batchnorm(node) is None:
+        if _match_batchnorm(node) is None or not node.inputs:
             return None
         layer = find_layer(node.inputs[0])
         return None if layer is None else _Fold(node, layer)

@@ -30,6 +30,7 @@ import onnx
 import onnx_ir as ir
 from onnx.reference import ReferenceEvaluator
 
+from converter.errors import PassError
 from converter.passes.base import (
     PassContext,
     PassResult,
@@ -181,7 +182,11 @@ def _replace_with_constants(
         expected = output.dtype
         folded = add_initializer(graph, array, context.unique_name(f"{output.name or node.op_type}_folded"))
         if expected is not None and folded.dtype != expected:
-            raise ValueError(f"folded {describe(node)} gives {folded.dtype}, the graph expects {expected}")
+            raise PassError(
+                f"fold_constants: {describe(node)} computes {folded.dtype} from its constant inputs, but the "
+                f"model declares {output.name!r} as {expected}: the model's types are inconsistent "
+                "(check the node's input types, or re-export the model)"
+            )
         replace_output(output, folded)
         folded.const_value.name = folded.name  # it may have taken a graph output's name
     for output in node.outputs:

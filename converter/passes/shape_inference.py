@@ -37,11 +37,18 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     capture = _Capture()
     logger.addHandler(capture)
     propagate, logger.propagate = logger.propagate, False
+    long_vector = _long_vector(model)
+    data_prop = long_vector is None
+    if long_vector is not None:
+        result.declined.append(
+            f"model: {long_vector} is a vector of more than {_DATA_PROP_MAX_LENGTH} elements, so shape "
+            "inference ran without data propagation (ONNX's propagation holds such vectors element by element)"
+        )
     try:
-        outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=True)(model)
+        outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=data_prop)(model)
         if not outcome.modified and capture.messages:
             # Strict mode stops at the first node it cannot infer; non-strict infers the rest.
-            ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
+            ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=data_prop)(model)
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
@@ -54,6 +61,23 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     result.details.append(f"{after} values have a known shape ({result.changed} new)")
     result.seconds = time.perf_counter() - started
     return result
+
+
+# Data propagation computes the values of small vectors (shapes, slice bounds) at conversion
+# time. ONNX's implementation allocates about 140 bytes per element of any vector it considers,
+# whatever its type: a declared [2**40] input took all memory. Shape vectors are never this long.
+_DATA_PROP_MAX_LENGTH = 1 << 16
+
+
+def _long_vector(model: ir.Model) -> str | None:
+    """The name of a declared 1-D value longer than data propagation handles safely, if any."""
+    for graph in all_graphs(model):
+        values = [*graph.inputs, *graph.outputs, *(v for node in graph for v in node.outputs)]
+        for value in values:
+            shape = value.shape
+            if shape is not None and len(shape) == 1 and isinstance(shape[0], int) and shape[0] > _DATA_PROP_MAX_LENGTH:
+                return repr(value.name)
+    return None
 
 
 def _refuse_negative_dims(model: ir.Model) -> None:

@@ -141,3 +141,59 @@ def test_if_branch_without_outputs_is_rejected_before_shape_inference():
     else_branch = helper.make_graph([helper.make_node("Mul", ["a", "a"], ["e"])], "else", [], [])
     node = helper.make_node("If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch)
     rejected(model_bytes([node], [cond, a], [Y]), "else_branch has 0 outputs, the If node 1")
+
+
+def test_standard_op_without_a_default_domain_opset_is_rejected():
+    """No opset_import at all: the schema checks were skipped and fold_batchnorm met a
+    BatchNormalization without inputs (IndexError)."""
+    nodes = [helper.make_node("BatchNormalization", [], ["n"]), helper.make_node("Relu", ["n"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [X], [Y])
+    model = helper.make_model(graph)
+    del model.opset_import[:]
+    rejected(model.SerializeToString(), "imports no opset for the default domain")
+
+
+def test_a_long_declared_vector_does_not_size_shape_inference_memory():
+    """ONNX's data propagation holds every element of a vector it considers (~140 bytes each): an
+    If over a declared [2**40] input took all memory. Shape inference now runs without data
+    propagation for such models. 10**7 elements would have cost about 1.4 GB."""
+    import resource
+
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [10**7])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+    then_branch = helper.make_graph([helper.make_node("Add", ["a", "a"], ["t"])], "then", [],
+                                    [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    else_branch = helper.make_graph([helper.make_node("Mul", ["a", "a"], ["e"])], "else", [],
+                                    [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    model = converter.convert_model(model_bytes([node], [cond, a], [Y]))
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert [n.op_type for n in model.main.nodes] == ["If"]
+    assert grown_mib < 200, f"peak RSS grew by {grown_mib:.0f} MiB"
+
+
+def test_checkpoint_tensor_with_more_dims_than_numpy_allows(tmp_path):
+    """87 dims (numpy 2.x allows 64) escaped as ValueError from reshape."""
+    from train._generated import checkpoint_pb2
+    from train.checkpoint import CheckpointError, load_checkpoint
+
+    message = checkpoint_pb2.Checkpoint()
+    item = message.value.add()
+    item.tag = "conv.weight"
+    item.tensor.CopyFrom(checkpoint_pb2.TensorProto(dims=[1] * 87, tensor_type="Float32",
+                                                    tensor_content=np.zeros(1, "<f4").tobytes()))
+    path = tmp_path / "deep.ckpt"
+    path.write_bytes(message.SerializeToString())
+    with pytest.raises(CheckpointError, match="87 dims"):
+        load_checkpoint(str(path))
+
+
+def test_folded_value_of_another_type_than_declared_is_a_pass_error():
+    """A Softmax over an int64 constant, declared float (a mutated MINDIR): constant folding's
+    internal check escaped as ValueError."""
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    nodes = [helper.make_node("Softmax", ["c"], ["y"])]
+    constant = numpy_helper.from_array(np.arange(3, dtype=np.int64), "c")
+    with pytest.raises(PassError, match="declares 'y' as FLOAT"):
+        converter.convert_model(model_bytes(nodes, [], [y], [constant]))
