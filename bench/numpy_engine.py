@@ -100,32 +100,19 @@ def worker(engine: str, path: str, runs: int, threads: int) -> None:
 
 def memory(path: Path) -> dict[str, float]:
     """Peak live activation bytes (the lifetime bound) against what one steady-state run holds:
-    the engine's planned arena plus tracemalloc's peak of everything allocated outside it."""
-    import tracemalloc
-
+    the engine's planned arena plus tracemalloc's peak of everything allocated outside it
+    (``lite bench --memory``'s measurement)."""
     import numpy as np
 
     import lite
+    from lite.commands.bench import measure_memory
 
     model = lite.Model.load(str(path), device="numpy")
-    engine = model.engine
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    feeds = {model.inputs[0].name: x}
-    constants = {id(v) for v in engine.plans[0].constants.values()}
-    peak = [0]
-
-    def observe(node, seconds, values):
-        live = sum(v.nbytes for v in values if isinstance(v, np.ndarray) and id(v) not in constants)
-        peak[0] = max(peak[0], live)
-
-    engine.run(feeds, observe)
-    engine.run(feeds)
-    tracemalloc.start()
-    engine.run(feeds)
-    outside = tracemalloc.get_traced_memory()[1] + x.nbytes
-    tracemalloc.stop()
-    arena = engine.pool.held_bytes()
-    return {"bound": peak[0], "arena": arena, "outside": outside, "ratio": (arena + outside) / peak[0]}
+    m = measure_memory(model, {model.inputs[0].name: x})
+    held = m["peak_allocated_bytes"]
+    return {"bound": m["peak_live_bytes"], "arena": m["arena_bytes"], "outside": held - m["arena_bytes"],
+            "ratio": m["ratio_to_bound"]}
 
 
 def _measure(engine: str, path: Path, runs: int, threads: int) -> float:

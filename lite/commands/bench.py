@@ -205,10 +205,12 @@ def measure_memory(model: Model, feeds: dict[str, np.ndarray]) -> dict[str, floa
     baseline = tracemalloc.get_traced_memory()[0]
     engine.run(feeds)
     # The engine's arena was allocated in an earlier run (planned from it): count it explicitly.
-    allocated = tracemalloc.get_traced_memory()[1] - baseline + input_bytes + engine.pool.held_bytes()
+    arena = engine.pool.held_bytes()
+    allocated = tracemalloc.get_traced_memory()[1] - baseline + input_bytes + arena
     tracemalloc.stop()
     bound = max(peak[0], 1)
-    return {"peak_live_bytes": peak[0], "peak_allocated_bytes": allocated, "ratio_to_bound": allocated / bound}
+    return {"peak_live_bytes": peak[0], "peak_allocated_bytes": allocated, "arena_bytes": arena,
+            "ratio_to_bound": allocated / bound}
 
 
 def profile(model: Model, feeds: dict[str, np.ndarray], loops: int) -> dict[str, Any]:

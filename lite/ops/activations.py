@@ -36,8 +36,12 @@ def _softplus(X: np.ndarray) -> np.ndarray:
 
 
 @kernel("Relu", since=1)
-def Relu(X):
-    return np.maximum(X, np.zeros((), dtype=np.asarray(X).dtype))
+def Relu(X, *, allocate=np.empty):
+    X = np.asarray(X)
+    zero = np.zeros((), dtype=X.dtype)
+    if allocate is np.empty or X.dtype.kind not in "fi":
+        return np.maximum(X, zero)
+    return np.maximum(X, zero, out=allocate(X.shape, X.dtype))
 
 
 @kernel("LeakyRelu", since=1)

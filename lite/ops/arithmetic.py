@@ -21,28 +21,38 @@ def _same_type(result: np.ndarray, like: np.ndarray) -> np.ndarray:
     return np.asarray(result).astype(like.dtype, copy=False)
 
 
+def _binary(ufunc: np.ufunc, A, B, allocate) -> np.ndarray:
+    """``ufunc(A, B)`` into a buffer from ``allocate`` (the engine's arena) when the operands
+    share a numeric type, as ONNX requires; any other mix takes numpy's promotion, then A's type."""
+    A = np.asarray(A)
+    B = np.asarray(B)
+    if A.dtype != B.dtype or A.dtype.kind not in "fiub" or allocate is np.empty:
+        return _same_type(ufunc(A, B), A)
+    return ufunc(A, B, out=allocate(np.broadcast_shapes(A.shape, B.shape), A.dtype))
+
+
 @kernel("Add", since=7)
-def Add(A, B):
-    return _same_type(np.add(A, B), A)
+def Add(A, B, *, allocate=np.empty):
+    return _binary(np.add, A, B, allocate)
 
 
 @kernel("Sub", since=7)
-def Sub(A, B):
-    return _same_type(np.subtract(A, B), A)
+def Sub(A, B, *, allocate=np.empty):
+    return _binary(np.subtract, A, B, allocate)
 
 
 @kernel("Mul", since=7)
-def Mul(A, B):
-    return _same_type(np.multiply(A, B), A)
+def Mul(A, B, *, allocate=np.empty):
+    return _binary(np.multiply, A, B, allocate)
 
 
 @kernel("Div", since=7)
-def Div(A, B):
+def Div(A, B, *, allocate=np.empty):
     A = np.asarray(A)
     B = np.asarray(B)
     if A.dtype.kind in "iu":
         return _truncating_divide(A, B)
-    return _same_type(np.divide(A, B), A)
+    return _binary(np.divide, A, B, allocate)
 
 
 def _truncating_divide(A: np.ndarray, B: np.ndarray) -> np.ndarray:

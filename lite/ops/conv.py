@@ -38,8 +38,10 @@ from lite.ops._conv_common import (
 )
 from lite.ops.registry import kernel
 
-# Elements per block in the depthwise path: the accumulator and scratch buffers stay in L2.
-_DEPTHWISE_BLOCK_ELEMENTS = 96 * 1024
+# Scratch of the depthwise path, in elements: a block of channels holds one buffer per stride
+# phase plus an accumulator and a spare, so stride 1 gets blocks of 96 K elements (they stay in
+# L2) and stride 2 (four phases) half that, keeping the scratch near 1.1 MiB either way.
+_DEPTHWISE_SCRATCH_ELEMENTS = 3 * 96 * 1024
 # From this many channels on, the channels-last einsum path is faster than per-tap ufuncs.
 _CHANNELS_LAST_MIN_CHANNELS = 192
 # im2col columns per GEMM: at most this many bytes (the scratch stays bounded on big images),
@@ -202,8 +204,10 @@ def _depthwise_channels_last(x, w, begin, end, strides, out_shape, allocate):
     length = out_h * grid_w
     itemsize = x.dtype.itemsize
     y = allocate((batch, channels, out_h, out_w), x.dtype)
+    total = allocate((length, channels), x.dtype)
+    part = allocate((length, channels), x.dtype) if min(stride_h, kernel_h) * min(stride_w, kernel_w) > 1 else None
     for n in range(batch):
-        total = None
+        first = True
         for r_h in range(min(stride_h, kernel_h)):
             for r_w in range(min(stride_w, kernel_w)):
                 rows = range(r_h, kernel_h, stride_h)
@@ -220,8 +224,14 @@ def _depthwise_channels_last(x, w, begin, end, strides, out_shape, allocate):
                     writeable=False,
                 )
                 taps = np.ascontiguousarray(w[:, 0][:, rows][:, :, cols].transpose(1, 2, 0))
-                part = np.einsum("ijpc,ijc->pc", view, taps)
-                total = part if total is None else np.add(total, part, out=total)
+                if first:
+                    np.einsum("ijpc,ijc->pc", view, taps, out=total)
+                    first = False
+                else:
+                    np.einsum("ijpc,ijc->pc", view, taps, out=part)
+                    total += part
+                # The next phase's buffer may reuse this one's bytes only once nothing refers to it.
+                del buffer, grid_view, view
         y[n] = total.reshape(out_h, grid_w, channels)[:, :out_w].transpose(2, 0, 1)
     return y
 
@@ -238,7 +248,8 @@ def _depthwise_taps(x, w, begin, end, strides, dilations, out_shape, allocate, f
     weights = np.ascontiguousarray(w.reshape(channels, multiplier, taps).transpose(2, 0, 1))[..., None]
     # The grid length depends only on the geometry: one channel's plan sizes the blocks.
     length = TapPlan(x[:1, :1], begin, end, w.shape[2:], strides, dilations, out_shape, 0).length
-    block = max(1, min(channels, _DEPTHWISE_BLOCK_ELEMENTS // (length * multiplier)))
+    phases = math.prod(min(s, (k - 1) * d + 1) for s, k, d in zip(strides, w.shape[2:], dilations))
+    block = max(1, min(channels, _DEPTHWISE_SCRATCH_ELEMENTS // ((phases + 2) * length * multiplier)))
     for start in range(0, channels, block):
         stop = min(start + block, channels)
         plan = TapPlan(x[:, start:stop], begin, end, w.shape[2:], strides, dilations, out_shape, 0, allocate)

@@ -49,7 +49,9 @@ def test_registry_reports_engine_parameters_and_not_as_attributes():
     assert conv_kernel.wants_fused_activation and conv_kernel.wants_allocate
     assert not conv_kernel.accepts("fused_activation") and not conv_kernel.accepts("allocate")
     relu = KERNELS.select("Relu", "", 14)
-    assert not relu.wants_fused_activation and not relu.wants_allocate
+    assert not relu.wants_fused_activation and relu.wants_allocate and not relu.accepts("allocate")
+    sigmoid = KERNELS.select("Sigmoid", "", 13)
+    assert not sigmoid.wants_fused_activation and not sigmoid.wants_allocate
 
 
 @pytest.mark.parametrize("path", CONV_PATHS)
@@ -88,7 +90,7 @@ def test_conv_blocks_match_the_reference(monkeypatch):
     depthwise over several channel blocks (each path's loop boundaries)."""
     monkeypatch.setattr(conv, "_COLUMNS_BYTES", 512)
     monkeypatch.setattr(conv, "_POINTWISE_OUTPUT_BYTES", 64)
-    monkeypatch.setattr(conv, "_DEPTHWISE_BLOCK_ELEMENTS", 200)
+    monkeypatch.setattr(conv, "_DEPTHWISE_SCRATCH_ELEMENTS", 600)
     cases = [
         ((2, 3, 11, 9), (4, 3, 3, 3), {"pads": [1, 2, 0, 1], "strides": [2, 1], "dilations": [1, 2]}),
         ((1, 4, 7, 6, 5), (4, 2, 2, 3, 2), {"group": 2, "pads": [1, 0, 1, 0, 1, 1]}),
