@@ -151,24 +151,14 @@ def start_mlserver(port: int, workdir: Path, python: str) -> subprocess.Popen:
 
 
 async def measure(client, tensor, concurrency: int, duration: float, warmup: float) -> dict:
-    """Closed loop: ``concurrency`` callers, each sending its next request when answered."""
+    """Closed loop (``lite bench --grpc``'s): ``concurrency`` callers, each sending its next request when answered."""
+    from serving.bench import closed_loop
 
-    async def phase(seconds: float) -> tuple[list[float], float]:
-        latencies: list[float] = []
-        start = time.perf_counter()
-        stop_at = start + seconds
+    def call():
+        return client.infer("identity", [tensor])
 
-        async def caller() -> None:
-            while time.perf_counter() < stop_at:
-                t0 = time.perf_counter()
-                await client.infer("identity", [tensor])
-                latencies.append(time.perf_counter() - t0)
-
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
-        return latencies, time.perf_counter() - start
-
-    await phase(warmup)
-    latencies, elapsed = await phase(duration)
+    await closed_loop(call, concurrency, warmup)
+    latencies, elapsed = await closed_loop(call, concurrency, duration)
     lat = np.asarray(latencies) * 1e6
     return {"rps": len(lat) / elapsed, "p50_us": float(np.percentile(lat, 50)),
             "p99_us": float(np.percentile(lat, 99))}

@@ -23,6 +23,8 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
 
@@ -77,27 +79,32 @@ async def run_bench(address: str, model: str, *, version: str = "", concurrency:
             for _ in range(warmup):
                 await client.infer(model, inputs, model_version=version, headers=headers)
 
-        async def phase(seconds: float) -> tuple[list[float], float]:
-            latencies: list[float] = []
-            start = time.perf_counter()
-            stop_at = start + seconds
-
-            async def caller() -> None:
-                while time.perf_counter() < stop_at:
-                    t0 = time.perf_counter()
-                    await client.infer(model, inputs, model_version=version, headers=headers)
-                    latencies.append(time.perf_counter() - t0)
-
-            await asyncio.gather(*(caller() for _ in range(concurrency)))
-            return latencies, time.perf_counter() - start
-
         await asyncio.gather(*(warm() for _ in range(concurrency)))
         before = await client.get_inference_statistics(model, version, headers=headers, as_json=True)
-        latencies, elapsed = await phase(duration)
+        latencies, elapsed = await closed_loop(
+            lambda: client.infer(model, inputs, model_version=version, headers=headers), concurrency, duration)
         after = await client.get_inference_statistics(model, version, headers=headers, as_json=True)
     finally:
         await client.close()
     return _report(model, concurrency, batch, latencies, elapsed, before, after)
+
+
+async def closed_loop(call: Callable[[], Awaitable[Any]], concurrency: int,
+                      seconds: float) -> tuple[list[float], float]:
+    """``concurrency`` callers, each awaiting ``call()`` again as soon as it returns, for
+    ``seconds``: the latency of every call (seconds) and the elapsed time."""
+    latencies: list[float] = []
+    start = time.perf_counter()
+    stop_at = start + seconds
+
+    async def caller() -> None:
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            await call()
+            latencies.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - start
 
 
 def _make_input(aio, spec: dict, batch: int, batched: bool):

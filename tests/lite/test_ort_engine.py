@@ -154,3 +154,33 @@ def test_warm_start_from_the_cache_does_not_import_onnx(tmp_path):
             "print(m.engine.segments[0].runner.cached, 'onnx' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "False"]
+
+
+def test_cuda_provider_options_defaults_and_pass_through():
+    from lite.engines.ort.sessions import SessionConfig, providers
+
+    ort = pytest.importorskip("onnxruntime")
+    cuda = dict(providers(SessionConfig(device="cuda"))[0][1])
+    assert cuda["prefer_nhwc"] == "1" and cuda["enable_cuda_graph"] == "1"
+    newer = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, 20)
+    assert (cuda.get("fuse_conv_bias") == "1") == newer
+    off = dict(providers(SessionConfig(device="cuda", fuse_conv_bias=False))[0][1])
+    assert "fuse_conv_bias" not in off
+    extra = SessionConfig(device="cuda", cuda_options={"use_tf32": 0})
+    assert extra.cuda_options == (("use_tf32", "0"),) and hash(extra)  # frozen and hashable
+    assert dict(providers(extra)[0][1])["use_tf32"] == "0"
+    assert providers(SessionConfig()) == ["CPUExecutionProvider"]
+
+
+def test_a_cuda_session_that_fell_back_to_the_cpu_is_refused():
+    """ONNX Runtime runs on the CPU when its CUDA provider does not start (an unknown option, a
+    missing library): lite refuses that instead of running slowly."""
+    from lite.engines.ort.sessions import SessionConfig, _check_provider
+
+    class FellBack:
+        def get_providers(self):
+            return ["CPUExecutionProvider"]
+
+    with pytest.raises(lite.EngineUnavailableError, match="fell back to the CPU"):
+        _check_provider(FellBack(), SessionConfig(device="cuda"))
+    _check_provider(FellBack(), SessionConfig(device="cpu"))
