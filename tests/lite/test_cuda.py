@@ -93,3 +93,34 @@ def test_custom_op_partition_on_cuda():
     np.testing.assert_allclose(model(x), [[2, 0, 4, 0]])
     xt = torch.tensor(x, device="cuda")
     np.testing.assert_allclose(np.asarray(model(xt)), [[2, 0, 4, 0]])
+
+
+def test_pytorch_calls_are_asynchronous_and_ordered_by_streams():
+    """With PyTorch loaded first, the graphed session runs on a PyTorch stream and calls with
+    PyTorch tensors return before the GPU is done: many calls queued back to back, on the default
+    and on a side stream, each input freed right away, must each give their own result; numpy
+    and CuPy-style (DLPack) calls in between stay synchronous and agree too."""
+    data = cnn()
+    reference = lite.Model.load(data, device="numpy")
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    assert model.engine.gpu.stream is not None, "the graphed session should run on a PyTorch stream"
+    inputs = [torch.randn(4, 3, 16, 16, device="cuda") * (k + 1) for k in range(24)]
+    expected = [reference(x.cpu().numpy()) for x in inputs]
+    side = torch.cuda.Stream()
+    outputs = []
+    for k, x in enumerate(inputs):
+        if k % 3 == 2:
+            with torch.cuda.stream(side):
+                side.wait_stream(torch.cuda.current_stream())
+                outputs.append(torch.from_dlpack(model.predict({"x": x.clone()})["features"]) * 1)
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            outputs.append(torch.from_dlpack(model.predict({"x": x.clone()})["features"]))
+        if k % 5 == 4:  # a synchronous numpy call in the middle of the queue
+            np.testing.assert_allclose(model(x.cpu().numpy()), expected[k], rtol=1e-3, atol=1e-4)
+        if k % 7 == 6:  # and one through the generic DLPack path
+            got = model.predict({"x": lite.DeviceArray(x)})["features"]
+            np.testing.assert_allclose(got.numpy(), expected[k], rtol=1e-3, atol=1e-4)
+    torch.cuda.synchronize()
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-3, atol=1e-4)

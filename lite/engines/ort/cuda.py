@@ -9,10 +9,14 @@
   ``MAX_GRAPH_BUCKETS``) is captured once and replayed. Replay needs fixed addresses, so every
   bucket owns device buffers for its inputs and outputs; a call copies its inputs into them
   (device to device for device inputs) and its outputs out of them.
-- When the inputs are PyTorch tensors, those two copies go through PyTorch (views of the
-  bucket's buffers, made once): the output copy then comes from PyTorch's caching allocator
-  instead of a fresh device allocation per call, and the input copy is ordered on the caller's
-  stream before the replay reads it. This is what brings a batch-1 call near the bare replay.
+- When the caller uses PyTorch (imported before the model is loaded), the graphed session runs
+  on a CUDA stream lite takes from PyTorch, and calls with PyTorch tensors are asynchronous, as
+  PyTorch's own operations are: the input copy, the graph replay and the output copy are queued
+  on that stream, ordered after the caller's current stream, and the caller's stream is ordered
+  after them; ``predict`` returns without waiting for the GPU (ONNX Runtime's end-of-run
+  synchronisation is switched off for these calls), so its host work overlaps the GPU's. The
+  copies go through PyTorch views of the bucket's buffers and PyTorch's caching allocator.
+  Every other caller (numpy, CuPy, other DLPack arrays) gets synchronous calls, as before.
 """
 
 from __future__ import annotations
@@ -32,11 +36,12 @@ MAX_GRAPH_BUCKETS = 8
 class CudaRunner:
     """Runs one whole-graph session on CUDA with IOBinding (and optionally CUDA graphs)."""
 
-    def __init__(self, ort, plain: Session, graphed: Session | None, device_id: int) -> None:
+    def __init__(self, ort, plain: Session, graphed: Session | None, device_id: int, stream=None) -> None:
         self.ort = ort
         self.plain = plain
         self.graphed = graphed
         self.device_id = device_id
+        self.stream = stream  # the torch.cuda.Stream the graphed session runs on, if any
         self.buckets: dict[tuple, _Bucket] = {}
         self.lock = threading.Lock()
         self.output_names = plain.output_names
@@ -76,14 +81,14 @@ class CudaRunner:
         # Output shapes come from one ordinary run; then buffers are fixed and the graph captured.
         probe = self._run_bound(feeds, on_device=False)
         graph_id = len(self.buckets) + 1
-        bucket = _Bucket(self.ort, self.graphed, self.device_id, graph_id, feeds, probe)
+        bucket = _Bucket(self.ort, self.graphed, self.device_id, graph_id, feeds, probe, self.stream)
         self.buckets[key] = bucket
         return bucket
 
 
 class _Bucket:
     def __init__(self, ort, session: Session, device_id: int, graph_id: int, feeds: dict[str, Any],
-                 probe: dict[str, np.ndarray]) -> None:
+                 probe: dict[str, np.ndarray], stream=None) -> None:
         self.ort = ort
         self.session = session
         self.device_id = device_id
@@ -103,15 +108,34 @@ class _Bucket:
             self.binding.bind_ortvalue_output(name, value)
         self.options = ort.RunOptions()
         self.options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        self.torch: _TorchViews | None = None
         self.run(feeds, on_device=False)  # the first run with this id captures the graph
-        self.torch = _TorchViews.of(self.inputs, self.outputs)
+        self.torch = _TorchViews.of(self.inputs, self.outputs, stream)
+        if self.torch is not None and self.torch.stream is not None:
+            # Asynchronous replays for PyTorch callers: ordering is by streams (see the module doc).
+            self.async_options = ort.RunOptions()
+            self.async_options.add_run_config_entry("gpu_graph_id", str(graph_id))
+            self.async_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
 
     def run(self, feeds: dict[str, Any], on_device: bool) -> dict[str, Any]:
         if on_device and self.torch is not None and self.torch.accepts(feeds):
+            if self.torch.stream is not None:
+                return self.torch.run_async(
+                    feeds, lambda: self.session.session.run_with_iobinding(self.binding, self.async_options))
             return self.torch.run(feeds, lambda: self.session.session.run_with_iobinding(self.binding, self.options))
+        if self.torch is not None:
+            self.torch.settle()  # an asynchronous call may still be using the buffers
+        copied_on_device = False
         for name, value in feeds.items():
-            source = self.ort.OrtValue.from_dlpack(value) if is_device_array(value) else np.ascontiguousarray(value)
-            self.inputs[name].update_inplace(source)
+            if is_device_array(value):
+                self.inputs[name].update_inplace(self.ort.OrtValue.from_dlpack(value))
+                copied_on_device = True
+            else:
+                self.inputs[name].update_inplace(np.ascontiguousarray(value))
+        if copied_on_device:
+            # A device-to-device copy returns before it is done, on a stream the replay's stream
+            # is not ordered after: wait for it (host-to-device copies from numpy are synchronous).
+            _synchronize(self.device_id)
         self.session.session.run_with_iobinding(self.binding, self.options)
         if not on_device:
             return {name: value.numpy() for name, value in self.outputs.items()}
@@ -121,6 +145,7 @@ class _Bucket:
                                                                   self.device_id)
             copy.update_inplace(value)  # the bucket's buffer is overwritten by the next replay
             results[name] = DeviceArray(copy)
+        _synchronize(self.device_id)  # those copies, too, return before they are done
         return results
 
 
@@ -129,20 +154,21 @@ class _Bucket:
 class _TorchViews:
     """PyTorch views of a bucket's input and output buffers, for callers that pass PyTorch tensors."""
 
-    def __init__(self, torch, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+    def __init__(self, torch, inputs: dict[str, Any], outputs: dict[str, Any], stream) -> None:
         self.torch = torch
         self.inputs = {name: torch.from_dlpack(value) for name, value in inputs.items()}
         self.outputs = {name: torch.from_dlpack(value) for name, value in outputs.items()}
         self.device = next(iter(self.inputs.values())).device
+        self.stream = stream  # the stream the session replays on (asynchronous calls), or None
         self.last_stream = None
 
     @classmethod
-    def of(cls, inputs: dict[str, Any], outputs: dict[str, Any]) -> _TorchViews | None:
+    def of(cls, inputs: dict[str, Any], outputs: dict[str, Any], stream=None) -> _TorchViews | None:
         torch = sys.modules.get("torch")  # only when the caller already uses PyTorch: never imported here
         if torch is None or not inputs or not hasattr(next(iter(inputs.values())), "__dlpack__"):
             return None
         try:
-            return cls(torch, inputs, outputs)
+            return cls(torch, inputs, outputs, stream)
         except Exception:  # an ONNX Runtime or PyTorch without DLPack interchange: the generic path
             return None
 
@@ -163,3 +189,51 @@ class _TorchViews:
         replay()
         self.last_stream = stream
         return {name: DeviceArray(view.clone()) for name, view in self.outputs.items()}
+
+    def settle(self) -> None:
+        """Wait until the last call through these views no longer uses the bucket's buffers."""
+        if self.last_stream is not None:
+            self.last_stream.synchronize()  # its output copies, queued after the replay
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    def run_async(self, feeds: dict[str, Any], replay) -> dict[str, Any]:
+        # The copies run on the caller's stream (its allocator and lifetimes, nothing to record),
+        # the replay on the session's: each side waits for the other through events, never the host.
+        current = self.torch.cuda.current_stream(self.device)
+        if self.last_stream is not None and self.last_stream != current:
+            current.wait_stream(self.last_stream)  # the last call's replay and output copies come first
+        for name, value in feeds.items():
+            self.inputs[name].copy_(value)
+        self.stream.wait_stream(current)
+        replay()  # queued on the session's stream; returns without waiting for it
+        current.wait_stream(self.stream)
+        self.last_stream = current
+        # The next call from this stream queues its input copies behind these output copies.
+        return {name: DeviceArray(view.clone()) for name, view in self.outputs.items()}
+
+
+def torch_stream(device_id: int):
+    """A PyTorch CUDA stream for a graphed session to run on, when the process uses PyTorch
+    (imported before the model is loaded; lite never imports it); else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_available():
+            return None
+        return torch.cuda.Stream(device=device_id)
+    except Exception:  # a PyTorch without CUDA, or another device numbering: ONNX Runtime's own stream
+        return None
+
+
+def _synchronize(device_id: int) -> None:
+    """Wait for the device's queued work, through whichever array library the caller uses."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.synchronize(device_id)
+        return
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        with cupy.cuda.Device(device_id):
+            cupy.cuda.runtime.deviceSynchronize()

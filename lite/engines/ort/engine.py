@@ -23,7 +23,7 @@ import numpy as np
 
 from lite.device_arrays import is_device_array
 from lite.engines.numpy_engine import NumpyEngine
-from lite.engines.ort.cuda import CudaRunner
+from lite.engines.ort.cuda import CudaRunner, torch_stream
 from lite.engines.ort import sessions
 from lite.engines.ort.graph import lowering_fingerprint, node_name, reads
 from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
@@ -204,14 +204,18 @@ class OrtEngine:
             return None
         plain = self.segments[0].runner
         graphed = None
+        stream = None
         if self.config.cuda_graph:
             main = self.model.main
+            stream = torch_stream(self.config.device_id)
+            config = self.config if stream is None else dataclasses.replace(self.config, compute_stream=stream.cuda_stream)
             try:
                 graphed = sessions.create(self.ort, lambda: self._lower(main.nodes, main.inputs, main.outputs, main.name),
-                                          self.config, self._identity("whole graph, CUDA graph"))
+                                          config, self._identity("whole graph, CUDA graph"))
             except Exception as err:  # e.g. some nodes fell back to the CPU provider: no capture possible
                 self.cuda_graph_declined = f"{type(err).__name__}: {err}"
-        return CudaRunner(self.ort, plain, graphed, self.config.device_id)
+                stream = None
+        return CudaRunner(self.ort, plain, graphed, self.config.device_id, stream)
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         if self.gpu is not None:

@@ -60,6 +60,9 @@ class SessionConfig:
     # More CUDA provider options, passed through as given (e.g. {"fuse_conv_bias": "1"}); see
     # https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#configuration-options
     cuda_options: tuple[tuple[str, str], ...] | dict[str, Any] = ()
+    # The CUDA stream (a cudaStream_t, as an int) the provider runs on; None: its own. Not part of
+    # the cache key: it changes nothing in the optimized model.
+    compute_stream: int | None = None
     cache_dir: Path | None = field(default_factory=default_cache_dir)  # None: no cache
     weights_identity: str | None = None  # identity of the weights (file, size, mtime); None: hash them
 
@@ -172,6 +175,8 @@ def providers(config: SessionConfig) -> list[Any]:
     if config.fuse_conv_bias and _ort_version() >= (1, 20):
         cuda["fuse_conv_bias"] = "1"
     cuda.update(config.cuda_options)
+    if config.compute_stream is not None:
+        cuda.update(has_user_compute_stream="1", user_compute_stream=str(config.compute_stream))
     chain: list[Any] = [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
     if config.device == "tensorrt":
         trt: dict[str, str] = {"device_id": str(config.device_id)}
