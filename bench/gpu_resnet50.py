@@ -10,7 +10,8 @@ float16 by PyTorch:
 - ORT best: NHWC preferred + CUDA graph + IOBinding with fixed buffers (its best configuration);
 - lite, device-resident: torch CUDA tensors in, DeviceArray out (DLPack, no host copies); the
   same with CuPy arrays in (the generic DLPack path, without PyTorch's allocator);
-- lite, numpy: numpy arrays in and out.
+- lite, numpy: numpy arrays in and out; the same with the input array in pinned host memory
+  (``lite.pinned_empty``).
 
 Needs a CUDA GPU, torch + torchvision, and onnxruntime-gpu (see docs/benchmarks.md for the
 command used on our GPU machine). Prints a table and writes JSON to --json.
@@ -145,6 +146,9 @@ def main() -> int:
         except ImportError:
             pass
         runners["lite_numpy"] = lambda: model.predict({"input": x_host})
+        x_pinned = lite.pinned_empty(x_host.shape, x_host.dtype)  # numpy, in page-locked memory
+        x_pinned[:] = x_host
+        runners["lite_numpy_pinned"] = lambda: model.predict({"input": x_pinned})
         # Interleaved rounds, rotating the order: each figure is the median over rounds.
         samples: dict[str, list[float]] = {label: [] for label in runners}
         labels_in_order = list(runners)
@@ -169,7 +173,7 @@ def main() -> int:
         del runners, session, binding, best, best_binding
 
     print(json.dumps(checks, indent=2))
-    labels = ["ort_default", "ort_best", "lite_device", "lite_device_cupy", "lite_numpy"]
+    labels = ["ort_default", "ort_best", "lite_device", "lite_device_cupy", "lite_numpy", "lite_numpy_pinned"]
     print(f"\n{'batch':>6} " + " ".join(f"{label:>22}" for label in labels) + "   (images/s; ms/image)")
     for row in rows:
         cells = []
@@ -185,6 +189,9 @@ def main() -> int:
         if "images_per_s" in row.get("lite_numpy", {}) and "images_per_s" in row.get("lite_device", {}):
             row["numpy_io_loss"] = 1 - row["lite_numpy"]["images_per_s"] / row["lite_device"]["images_per_s"]
             print(f"batch {row['batch']}: numpy I/O loses {100 * row['numpy_io_loss']:.1f}% against device-resident")
+        if "images_per_s" in row.get("lite_numpy_pinned", {}) and "images_per_s" in row.get("lite_device", {}):
+            row["pinned_numpy_io_loss"] = 1 - row["lite_numpy_pinned"]["images_per_s"] / row["lite_device"]["images_per_s"]
+            print(f"batch {row['batch']}: numpy I/O from pinned memory loses {100 * row['pinned_numpy_io_loss']:.1f}%")
     if args.json:
         Path(args.json).write_text(json.dumps({"checks": checks, "rows": rows}, indent=2))
     return 0

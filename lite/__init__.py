@@ -18,7 +18,7 @@ from lite.errors import (
     UnsupportedOpError,
 )
 from lite.custom_ops import CustomOps
-from lite.device_arrays import DeviceArray
+from lite.device_arrays import DeviceArray, pinned_empty
 from lite.model import Model, TensorSpec
 
 __version__ = "0.1.0"
@@ -36,4 +36,5 @@ __all__ = [
     "TensorSpec",
     "UnsupportedOpError",
     "__version__",
+    "pinned_empty",
 ]

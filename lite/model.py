@@ -71,7 +71,7 @@ class Model:
         ``options`` (ONNX Runtime devices): ``optimization`` ("all", "extended", "basic",
         "disable"), ``cache_dir`` (None disables the session cache), ``device_id``,
         ``gpu_mem_limit``, ``cudnn_conv_algo_search``, ``prefer_nhwc``, ``cuda_graph``,
-        ``fuse_conv_bias``, ``cuda_options`` (more CUDA provider options, a dict), ``precision``; see :class:`lite.engines.ort.sessions.SessionConfig`.
+        ``fuse_conv_bias``, ``tf32``, ``cuda_options`` (more CUDA provider options, a dict), ``precision``; see :class:`lite.engines.ort.sessions.SessionConfig`.
 
         ``engine`` (orthogonal to ``device``, which then says where the engine runs; ``"auto"``
         lets the engine choose): None (the default) binds the engine ``device`` names, as above;

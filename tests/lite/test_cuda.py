@@ -124,3 +124,11 @@ def test_pytorch_calls_are_asynchronous_and_ordered_by_streams():
     torch.cuda.synchronize()
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-3, atol=1e-4)
+
+
+def test_numpy_inputs_in_pinned_memory():
+    data = cnn()
+    x = lite.pinned_empty((4, 3, 16, 16), np.float32)
+    x[:] = np.random.default_rng(3).standard_normal(x.shape)
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    np.testing.assert_allclose(model(x), lite.Model.load(data, device="numpy")(x), rtol=1e-3, atol=1e-4)

@@ -164,11 +164,14 @@ def test_cuda_provider_options_defaults_and_pass_through():
     assert cuda["prefer_nhwc"] == "1" and cuda["enable_cuda_graph"] == "1"
     newer = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, 20)
     assert (cuda.get("fuse_conv_bias") == "1") == newer
+    assert "use_tf32" not in cuda  # ONNX Runtime's default unless the engine or the caller says
+    no_tf32 = dict(providers(SessionConfig(device="cuda", tf32=False))[0][1])
+    assert (no_tf32.get("use_tf32") == "0") == newer
     off = dict(providers(SessionConfig(device="cuda", fuse_conv_bias=False))[0][1])
     assert "fuse_conv_bias" not in off
-    extra = SessionConfig(device="cuda", cuda_options={"use_tf32": 0})
-    assert extra.cuda_options == (("use_tf32", "0"),) and hash(extra)  # frozen and hashable
-    assert dict(providers(extra)[0][1])["use_tf32"] == "0"
+    extra = SessionConfig(device="cuda", cuda_options={"use_tf32": 1})
+    assert extra.cuda_options == (("use_tf32", "1"),) and hash(extra)  # frozen and hashable
+    assert dict(providers(extra)[0][1])["use_tf32"] == "1"  # the caller's options win
     assert providers(SessionConfig()) == ["CPUExecutionProvider"]
 
 

@@ -161,6 +161,9 @@ class _TorchViews:
         self.device = next(iter(self.inputs.values())).device
         self.stream = stream  # the stream the session replays on (asynchronous calls), or None
         self.last_stream = None
+        if stream is not None:  # reused every call: recording again re-arms an event
+            self.inputs_ready = torch.cuda.Event()
+            self.replayed = torch.cuda.Event()
 
     @classmethod
     def of(cls, inputs: dict[str, Any], outputs: dict[str, Any], stream=None) -> _TorchViews | None:
@@ -205,9 +208,11 @@ class _TorchViews:
             current.wait_stream(self.last_stream)  # the last call's replay and output copies come first
         for name, value in feeds.items():
             self.inputs[name].copy_(value)
-        self.stream.wait_stream(current)
+        self.inputs_ready.record(current)
+        self.stream.wait_event(self.inputs_ready)
         replay()  # queued on the session's stream; returns without waiting for it
-        current.wait_stream(self.stream)
+        self.replayed.record(self.stream)
+        current.wait_event(self.replayed)
         self.last_stream = current
         # The next call from this stream queues its input copies behind these output copies.
         return {name: DeviceArray(view.clone()) for name, view in self.outputs.items()}

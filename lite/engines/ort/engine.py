@@ -83,11 +83,13 @@ class OrtEngine:
         self.name = device
         self.custom_ops = custom_ops
         config = options or sessions.SessionConfig(device=device, threads=threads)
-        # Segments run without CUDA graphs; the graphed session (if any) is built beside them.
         self.config = config
+        self.compute_precision = "fp16" if self._half_compute() else "as stored"
+        if device != "cpu" and config.tf32 is None and self.compute_precision != "fp16":
+            config = self.config = dataclasses.replace(config, tf32=False)  # float32 means float32
+        # Segments run without CUDA graphs; the graphed session (if any) is built beside them.
         self.plain_config = dataclasses.replace(config, cuda_graph=False)
         self.cuda_graph_declined: str | None = None
-        self.compute_precision = "fp16" if self._half_compute() else "as stored"
         self.ort = sessions.import_onnxruntime(device)
         on_numpy = {id(n) for n in model.main.nodes if not self._supported(n)}
         self._on_numpy = on_numpy

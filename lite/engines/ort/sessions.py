@@ -56,6 +56,12 @@ class SessionConfig:
     # it made ResNet-50 fp16 1.47x faster at batch 256 on an H200 (bench/gpu_ort_options.py);
     # ONNX Runtime before 1.20 does not know the option and never gets it.
     fuse_conv_bias: bool | None = None
+    # TF32 for float32 MatMul/Conv, which ONNX Runtime uses by default (a 10-bit mantissa: 3e-4
+    # relative error on a 4-term dot product on an H200). None: ONNX Runtime's default; the engine
+    # passes False when it computes in float32, so float32 models get float32 arithmetic as on every
+    # other device (True trades that for speed). Not for float16 compute: there use_tf32=0 also
+    # took cuDNN's tensor-core convolutions away (ResNet-50 fp16 batch 256: 17,580 -> 7,861 images/s).
+    tf32: bool | None = None
     precision: str = "auto"  # auto | fp32 | fp16 (GPU): auto computes in fp16 on GPUs when weights are fp16
     # More CUDA provider options, passed through as given (e.g. {"fuse_conv_bias": "1"}); see
     # https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#configuration-options
@@ -172,8 +178,11 @@ def providers(config: SessionConfig) -> list[Any]:
             "enable_cuda_graph": "1" if config.cuda_graph else "0"}
     if config.gpu_mem_limit:
         cuda["gpu_mem_limit"] = str(config.gpu_mem_limit)
-    if config.fuse_conv_bias and _ort_version() >= (1, 20):
-        cuda["fuse_conv_bias"] = "1"
+    if _ort_version() >= (1, 20):  # older versions refuse options they do not know
+        if config.fuse_conv_bias:
+            cuda["fuse_conv_bias"] = "1"
+        if config.tf32 is not None:
+            cuda["use_tf32"] = "1" if config.tf32 else "0"
     cuda.update(config.cuda_options)
     if config.compute_stream is not None:
         cuda.update(has_user_compute_stream="1", user_compute_stream=str(config.compute_stream))
@@ -283,7 +292,7 @@ def _digest(model_key: str, ort, config: SessionConfig) -> str:
     """The cache key: the model's key plus everything about the session and the machine."""
     settings = (model_key, config.device, config.threads, config.optimization, config.precision, config.device_id,
                 config.gpu_mem_limit, config.cudnn_conv_algo_search, config.prefer_nhwc, config.cuda_graph,
-                config.fuse_conv_bias, config.cuda_options, ort.__version__, platform.machine(), _cpu_features())
+                config.fuse_conv_bias, config.tf32, config.cuda_options, ort.__version__, platform.machine(), _cpu_features())
     return hashlib.sha256(repr(settings).encode()).hexdigest()[:32]
 
 
