@@ -12,6 +12,8 @@ Every key is optional; unknown keys are an error so that a typo never goes unnot
       "instance_count": 2,                      # executions of this model in parallel
       "threads": 1,                             # intra-op threads (ONNX Runtime); 0: one per core
       "device": "cpu",                          # numpy | cpu | cuda | auto (default: the server's)
+      "engine": "auto",                         # auto | numpy | onnxruntime | openvino | torch
+      "precision": "exact",                     # with "engine": exact | fp16 | bf16
       "version_policy": {"latest": 2},          # or {"all": true} or {"specific": [1, 3]}
       "warmup": {"batch_size": 1, "count": 2},  # runs on zero inputs before the model is READY
       "inputs": {"x": "INPUT0"},                # rename: model tensor name -> served name
@@ -20,6 +22,10 @@ Every key is optional; unknown keys are an error so that a typo never goes unnot
     }
 
 The meaning follows Triton's model configuration (``model_config.proto``) where one exists.
+``engine`` binds one of lite's engines (``lite.Model.load(engine=...)``); ``"auto"`` measures the
+engines that can run the model at the batch sizes this server runs it at (1, the preferred batch
+sizes and ``max_batch_size``) and binds the fastest per batch size: the same decision, recorded
+in the same cache, as ``lite bench --autotune`` and ``lite.Model.load(engine="auto")`` make.
 """
 
 from __future__ import annotations
@@ -35,8 +41,10 @@ CONFIG_FILE = "config.json"
 
 _KEYS = {
     "max_batch_size", "dynamic_batching", "max_queue_size", "instance_count", "threads", "device",
-    "version_policy", "warmup", "inputs", "outputs", "preprocessing",
+    "version_policy", "warmup", "inputs", "outputs", "preprocessing", "engine", "precision",
 }
+ENGINE_NAMES = ("auto", "numpy", "onnxruntime", "openvino", "torch")  # lite.engines.ENGINES and "auto"
+PRECISIONS = ("exact", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,15 @@ class ModelConfig:
     input_names: dict[str, str] = field(default_factory=dict)  # model name -> served name
     output_names: dict[str, str] = field(default_factory=dict)
     preprocessing: str = ""  # "" | "image"
+    engine: str | None = None  # None: the engine ``device`` names
+    precision: str | None = None  # with ``engine``: the precision policy (None: "exact")
+
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The batch sizes this model is run at: what ``engine: auto`` tunes for."""
+        if self.max_batch_size <= 0:
+            return (1,)
+        preferred = self.dynamic_batching.preferred_batch_sizes if self.dynamic_batching else ()
+        return tuple(sorted({1, *preferred, self.max_batch_size}))
 
 
 def read_config(model_dir: Path) -> ModelConfig:
@@ -113,6 +130,15 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
     device = raw.get("device")
     if device is not None and device not in ("auto", "numpy", "cpu", "cuda"):
         raise ConfigError(f"{where}: device {device!r}; expected auto, numpy, cpu or cuda")
+    engine = raw.get("engine")
+    if engine is not None and engine not in ENGINE_NAMES:
+        raise ConfigError(f"{where}: engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}")
+    precision = raw.get("precision")
+    if precision is not None:
+        if precision not in PRECISIONS:
+            raise ConfigError(f"{where}: precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+        if engine is None:
+            raise ConfigError(f"{where}: precision needs an engine (e.g. \"engine\": \"auto\")")
     preprocessing = raw.get("preprocessing", "")
     if preprocessing not in ("", "image"):
         raise ConfigError(f"{where}: preprocessing {preprocessing!r}; expected \"image\"")
@@ -128,6 +154,8 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
         input_names=_renames(raw.get("inputs", {}), f"{where}: inputs"),
         output_names=_renames(raw.get("outputs", {}), f"{where}: outputs"),
         preprocessing=preprocessing,
+        engine=engine,
+        precision=precision,
     )
 
 

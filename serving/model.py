@@ -82,9 +82,16 @@ class ServedModel:
              threads: int = 0) -> ServedModel:
         """``device`` as lite.Model.load takes it ("auto": CUDA, else ONNX Runtime CPU, else numpy);
         ``threads`` intra-op threads for ONNX Runtime (0: its default)."""
+        options: dict = {}
+        if config.engine is not None:
+            options["engine"] = config.engine
+            if config.precision is not None:
+                options["precision"] = config.precision
+            if config.engine == "auto":
+                options["batch_sizes"] = config.batch_sizes()
         try:
-            model = lite.Model.load(path, device=device, threads=threads or None)
-        except (lite.LiteError, OSError, ValueError) as err:
+            model = lite.Model.load(path, device=device, threads=threads or None, **options)
+        except (lite.LiteError, OSError, ValueError, TypeError) as err:
             raise ModelLoadError(f"model {name} version {version}: cannot load {path}: {err}") from err
         try:
             served = cls(name, version, model, config, device=model.device, instances=instances,
@@ -92,7 +99,8 @@ class ServedModel:
         except ConfigError as err:
             raise ModelLoadError(f"model {name} version {version}: {err}") from err
         log.info("model loaded", extra={"model": name, "version": version, "device": served.device,
-                                        "requested_device": device, "threads": threads or "default"})
+                                        "requested_device": device, "threads": threads or "default",
+                                        "engine": _engine_description(model)})
         served.warmup()
         return served
 
@@ -306,3 +314,11 @@ def outcome_of(err: BaseException) -> str:
         return "cancelled"
     name = type(err).__name__.removesuffix("Error")
     return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_") or "error"
+
+
+def _engine_description(model: lite.Model) -> str:
+    """What runs the model: the autotuned choice per batch size, or the engine's name."""
+    decision = getattr(model.engine, "decision", None)
+    if isinstance(decision, dict) and decision.get("buckets"):
+        return ", ".join(f"batch {b['batch']}: {b['chosen']}" for b in decision["buckets"])
+    return getattr(model.engine, "name", type(model.engine).__name__)

@@ -190,3 +190,18 @@ def test_config_file_is_json(tmp_path):
     identity_model(tmp_path / "m" / "1" / "model.lite")
     with pytest.raises(ConfigError, match="max_batch_size must be an integer"):
         ModelRepository(tmp_path).source("m")
+
+
+def test_config_engine_and_precision():
+    config = parse_config({"max_batch_size": 8, "dynamic_batching": {"preferred_batch_sizes": [2, 4]},
+                           "engine": "auto", "precision": "bf16"}, "cfg")
+    assert (config.engine, config.precision) == ("auto", "bf16")
+    assert config.batch_sizes() == (1, 2, 4, 8)
+    assert parse_config({}, "cfg").batch_sizes() == (1,)
+    assert parse_config({"max_batch_size": 16}, "cfg").batch_sizes() == (1, 16)
+    with pytest.raises(ConfigError, match="engine 'tensorrt'; expected one of auto, numpy"):
+        parse_config({"engine": "tensorrt"}, "cfg")
+    with pytest.raises(ConfigError, match="precision needs an engine"):
+        parse_config({"precision": "fp16"}, "cfg")
+    with pytest.raises(ConfigError, match="precision 'int4'"):
+        parse_config({"engine": "auto", "precision": "int4"}, "cfg")

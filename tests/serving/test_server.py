@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from .conftest import LABELS
+from .conftest import LABELS, identity_model, start_server, write_config
 
 
 def infer_input(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
@@ -282,3 +282,33 @@ def test_device_auto_uses_onnx_runtime_cpu_when_installed(client, server):
     assert loaded["multi"]["device"] == "numpy"  # a BYTES input: ONNX Runtime holds strings as text only
     group = client.get_model_config("identity", as_json=True)["config"]["instance_group"][0]
     assert group["kind"] == ("KIND_GPU" if loaded["identity"]["device"] == "cuda" else "KIND_CPU")
+
+
+def test_engine_auto_tunes_for_the_batch_sizes_the_server_runs(tmp_path):
+    """``"engine": "auto"`` in a model's config: the server loads it with lite's autotuning for
+    1, the preferred batch sizes and max_batch_size, records the decision in lite's cache (where
+    ``lite bench --autotune`` and ``lite.Model.load(engine="auto")`` find it) and serves with it."""
+    import json
+
+    import tritonclient.grpc as grpcclient
+
+    repo = tmp_path / "repo"
+    identity_model(repo / "tuned" / "1" / "model.lite")
+    write_config(repo / "tuned", {"max_batch_size": 8, "engine": "auto",
+                                  "dynamic_batching": {"preferred_batch_sizes": [4]}})
+    cache = tmp_path / "cache"
+    server = start_server(repo, env={"XDG_CACHE_HOME": str(cache)}, timeout=120)
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        x = np.arange(32, dtype=np.float32).reshape(2, 16)
+        tensor = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        np.testing.assert_array_equal(client.infer("tuned", [tensor]).as_numpy("OUTPUT0"), x)
+        client.close()
+    finally:
+        server.stop()
+    records = list((cache / "lite" / "autotune").rglob("*.json"))
+    assert len(records) == 1, records
+    decision = json.loads(records[0].read_text())
+    assert [bucket["batch"] for bucket in decision["buckets"]] == [1, 4, 8]
+    assert any('"engine": "batch 1: ' in line for line in server.logs), server.logs[-5:]
