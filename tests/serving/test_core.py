@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from serving.batching import DynamicBatcher
+from serving.batching import DirectScheduler, DynamicBatcher
 from serving.config import DynamicBatching, VersionPolicy, parse_config
 from serving.datatypes import decode_raw, encode_raw, serialize_bytes
 from serving.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
@@ -205,3 +205,34 @@ def test_config_engine_and_precision():
         parse_config({"precision": "fp16"}, "cfg")
     with pytest.raises(ConfigError, match="precision 'int4'"):
         parse_config({"engine": "auto", "precision": "int4"}, "cfg")
+
+
+def test_cheap_executions_move_onto_the_event_loop_and_slow_ones_never_do():
+    """DirectScheduler tries cheap-looking executions on the loop now and then and keeps them
+    there when they are cheap on the loop; a slow model stays on the worker threads."""
+    import threading
+
+    def run(busy_s: float) -> list[bool]:
+        on_loop = []
+
+        def execute(inputs):
+            on_loop.append(threading.current_thread() is threading.main_thread())
+            end = time.thread_time() + busy_s
+            while time.thread_time() < end:
+                pass
+            return inputs
+
+        async def main():
+            with ThreadPoolExecutor(1) as executor:
+                scheduler = DirectScheduler(execute, lambda times, n: None, executor, 1, 16, "m", inline_ns=200_000)
+                x = {"x": np.zeros(4, np.float32)}
+                for _ in range(200):
+                    await scheduler.submit(x, 1, None)
+
+        asyncio.run(main())
+        return on_loop
+
+    cheap = run(0.0)
+    assert not cheap[0] and all(cheap[-50:]), "a 0 µs execution should end up on the loop"
+    slow = run(0.003)  # 3 ms: 15x the limit, never even tried on the loop
+    assert not any(slow)
