@@ -11,12 +11,12 @@
   (device to device for device inputs) and its outputs out of them.
 - When the caller uses PyTorch (imported before the model is loaded), the graphed session runs
   on a CUDA stream lite takes from PyTorch, and calls with PyTorch tensors are asynchronous, as
-  PyTorch's own operations are: the input copy, the graph replay and the output copy are queued
-  on that stream, ordered after the caller's current stream, and the caller's stream is ordered
-  after them; ``predict`` returns without waiting for the GPU (ONNX Runtime's end-of-run
-  synchronisation is switched off for these calls), so its host work overlaps the GPU's. The
-  copies go through PyTorch views of the bucket's buffers and PyTorch's caching allocator.
-  Every other caller (numpy, CuPy, other DLPack arrays) gets synchronous calls, as before.
+  PyTorch's own operations are: the input and output copies are queued on the caller's current
+  stream (through PyTorch views of the bucket's buffers and PyTorch's caching allocator), the
+  graph replay on the session's stream, and CUDA events order the three; ``predict`` returns
+  without waiting for the GPU (ONNX Runtime's end-of-run synchronisation is switched off for
+  these calls), so its host work overlaps the GPU's. Every other caller (numpy, CuPy, other
+  DLPack arrays) gets synchronous calls.
 """
 
 from __future__ import annotations
@@ -147,8 +147,6 @@ class _Bucket:
             results[name] = DeviceArray(copy)
         _synchronize(self.device_id)  # those copies, too, return before they are done
         return results
-
-
 
 
 class _TorchViews:
