@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 
@@ -25,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gpu_resnet50 import export, timed  # the same network and exports
+from gpu_resnet50 import export, ort_best_session, timed  # the same network, exports and peer
 
 VARIANTS = {
     "best": {},
@@ -64,24 +63,18 @@ def main() -> int:
         runners, keep, errors = {}, [], {}
         reference = None
         for name, extra in VARIANTS.items():
-            options = {"prefer_nhwc": "1", "enable_cuda_graph": "1", **extra}
             try:
-                session = ort.InferenceSession(str(fp16_path), providers=[("CUDAExecutionProvider", options)])
-                x_fixed = ort.OrtValue.ortvalue_from_numpy(x_host, "cuda", 0)
-                y_fixed = ort.OrtValue.ortvalue_from_shape_and_type([batch, 1000], np.float16, "cuda", 0)
-                binding = session.io_binding()
-                binding.bind_ortvalue_input("input", x_fixed)
-                binding.bind_ortvalue_output("logits", y_fixed)
+                session, binding, y_fixed = ort_best_session(ort, fp16_path, x_host, extra)
                 session.run_with_iobinding(binding)
                 got = y_fixed.numpy().astype(np.float32)
                 reference = got if reference is None else reference
                 results.setdefault("max_abs_diff_vs_best", {})[name] = float(np.abs(got - reference).max())
-                keep.append((session, binding, x_fixed, y_fixed))
+                keep.append((session, binding))
                 runners[f"ort_{name}"] = lambda s=session, b=binding: s.run_with_iobinding(b)
                 model = lite.Model.load(lite_path, device="cuda", cache_dir=None, cuda_options=extra)
                 model.predict({"input": x_dev})
                 keep.append(model)
-                runners[f"lite_{name}"] = lambda m=model: m.predict({"input": x_dev})
+                runners[f"lite_{name}"] = lambda m=model, x=x_dev: m.predict({"input": x})
             except Exception as err:  # an option this build does not know: recorded, the run goes on
                 errors[name] = f"{type(err).__name__}: {err}"[:300]
                 traceback.print_exc()

@@ -69,6 +69,20 @@ def export(workdir: Path):
     return net, fp32_path, fp16_path
 
 
+def ort_best_session(ort, fp16_path: Path, x_host: np.ndarray, extra_options: dict | None = None):
+    """ONNX Runtime's best configuration (NHWC preferred, CUDA graph) with its input and output
+    bound once to fixed device buffers: (session, binding, output OrtValue)."""
+    options = {"prefer_nhwc": "1", "enable_cuda_graph": "1", **(extra_options or {})}
+    session = ort.InferenceSession(str(fp16_path), providers=[("CUDAExecutionProvider", options)])
+    x_fixed = ort.OrtValue.ortvalue_from_numpy(x_host, "cuda", 0)
+    y_fixed = ort.OrtValue.ortvalue_from_shape_and_type([x_host.shape[0], 1000], np.float16, "cuda", 0)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("input", x_fixed)
+    binding.bind_ortvalue_output("logits", y_fixed)
+    binding.keep_alive = (x_fixed, y_fixed)  # the binding refers to them; they must outlive it
+    return session, binding, y_fixed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 256])
@@ -128,13 +142,7 @@ def main() -> int:
         binding.bind_output("logits", "cuda", 0)
         runners["ort_default"] = lambda s=session, b=binding: s.run_with_iobinding(b)
         # ORT best: NHWC + CUDA graph + fixed IOBinding buffers.
-        options = {"prefer_nhwc": "1", "enable_cuda_graph": "1"}
-        best = ort.InferenceSession(str(fp16_path), providers=[("CUDAExecutionProvider", options)])
-        x_fixed = ort.OrtValue.ortvalue_from_numpy(x_host, "cuda", 0)
-        y_fixed = ort.OrtValue.ortvalue_from_shape_and_type([batch, 1000], np.float16, "cuda", 0)
-        best_binding = best.io_binding()
-        best_binding.bind_ortvalue_input("input", x_fixed)
-        best_binding.bind_ortvalue_output("logits", y_fixed)
+        best, best_binding, _ = ort_best_session(ort, fp16_path, x_host)
         runners["ort_best"] = lambda s=best, b=best_binding: s.run_with_iobinding(b)
         # lite: PyTorch tensors in (its fast path), any other DLPack array in (CuPy), numpy in and out.
         runners["lite_device"] = lambda: model.predict({"input": x_dev})
