@@ -44,20 +44,31 @@ class CudaRunner:
         self.stream = stream  # the torch.cuda.Stream the graphed session runs on, if any
         self.buckets: dict[tuple, _Bucket] = {}
         self.lock = threading.Lock()
+        self.graph_thread: int | None = None  # the thread whose ONNX Runtime context holds the graphs
         self.output_names = plain.output_names
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         on_device = any(is_device_array(v) for v in feeds.values())
-        if self.graphed is not None:
+        if self.graphed is None:
+            return self._run_bound(feeds, on_device)
+        # ONNX Runtime keeps a session's CUDA graphs per thread and does not support concurrent
+        # runs of such a session; a capture must not overlap any other CUDA work of the process.
+        # Two server instance threads replaying and capturing ResNet-50 buckets crashed with
+        # "illegal memory access" (bench/gpu_serving.py). So the graphs belong to the first thread
+        # that runs the model; other threads run the plain session, and one lock orders them all
+        # (asynchronous calls hold it only to queue their work).
+        with self.lock:
+            if self.graph_thread is None:
+                self.graph_thread = threading.get_ident()
+            if threading.get_ident() != self.graph_thread:
+                return self._run_bound(feeds, on_device)
             key = tuple((name, tuple(v.shape)) for name, v in feeds.items())
             bucket = self.buckets.get(key)
             if bucket is None and len(self.buckets) < MAX_GRAPH_BUCKETS:
-                with self.lock:
-                    bucket = self.buckets.get(key) or self._capture(key, feeds)
+                bucket = self._capture(key, feeds)
             if bucket is not None:
-                with bucket.lock:  # one replay at a time per bucket: it owns the buffers
-                    return bucket.run(feeds, on_device)
-        return self._run_bound(feeds, on_device)
+                return bucket.run(feeds, on_device)
+            return self._run_bound(feeds, on_device)
 
     def _run_bound(self, feeds: dict[str, Any], on_device: bool) -> dict[str, Any]:
         binding = self.plain.session.io_binding()

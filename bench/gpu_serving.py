@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""256 concurrent single-image gRPC clients against ``lite serve`` on one GPU (issue 11).
+
+ResNet-50 (torchvision definition, random weights) converted with ``--fp16 --fp16-io
+--dynamic-batch`` is served with dynamic batching (``max_batch_size`` 256, preferred sizes 64,
+128, 256) on ``--device cuda``. ``--client-processes`` processes of ``--concurrency`` tritonclient
+aio callers each (256 in all by default) send one 224×224 fp16 image per request, the next when
+answered, for ``--duration`` seconds (``serving.bench.run_bench``, the load loop of ``lite bench
+--grpc``). Reported: images/s served, the server's breakdown per request (queue, input, infer,
+output) and its average batch, against the engine's own batch-256 throughput measured in this
+process on numpy inputs (what the server hands it) and on device-resident ones.
+
+    python bench/gpu_serving.py --json gpu_serving.json          # on the GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+CLIENT = """
+import asyncio, json, sys
+from serving.bench import run_bench
+report = asyncio.run(run_bench(sys.argv[1], "resnet50", concurrency=int(sys.argv[2]), duration=float(sys.argv[3]),
+                               warmup=2))
+print(json.dumps(report))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(address: str, process: subprocess.Popen, timeout: float) -> None:
+    import tritonclient.grpc as grpcclient
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError("the server exited during start-up")
+        try:
+            client = grpcclient.InferenceServerClient(address)
+            if client.is_model_ready("resnet50"):
+                client.close()
+                return
+            client.close()
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("the server did not become ready")
+
+
+def engine_throughput(lite_path: Path, batch: int, seconds: float) -> dict:
+    import torch
+
+    import lite
+    from gpu_resnet50 import timed
+
+    model = lite.Model.load(lite_path, device="cuda", cache_dir=None)
+    x_dev = torch.randn(batch, 3, 224, 224, device="cuda").half()
+    x_host = x_dev.cpu().numpy()
+    sync = torch.cuda.synchronize
+    device = timed(lambda: model.predict({"input": x_dev}), sync, seconds)
+    host = timed(lambda: model.predict({"input": x_host}), sync, seconds)
+    return {"device_images_per_s": batch / device, "numpy_images_per_s": batch / host}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--client-processes", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=32, help="callers per client process")
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--delay-us", type=int, default=5000, help="max_queue_delay_us of the batcher")
+    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    from converter import convert_model
+    from gpu_resnet50 import export
+    from lite.format import save
+
+    workdir = Path(tempfile.mkdtemp())
+    _, fp32_path, _ = export(workdir)
+    repository = workdir / "repo"
+    (repository / "resnet50" / "1").mkdir(parents=True)
+    lite_path = repository / "resnet50" / "1" / "model.lite"
+    save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), lite_path)
+    (repository / "resnet50" / "config.json").write_text(json.dumps({
+        "max_batch_size": 256, "instance_count": args.instances, "device": "cuda", "max_queue_size": 4096,
+        "dynamic_batching": {"max_queue_delay_us": args.delay_us, "preferred_batch_sizes": [64, 128, 256]},
+        "warmup": {"batch_size": 256, "count": 2},
+    }))
+    results: dict = {"engine": engine_throughput(lite_path, 256, 3.0)}
+    print("engine, batch 256:", json.dumps(results["engine"]), flush=True)
+
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen([sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
+                               "--port", str(port), "--metrics-port", "0", "--log-level", "warning"],
+                              env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        started = time.perf_counter()
+        wait_ready(address, server, timeout=300)
+        results["server_ready_s"] = round(time.perf_counter() - started, 1)
+        clients = [subprocess.Popen([sys.executable, "-c", CLIENT, address, str(args.concurrency), str(args.duration)],
+                                    env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for _ in range(args.client_processes)]
+        reports = []
+        for client in clients:
+            out, err = client.communicate(timeout=args.duration + 120)
+            lines = [line for line in out.splitlines() if line.startswith("{")]
+            if client.returncode != 0 or not lines:
+                raise RuntimeError(f"a client failed:\n{err[-2000:]}")
+            reports.append(json.loads(lines[-1]))
+    finally:
+        server.terminate()
+        try:
+            _, server_err = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server_err = ""
+    served = sum(r["throughput_items_per_s"] for r in reports)
+    results["clients"] = args.client_processes * args.concurrency
+    results["served_images_per_s"] = served
+    results["server_breakdown_one_window"] = reports[0].get("server")
+    results["latency_us_p50_each_process"] = [r["latency_us"]["p50"] for r in reports]
+    results["vs_engine_numpy"] = served / results["engine"]["numpy_images_per_s"]
+    results["vs_engine_device"] = served / results["engine"]["device_images_per_s"]
+    print(json.dumps(results, indent=2))
+    if server_err.strip():
+        print("server stderr (tail):", server_err[-1500:])
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
