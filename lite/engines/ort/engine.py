@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from lite.device_arrays import is_device_array
-from lite.engines.numpy_engine import NumpyEngine
-from lite.engines.ort.cuda import CudaRunner, torch_stream
 from lite.engines.ort import sessions
-from lite.engines.ort.graph import lowering_fingerprint, node_name, reads
+from lite.engines.ort.cuda import CudaRunner, torch_stream
+from lite.engines.ort.graph import lowering_fingerprint, node_name
+from lite.engines.partition import Part, numpy_part, split
 from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, from_numpy
@@ -128,28 +128,12 @@ class OrtEngine:
 
     def _build(self, on_numpy: set[int]) -> list[_Segment]:
         graph = self.model.main
-        segments: list[_Segment] = []
-        for node in graph.nodes:
-            on_ort = id(node) not in on_numpy
-            if segments and segments[-1].on_ort == on_ort:
-                segments[-1].nodes.append(node)
-            else:
-                segments.append(_Segment(on_ort, [node], [], []))
-        for position, segment in enumerate(segments):
-            needed = reads(self.model, graph, segment.nodes)
-            produced_here = {i for n in segment.nodes for i in n.outputs if i >= 0}
-            segment.inputs = sorted(i for i in needed - produced_here if not graph.tensors[i].is_constant)
-            later = set(graph.outputs)
-            for other in segments[position + 1:]:
-                later |= reads(self.model, graph, other.nodes)
-            segment.outputs = sorted(produced_here & later, key=lambda i: (i not in graph.outputs, i))
+        segments = []
+        for part in split(self.model, lambda node: id(node) not in on_numpy):
+            segment = _Segment(part.on_engine, part.nodes, part.inputs, part.outputs)
             segment.input_names = tuple(graph.tensors[i].name for i in segment.inputs)
             segment.output_names = tuple(graph.tensors[i].name for i in segment.outputs)
-        if not segments or (len(segments) == 1 and segments[0].on_ort):
-            # One session for the whole graph: it declares (and is fed) every graph input.
-            segments = [_Segment(True, list(graph.nodes), list(graph.inputs), list(graph.outputs))]
-            segments[0].input_names = tuple(graph.tensors[i].name for i in graph.inputs)
-            segments[0].output_names = tuple(graph.tensors[i].name for i in graph.outputs)
+            segments.append(segment)
         for index, segment in enumerate(segments):
             segment.runner = self._runner(segment, index, len(segments))
         return segments
@@ -173,11 +157,8 @@ class OrtEngine:
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
                 return _TypedOnFirstRun(build)
             return build()
-        body = ir.Graph(name=f"{graph.name}/numpy{index}", tensors=graph.tensors, nodes=segment.nodes,
-                        inputs=segment.inputs, outputs=segment.outputs)
-        sub = ir.Model(graphs=[body, *self.model.graphs[1:]], opset_imports=self.model.opset_imports,
-                       metadata=self.model.metadata, version=self.model.version)
-        return NumpyEngine(sub, self.custom_ops)
+        return numpy_part(self.model, Part(False, segment.nodes, segment.inputs, segment.outputs), index,
+                          self.custom_ops)
 
     def _half_compute(self) -> bool:
         """On GPUs, compute in float16 when asked, or (auto) when the model stores float16 weights."""

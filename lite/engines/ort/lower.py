@@ -26,7 +26,8 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 from lite.engines.numpy_engine import tensor_value
-from lite.engines.ort.graph import node_name, reads
+from lite.engines.ort.graph import node_name
+from lite.engines.partition import reads
 from lite.errors import UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, is_subbyte

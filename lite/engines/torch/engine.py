@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from lite.device_arrays import is_device_array
-from lite.engines.numpy_engine import NumpyEngine
+from lite.engines.partition import numpy_part, split
 from lite.engines.torch.compiler import MODES, compile_module, configure_cache, uses_cuda_graphs
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
 from lite.errors import EngineUnavailableError, UnsupportedOpError
@@ -126,37 +126,17 @@ class TorchEngine:
 
     def _build(self, dynamic: bool | None, freezing: bool) -> list[_Segment]:
         graph = self.model.main
-        segments: list[_Segment] = []
-        for node in graph.nodes:
-            on_torch = id(node) not in self.unmapped
-            if segments and segments[-1].on_torch == on_torch:
-                segments[-1].nodes.append(node)
-            else:
-                segments.append(_Segment(on_torch, [node]))
-        if not segments:
-            segments = [_Segment(True, [])]
-        for position, segment in enumerate(segments):
-            needed = _reads(self.model, graph, segment.nodes)
-            produced = {i for n in segment.nodes for i in n.outputs if i >= 0}
-            later = set(graph.outputs)
-            for other in segments[position + 1:]:
-                later |= _reads(self.model, graph, other.nodes)
-            if len(segments) == 1:
-                segment.inputs, segment.outputs = list(graph.inputs), list(graph.outputs)
-            else:
-                segment.inputs = sorted(i for i in needed - produced if not graph.tensors[i].is_constant)
-                segment.outputs = sorted(produced & later)
+        segments = []
+        for position, part in enumerate(split(self.model, lambda node: id(node) not in self.unmapped)):
+            segment = _Segment(part.on_engine, part.nodes, part.inputs, part.outputs)
             segment.input_names = tuple(graph.tensors[i].name for i in segment.inputs)
             segment.output_names = tuple(graph.tensors[i].name for i in segment.outputs)
             if segment.on_torch:
                 segment.module = build_module(self.model, segment.nodes, segment.inputs, segment.outputs, self.policy)
                 segment.runner = compile_module(segment.module, self.mode, dynamic=dynamic, freezing=freezing)
             else:
-                body = ir.Graph(name=f"{graph.name}/numpy{position}", tensors=graph.tensors, nodes=segment.nodes,
-                                inputs=segment.inputs, outputs=segment.outputs)
-                sub = ir.Model(graphs=[body, *self.model.graphs[1:]], opset_imports=self.model.opset_imports,
-                               metadata=self.model.metadata, version=self.model.version)
-                segment.runner = NumpyEngine(sub, self.custom_ops)
+                segment.runner = numpy_part(self.model, part, position, self.custom_ops)
+            segments.append(segment)
         return segments
 
     def describe(self) -> list[dict[str, Any]]:
@@ -237,22 +217,3 @@ def _device_of(value: Any) -> torch.device:
 def _has_half_weights(model: ir.Model) -> bool:
     """True when the model stores float16 weights (it was converted with ``--fp16``)."""
     return any(t.is_constant and t.dtype == DataType.FLOAT16 for t in model.main.tensors)
-
-
-def _reads(model: ir.Model, graph: ir.Graph, nodes: list[ir.Node]) -> set[int]:
-    """Indices of ``graph``'s tensors that ``nodes`` read, directly or through their bodies' captures."""
-    index_of = {t.name: i for i, t in enumerate(graph.tensors)}
-    result = set()
-    for node in nodes:
-        result.update(i for i in node.inputs if i >= 0)
-        for attribute in node.attributes.values():
-            if attribute.type == ir.AttributeType.GRAPH:
-                bodies = [attribute.value]
-            elif attribute.type == ir.AttributeType.GRAPHS:
-                bodies = list(attribute.value)
-            else:
-                continue
-            for body in bodies:
-                sub = model.graphs[body]
-                result.update(index_of[sub.tensors[c].name] for c in sub.captures if sub.tensors[c].name in index_of)
-    return result
