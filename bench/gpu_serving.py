@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from servers import free_port, start_lite_serve, subprocess_env, wait_ready  # noqa: E402 - bench/servers.py
 
 CLIENT = """
 import asyncio, json, sys
@@ -38,31 +36,6 @@ report = asyncio.run(run_bench(sys.argv[1], "resnet50", concurrency=int(sys.argv
                                warmup=2))
 print(json.dumps(report))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_ready(address: str, process: subprocess.Popen, timeout: float) -> None:
-    import tritonclient.grpc as grpcclient
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError("the server exited during start-up")
-        try:
-            client = grpcclient.InferenceServerClient(address)
-            if client.is_model_ready("resnet50"):
-                client.close()
-                return
-            client.close()
-        except Exception:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("the server did not become ready")
 
 
 def engine_throughput(lite_path: Path, batch: int, seconds: float) -> dict:
@@ -110,13 +83,11 @@ def main() -> int:
 
     port = free_port()
     address = f"127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    server = subprocess.Popen([sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
-                               "--port", str(port), "--metrics-port", "0", "--log-level", "warning"],
-                              env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    env = subprocess_env()
+    server = start_lite_serve(repository, port, stderr=subprocess.PIPE, text=True)
     try:
         started = time.perf_counter()
-        wait_ready(address, server, timeout=300)
+        wait_ready(address, server, ("resnet50",), timeout=300)
         results["server_ready_s"] = round(time.perf_counter() - started, 1)
         clients = [subprocess.Popen([sys.executable, "-c", CLIENT, address, str(args.concurrency), str(args.duration)],
                                     env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

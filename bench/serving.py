@@ -27,19 +27,18 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from servers import free_port, start_lite_serve, wait_ready  # noqa: E402 - bench/servers.py
 DEFAULT_MLSERVER_PYTHON = Path("/tmp/mlsenv/bin/python")
 FLOOR, LITE, PEER = "floor (grpc.aio echo)", "lite serve", "MLServer 1.7"
 
@@ -91,29 +90,6 @@ class Identity(MLModel):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
-    import tritonclient.grpc as grpcclient
-
-    deadline = time.monotonic() + timeout
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            if client.is_server_ready():
-                return
-        except Exception:  # not listening yet
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server not ready in time")
-
-
 def start_floor(port: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(port)], env=env)
@@ -129,10 +105,7 @@ def start_lite(port: int, workdir: Path, extra: tuple[str, ...] = ()) -> subproc
     y = b.node("Identity", [x], outputs=["OUTPUT0"])
     b.output(y, np.float32, ["N", 16])
     save(b.build(), str(model_dir / "model.lite"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "serving", "--repository", str(workdir / "lite"), "--host", "127.0.0.1",
-               "--port", str(port), "--metrics-port", "0", "--log-level", "warning", *extra]
-    return subprocess.Popen(command, env=env)
+    return start_lite_serve(workdir / "lite", port, extra)
 
 
 def start_mlserver(port: int, workdir: Path, python: str) -> subprocess.Popen:
@@ -259,7 +232,7 @@ def main() -> int:
                 workdir.mkdir()
                 process = start(port, workdir)
                 processes.append(process)
-                wait_ready(port, process)
+                wait_ready(f"127.0.0.1:{port}", process)
                 ports[name] = port
             rounds = asyncio.run(run_rounds(ports, args.rounds, args.duration, args.warmup))
         finally:

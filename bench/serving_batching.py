@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "converter"))
+from servers import free_port, start_lite_serve, wait_ready  # noqa: E402 - bench/servers.py
 ON, OFF = "resnet18_batching", "resnet18"
 
 
@@ -56,36 +55,6 @@ def build_repository(root: Path, image_size: int, max_batch_size: int, delay_us:
     (root / OFF / "config.json").write_text(json.dumps(config))
     batching = {**config, "dynamic_batching": {"max_queue_delay_us": delay_us}}
     (root / ON / "config.json").write_text(json.dumps(batching))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(repository: Path, port: int, extra: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
-               "--port", str(port), "--metrics-port", "0", "--log-level", "warning", *extra]
-    return subprocess.Popen(command, env=env)
-
-
-def wait_ready(port: int, process: subprocess.Popen, timeout: float = 300.0) -> None:
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            if client.is_server_ready() and client.is_model_ready(ON) and client.is_model_ready(OFF):
-                return
-        except Exception:  # not listening yet
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("server not ready in time")
 
 
 async def measure(client, model: str, images: list, clients: int, duration: float, warmup: float) -> dict:
@@ -174,9 +143,9 @@ def main() -> int:
         seconds = time.perf_counter() - t0
         print(f"ResNet-18 {args.image_size}x{args.image_size} built and converted in {seconds:.1f} s", flush=True)
         port = free_port()
-        process = start_server(repository, port, args.server_arg)
+        process = start_lite_serve(repository, port, args.server_arg)
         try:
-            wait_ready(port, process)
+            wait_ready(f"127.0.0.1:{port}", process, (ON, OFF), timeout=300)
             rounds = asyncio.run(run_rounds(port, args.image_size, args.clients, args.rounds, args.duration,
                                             args.warmup))
         finally:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from servers import free_port, start_lite_serve, wait_ready  # noqa: E402 - bench/servers.py
 MODEL = "resnet18"
 
 
@@ -53,39 +53,6 @@ def resident_kb(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-def start_server(repository: Path) -> tuple[subprocess.Popen, int]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
-               "--port", str(port), "--metrics-port", "0", "--log-level", "warning"]
-    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
-    return process, port
-
-
-async def wait_ready(address: str, process: subprocess.Popen, timeout: float = 300.0) -> None:
-    import tritonclient.grpc.aio as aioclient
-
-    client = aioclient.InferenceServerClient(address)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"server exited with {process.returncode}")
-            try:
-                if await client.is_model_ready(MODEL):
-                    return
-            except Exception:  # noqa: BLE001 - not up yet: ask again below
-                await asyncio.sleep(0.2)
-                continue
-            await asyncio.sleep(0.2)
-        raise RuntimeError("server not ready in time")
-    finally:
-        await client.close()
 
 
 async def soak(address: str, pid: int, seconds: float, warmup: float, concurrency: int, image_size: int) -> dict:
@@ -162,10 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lite-soak-") as folder:
         repository = Path(folder)
         build_repository(repository, args.image_size)
-        process, port = start_server(repository)
+        port = free_port()
+        process = start_lite_serve(repository, port)
         try:
             address = f"127.0.0.1:{port}"
-            asyncio.run(wait_ready(address, process))
+            wait_ready(address, process, (MODEL,), timeout=300)
             result = asyncio.run(soak(address, process.pid, seconds, args.warmup, args.concurrency, args.image_size))
             result["server_alive"] = process.poll() is None
         finally:
