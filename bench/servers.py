@@ -53,3 +53,14 @@ def wait_ready(address: str, process: subprocess.Popen, models: Sequence[str] = 
         raise RuntimeError(f"the server at {address} was not ready within {timeout:.0f} s")
     finally:
         client.close()
+
+
+def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM (the server drains in-flight work), then kill if it is still up after ``timeout``."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from servers import free_port, start_lite_serve, wait_ready  # noqa: E402 - bench/servers.py
+from servers import free_port, start_lite_serve, stop, wait_ready  # noqa: E402 - bench/servers.py
 DEFAULT_MLSERVER_PYTHON = Path("/tmp/mlsenv/bin/python")
 FLOOR, LITE, PEER = "floor (grpc.aio echo)", "lite serve", "MLServer 1.7"
 
@@ -187,16 +186,6 @@ def summarize(rounds: list[dict]) -> dict:
             ratios[f"{name}/MLServer c8 throughput"] = ratio(
                 [r[server]["c8"]["rps"] / r[PEER]["c8"]["rps"] for r in rounds])
     return {"medians": medians, "ratios": ratios}
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
 
 
 def main() -> int:

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "converter"))
-from servers import free_port, start_lite_serve, wait_ready  # noqa: E402 - bench/servers.py
+from servers import free_port, start_lite_serve, stop, wait_ready  # noqa: E402 - bench/servers.py
 ON, OFF = "resnet18_batching", "resnet18"
 
 
@@ -149,13 +147,7 @@ def main() -> int:
             rounds = asyncio.run(run_rounds(port, args.image_size, args.clients, args.rounds, args.duration,
                                             args.warmup))
         finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+            stop(process)
 
     ratios = [r[ON]["images_per_s"] / r[OFF]["images_per_s"] for r in rounds]
     medians = {model: {key: statistics.median(r[model][key] for r in rounds) for key in rounds[0][model]}

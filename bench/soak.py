@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from servers import free_port, start_lite_serve, wait_ready  # noqa: E402 - bench/servers.py
+from servers import free_port, start_lite_serve, stop, wait_ready  # noqa: E402 - bench/servers.py
 MODEL = "resnet18"
 
 
@@ -137,11 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             result = asyncio.run(soak(address, process.pid, seconds, args.warmup, args.concurrency, args.image_size))
             result["server_alive"] = process.poll() is None
         finally:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop(process)
     print(f"{result['requests']} requests in {seconds:.0f} s at concurrency {args.concurrency} "
           f"({result['throughput_per_s']:.0f}/s), {result['failures']} failed; p99 first {result['p99_first_ms']:.1f} ms, "
           f"last {result['p99_last_ms']:.1f} ms (x{result['p99_ratio']:.2f}); RSS {result['rss_start_kb'] // 1024} -> "
