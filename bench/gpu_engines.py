@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gpu_resnet50 import timed
+from gpu_resnet50 import ort_best_session, timed
 
 LITE_MODES = ("max-autotune", "reduce-overhead")
 
@@ -157,13 +157,7 @@ def ort_best_runner(onnx_path: Path, x_host: np.ndarray, device: str):
     if device != "cuda":
         session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
         return lambda: session.run(None, {"input": x_host})
-    options = {"prefer_nhwc": "1", "enable_cuda_graph": "1"}
-    best = ort.InferenceSession(str(onnx_path), providers=[("CUDAExecutionProvider", options)])
-    x_fixed = ort.OrtValue.ortvalue_from_numpy(x_host, "cuda", 0)
-    y_fixed = ort.OrtValue.ortvalue_from_shape_and_type([x_host.shape[0], 1000], np.float16, "cuda", 0)
-    binding = best.io_binding()
-    binding.bind_ortvalue_input("input", x_fixed)
-    binding.bind_ortvalue_output("logits", y_fixed)
+    best, binding, _ = ort_best_session(ort, onnx_path, x_host)
     return lambda: best.run_with_iobinding(binding)
 
 
