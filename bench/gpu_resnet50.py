@@ -88,6 +88,8 @@ def main() -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 256])
     parser.add_argument("--seconds", type=float, default=3.0, help="timed window per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; figures are medians")
+    parser.add_argument("--lite-option", action="append", default=[], metavar="KEY=JSON",
+                        help="an option of lite.Model.load, e.g. tf32=false or fuse_conv_bias=false")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -110,10 +112,11 @@ def main() -> int:
     save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), lite_path)
     checks["convert_seconds"] = round(time.perf_counter() - start, 2)
     start = time.perf_counter()
-    model = lite.Model.load(lite_path, device="cuda", cache_dir=workdir / "cache")
+    options = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.lite_option)}
+    model = lite.Model.load(lite_path, device="cuda", cache_dir=workdir / "cache", **options)
     checks["first_load_seconds"] = round(time.perf_counter() - start, 2)
     start = time.perf_counter()
-    lite.Model.load(lite_path, device="cuda", cache_dir=workdir / "cache")
+    lite.Model.load(lite_path, device="cuda", cache_dir=workdir / "cache", **options)
     checks["second_load_seconds"] = round(time.perf_counter() - start, 2)
     checks["compute_precision"] = model.engine.compute_precision
     checks["cuda_graph_declined"] = model.engine.cuda_graph_declined

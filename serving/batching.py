@@ -50,9 +50,9 @@ class DirectScheduler:
     A model whose executions are shorter than ``inline_ns`` runs on the event loop itself:
     handing a 10 µs execution to a thread and back costs several times the execution (two thread
     switches and a loop wake-up), and the loop is then held no longer than it is by parsing one
-    request. The decision rests on what executions cost *on the loop*: the same execution
-    measured on a worker thread reads several times longer on a small, busy machine (a cold
-    core; 50-130 µs against 10-15 µs for an identity model on 2 cores). So executions that look
+    request. The decision rests on what executions cost *on the loop*: measured on a worker
+    thread the same execution reads longer and varies more on a small, busy machine (the thread
+    wakes on a cold core), so a model that would run inline may never qualify. Executions that look
     cheap enough on threads (under ``_PROBE_FACTOR`` × ``inline_ns``) are tried on the loop now and
     then (every ``_PROBE_EVERY``-th request, small inputs only), and a moving average of those
     inline times decides. A request larger than any that ran inline that fast still goes to a

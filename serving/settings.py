@@ -40,9 +40,9 @@ class Settings:
     # thread pool whose spinning workers compete with the gRPC threads for the cores.
     threads: int = 0
     # Executions shorter than this (moving average of CPU time on the loop) run on the event loop:
-    # cheaper than a thread hop. 0: always use the instance threads. On 2 busy cores an identity
-    # model's execution takes 50-70 µs of CPU (10-15 µs on an idle machine); at 200 µs it runs
-    # inline and the p50 at concurrency 1 falls from 869 to 709 µs (docs/serving.md).
+    # cheaper than a thread hop. 0: always use the instance threads. At 200 µs the identity model
+    # of bench/serving.py runs inline on a busy 2-core machine (at 50 µs it did not), which took
+    # its concurrency-1 p50 from 1.24-1.41x to 1.19x the bare gRPC floor (docs/benchmarks.md).
     inline_execution_us: int = 200
     grace_period_s: float = 30.0  # SIGTERM: time left to in-flight requests
     stream_concurrency: int = 64  # requests of one stream in flight at once
