@@ -10,7 +10,8 @@ Large arrays come from a per-thread :class:`BufferPool`: kernels that take the k
 ``allocate`` parameter build their outputs and temporaries in one arena laid out from the
 lifetimes seen in the previous run, so a run neither page-faults fresh memory in for every
 activation nor holds much more than the lifetime bound. Arrays handed back to the caller never
-come from the arena.
+come from the arena, and they are C-contiguous: kernels may pass channels-last views between
+them (:mod:`lite.ops._layout`), which are copied into the usual layout on the way out.
 
 The engine holds no per-call state beyond that per-thread pool: concurrent ``run`` calls from
 several threads are safe.
@@ -199,7 +200,7 @@ class NumpyEngine:
         self.pool.begin_run()
         outputs: list[np.ndarray] = []
         try:
-            outputs = self._run_graph(0, inputs, None, observer)
+            outputs = [_contiguous(value) for value in self._run_graph(0, inputs, None, observer)]
         finally:
             self.pool.end_run(outputs, completed=bool(outputs) or not plan.graph.outputs)
         return {plan.graph.tensors[i].name: value for i, value in zip(plan.graph.outputs, outputs)}
@@ -314,6 +315,13 @@ class _Scope:
         if self.parent is None:
             raise ModelFormatError(f"a subgraph reads {name!r}, which no enclosing graph defines")
         return self.parent.lookup(name)
+
+
+def _contiguous(value: Any) -> Any:
+    """``value`` in C order: a kernel's channels-last view becomes an ordinary array."""
+    if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+        return np.ascontiguousarray(value)
+    return value
 
 
 def _attribute_value(attribute: ir.Attribute) -> Any:

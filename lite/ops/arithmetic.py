@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from lite.ops._helpers import legacy_broadcast
+from lite.ops._layout import empty_channels_last, is_channels_last
 from lite.ops.registry import kernel
 
 
@@ -23,12 +24,17 @@ def _same_type(result: np.ndarray, like: np.ndarray) -> np.ndarray:
 
 def _binary(ufunc: np.ufunc, A, B, allocate) -> np.ndarray:
     """``ufunc(A, B)`` into a buffer from ``allocate`` (the engine's arena) when the operands
-    share a numeric type, as ONNX requires; any other mix takes numpy's promotion, then A's type."""
+    share a numeric type, as ONNX requires; any other mix takes numpy's promotion, then A's type.
+    The buffer is channels-last when the operands of the output's shape are (lite.ops._layout)."""
     A = np.asarray(A)
     B = np.asarray(B)
     if A.dtype != B.dtype or A.dtype.kind not in "fiub" or allocate is np.empty:
         return _same_type(ufunc(A, B), A)
-    return ufunc(A, B, out=allocate(np.broadcast_shapes(A.shape, B.shape), A.dtype))
+    shape = np.broadcast_shapes(A.shape, B.shape)
+    full = [operand for operand in (A, B) if operand.shape == shape]
+    if full and all(is_channels_last(operand) for operand in full):
+        return ufunc(A, B, out=empty_channels_last(shape, A.dtype, allocate))
+    return ufunc(A, B, out=allocate(shape, A.dtype))
 
 
 @kernel("Add", since=7)

@@ -32,30 +32,32 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
-def _relu(x, params):
-    return np.maximum(x, 0, out=x if x.flags.writeable else None)
+# Each takes (x, params, out): Relu and Clip write into ``out`` when it is given, the others
+# return a new array (apply_into copies it over).
+def _relu(x, params, out):
+    return np.maximum(x, 0, out=out)
 
 
-def _clip(x, params):
+def _clip(x, params, out):
     low, high = params
-    return np.clip(x, low, high, out=x if x.flags.writeable else None)
+    return np.clip(x, low, high, out=out)
 
 
-def _leaky_relu(x, params):
+def _leaky_relu(x, params, out):
     (alpha,) = params
     return np.where(x >= 0, x, x * x.dtype.type(alpha))
 
 
-def _hard_sigmoid(x, params):
+def _hard_sigmoid(x, params, out):
     alpha, beta = params
     return np.clip(x * x.dtype.type(alpha) + x.dtype.type(beta), 0, 1)
 
 
-def _hard_swish(x, params):
+def _hard_swish(x, params, out):
     return x * np.clip(x / x.dtype.type(6) + x.dtype.type(0.5), 0, 1)
 
 
-def _silu(x, params):
+def _silu(x, params, out):
     return x * _sigmoid(x)
 
 
@@ -63,11 +65,11 @@ _ACTIVATIONS: dict[str, tuple[int, Callable]] = {
     "Relu": (0, _relu),
     "Clip": (2, _clip),
     "LeakyRelu": (1, _leaky_relu),
-    "Sigmoid": (0, lambda x, p: _sigmoid(x)),
+    "Sigmoid": (0, lambda x, p, out: _sigmoid(x)),
     "HardSigmoid": (2, _hard_sigmoid),
     "HardSwish": (0, _hard_swish),
     "Silu": (0, _silu),
-    "Tanh": (0, lambda x, p: np.tanh(x)),
+    "Tanh": (0, lambda x, p, out: np.tanh(x)),
 }
 
 NAMES = frozenset(_ACTIVATIONS)
@@ -85,4 +87,12 @@ def check(name: str, params: Sequence[float]) -> str | None:
 
 def apply(x: np.ndarray, name: str, params: Sequence[float]) -> np.ndarray:
     """Apply the fused activation ``name`` to ``x`` (in place when ``x`` is writable)."""
-    return _ACTIVATIONS[name][1](x, tuple(params))
+    return _ACTIVATIONS[name][1](x, tuple(params), x if x.flags.writeable else None)
+
+
+def apply_into(x: np.ndarray, out: np.ndarray, name: str, params: Sequence[float]) -> None:
+    """Write the activation of ``x`` into ``out`` (same shape; ``out`` may be ``x``): the values
+    :func:`apply` gives, bit for bit, in one pass for Relu and Clip."""
+    result = _ACTIVATIONS[name][1](x, tuple(params), out)
+    if result is not out:
+        np.copyto(out, result)

@@ -13,7 +13,7 @@ import pytest
 import lite
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
-from lite.ops import KERNELS, conv, fused_activation, max_pool
+from lite.ops import KERNELS, _depthwise, conv, fused_activation, max_pool
 from tests.lite.ops._reference import check_against_reference
 
 rng = np.random.default_rng(2024)
@@ -86,11 +86,10 @@ def test_gemm_fused_activation_is_exactly_the_engines(activation):
 
 
 def test_conv_blocks_match_the_reference(monkeypatch):
-    """Tiny block budgets: im2col over several row chunks, pointwise over several pixel blocks,
-    depthwise over several channel blocks (each path's loop boundaries)."""
+    """Tiny block budgets: im2col over several row chunks, depthwise over several bands of rows
+    (channels-last) and several channel blocks (taps): each path's loop boundaries."""
     monkeypatch.setattr(conv, "_COLUMNS_BYTES", 512)
-    monkeypatch.setattr(conv, "_POINTWISE_OUTPUT_BYTES", 64)
-    monkeypatch.setattr(conv, "_DEPTHWISE_SCRATCH_ELEMENTS", 600)
+    monkeypatch.setattr(_depthwise, "_DEPTHWISE_SCRATCH_ELEMENTS", 600)
     cases = [
         ((2, 3, 11, 9), (4, 3, 3, 3), {"pads": [1, 2, 0, 1], "strides": [2, 1], "dilations": [1, 2]}),
         ((1, 4, 7, 6, 5), (4, 2, 2, 3, 2), {"group": 2, "pads": [1, 0, 1, 0, 1, 1]}),

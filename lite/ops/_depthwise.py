@@ -1,0 +1,250 @@
+"""Depthwise convolution (Conv with ``group`` == input channels): every channel filtered on its own.
+
+https://onnx.ai/onnx/operators/onnx__Conv.html. A GEMM per channel would be all call overhead, so
+both paths below are sums of shifted elementwise products:
+
+- :func:`depthwise_channels_last` (2-D, one output per input channel: MobileNet's layers). Laid out
+  channels-last, a padded image row is ``W * C`` contiguous elements, and a stride-``s`` image
+  splits into ``s`` *column phases* (every ``s``-th column). Kernel column ``j`` then reads phase
+  ``j % s`` shifted by ``j // s`` columns, and kernel row ``i`` shifts by ``i`` rows. So for one
+  phase, its taps over all output rows form one strided view ``(kernel rows, taps, rows, ...)``
+  and a single ``einsum`` sums them with a fused multiply-add, in one pass over the output:
+
+      phase buffer (rows x Q x C), Q = ceil(padded width / s)
+
+      y[r, q, c] = sum_i sum_j  phase[s*r + i, q + j, c] * w[i, j, c]
+
+  *wide* form: ``(q, c)`` flattened to one axis of ``Q * C`` elements with the weights tiled
+  along it, so the multiply-add runs over long contiguous rows and the ``Q - out_w`` columns past
+  the image are computed and cropped; for many channels the *exact* form keeps ``(out_w, C)``
+  and writes the output directly. Bands of output rows keep the scratch (the band's phase
+  buffers and accumulator) bounded and in cache. The output is returned channels-last (see
+  :mod:`lite.ops._layout`): a pointwise convolution after it reads it as it is.
+- :func:`depthwise_taps` (any rank, channel multipliers): channels-first; each tap is one
+  contiguous slice of a stride-phase buffer (``TapPlan``) multiplied and added over a block of
+  channels.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from lite.ops import fused_activation as activations
+from lite.ops._conv_common import TapPlan
+from lite.ops._layout import channels_last_order, empty_channels_last, is_channels_last
+
+# Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
+# a block of channels' phase buffers, accumulator and spare (taps), about 1.1 MiB in float32.
+# The memory planner's bound leaves room for about this much beside the live activations.
+_DEPTHWISE_SCRATCH_ELEMENTS = 3 * 96 * 1024
+# From this many channels on, the exact form's rows of C elements are long enough; below it the
+# wide form's rows of Q * C elements win despite the cropped columns.
+_EXACT_MIN_CHANNELS = 192
+
+
+class _Band:
+    """One band of output rows: where each phase buffer's cells come from and what stays zero."""
+
+    def __init__(self, geometry: _Geometry, first_row: int, rows: int):
+        self.first_row, self.rows = first_row, rows
+        self.count = geometry.input_rows(rows)
+        self.fills = []  # per phase: (zeroed cells, filled cells, image cells)
+        top = first_row * geometry.stride_h - geometry.top  # image row of buffer row 0
+        t0, t1 = max(0, -top), min(self.count, geometry.height - top)
+        for phase, _, _, _ in geometry.phases:
+            # Buffer column q holds image column phase + step * q - left.
+            step = geometry.phase_step
+            left = phase - geometry.left
+            q0 = max(0, -(-(-left) // step))
+            q1 = min(geometry.grid_w, -(-(geometry.width - left) // step))
+            if t1 <= t0 or q1 <= q0:
+                self.fills.append(([(slice(None),)], None, None))
+                continue
+            zeroed = [(slice(0, t0),), (slice(t1, None),), (slice(t0, t1), slice(0, q0)), (slice(t0, t1), slice(q1, None))]
+            column = left + step * q0
+            image = (slice(top + t0, top + t1), slice(column, column + step * (q1 - q0 - 1) + 1, step))
+            self.fills.append(([z for z in zeroed if _nonempty(z, self.count, geometry.grid_w)],
+                               (slice(t0, t1), slice(q0, q1)), image))
+
+
+def _nonempty(cells: tuple[slice, ...], rows: int, columns: int) -> bool:
+    return all(len(range(*s.indices(n))) for s, n in zip(cells, (rows, columns)))
+
+
+class _Geometry:
+    """The channels-last path's plan for one input shape and set of attributes: the column
+    phases, their taps, the bands of output rows and the scratch they need."""
+
+    def __init__(self, x_shape, kernel, begin, end, strides, dilations, out_shape, budget):
+        _, self.channels, self.height, self.width = x_shape
+        self.kernel_h, kernel_w = kernel
+        self.stride_h, self.stride_w = strides
+        self.dilation_h, dilation_w = dilations
+        self.top, self.left = begin
+        self.out_h, self.out_w = out_shape
+        self.exact = self.channels >= _EXACT_MIN_CHANNELS
+        # The wide form splits columns into stride phases; the exact form strides its view over
+        # the padded image itself (one "phase" of every column).
+        self.phase_step = 1 if self.exact else self.stride_w
+        padded_w = self.width + begin[1] + end[1]
+        self.grid_w = max(-(-padded_w // self.phase_step), 1)
+        self.row = self.grid_w * self.channels  # elements of one phase-buffer row
+        # Kernel columns by phase: column j reads phase (j*d) % s at column offset (j*d) // s.
+        # The columns of one phase are an arithmetic progression, so are their offsets.
+        columns: dict[int, list[int]] = {}
+        for j in range(kernel_w):
+            columns.setdefault(j * dilation_w % self.phase_step, []).append(j)
+        self.phases = []  # (phase, kernel columns, first offset, offset step)
+        for phase, js in sorted(columns.items()):
+            offsets = [j * dilation_w // self.phase_step for j in js]
+            step = offsets[1] - offsets[0] if len(offsets) > 1 else 1
+            self.phases.append((phase, js, offsets[0], step))
+        # The wide form reads up to this many columns past a row's end (cropped results).
+        reach = max(first + (len(js) - 1) * step for _, js, first, step in self.phases)
+        rows = self._band_rows(budget, reach)
+        self.band = rows
+        self.buffer_size = self.input_rows(rows) * self.row + reach * self.channels
+        self.bands = [_Band(self, first, min(rows, self.out_h - first)) for first in range(0, self.out_h, rows)]
+
+    def input_rows(self, rows: int) -> int:
+        """Padded input rows that ``rows`` consecutive output rows read."""
+        return (rows - 1) * self.stride_h + (self.kernel_h - 1) * self.dilation_h + 1
+
+    def _band_rows(self, budget: int, reach: int) -> int:
+        """Output rows per band so the band's scratch (phase buffers, accumulators) stays within
+        ``budget`` elements; bands of even height."""
+        accumulators = (0 if self.exact else 1) + (1 if len(self.phases) > 1 else 0)
+
+        def scratch(rows):
+            buffers = len(self.phases) * (self.input_rows(rows) * self.row + reach * self.channels)
+            return buffers + accumulators * rows * self.row
+
+        per_row = scratch(2) - scratch(1)
+        rows = max(1, min(self.out_h, 1 + (budget - scratch(1)) // max(per_row, 1)))
+        bands = -(-self.out_h // rows)
+        return -(-self.out_h // bands)
+
+    def taps(self, buffers: np.ndarray, phase: int, rows: int) -> np.ndarray:
+        """The read-only view ``(kernel rows, taps, rows, ...)`` of one phase buffer: the wide form
+        ``(..., Q * C)``, the exact form ``(..., out_w, C)``."""
+        _, js, first, step = self.phases[phase]
+        item = buffers.itemsize
+        offset = (phase * buffers.shape[1] + first * self.channels) * item
+        shape = (self.kernel_h, len(js), rows)
+        strides = (self.dilation_h * self.row * item, step * self.channels * item, self.stride_h * self.row * item)
+        if self.exact:
+            shape = shape + (self.out_w, self.channels)
+            strides = strides + (self.stride_w * self.channels * item, item)
+        else:
+            shape, strides = shape + (self.row,), strides + (item,)
+        return np.ndarray(shape, buffers.dtype, buffers, offset, strides)
+
+    def weights(self, w: np.ndarray) -> list[np.ndarray]:
+        """Per phase, ``(kh, taps, C)``; the wide form tiles them along Q: ``(kh, taps, Q * C)``."""
+        kernel = w[:, 0].transpose(1, 2, 0)
+        weights = []
+        for _, js, _, _ in self.phases:
+            taps = kernel[:, js]
+            if not self.exact:
+                tiled = np.empty((self.kernel_h, len(js), self.grid_w, self.channels), w.dtype)
+                tiled[...] = taps[:, :, None, :]
+                taps = tiled.reshape(self.kernel_h, len(js), self.row)
+            weights.append(np.ascontiguousarray(taps))
+        return weights
+
+
+@functools.lru_cache(maxsize=512)
+def _geometry(x_shape, kernel, begin, end, strides, dilations, out_shape, budget) -> _Geometry:
+    return _Geometry(x_shape, kernel, begin, end, strides, dilations, out_shape, budget)
+
+
+def depthwise_channels_last(x, w, bias, activation, begin, end, strides, dilations, out_shape, allocate):
+    """``Y[n, c] = sum over taps of X[n, c, window] * W[c, 0, tap]`` (+ bias, activation) for 2-D
+    ``x`` and ``w`` of shape ``(C, 1, kh, kw)``; ``Y`` laid out channels-last."""
+    geometry = _geometry(x.shape, w.shape[2:], tuple(begin), tuple(end), tuple(strides), tuple(dilations),
+                         tuple(out_shape), _DEPTHWISE_SCRATCH_ELEMENTS)
+    batch, channels, exact = x.shape[0], geometry.channels, geometry.exact
+    out_w, grid_w = geometry.out_w, geometry.grid_w
+    y = empty_channels_last((batch, channels, geometry.out_h, out_w), x.dtype, allocate)
+    y_rows = y.transpose(channels_last_order(4))  # (N, out_h, out_w, C), contiguous
+    weights = geometry.weights(w)
+    if bias is not None and not exact:
+        tiled = np.empty((grid_w, channels), bias.dtype)
+        tiled[...] = bias
+        bias = tiled.reshape(-1)
+    phases = len(geometry.phases)
+    buffers = allocate((phases, geometry.buffer_size), x.dtype)
+    accumulator = None if exact else allocate((geometry.band, geometry.row), x.dtype)
+    band_shape = (geometry.band, out_w, channels) if exact else (geometry.band, geometry.row)
+    spare = allocate(band_shape, x.dtype) if phases > 1 else None
+    subscripts = "ijrwc,ijc->rwc" if exact else "ijrk,ijk->rk"
+    for n in range(batch):
+        image = x[n].transpose(1, 2, 0)  # (H, W, C): a view; fill copies (and transposes) it
+        for band in geometry.bands:
+            rows = band.rows
+            target = y_rows[n, band.first_row : band.first_row + rows]
+            total = target if exact else accumulator[:rows]
+            for phase, (zeroed, filled, cells) in enumerate(band.fills):
+                grid = buffers[phase, : band.count * geometry.row].reshape(band.count, grid_w, channels)
+                buffers[phase, band.count * geometry.row :] = 0
+                for part in zeroed:
+                    grid[part] = 0
+                if filled is not None:
+                    grid[filled] = image[cells]
+                view = geometry.taps(buffers, phase, rows)
+                if phase == 0:
+                    np.einsum(subscripts, view, weights[0], out=total)
+                else:
+                    np.einsum(subscripts, view, weights[phase], out=spare[:rows])
+                    np.add(total, spare[:rows], out=total)
+                del view
+            if bias is not None:
+                np.add(total, bias, out=total)
+            source = total if exact else total.reshape(rows, grid_w, channels)[:, :out_w]
+            if activation is not None:
+                activations.apply_into(source, target, *activation)
+            elif source is not target:
+                np.copyto(target, source)
+    del buffers, accumulator, spare
+    return y
+
+
+def depthwise_taps(x, w, begin, end, strides, dilations, out_shape, allocate, finish=None):
+    """Blocks of channels; in each, every tap is one contiguous slice (``TapPlan``) and costs a
+    multiply and an add over the whole block. Each finished block is cropped into the output and
+    gets its bias and activation (``finish(block, first channel, stop channel)``) while still in
+    cache."""
+    if is_channels_last(x):
+        x = np.ascontiguousarray(x)
+    batch, channels = x.shape[:2]
+    multiplier = w.shape[0] // channels
+    taps = math.prod(w.shape[2:])
+    y = allocate((batch, channels * multiplier, math.prod(out_shape)), x.dtype)
+    # (taps, C, multiplier, 1): one broadcastable weight column per tap.
+    weights = np.ascontiguousarray(w.reshape(channels, multiplier, taps).transpose(2, 0, 1))[..., None]
+    # The grid length depends only on the geometry: one channel's plan sizes the blocks.
+    length = TapPlan(x[:1, :1], begin, end, w.shape[2:], strides, dilations, out_shape, 0).length
+    phases = math.prod(min(s, (k - 1) * d + 1) for s, k, d in zip(strides, w.shape[2:], dilations))
+    block = max(1, min(channels, _DEPTHWISE_SCRATCH_ELEMENTS // ((phases + 2) * length * multiplier)))
+    for start in range(0, channels, block):
+        stop = min(start + block, channels)
+        plan = TapPlan(x[:, start:stop], begin, end, w.shape[2:], strides, dilations, out_shape, 0, allocate)
+        acc = allocate((stop - start, multiplier, plan.length), x.dtype)
+        spare = allocate((stop - start, multiplier, plan.length), x.dtype)
+        for n in range(batch):
+            for index, region in enumerate(plan.regions()):
+                source = region[n, :, None, :]
+                if index == 0:
+                    np.multiply(source, weights[index, start:stop], out=acc)
+                else:
+                    np.multiply(source, weights[index, start:stop], out=spare)
+                    acc += spare
+            target = y[n, start * multiplier : stop * multiplier]
+            np.copyto(target.reshape((-1,) + tuple(out_shape)), plan.crop(acc.reshape(-1, plan.length)))
+            if finish is not None:
+                finish(target, start * multiplier, stop * multiplier)
+        del plan, acc, spare
+    return y
