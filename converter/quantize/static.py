@@ -9,8 +9,10 @@ For a quantized Conv the rewrite produces (ONNX QDQ form, https://onnx.ai/onnx/o
 Every quantized tensor is an integer tensor with explicit :class:`QuantParams` in the .lite file;
 the graph stays float in between, so any engine runs it (lite's numpy engine computes it
 exactly as written), and ONNX Runtime replaces each ``DQ → op → Q`` group by its integer kernel
-(QLinearConv, QLinearAdd, QGemm, ...). Scale and zero point constants are shared by a Q and its DQ,
-and by every tensor that shares parameters (max pooling, reshapes).
+(QLinearConv, QLinearAdd, QGemm, ...). A Q and its DQ read the same scale and zero point constants;
+tensors that share parameters (max pooling, reshapes) share their values, not the constants. The
+.lite writer stores each weight's DQ group and each activation's Q/DQ pair as one tensor with
+implied nodes (``lite.format.qdq``), and the reader writes the nodes out again.
 
 Steps: (1) ask each node's quantizer (:mod:`converter.quantize.quantizers`) what it needs;
 (2) drop a Relu/Clip(0, ·) that follows a quantized producer, quantizing the producer's output
@@ -208,15 +210,13 @@ def _insert_pairs(graph: GraphEditor, params: dict[int, lite_ir.QuantParams], sh
                   config: QuantConfig) -> None:
     integer = DataType.UINT8 if config.activation_type == "uint8" else DataType.INT8
     storage = np.uint8 if config.activation_type == "uint8" else np.int8
-    constants: dict[int, tuple[int, int]] = {}  # id(params) -> (scale, zero point) tensors
     for index in sorted(params):
         tensor = graph.tensor(index)
         quant = params[index]
-        if id(quant) not in constants:
-            scale = graph.add_constant(f"{tensor.name}_scale", np.float32(quant.scale[0]), DataType.FLOAT)
-            zero = graph.add_constant(f"{tensor.name}_zero_point", np.array(quant.zero_point[0], storage), integer)
-            constants[id(quant)] = (scale, zero)
-        scale, zero = constants[id(quant)]
+        # Each pair has its own scale and zero point, even where the values are shared (max
+        # pooling): then the .lite writer stores the pair as one annotated tensor (lite.format.qdq).
+        scale = graph.add_constant(f"{tensor.name}_scale", np.float32(quant.scale[0]), DataType.FLOAT)
+        zero = graph.add_constant(f"{tensor.name}_zero_point", np.array(quant.zero_point[0], storage), integer)
         readers = graph.readers(index)
         quantized = graph.add_tensor(f"{tensor.name}_quantized", integer, tensor.shape, quant=quant)
         dequantized = graph.add_tensor(f"{tensor.name}_dequantized", DataType.FLOAT, tensor.shape)

@@ -77,9 +77,12 @@ def _dequantized_weight(graph: GraphEditor, index: int, weight: np.ndarray, axis
     quantized = graph.add_constant(f"{tensor.name}_quantized", values, DataType.INT8, params)
     per_axis = params.axis is not None
     scale = graph.add_constant(f"{tensor.name}_scale", params.scale if per_axis else np.float32(params.scale[0]), DataType.FLOAT)
+    # The zero point (0) is written out, as the static quantizer does: then the .lite writer
+    # stores the whole group as one int8 tensor (lite.format.qdq).
+    zero = graph.add_constant(f"{tensor.name}_zero_point", np.zeros(params.scale.size if per_axis else (), np.int8), DataType.INT8)
     output = graph.add_tensor(f"{tensor.name}_dequantized", DataType.FLOAT, tensor.shape)
     attributes = {"axis": lite_ir.Attribute(_INT, int(params.axis))} if per_axis else {}
-    node = graph.new_node("DequantizeLinear", [quantized, scale], [output], f"{tensor.name}_DequantizeLinear", attributes)
+    node = graph.new_node("DequantizeLinear", [quantized, scale, zero], [output], f"{tensor.name}_DequantizeLinear", attributes)
     graph.place_after_producer(-1, [node])  # weights are ready before anything runs
     return output
 

@@ -26,7 +26,7 @@ from lite.format.dtypes import DataType
 # A dimension is a fixed size, a symbolic name, or unknown (None).
 Dim = Union[int, str, None]
 
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (2, 0)  # the version written; readers read 1.x and 2.x (docs/format.md)
 
 
 class AttributeType(IntEnum):

@@ -7,6 +7,10 @@ between processes. Everything is checked before use: the structure by
 dtype, quantization parameters consistent with the quantized axis, one producer per tensor,
 nodes in execution order, no cycles between graphs). Any violation is a
 :class:`~lite.errors.ModelFormatError` naming the graph, node or tensor.
+
+Tensors stored with implied QDQ nodes (format 2.0, :mod:`lite.format.qdq`) are checked, then
+written out as explicit QuantizeLinear/DequantizeLinear nodes: the model returned is always
+explicit, and its integer weights are still views of the file.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 from lite.errors import ModelFormatError
 from lite.format import ir
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
+from lite.format.qdq import ImpliedQdq, expand, implied_problem
 from lite.format.verifier import verify_flatbuffer
 from lite.format.writer import ALIGNMENT
 
@@ -54,6 +59,7 @@ class _Reader:
         self.origin = origin
         self.buffers: list[tuple[int, int]] = []
         self.data_start = 0
+        self.version = ir.FORMAT_VERSION
 
     def fail(self, message: str) -> ModelFormatError:
         return ModelFormatError(f"{self.origin}: {message}")
@@ -64,10 +70,11 @@ class _Reader:
         except ModelFormatError as err:
             raise self.fail(str(err)) from None
         version = (root["version_major"], root["version_minor"])
+        self.version = version
         if version[0] > SUPPORTED_MAJOR or version[0] == 0:
             raise self.fail(
                 f"format version {version[0]}.{version[1]} is not supported: this runtime reads "
-                f"major version {SUPPORTED_MAJOR} (any minor); upgrade lite to read this file"
+                f"major versions 1 to {SUPPORTED_MAJOR} (any minor); upgrade lite to read this file"
             )
         flatbuffer_size = int.from_bytes(self.buf[0:4], "little")
         self.data_start = -(-(4 + flatbuffer_size) // ALIGNMENT) * ALIGNMENT
@@ -121,7 +128,9 @@ class _Reader:
     def graph(self, table: dict[str, Any], index: int, graph_count: int) -> ir.Graph:
         name = self.text(table["name"], f"graph {index} name")
         where = f"graph {index} ({name!r})"
-        tensors = [self.tensor(t, f"{where} tensor {i}") for i, t in enumerate(table["tensors"] or [])]
+        tensor_tables = table["tensors"] or []
+        tensors = [self.tensor(t, f"{where} tensor {i}") for i, t in enumerate(tensor_tables)]
+        implied = {i: ImpliedQdq(t["implied_qdq"]) for i, t in enumerate(tensor_tables) if t["implied_qdq"]}
         count = len(tensors)
         names = set()
         for position, tensor in enumerate(tensors):
@@ -134,7 +143,13 @@ class _Reader:
         captures = self.indices(table["captures"], count, f"{where} captures")
         graph = ir.Graph(name=name, tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs, captures=captures)
         self.check_dataflow(graph, where)
-        return graph
+        if not implied:
+            return graph
+        self.check_implied(graph, implied, where)
+        try:
+            return expand(graph, implied)
+        except ModelFormatError as err:
+            raise self.fail(str(err)) from None
 
     def indices(self, values: np.ndarray | None, count: int, where: str, allow_omitted: bool = False) -> list[int]:
         if values is None:
@@ -146,7 +161,7 @@ class _Reader:
                 raise self.fail(f"{where}[{position}] = {value} is not a tensor index (graph has {count} tensors)")
         return result
 
-    def tensor(self, table: dict[str, Any], where: str) -> ir.Tensor:
+    def tensor(self, table: dict[str, Any], where: str, in_graph: bool = True) -> ir.Tensor:
         name = self.text(table["name"], f"{where} name")
         where = f"{where} ({name!r})"
         dtype = DataType(table["dtype"])
@@ -160,8 +175,20 @@ class _Reader:
         elif buffer_index:
             data = self.constant(buffer_index, dtype, shape, where)
         quant = self.quant(table["quant"], shape, where) if table["quant"] is not None else None
-        return ir.Tensor(name=name, dtype=dtype, shape=shape, data=data, quant=quant,
-                         doc=self.text(table["doc"], f"{where} doc"))
+        tensor = ir.Tensor(name=name, dtype=dtype, shape=shape, data=data, quant=quant,
+                           doc=self.text(table["doc"], f"{where} doc"))
+        implied = ImpliedQdq(table["implied_qdq"])
+        if implied:
+            if not in_graph:
+                raise self.fail(f"{where}: implied QDQ nodes ({implied.name}) on a tensor attribute; "
+                                "only graph tensors imply nodes")
+            if self.version < (2, 0):
+                raise self.fail(f"{where}: implied QDQ nodes ({implied.name}) need format 2.0, the file says "
+                                f"{self.version[0]}.{self.version[1]}")
+            problem = implied_problem(tensor, implied)
+            if problem is not None:
+                raise self.fail(f"{where}: {implied.name} {problem}")
+        return tensor
 
     def dim(self, table: dict[str, Any], where: str) -> ir.Dim:
         if table["param"] is not None:
@@ -216,7 +243,8 @@ class _Reader:
         where = f"{where} quantization"
         scale, zero_point = table["scale"], table["zero_point"]
         scale = np.zeros(0, np.float32) if scale is None else scale
-        zero_point = np.zeros(0, np.int64) if zero_point is None else zero_point
+        # Absent zero points (format 2.0) are all 0; an empty vector is a count like any other.
+        zero_point = np.zeros(len(scale), np.int64) if zero_point is None else zero_point
         if len(zero_point) != len(scale):
             raise self.fail(f"{where}: {len(scale)} scales but {len(zero_point)} zero points")
         bits = table["bits"]
@@ -292,7 +320,7 @@ class _Reader:
         elif kind == T.TENSOR:
             if table["t"] is None:
                 raise self.fail(f"{where}: TENSOR attribute without a tensor")
-            value = self.tensor(table["t"], where)
+            value = self.tensor(table["t"], where, in_graph=False)
         elif kind == T.GRAPH:
             value = graph_index(table["g"])
         elif kind == T.FLOATS:
@@ -302,7 +330,7 @@ class _Reader:
         elif kind == T.STRINGS:
             value = list(table["strings"] or [])
         elif kind == T.TENSORS:
-            value = [self.tensor(t, f"{where}[{i}]") for i, t in enumerate(table["tensors"] or [])]
+            value = [self.tensor(t, f"{where}[{i}]", in_graph=False) for i, t in enumerate(table["tensors"] or [])]
         elif kind == T.GRAPHS:
             value = [graph_index(g) for g in ([] if table["graphs"] is None else table["graphs"].tolist())]
         else:
@@ -310,6 +338,18 @@ class _Reader:
         return ir.Attribute(kind, value)
 
     # -- whole-graph checks ---------------------------------------------------------------------
+    def check_implied(self, graph: ir.Graph, implied: dict[int, ImpliedQdq], where: str) -> None:
+        """Implied nodes have a place: a quantized value is computed here (a graph input or a node
+        output), and no graph output or capture stands for implied nodes."""
+        produced = {index for node in graph.nodes for index in node.outputs}
+        for index, kind in implied.items():
+            label = f"{where} tensor {index} ({graph.tensors[index].name!r}): {kind.name}"
+            if index in graph.outputs or index in graph.captures:
+                raise self.fail(f"{label} on a graph {'output' if index in graph.outputs else 'capture'}; "
+                                "store its QDQ nodes explicitly")
+            if kind == ImpliedQdq.QUANTIZE_DEQUANTIZE and index not in produced and index not in graph.inputs:
+                raise self.fail(f"{label} on a value that is neither a graph input nor a node output")
+
     def check_dataflow(self, graph: ir.Graph, where: str) -> None:
         """Every tensor has at most one producer, and nodes only read values already available."""
         available = set(graph.inputs) | set(graph.captures)

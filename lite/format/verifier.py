@@ -6,7 +6,10 @@ walks the buffer once, driven by the field layout generated from ``schema/model.
 (``_generated/model_layout.py``), and returns plain Python values. Every offset and length is
 checked against the buffer before it is read, enums are checked against their declared values,
 and the total work is bounded by the buffer size (a hostile file may point many offsets at the
-same table; without a budget that alone multiplies the work).
+same table; without a budget that alone multiplies the work). Writers of format 2.0 share
+identical items (strings, dimensions, shapes, attributes, quantization parameters), so a valid
+file may reach an item more than once; they share only items that cost at most
+:data:`SHARED_WALK_COST` steps to walk, which bounds the steps of a valid file (see ``_Walker``).
 
 Semantic checks (indices, sizes, acyclicity) happen in :mod:`lite.format.reader`, on the values
 returned here.
@@ -53,6 +56,8 @@ _VECTOR_DTYPES = {
     ("Graph", "outputs"): np.dtype("<i4"),
     ("Graph", "captures"): np.dtype("<i4"),
 }
+# The most steps a writer may let one reference to a shared item cost (lite.format.writer).
+SHARED_WALK_COST = 16
 # Schema defaults of the fields whose default is not zero.
 _DEFAULTS = {
     ("Dim", "value"): -1, ("QuantParams", "bits"): 8, ("QuantParams", "signed"): True,
@@ -90,9 +95,11 @@ class _Walker:
     def __init__(self, buf: memoryview) -> None:
         self.buf = buf
         self.size = len(buf)
-        # Every legitimate item (table, string, vector element) occupies at least one distinct
-        # byte, so a valid buffer never needs more steps than it has bytes.
-        self.budget = self.size + 64
+        # The first walk of an item (table, string, vector element) costs at most one step per
+        # byte it occupies; every further reference to a shared item is a 4-byte offset whose
+        # walk costs at most SHARED_WALK_COST steps. So a valid buffer never needs more than
+        # (1 + SHARED_WALK_COST / 4) steps per byte.
+        self.budget = (1 + SHARED_WALK_COST // 4) * self.size + 64
 
     def spend(self, amount: int, where: str) -> None:
         self.budget -= amount

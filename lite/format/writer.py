@@ -3,26 +3,38 @@
 The flatbuffer holds the structure; weight bytes follow it in a data section, each buffer on a
 64-byte boundary, so the reader can view them in place. Writing is deterministic: the same model
 gives the same bytes.
+
+A model of format 2.0 (the default, :data:`ir.FORMAT_VERSION`) is written compactly: QDQ groups
+become tensors with implied nodes (:mod:`lite.format.qdq`), all-zero zero points are left out,
+short strings, dimensions, shapes, attributes and quantization parameters are written once and
+shared, and empty fields are left out. A model whose ``version`` is 1.x is written as format 1.0
+writers wrote it, byte for byte, so 1.x readers read it.
 """
 
 from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import flatbuffers
 import numpy as np
 
 from lite.atomic import atomic_write
 from lite.errors import ModelFormatError
-from lite.format import ir
+from lite.format import ir, qdq
 from lite.format._generated import model_generated as fb
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
+from lite.format.verifier import SHARED_WALK_COST
 
 ALIGNMENT = 64
 _GRANULARITY = {"tensor": fb.QuantGranularity.PER_TENSOR, "axis": fb.QuantGranularity.PER_AXIS,
                 "block": fb.QuantGranularity.PER_BLOCK}
+COMPACT_SINCE = (2, 0)
+_ONE_BYTE_FIELDS = {
+    fb.TensorAddDtype, fb.TensorAddHasShape, fb.TensorAddIsStringConstant, fb.TensorAddImpliedQdq,
+    fb.QuantParamsAddGranularity, fb.QuantParamsAddBits, fb.QuantParamsAddSigned, fb.QuantParamsAddSymmetric,
+}
 
 
 def save(model: ir.Model, path: str | os.PathLike) -> None:
@@ -59,23 +71,57 @@ def _write(handle, header: bytes, payloads: list[tuple[int, np.ndarray]]) -> Non
 
 
 def _encode(model: ir.Model) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
-    encoder = _Encoder()
+    encoder = _Encoder(compact=tuple(model.version) >= COMPACT_SINCE)
     return encoder.model(model), encoder.payloads
 
 
 class _Encoder:
-    def __init__(self) -> None:
+    def __init__(self, compact: bool) -> None:
         self.builder = flatbuffers.Builder(4096)
+        self.compact = compact
         self.buffers: list[tuple[int, int]] = [(0, 0)]  # index 0: the empty sentinel
         self.payloads: list[tuple[int, np.ndarray]] = []
         self.data_size = 0
+        self.written: dict[tuple, int] = {}  # content key -> offset of a shared item (compact only)
+        self.walk_cost: dict[int, int] = {}  # offset -> verifier steps to walk it (compact only)
 
     # -- helpers ---------------------------------------------------------------------------
+    def shared(self, key: tuple, make: Callable[[], int], cost: int) -> int:
+        """The offset of an item equal to ``key``, written by ``make``. Format 2.0 writes it once
+        and refers to it again when its walk ``cost`` is at most :data:`SHARED_WALK_COST`;
+        format 1.0 writes every item."""
+        if not self.compact:
+            return make()
+        offset = self.written.get(key) if cost <= SHARED_WALK_COST else None
+        if offset is None:
+            offset = make()
+            self.walk_cost[offset] = cost
+            if cost <= SHARED_WALK_COST:
+                self.written[key] = offset
+        return offset
+
     def string(self, value: str | bytes) -> int:
-        return self.builder.CreateString(value)
+        size = len(value.encode("utf-8") if isinstance(value, str) else value)
+        return self.shared(("string", type(value), value), lambda: self.builder.CreateString(value),
+                           _vector_cost(size))
+
+    def cost_of(self, offsets: list[int]) -> int:
+        """The verifier's steps to walk these items (unknown items count as too many to share)."""
+        return sum(self.walk_cost.get(offset, SHARED_WALK_COST + 1) for offset in offsets)
+
+    def optional_string(self, value: str | bytes) -> int | None:
+        """None for an empty string in format 2.0 (absent reads as empty)."""
+        return None if self.compact and not value else self.string(value)
 
     def vector(self, values: Iterable, dtype: str) -> int:
-        return self.builder.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
+        array = np.asarray(values, dtype=dtype).reshape(-1)
+        return self.shared(("vector", dtype, array.tobytes()), lambda: self.builder.CreateNumpyVector(array),
+                           _vector_cost(array.size))
+
+    def optional_vector(self, values: Iterable, dtype: str) -> int | None:
+        """None for an empty vector in format 2.0 (absent reads as empty)."""
+        array = np.asarray(values, dtype=dtype).reshape(-1)
+        return None if self.compact and not array.size else self.vector(array, dtype)
 
     def table_vector(self, start, offsets: list[int]) -> int:
         start(self.builder, len(offsets))
@@ -95,6 +141,15 @@ class _Encoder:
         self.payloads.append((offset, array))
         self.data_size = offset + array.nbytes
         return len(self.buffers) - 1
+
+    def fields(self, builder: flatbuffers.Builder, fields: list[tuple[Callable, object]]) -> None:
+        """Add a table's fields (None: absent). Format 2.0 adds the 4-byte ones (offsets, ints)
+        before the 1-byte ones, so no padding falls between them."""
+        if self.compact:
+            fields = sorted(fields, key=lambda field: field[0] in _ONE_BYTE_FIELDS)
+        for adder, value in fields:
+            if value is not None:
+                adder(builder, value)
 
     # -- tables ----------------------------------------------------------------------------
     def model(self, model: ir.Model) -> bytes:
@@ -136,24 +191,28 @@ class _Encoder:
 
     def graph(self, graph: ir.Graph, index: int) -> int:
         b = self.builder
-        tensors = [self.tensor(t, f"graph {index} ({graph.name!r})") for t in graph.tensors]
+        implied: dict[int, qdq.ImpliedQdq] = {}
+        if self.compact:
+            graph, implied = qdq.compact(graph)
+        where = f"graph {index} ({graph.name!r})"
+        tensors = [self.tensor(t, where, implied.get(i, qdq.ImpliedQdq.NONE)) for i, t in enumerate(graph.tensors)]
         nodes = [self.node(n) for n in graph.nodes]
-        name = self.string(graph.name)
+        name = self.optional_string(graph.name)
         tensors_vec = self.table_vector(fb.GraphStartTensorsVector, tensors)
         nodes_vec = self.table_vector(fb.GraphStartNodesVector, nodes)
-        inputs = self.vector(graph.inputs, "<i4")
-        outputs = self.vector(graph.outputs, "<i4")
-        captures = self.vector(graph.captures, "<i4")
+        inputs = self.optional_vector(graph.inputs, "<i4")
+        outputs = self.optional_vector(graph.outputs, "<i4")
+        captures = self.optional_vector(graph.captures, "<i4")
         fb.GraphStart(b)
-        fb.GraphAddName(b, name)
+        _add(fb.GraphAddName, b, name)
         fb.GraphAddTensors(b, tensors_vec)
         fb.GraphAddNodes(b, nodes_vec)
-        fb.GraphAddInputs(b, inputs)
-        fb.GraphAddOutputs(b, outputs)
-        fb.GraphAddCaptures(b, captures)
+        _add(fb.GraphAddInputs, b, inputs)
+        _add(fb.GraphAddOutputs, b, outputs)
+        _add(fb.GraphAddCaptures, b, captures)
         return fb.GraphEnd(b)
 
-    def tensor(self, tensor: ir.Tensor, where: str) -> int:
+    def tensor(self, tensor: ir.Tensor, where: str, implied: qdq.ImpliedQdq = qdq.ImpliedQdq.NONE) -> int:
         b = self.builder
         buffer_index = 0
         strings = None
@@ -166,70 +225,96 @@ class _Encoder:
                 )
             else:
                 buffer_index = self.add_buffer(data)
-        dims = []
-        for dim in tensor.shape or ():
+        dims = [self.dim(dim) for dim in tensor.shape or ()]
+        shape = None
+        if dims or not self.compact:
+            shape = self.shared(("shape", *dims), lambda: self.table_vector(fb.TensorStartShapeVector, dims),
+                                self.cost_of(dims))
+        quant = self.quant(tensor.quant) if tensor.quant is not None else None
+        name = self.string(tensor.name)
+        doc = self.string(tensor.doc) if tensor.doc else None
+        fb.TensorStart(b)
+        self.fields(b, [
+            (fb.TensorAddName, name), (fb.TensorAddDtype, int(tensor.dtype)),
+            (fb.TensorAddHasShape, tensor.shape is not None), (fb.TensorAddShape, shape),
+            (fb.TensorAddBuffer, buffer_index), (fb.TensorAddStringData, strings),
+            (fb.TensorAddIsStringConstant, True if strings is not None else None), (fb.TensorAddQuant, quant),
+            (fb.TensorAddDoc, doc), (fb.TensorAddImpliedQdq, int(implied) if implied else None),
+        ])
+        return fb.TensorEnd(b)
+
+    def dim(self, dim: ir.Dim) -> int:
+        b = self.builder
+
+        def make() -> int:
             param = self.string(dim) if isinstance(dim, str) else None
             fb.DimStart(b)
             if isinstance(dim, str):
                 fb.DimAddParam(b, param)
             elif dim is not None:
                 fb.DimAddValue(b, int(dim))
-            dims.append(fb.DimEnd(b))
-        shape = self.table_vector(fb.TensorStartShapeVector, dims)
-        quant = self.quant(tensor.quant) if tensor.quant is not None else None
-        name = self.string(tensor.name)
-        doc = self.string(tensor.doc) if tensor.doc else None
-        fb.TensorStart(b)
-        fb.TensorAddName(b, name)
-        fb.TensorAddDtype(b, int(tensor.dtype))
-        fb.TensorAddHasShape(b, tensor.shape is not None)
-        fb.TensorAddShape(b, shape)
-        fb.TensorAddBuffer(b, buffer_index)
-        if strings is not None:
-            fb.TensorAddStringData(b, strings)
-            fb.TensorAddIsStringConstant(b, True)
-        if quant is not None:
-            fb.TensorAddQuant(b, quant)
-        if doc is not None:
-            fb.TensorAddDoc(b, doc)
-        return fb.TensorEnd(b)
+            return fb.DimEnd(b)
+
+        cost = 1 + (_vector_cost(len(dim.encode("utf-8"))) if isinstance(dim, str) else 0)
+        return self.shared(("dim", type(dim), dim), make, cost)
 
     def quant(self, quant: ir.QuantParams) -> int:
         b = self.builder
-        scale = self.vector(quant.scale, "<f4")
-        zero_point = self.vector(quant.zero_point, "<i8")
         if quant.axis is None:
             granularity = _GRANULARITY["tensor"]
         else:
             granularity = _GRANULARITY["block" if quant.block_size else "axis"]
-        fb.QuantParamsStart(b)
-        fb.QuantParamsAddGranularity(b, granularity)
-        fb.QuantParamsAddAxis(b, quant.axis or 0)
-        fb.QuantParamsAddBlockSize(b, quant.block_size)
-        fb.QuantParamsAddBits(b, quant.bits)
-        fb.QuantParamsAddSigned(b, quant.signed)
-        fb.QuantParamsAddSymmetric(b, quant.symmetric)
-        fb.QuantParamsAddScale(b, scale)
-        fb.QuantParamsAddZeroPoint(b, zero_point)
-        return fb.QuantParamsEnd(b)
+        # Format 2.0 leaves all-zero zero points out (symmetric weights, int32 biases).
+        omit_zero_points = (self.compact and quant.zero_point.size == quant.scale.size
+                            and not np.any(quant.zero_point))
+
+        def make() -> int:
+            scale = self.vector(quant.scale, "<f4")
+            zero_point = None if omit_zero_points else self.vector(quant.zero_point, "<i8")
+            fb.QuantParamsStart(b)
+            self.fields(b, [
+                (fb.QuantParamsAddGranularity, granularity), (fb.QuantParamsAddAxis, quant.axis or 0),
+                (fb.QuantParamsAddBlockSize, quant.block_size), (fb.QuantParamsAddBits, quant.bits),
+                (fb.QuantParamsAddSigned, quant.signed), (fb.QuantParamsAddSymmetric, quant.symmetric),
+                (fb.QuantParamsAddScale, scale), (fb.QuantParamsAddZeroPoint, zero_point),
+            ])
+            return fb.QuantParamsEnd(b)
+
+        key = ("quant", granularity, quant.axis, quant.block_size, quant.bits, quant.signed, quant.symmetric,
+               quant.scale.astype("<f4").tobytes(), None if omit_zero_points else quant.zero_point.tobytes())
+        cost = 1 + _vector_cost(quant.scale.size) + (0 if omit_zero_points else _vector_cost(quant.zero_point.size))
+        return self.shared(key, make, cost)
 
     def node(self, node: ir.Node) -> int:
         b = self.builder
         attributes = [self.attribute(name, a, node) for name, a in node.attributes.items()]
-        op_type, domain, name = self.string(node.op_type), self.string(node.domain), self.string(node.name)
-        inputs = self.vector(node.inputs, "<i4")
-        outputs = self.vector(node.outputs, "<i4")
-        attributes_vec = self.table_vector(fb.NodeStartAttributesVector, attributes)
+        op_type = self.string(node.op_type)
+        domain, name = self.optional_string(node.domain), self.optional_string(node.name)
+        inputs = self.optional_vector(node.inputs, "<i4")
+        outputs = self.optional_vector(node.outputs, "<i4")
+        attributes_vec = None
+        if attributes or not self.compact:
+            attributes_vec = self.shared(("attributes", *attributes),
+                                         lambda: self.table_vector(fb.NodeStartAttributesVector, attributes),
+                                         self.cost_of(attributes))
         fb.NodeStart(b)
         fb.NodeAddOpType(b, op_type)
-        fb.NodeAddDomain(b, domain)
-        fb.NodeAddName(b, name)
-        fb.NodeAddInputs(b, inputs)
-        fb.NodeAddOutputs(b, outputs)
-        fb.NodeAddAttributes(b, attributes_vec)
+        _add(fb.NodeAddDomain, b, domain)
+        _add(fb.NodeAddName, b, name)
+        _add(fb.NodeAddInputs, b, inputs)
+        _add(fb.NodeAddOutputs, b, outputs)
+        _add(fb.NodeAddAttributes, b, attributes_vec)
         return fb.NodeEnd(b)
 
     def attribute(self, name: str, attribute: ir.Attribute, node: ir.Node) -> int:
+        kind = ir.AttributeType(attribute.type)
+        key = _attribute_key(kind, attribute.value)
+        if key is None:  # tensors: each has its own buffer
+            return self.new_attribute(name, attribute, node)
+        cost = 1 + _vector_cost(len(name.encode("utf-8"))) + _attribute_value_cost(kind, attribute.value)
+        return self.shared(("attribute", name, kind, key), lambda: self.new_attribute(name, attribute, node), cost)
+
+    def new_attribute(self, name: str, attribute: ir.Attribute, node: ir.Node) -> int:
         b = self.builder
         kind, value = ir.AttributeType(attribute.type), attribute.value
         where = f"attribute {name!r} of node {node.name!r} ({node.op_type})"
@@ -268,6 +353,50 @@ class _Encoder:
         for member, offset in members.items():
             adders[member](b, offset)
         return fb.AttributeEnd(b)
+
+
+def _add(adder: Callable[[flatbuffers.Builder, int], None], builder: flatbuffers.Builder, offset: int | None) -> None:
+    """Add an optional field (absent when None)."""
+    if offset is not None:
+        adder(builder, offset)
+
+
+def _vector_cost(count: int) -> int:
+    """The verifier's steps for a string of ``count`` bytes or a scalar vector of ``count`` elements."""
+    return 1 + count // 8
+
+
+def _attribute_value_cost(kind: ir.AttributeType, value: object) -> int:
+    T = ir.AttributeType
+    if kind in (T.FLOATS, T.INTS, T.GRAPHS):
+        return _vector_cost(len(value))
+    if kind == T.STRING:
+        return _vector_cost(len(value.encode("utf-8") if isinstance(value, str) else value))
+    if kind == T.STRINGS:
+        return sum(_vector_cost(len(v.encode("utf-8") if isinstance(v, str) else v)) for v in value)
+    return 0
+
+
+def _attribute_key(kind: ir.AttributeType, value: object) -> tuple | None:
+    """What makes two attribute values equal on disk (None: never share). Floats compare by
+    their bits, so -0.0 and 0.0 stay apart."""
+    T = ir.AttributeType
+    try:
+        if kind in (T.FLOAT, T.FLOATS):
+            return (np.asarray(value, "<f4").tobytes(), np.ndim(value))
+        if kind in (T.INT, T.GRAPH):
+            return (int(value),)
+        if kind in (T.INTS, T.GRAPHS):
+            return tuple(int(v) for v in value)
+        if kind == T.STRING:
+            return (type(value), value) if isinstance(value, (bytes, str)) else None
+        if kind == T.STRINGS:
+            key = tuple((type(v), v) for v in value)
+            hash(key)
+            return key
+    except (TypeError, ValueError, OverflowError):
+        return None  # written unshared; new_attribute reports what is wrong
+    return None
 
 
 def _checked_data(tensor: ir.Tensor, where: str) -> np.ndarray:

@@ -103,6 +103,11 @@ def _lite_seeds() -> list[Seed]:
     ])
     seeds.append(Seed("quant_if", to_bytes(ir.Model([main, branch], metadata={"labels": "cat,dog"}))))
 
+    # Format 2.0's compact quantization: tensors with implied QDQ nodes, zero points left out.
+    from tests.format.models import conv_qdq_model
+
+    seeds.append(Seed("implied_qdq", to_bytes(conv_qdq_model())))
+
     onnx_seed = (FIXTURES / "ops_conv.onnx").read_bytes()
     seeds.append(Seed("ops_conv", to_bytes(converter.convert_model(onnx_seed))))
     return seeds

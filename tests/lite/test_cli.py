@@ -20,7 +20,7 @@ def test_inspect_table(tmp_path, capsys):
     path = matmul_model(tmp_path)
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "format 1.0" in out
+    assert "format 2.0" in out
     assert "x                        FLOAT      [N, 4]" in out
     assert "MatMul" in out
     assert "parameters: 8 in 32 B" in out

@@ -113,8 +113,8 @@ def test_killed_writer_never_leaves_a_partial_file(tmp_path):
 
 def test_newer_major_version_is_rejected_with_the_supported_version():
     model = tiny_model()
-    model.version = (2, 0)
-    with pytest.raises(ModelFormatError, match=r"format version 2\.0 is not supported.*major version 1"):
+    model.version = (3, 0)
+    with pytest.raises(ModelFormatError, match=r"format version 3\.0 is not supported.*major versions 1 to 2"):
         load(to_bytes(model))
 
 

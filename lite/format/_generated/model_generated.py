@@ -57,6 +57,12 @@ class QuantGranularity(object):
     PER_BLOCK = 2
 
 
+class ImpliedQdq(object):
+    NONE = 0
+    DEQUANTIZE = 1
+    QUANTIZE_DEQUANTIZE = 2
+
+
 class Dim(object):
     __slots__ = ['_tab']
 
@@ -431,8 +437,15 @@ class Tensor(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Tensor
+    def ImpliedQdq(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
+        return 0
+
 def TensorStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(10)
 
 def TensorAddName(builder, name):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -466,6 +479,9 @@ def TensorAddQuant(builder, quant):
 
 def TensorAddDoc(builder, doc):
     builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(doc), 0)
+
+def TensorAddImpliedQdq(builder, impliedQdq):
+    builder.PrependInt8Slot(9, impliedQdq, 0)
 
 def TensorEnd(builder):
     return builder.EndObject()

@@ -8,6 +8,7 @@ ENUMS = {
     'DataType': (1, frozenset([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26])),
     'AttributeType': (1, frozenset([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])),
     'QuantGranularity': (1, frozenset([0, 1, 2])),
+    'ImpliedQdq': (1, frozenset([0, 1, 2])),
 }
 # kind: ('scalar', size, enum or None) | ('string',) | ('table', name)
 #       | ('vector_scalar', size) | ('vector_string',) | ('vector_table', name)
@@ -40,6 +41,7 @@ TABLES = {
         ('is_string_constant', ('scalar', 1, None)),
         ('quant', ('table', 'QuantParams')),
         ('doc', ('string',)),
+        ('implied_qdq', ('scalar', 1, 'ImpliedQdq')),
     ],
     'Attribute': [
         ('name', ('string',)),

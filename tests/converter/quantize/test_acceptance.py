@@ -28,18 +28,25 @@ def test_int8_static_loses_at_most_half_a_point(network, request, tmp_path, digi
                                eval_data=[(xt, yt)])
     float_accuracy = accuracy(str(float_lite), xt, yt)
     int8_accuracy = accuracy(str(int8_lite), xt, yt)
-    ratio = os.path.getsize(float_lite) / os.path.getsize(int8_lite)
-    print(f"{network}: accuracy {100 * float_accuracy:.2f}% -> {100 * int8_accuracy:.2f}%, file {ratio:.2f}x smaller")
+    float_size, int8_size = os.path.getsize(float_lite), os.path.getsize(int8_lite)
+    ratio = float_size / int8_size
+    print(f"{network}: accuracy {100 * float_accuracy:.2f}% -> {100 * int8_accuracy:.2f}%, "
+          f"file {ratio:.2f}x smaller ({float_size:,} -> {int8_size:,} bytes)")
     assert float_accuracy >= 0.97
     assert 100 * (float_accuracy - int8_accuracy) <= 0.5
     assert isinstance(report, QuantizedConversionReport)
     evaluation = report.quantization.evaluation
     assert evaluation.drop <= 0.5 and evaluation.top1_agreement >= 0.99
     assert report.quantization.sensitivity  # per-layer sensitivity came with the eval data
-    # The weights shrink 4x; on networks this small the file's per-tensor structure (names,
-    # shapes, explicit per-channel QuantParams, int32 biases) caps the file ratio near 3x.
-    # ResNet-18 (test_resnet18_file_is_at_least_3_8x_smaller) meets 3.8x.
-    assert ratio >= 2.5
+    # The weights shrink 4x and format 2.0 stores each QDQ group as one tensor (lite.format.qdq):
+    # LeNet-5 3.66x, this ResNet 3.59x. Issue 6 asks 3.8x, which these two cannot reach: the int8
+    # file must also hold what the float file does not (a float32 scale per output channel for the
+    # weights and for the int32 biases: 1.8 kB / 2.8 kB), and the parts both files share (graph,
+    # names, metadata: 3.4 kB / 5.3 kB of the float file) weigh 3.8x as much against the int8
+    # weights as against the float ones. With those numbers 3.8x would need the shared part under
+    # 1.1 kB (LeNet-5) / 0.4 kB (ResNet); docs/benchmarks.md has the breakdown. ResNet-18
+    # (test_resnet18_file_is_at_least_3_8x_smaller) meets 3.8x.
+    assert ratio >= 3.55
 
 
 def test_resnet18_file_is_at_least_3_8x_smaller(tmp_path):
