@@ -18,6 +18,7 @@ cancelled request (the client went away) is skipped and frees its queue slot.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -148,7 +149,9 @@ class _Pending:
 
 class DynamicBatcher:
     def __init__(self, execute: Execute, record: Record, executor: ThreadPoolExecutor, instances: int,
-                 max_batch_size: int, batching: DynamicBatching, max_queue_size: int, name: str) -> None:
+                 max_batch_size: int, batching: DynamicBatching, max_queue_size: int, name: str,
+                 pad_to: tuple[int, ...] = ()) -> None:
+        """``pad_to``: sizes (ascending, the largest ``max_batch_size``) each merged batch is padded up to."""
         self._execute = execute
         self._record = record
         self._executor = executor
@@ -156,6 +159,8 @@ class DynamicBatcher:
         self._max_batch_size = max_batch_size
         self._delay_ns = batching.max_queue_delay_us * 1000
         self._preferred = batching.preferred_batch_sizes
+        self._pad_to = pad_to
+        self._buffers = _MergeBuffers()
         self._max_queue_size = max_queue_size
         self._name = name
         self._queue: deque[_Pending] = deque()
@@ -266,20 +271,27 @@ class DynamicBatcher:
 
     def _execute_batch(self, parts: list[Tensors], rows: list[int]) -> tuple[list[Tensors], ExecutionTimes]:
         t0 = time.perf_counter_ns()
-        if len(parts) == 1:
+        total = sum(rows)
+        size = next((s for s in self._pad_to if s >= total), total)
+        buffers = None
+        if len(parts) == 1 and size == total:
             merged = parts[0]
         else:
-            merged = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+            buffers = self._buffers.get(parts[0], size)
+            merged = {name: _merge([p[name] for p in parts], total, buffers[name]) for name in parts[0]}
         t1 = time.perf_counter_ns()
         outputs = self._execute(merged)
         t2 = time.perf_counter_ns()
-        total = sum(rows)
         for name, array in outputs.items():
-            if array.ndim == 0 or array.shape[0] != total:
+            if array.ndim == 0 or array.shape[0] != size:
                 raise InferenceFailedError(
                     f"model {self._name}: output {name!r} has shape {list(array.shape)}, expected the "
-                    f"batch of {total} first; the model cannot be batched (set max_batch_size 0)"
+                    f"batch of {size} first; the model cannot be batched (set max_batch_size 0)"
                 )
+        if buffers is not None:
+            self._buffers.release(buffers, outputs)
+        if size > total:
+            outputs = {name: array[:total] for name, array in outputs.items()}
         if len(parts) == 1:
             split = [outputs]
         else:
@@ -288,3 +300,38 @@ class DynamicBatcher:
             split = [{name: pieces[i] for name, pieces in per_output.items()} for i in range(len(parts))]
         t3 = time.perf_counter_ns()
         return split, ExecutionTimes(total, t1 - t0, t2 - t1, t3 - t2)
+
+
+def _merge(pieces: list[np.ndarray], rows: int, out: np.ndarray) -> np.ndarray:
+    """The pieces stacked along the batch axis into ``out``; rows past them (padding) are copies
+    of the last row: a valid input for any model, and without effect on the real rows' results."""
+    np.concatenate(pieces, out=out[:rows])
+    if rows < len(out):
+        out[rows:] = out[rows - 1]
+    return out
+
+
+class _MergeBuffers:
+    """Batch input buffers kept per thread and reused, so that merging a batch writes into memory
+    already mapped (a fresh 40 MB array costs its page faults on every batch). A buffer that an
+    output may share memory with (a model that returns its input) is not reused."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def get(self, sample: Tensors, size: int) -> dict[str, np.ndarray]:
+        cache = self._local.__dict__.setdefault("cache", {})
+        buffers = {}
+        for name, array in sample.items():
+            key = (name, size, array.shape[1:], array.dtype.str)
+            buffer = cache.pop(key, None)
+            buffers[name] = buffer if buffer is not None else np.empty((size, *array.shape[1:]), array.dtype)
+        return buffers
+
+    def release(self, buffers: dict[str, np.ndarray], outputs: Tensors) -> None:
+        if any(np.may_share_memory(buffer, out) for buffer in buffers.values() for out in outputs.values()):
+            return
+        cache = self._local.__dict__.setdefault("cache", {})
+        for name, buffer in buffers.items():
+            if buffer.dtype != object:
+                cache[(name, len(buffer), buffer.shape[1:], buffer.dtype.str)] = buffer

@@ -6,7 +6,8 @@ Every key is optional; unknown keys are an error so that a typo never goes unnot
       "max_batch_size": 8,                      # > 0: the first dimension is the batch
       "dynamic_batching": {                     # merge requests (needs max_batch_size > 0)
         "max_queue_delay_us": 500,
-        "preferred_batch_sizes": [4, 8]
+        "preferred_batch_sizes": [4, 8],
+        "pad_batches": true                     # pad each batch to a declared size (default: on a GPU)
       },
       "max_queue_size": 256,                    # queued requests before RESOURCE_EXHAUSTED
       "instance_count": 2,                      # executions of this model in parallel
@@ -51,6 +52,11 @@ PRECISIONS = ("exact", "fp16", "bf16")
 class DynamicBatching:
     max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
+    # Pad each merged batch up to the smallest of 1, the preferred sizes and max_batch_size not
+    # below it (repeating its last row; the extra rows' outputs are dropped), so the engine only
+    # ever sees those shapes: CUDA graphs and compiled kernels are made once per shape, and
+    # cuDNN tunes its algorithms once per shape. None: on when the model runs on a GPU.
+    pad_batches: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -171,14 +177,20 @@ def _int(raw: dict, key: str, where: str, default: int | None, minimum: int) -> 
 def _dynamic_batching(raw: Any, where: str) -> DynamicBatching:
     if raw is True or raw == {}:
         return DynamicBatching()
-    if not isinstance(raw, dict) or set(raw) - {"max_queue_delay_us", "preferred_batch_sizes"}:
-        raise ConfigError(f"{where}: expected {{max_queue_delay_us, preferred_batch_sizes}}, got {raw!r}")
+    if not isinstance(raw, dict) or set(raw) - {"max_queue_delay_us", "preferred_batch_sizes", "pad_batches"}:
+        raise ConfigError(
+            f"{where}: expected {{max_queue_delay_us, preferred_batch_sizes, pad_batches}}, got {raw!r}"
+        )
     sizes = raw.get("preferred_batch_sizes", [])
     if not isinstance(sizes, list) or not all(isinstance(s, int) and s > 0 for s in sizes):
         raise ConfigError(f"{where}: preferred_batch_sizes must be a list of positive integers")
+    pad = raw.get("pad_batches")
+    if pad is not None and not isinstance(pad, bool):
+        raise ConfigError(f"{where}: pad_batches must be true or false, got {pad!r}")
     return DynamicBatching(
         max_queue_delay_us=_int(raw, "max_queue_delay_us", where, 0, minimum=0),
         preferred_batch_sizes=tuple(sorted(set(sizes))),
+        pad_batches=pad,
     )
 
 

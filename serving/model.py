@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,8 @@ class ServedModel:
 
     def __init__(self, name: str, version: int, model: lite.Model, config: ModelConfig, *,
                  device: str, instances: int, max_queue_size: int, metrics: Metrics, inline_us: int = 0,
-                 stamp: tuple = ()) -> None:
+                 stamp: tuple = (), executor: ThreadPoolExecutor | None = None) -> None:
+        """``executor``: runs the executions (default: ``instances`` threads)."""
         self.name = name
         self.version = str(version)
         self.config = config
@@ -62,11 +64,15 @@ class ServedModel:
         self._input_by_name = {info.name: info for info in self.inputs}
         self._output_names = {info.name for info in self.outputs}
         self._check_batching()
-        self._executor = ThreadPoolExecutor(instances, thread_name_prefix=f"{name}-v{version}")
+        self._executor = executor or ThreadPoolExecutor(instances, thread_name_prefix=f"{name}-v{version}")
+        self.pad_to: tuple[int, ...] = ()  # the batch sizes merged batches are padded up to
         if config.dynamic_batching is not None:
+            pad = config.dynamic_batching.pad_batches
+            if pad or (pad is None and _on_gpu(device)):
+                self.pad_to = config.batch_sizes()
             self._scheduler: DirectScheduler | DynamicBatcher = DynamicBatcher(
                 self._execute, self._record_execution, self._executor, instances, config.max_batch_size,
-                config.dynamic_batching, max_queue_size, f"{name}:{version}",
+                config.dynamic_batching, max_queue_size, f"{name}:{version}", pad_to=self.pad_to,
             )
         else:
             self._scheduler = DirectScheduler(self._execute, self._record_execution, self._executor, instances,
@@ -89,19 +95,32 @@ class ServedModel:
                 options["precision"] = config.precision
             if config.engine == "auto":
                 options["batch_sizes"] = config.batch_sizes()
+        # On a GPU, one thread loads the model and runs every execution of it: ONNX Runtime binds
+        # CUDA graphs, and cuDNN's fused kernels, to the thread that made the session (a call
+        # from another thread gets fresh sessions without the fusion; lite/engines/ort/cuda.py),
+        # and one GPU runs one execution at a time anyway. Elsewhere, ``instances`` threads.
+        home = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-v{version}")
         try:
-            model = lite.Model.load(path, device=device, threads=threads or None, **options)
+            model = home.submit(lite.Model.load, path, device=device, threads=threads or None, **options).result()
         except (lite.LiteError, OSError, ValueError, TypeError) as err:
+            home.shutdown(wait=False)
             raise ModelLoadError(f"model {name} version {version}: cannot load {path}: {err}") from err
+        on_gpu = _on_gpu(model.device)
+        make = functools.partial(cls, name, version, model, config, device=model.device, instances=instances,
+                                 max_queue_size=max_queue_size, metrics=metrics, stamp=stamp)
         try:
-            served = cls(name, version, model, config, device=model.device, instances=instances,
-                         max_queue_size=max_queue_size, metrics=metrics, inline_us=inline_us, stamp=stamp)
+            if on_gpu:  # never inline on the event loop's thread either
+                served = home.submit(make, inline_us=0, executor=home).result()
+            else:
+                home.shutdown(wait=False)
+                served = make(inline_us=inline_us)
         except ConfigError as err:
+            home.shutdown(wait=False)
             raise ModelLoadError(f"model {name} version {version}: {err}") from err
         log.info("model loaded", extra={"model": name, "version": version, "device": served.device,
                                         "requested_device": device, "threads": threads or "default",
                                         "engine": _engine_description(model)})
-        served.warmup()
+        served._executor.submit(served.warmup).result()
         return served
 
     def _zero_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
@@ -131,16 +150,19 @@ class ServedModel:
         return completed
 
     def warmup(self) -> None:
-        """Run the configured warmup requests on zero inputs (blocking)."""
-        warmup = self.config.warmup
-        if warmup is None:
-            return
-        feed = self._zero_inputs(warmup.batch_size)
-        for _ in range(warmup.count):
-            try:
-                self._model.predict(feed)
-            except Exception as err:  # an engine may fail in any way; say which model and why
-                raise ModelLoadError(f"model {self.name} version {self.version}: warmup failed: {err}") from err
+        """Run the configured warmup requests on zero inputs (blocking); with padded batches, one
+        run at each padded size first, so that an engine's per-shape work (CUDA graph capture,
+        compilation, cuDNN tuning) happens before the model is READY, not in a request."""
+        runs = [(size, 1) for size in self.pad_to]
+        if self.config.warmup is not None:
+            runs.append((self.config.warmup.batch_size, self.config.warmup.count))
+        for batch_size, count in runs:
+            feed = self._zero_inputs(batch_size)
+            for _ in range(count):
+                try:
+                    self._model.predict(feed)
+                except Exception as err:  # an engine may fail in any way; say which model and why
+                    raise ModelLoadError(f"model {self.name} version {self.version}: warmup failed: {err}") from err
 
     def start(self) -> None:
         self._drained = asyncio.Event()
@@ -314,6 +336,12 @@ def outcome_of(err: BaseException) -> str:
         return "cancelled"
     name = type(err).__name__.removesuffix("Error")
     return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_") or "error"
+
+
+def _on_gpu(device: str) -> bool:
+    """Whether an engine name (``lite.Model.device``) runs on a GPU: cuda, tensorrt, torch-cuda,
+    or an autotuned set of such names joined by "|"."""
+    return any(part in ("cuda", "tensorrt") or part.endswith("-cuda") for part in device.split("|"))
 
 
 def _engine_description(model: lite.Model) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -172,4 +174,36 @@ def test_threads_with_many_batch_sizes_agree_with_the_numpy_engine():
         results = list(pool.map(call, sizes))
     for x, got in results:
         np.testing.assert_allclose(got, reference(np.ascontiguousarray(x)), rtol=1e-3, atol=1e-3)
-    assert model.engine.gpu.graph_thread is not None
+    runner = model.engine.gpu
+    assert runner.worker is not None and runner.session_thread != threading.get_ident(), "a worker runs the calls"
+    assert runner.buckets, "the worker replays captured graphs"
+
+
+def test_threads_passing_pytorch_tensors_get_graph_replays_in_order():
+    """Once another thread calls, the runner's worker thread runs (and replays the graphs for)
+    every caller, the loading thread included; calls with PyTorch tensors stay ordered on each
+    caller's own stream."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = deep_cnn()
+    reference = lite.Model.load(data, device="numpy")
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    np.testing.assert_allclose(model(np.ones((2, 3, 64, 64), np.float32)),  # inline, on this thread
+                               reference(np.ones((2, 3, 64, 64), np.float32)), rtol=1e-3, atol=1e-3)
+
+    def call(k):
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            x = torch.randn(2 + k % 3, 3, 64, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(k))
+            outputs = [torch.from_dlpack(model.predict({"x": x * (j + 1)})["features"]) for j in range(4)]
+        stream.synchronize()
+        return x.cpu().numpy(), [y.cpu().numpy() for y in outputs]
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(call, range(9)))
+    for x, outputs in results:
+        for j, got in enumerate(outputs):
+            np.testing.assert_allclose(got, reference(x * (j + 1)), rtol=1e-3, atol=1e-3)
+    assert model.engine.gpu.worker is not None and len(model.engine.gpu.buckets) == 3
+    np.testing.assert_allclose(model(np.ones((2, 3, 64, 64), np.float32)),  # through the worker now
+                               reference(np.ones((2, 3, 64, 64), np.float32)), rtol=1e-3, atol=1e-3)

@@ -113,10 +113,11 @@ class Recorder:
         pass
 
 
-def batcher(recorder: Recorder, max_batch: int = 8, delay_us: int = 20000, preferred=(), queue: int = 64):
+def batcher(recorder: Recorder, max_batch: int = 8, delay_us: int = 20000, preferred=(), queue: int = 64,
+            pad_to=()):
     executor = ThreadPoolExecutor(1)
     b = DynamicBatcher(recorder.execute, recorder.record, executor, 1, max_batch,
-                       DynamicBatching(delay_us, tuple(preferred)), queue, "test")
+                       DynamicBatching(delay_us, tuple(preferred)), queue, "test", pad_to=tuple(pad_to))
     b.start()
     return b
 
@@ -147,6 +148,49 @@ def test_dynamic_batching_respects_max_batch_size_and_preferred_sizes():
 
     batches = asyncio.run(run())
     assert sum(batches) == 7 and max(batches) <= 4
+
+
+def test_padded_batches_reach_the_engine_at_declared_sizes_and_split_back_exactly():
+    async def run():
+        recorder = Recorder()
+        b = batcher(recorder, max_batch=8, delay_us=20000, pad_to=(1, 4, 8))
+        arrays = [np.full((rows, 2), i + 1, np.float32) for i, rows in enumerate([1, 2, 2])]
+        merged = await asyncio.gather(*(b.submit({"x": a}, len(a), None) for a in arrays))
+        alone = await b.submit({"x": np.full((3, 2), 9, np.float32)}, 3, None)
+        await b.close()
+        return recorder, arrays, merged, alone
+
+    recorder, arrays, merged, alone = asyncio.run(run())
+    assert recorder.batches == [8, 4]  # 5 rows padded to 8, then 3 rows to 4
+    for array, result in zip(arrays, merged):
+        np.testing.assert_array_equal(result.outputs["y"], array * 2)
+        assert result.times.batch_size == 5
+    np.testing.assert_array_equal(alone.outputs["y"], np.full((3, 2), 18, np.float32))
+
+
+def test_a_batch_buffer_an_output_aliases_is_not_reused():
+    class Echo(Recorder):
+        def execute(self, inputs):
+            self.batches.append(len(inputs["x"]))
+            return {"y": inputs["x"]}  # the input itself, as an identity model may return it
+
+    async def run():
+        recorder = Echo()
+        b = batcher(recorder, max_batch=4, delay_us=20000, pad_to=(4,))
+        first = await asyncio.gather(*(b.submit({"x": np.full((1, 2), i, np.float32)}, 1, None) for i in range(2)))
+        second = await asyncio.gather(*(b.submit({"x": np.full((1, 2), 7, np.float32)}, 1, None) for _ in range(3)))
+        await b.close()
+        return first, second
+
+    first, second = asyncio.run(run())
+    assert [float(r.outputs["y"][0, 0]) for r in first] == [0.0, 1.0]  # not overwritten by the second batch
+    assert all(float(r.outputs["y"][0, 0]) == 7.0 for r in second)
+
+
+def test_config_pad_batches_is_a_boolean():
+    assert parse_config({"max_batch_size": 8, "dynamic_batching": {"pad_batches": True}}, "m").dynamic_batching.pad_batches
+    with pytest.raises(ConfigError, match="pad_batches must be true or false"):
+        parse_config({"max_batch_size": 8, "dynamic_batching": {"pad_batches": "yes"}}, "m")
 
 
 def test_full_queue_refuses_and_cancelled_requests_free_their_slot():

@@ -2,7 +2,8 @@
 takes with ResNet-18), 8 concurrent single-image clients, through a real server.
 
 Asserts that batching happens (ModelStatistics shows executions of more than one request) and
-that every client gets the answer to its own image, checked against the numpy engine.
+that every client gets the answer to its own image, checked against the numpy engine; also with
+batches padded to declared sizes (``pad_batches``, the default on a GPU).
 """
 
 from __future__ import annotations
@@ -56,15 +57,16 @@ def small_cnn() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-@pytest.fixture(scope="module")
-def cnn_repository(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=[{}, {"preferred_batch_sizes": [4], "pad_batches": True}],
+                ids=["merged", "padded-to-1-4-8"])
+def cnn_repository(tmp_path_factory, request) -> Path:
     converter = pytest.importorskip("converter")
     root = tmp_path_factory.mktemp("batching-repository")
     (root / "cnn" / "1").mkdir(parents=True)
     save(converter.convert_model(small_cnn(), dynamic_batch=True), str(root / "cnn" / "1" / "model.lite"))
     # A long delay lets the 8 clients' requests meet in the queue even on a busy machine.
     (root / "cnn" / "config.json").write_text(json.dumps({
-        "max_batch_size": CLIENTS, "dynamic_batching": {"max_queue_delay_us": 50_000},
+        "max_batch_size": CLIENTS, "dynamic_batching": {"max_queue_delay_us": 50_000, **request.param},
     }))
     return root
 

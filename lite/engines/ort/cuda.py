@@ -9,6 +9,8 @@
   ``MAX_GRAPH_BUCKETS``) is captured once and replayed. Replay needs fixed addresses, so every
   bucket owns device buffers for its inputs and outputs; a call copies its inputs into them
   (device to device for device inputs) and its outputs out of them.
+- Sessions run on one thread: the one that loaded the model, until another thread calls; then a
+  worker thread with fresh sessions runs every call (``CudaRunner.run`` says why).
 - When the caller uses PyTorch (imported before the model is loaded), the graphed session runs
   on a CUDA stream lite takes from PyTorch, and calls with PyTorch tensors are asynchronous, as
   PyTorch's own operations are: the input and output copies are queued on the caller's current
@@ -21,8 +23,10 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,39 +40,81 @@ MAX_GRAPH_BUCKETS = 8
 class CudaRunner:
     """Runs one whole-graph session on CUDA with IOBinding (and optionally CUDA graphs)."""
 
-    def __init__(self, ort, plain: Session, graphed: Session | None, device_id: int, stream=None) -> None:
+    def __init__(self, ort, plain: Session, graphed: Session | None, device_id: int, stream=None,
+                 rebuild: Callable[[], tuple[Session, Session | None]] | None = None) -> None:
+        """``rebuild``: makes fresh sessions (plain, graphed) in the calling thread, for the worker."""
         self.ort = ort
         self.plain = plain
         self.graphed = graphed
         self.device_id = device_id
         self.stream = stream  # the torch.cuda.Stream the graphed session runs on, if any
+        self.rebuild = rebuild
         self.buckets: dict[tuple, _Bucket] = {}
         self.lock = threading.Lock()
-        self.graph_thread: int | None = None  # the thread whose ONNX Runtime context holds the graphs
+        # The thread that made the sessions and runs them; a worker thread of this runner once
+        # another thread calls (see run).
+        self.session_thread = threading.get_ident()
+        self.worker = None
+        self.retired: list[tuple[Session, Session | None]] = []
+        self.graph_ids = itertools.count(1)  # never reused: a stale graph is never replayed by mistake
         self.output_names = plain.output_names
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        # A CUDA session runs on one thread only: the thread that made it. ONNX Runtime keeps
+        # CUDA graphs in per-thread contexts (handed on to new threads when a thread ends) and does
+        # not support concurrent runs of a graphed session; and cuDNN's runtime-fused kernels
+        # (fuse_conv_bias) failed on any thread but the main one (ResNet-50 fp16 on an H200, ONNX
+        # Runtime 1.31.1, cuDNN 9.19: "illegal instruction", "illegal memory access", "misaligned
+        # address"; see SessionConfig.fuse_conv_bias). So calls from the thread that loaded the
+        # model run inline (no hand-off: a worker thread cost 0.09 ms a call at batch 1,
+        # bench/gpu_resnet50.py); the first call from any other thread starts a worker thread
+        # that makes fresh sessions, without that fusion, and runs every call from then on.
         on_device = any(is_device_array(v) for v in feeds.values())
+        me = threading.get_ident()
+        if self.worker is None:
+            with self.lock:
+                if self.worker is None:
+                    if me == self.session_thread:
+                        return self._run_here(feeds, on_device)
+                    self._start_worker()
+        if me == self.session_thread:
+            return self._run_here(feeds, on_device)
+        stream = _caller_stream(feeds)
+        return self.worker.submit(self._run_on_worker, feeds, on_device, stream).result()
+
+    def _start_worker(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        for bucket in self.buckets.values():
+            if bucket.torch is not None:
+                bucket.torch.settle()
+        self.buckets = {}
+        worker = ThreadPoolExecutor(1, thread_name_prefix="lite-cuda-session")
+        thread, sessions = worker.submit(lambda: (threading.get_ident(), self.rebuild and self.rebuild())).result()
+        if sessions is not None:
+            # Kept, not closed: a session is torn down on the thread that made it, at exit.
+            self.retired.append((self.plain, self.graphed))
+            self.plain, self.graphed = sessions
+        self.session_thread = thread
+        self.worker = worker  # published last: a thread that sees it also sees session_thread
+
+    def _run_on_worker(self, feeds: dict[str, Any], on_device: bool, stream) -> dict[str, Any]:
+        if stream is None:
+            return self._run_here(feeds, on_device)
+        # The caller's current stream, so that its copies are ordered as if it ran them itself.
+        with sys.modules["torch"].cuda.stream(stream):
+            return self._run_here(feeds, on_device)
+
+    def _run_here(self, feeds: dict[str, Any], on_device: bool) -> dict[str, Any]:
         if self.graphed is None:
             return self._run_bound(feeds, on_device)
-        # ONNX Runtime keeps a session's CUDA graphs per thread and does not support concurrent
-        # runs of such a session; a capture must not overlap any other CUDA work of the process.
-        # Two server instance threads replaying and capturing ResNet-50 buckets crashed with
-        # "illegal memory access" (bench/gpu_serving.py). So the graphs belong to the first thread
-        # that runs the model; other threads run the plain session, and one lock orders them all
-        # (asynchronous calls hold it only to queue their work).
-        with self.lock:
-            if self.graph_thread is None:
-                self.graph_thread = threading.get_ident()
-            if threading.get_ident() != self.graph_thread:
-                return self._run_bound(feeds, on_device)
-            key = tuple((name, tuple(v.shape)) for name, v in feeds.items())
-            bucket = self.buckets.get(key)
-            if bucket is None and len(self.buckets) < MAX_GRAPH_BUCKETS:
-                bucket = self._capture(key, feeds)
-            if bucket is not None:
-                return bucket.run(feeds, on_device)
-            return self._run_bound(feeds, on_device)
+        key = tuple((name, tuple(v.shape)) for name, v in feeds.items())
+        bucket = self.buckets.get(key)
+        if bucket is None and len(self.buckets) < MAX_GRAPH_BUCKETS:
+            bucket = self._capture(key, feeds)
+        if bucket is not None:
+            return bucket.run(feeds, on_device)
+        return self._run_bound(feeds, on_device)
 
     def _run_bound(self, feeds: dict[str, Any], on_device: bool) -> dict[str, Any]:
         binding = self.plain.session.io_binding()
@@ -91,7 +137,7 @@ class CudaRunner:
     def _capture(self, key: tuple, feeds: dict[str, Any]) -> _Bucket:
         # Output shapes come from one ordinary run; then buffers are fixed and the graph captured.
         probe = self._run_bound(feeds, on_device=False)
-        graph_id = len(self.buckets) + 1
+        graph_id = next(self.graph_ids)
         bucket = _Bucket(self.ort, self.graphed, self.device_id, graph_id, feeds, probe, self.stream)
         self.buckets[key] = bucket
         return bucket
@@ -239,6 +285,17 @@ def torch_stream(device_id: int):
         return torch.cuda.Stream(device=device_id)
     except Exception:  # a PyTorch without CUDA, or another device numbering: ONNX Runtime's own stream
         return None
+
+
+def _caller_stream(feeds: dict[str, Any]):
+    """The calling thread's current PyTorch stream when it passes PyTorch CUDA tensors, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for value in feeds.values():
+        if isinstance(value, torch.Tensor) and value.is_cuda:
+            return torch.cuda.current_stream(value.device)
+    return None
 
 
 def _synchronize(device_id: int) -> None:

@@ -138,8 +138,9 @@ class OrtEngine:
             segment.runner = self._runner(segment, index, len(segments))
         return segments
 
-    def _runner(self, segment: _Segment, index: int, count: int):
+    def _runner(self, segment: _Segment, index: int, count: int, config: sessions.SessionConfig | None = None):
         graph = self.model.main
+        config = config or self.plain_config
         if segment.on_ort:
             inputs = graph.inputs if count == 1 else segment.inputs
             outputs = graph.outputs if count == 1 else segment.outputs
@@ -152,7 +153,7 @@ class OrtEngine:
             def build(input_types: dict[str, DataType] | None = None) -> sessions.Session:
                 typed = sorted((k, int(v)) for k, v in (input_types or {}).items())
                 return sessions.create(self.ort, lambda: self._lower(segment.nodes, inputs, outputs, name, input_types),
-                                       self.plain_config, self._identity(f"{part}|{typed}"))
+                                       config, self._identity(f"{part}|{typed}"))
 
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
                 return _TypedOnFirstRun(build)
@@ -185,20 +186,31 @@ class OrtEngine:
         """IOBinding (and CUDA graph) execution when the whole graph is one ONNX Runtime session."""
         if len(self.segments) != 1 or not isinstance(self.segments[0].runner, sessions.Session):
             return None
-        plain = self.segments[0].runner
-        graphed = None
-        stream = None
-        if self.config.cuda_graph:
+        stream = torch_stream(self.config.device_id) if self.config.cuda_graph else None
+
+        def make(fresh: bool) -> tuple[sessions.Session, sessions.Session | None]:
+            # Fresh sessions are for a second thread, where cuDNN's runtime fusion failed (see
+            # CudaRunner.run): they go without it.
+            config = dataclasses.replace(self.config, fuse_conv_bias=False) if fresh else self.config
+            if fresh:
+                plain = self._runner(self.segments[0], 0, 1, dataclasses.replace(config, cuda_graph=False))
+            else:
+                plain = self.segments[0].runner
+            if not self.config.cuda_graph:
+                return plain, None
             main = self.model.main
-            stream = torch_stream(self.config.device_id)
-            config = self.config if stream is None else dataclasses.replace(self.config, compute_stream=stream.cuda_stream)
+            config = config if stream is None else dataclasses.replace(config, compute_stream=stream.cuda_stream)
             try:
                 graphed = sessions.create(self.ort, lambda: self._lower(main.nodes, main.inputs, main.outputs, main.name),
                                           config, self._identity("whole graph, CUDA graph"))
             except Exception as err:  # e.g. some nodes fell back to the CPU provider: no capture possible
                 self.cuda_graph_declined = f"{type(err).__name__}: {err}"
-                stream = None
-        return CudaRunner(self.ort, plain, graphed, self.config.device_id, stream)
+                return plain, None
+            return plain, graphed
+
+        plain, graphed = make(fresh=False)
+        return CudaRunner(self.ort, plain, graphed, self.config.device_id, stream if graphed is not None else None,
+                          rebuild=lambda: make(fresh=True))
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         if self.gpu is not None:

@@ -16,6 +16,7 @@ import platform
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +53,13 @@ class SessionConfig:
     cudnn_conv_algo_search: str = "EXHAUSTIVE"  # EXHAUSTIVE | HEURISTIC | DEFAULT
     prefer_nhwc: bool | None = None  # None: True on CUDA (faster convolutions with fp16 tensor cores)
     cuda_graph: bool | None = None  # None: True on CUDA (captured per input-shape bucket, replayed)
-    # cuDNN runtime fusion of Conv + bias (+ activation) into one kernel. None: True on CUDA, where
-    # it made ResNet-50 fp16 1.47x faster at batch 256 on an H200 (bench/gpu_ort_options.py);
-    # ONNX Runtime before 1.20 does not know the option and never gets it.
+    # cuDNN runtime fusion of Conv + bias (+ activation) into one kernel: ResNet-50 fp16 1.47x
+    # faster at batch 256 on an H200 (bench/gpu_ort_options.py). But its kernels failed whenever
+    # they ran on a thread other than the process's main thread (ONNX Runtime 1.31.1, cuDNN 9.19:
+    # "illegal instruction", "illegal memory access", or 1 s per batch; a server loading on a
+    # worker thread, two calling threads). None: True on CUDA when the model is loaded on the
+    # main thread, else False (lite.engines.ort.cuda.CudaRunner moves calls from other threads
+    # to fresh sessions without it). ONNX Runtime before 1.20 does not know the option.
     fuse_conv_bias: bool | None = None
     # TF32 for float32 MatMul/Conv, which ONNX Runtime uses by default (a 10-bit mantissa: 3e-4
     # relative error on a 4-term dot product on an H200). None: ONNX Runtime's default; the engine
@@ -85,9 +90,11 @@ class SessionConfig:
                              "has few float16 kernels; convert with --fp16 to store weights in half precision")
         if isinstance(self.cuda_options, dict):
             object.__setattr__(self, "cuda_options", tuple(sorted((str(k), str(v)) for k, v in self.cuda_options.items())))
-        for name in ("prefer_nhwc", "cuda_graph", "fuse_conv_bias"):
+        for name in ("prefer_nhwc", "cuda_graph"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, on_gpu)
+        if self.fuse_conv_bias is None:
+            object.__setattr__(self, "fuse_conv_bias", on_gpu and threading.current_thread() is threading.main_thread())
         if self.optimization not in _OPTIMIZATION_LEVELS:
             raise ValueError(f"optimization must be one of {', '.join(_OPTIMIZATION_LEVELS)}; got {self.optimization!r}")
         if self.cudnn_conv_algo_search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
