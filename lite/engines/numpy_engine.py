@@ -71,6 +71,9 @@ class _Step:
     wants_allocate: bool = False
     custom: bool = False  # a user's kernel (lite.CustomOps): never run at load time
     release: list[int] = field(default_factory=list)
+    # The kernel's load-time work on constant inputs and its result (lite.ops.registry).
+    prepare: Callable | None = None
+    prepared: Any = None
 
 
 class _GraphPlan:
@@ -111,6 +114,9 @@ class NumpyEngine:
         constants = {i: tensor_value(t) for i, t in enumerate(graph.tensors) if t.is_constant}
         if not problems:  # every node has its kernel: fold what depends on weights alone
             steps = self._fold_constants(steps, constants, len(graph.tensors))
+            for step in steps:
+                if step.prepare is not None:
+                    step.prepared = _prepare(step, constants, graph)
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
         last_use: dict[int, int] = {}
         for position, step in enumerate(steps):
@@ -186,7 +192,8 @@ class NumpyEngine:
         return _Step(node, kernel.fn, inputs, list(node.outputs), attributes, graph_attributes,
                      len(node.outputs) if kernel.wants_output_count else None, activation,
                      kernel_applies_activation=activation is not None and kernel.wants_fused_activation,
-                     wants_allocate=kernel.wants_allocate, custom=custom)
+                     wants_allocate=kernel.wants_allocate, custom=custom,
+                     prepare=None if custom else kernel.prepare)
 
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray], observer: Observer | None = None) -> dict[str, np.ndarray]:
@@ -241,6 +248,8 @@ class NumpyEngine:
             kwargs["allocate"] = allocate
         if step.kernel_applies_activation:
             kwargs["fused_activation"] = step.activation
+        if step.prepared is not None:
+            kwargs["prepared"] = step.prepared
         try:
             result = step.fn(*args, **kwargs)
         except LiteError as err:
@@ -315,6 +324,17 @@ class _Scope:
         if self.parent is None:
             raise ModelFormatError(f"a subgraph reads {name!r}, which no enclosing graph defines")
         return self.parent.lookup(name)
+
+
+def _prepare(step: _Step, constants: dict[int, Any], graph: ir.Graph) -> Any:
+    """The kernel's load-time work for this node (see lite.ops.registry), None if it has none."""
+    values = [constants.get(index) if index >= 0 else None for index in step.inputs]
+    shapes = [None if index < 0 or graph.tensors[index].shape is None else tuple(graph.tensors[index].shape)
+              for index in step.inputs]
+    try:
+        return step.prepare(values, shapes, **step.attributes)
+    except LiteError:
+        return None  # preparing only saves time: the kernel runs without it
 
 
 def _contiguous(value: Any) -> Any:

@@ -2,7 +2,7 @@
 
 https://onnx.ai/onnx/operators/onnx__Conv.html
 
-Three paths, picked by shape, all computing the same thing:
+Four paths, picked by shape, all computing the same thing:
 
 - pointwise (every kernel extent 1): the input *is* the im2col matrix, so one GEMM per image,
   ``W (M, C) @ X (C, H*W)``, or for a channels-last input (see :mod:`lite.ops._layout`)
@@ -10,9 +10,14 @@ Three paths, picked by shape, all computing the same thing:
   subsample;
 - depthwise (group == input channels): sums of shifted elementwise products, channels-last
   (one einsum per column phase) or over tap slices (see :mod:`lite.ops._depthwise`);
+- 3x3 stride 1 with enough channels, when the engine prepared the weights at load (see
+  ``prepare_conv``): Winograd F(2x2, 3x3), 2.25x fewer multiplications (see
+  :mod:`lite.ops._winograd`);
 - general: im2col as a strided view of the padded input laid out ``(C, *kernel, *out)``, copied
   a block of output rows at a time into a buffer of at most ``_COLUMNS_BYTES``, then one GEMM
-  ``W (M/g, C/g*K) @ cols (C/g*K, rows*W)`` per block that writes straight into the NCHW output.
+  ``W (M/g, C/g*K) @ cols (C/g*K, rows*W)`` per block that writes straight into the NCHW output;
+  for 2-D images where it costs few extra columns, on a wide grid whose tap rows are contiguous
+  (see :mod:`lite.ops._wide_im2col`).
 
 Bias and the node's fused activation (keyword-only ``fused_activation``, see
 :mod:`lite.ops.registry`) are applied to each block of the output right after its GEMM, while it
@@ -26,6 +31,8 @@ import math
 import numpy as np
 
 from lite.errors import UnsupportedOpError
+from lite.ops import _wide_im2col as wide_im2col
+from lite.ops import _winograd as winograd
 from lite.ops import fused_activation as activations
 from lite.ops._conv_common import compute_dtype, output_shape, pad_input, resolve_pads, spatial_defaults, windows
 from lite.ops._depthwise import depthwise_channels_last, depthwise_taps
@@ -39,7 +46,27 @@ _COLUMNS_BYTES = 1 << 20
 _MIN_GEMM_COLUMNS = 512
 
 
-@kernel("Conv", since=1)
+def prepare_conv(constants, shapes, *, auto_pad="NOTSET", group=1, kernel_shape=None, pads=None, strides=None,
+                 dilations=None, **_):
+    """Load-time work for constant weights (the ``prepare`` hook of lite.ops.registry): the
+    Winograd transform of 3x3 stride-1 kernels applied to images large enough to gain from it."""
+    weights = constants[1] if len(constants) > 1 else None
+    if weights is None or weights.ndim != 4:
+        return None
+    kernel_dims = kernel_shape or weights.shape[2:]
+    if not winograd.suits(weights.shape, group, kernel_dims, strides or [1, 1], dilations or [1, 1]):
+        return None
+    spatial = (shapes[0] or ())[2:]
+    if len(spatial) == 2 and all(isinstance(size, int) for size in spatial):
+        # Declared sizes: prepare only what the kernel will use (3x3, stride 1: out = in + pads - 2).
+        begin, end = resolve_pads("Conv", auto_pad, pads, spatial, [3, 3], [1, 1], [1, 1])
+        if not winograd.fits(weights.shape[1], weights.shape[0], output_shape(spatial, [3, 3], [1, 1], [1, 1], begin, end)):
+            return None
+    dtype = np.float64 if weights.dtype == np.float64 else np.float32
+    return {"winograd": winograd.transform_weights(weights, dtype)}
+
+
+@kernel("Conv", since=1, prepare=prepare_conv)
 def Conv(
     X,
     W,
@@ -52,6 +79,7 @@ def Conv(
     pads=None,
     strides=None,
     fused_activation=None,
+    prepared=None,
     allocate=np.empty,
 ):
     """Y = conv(X, W) + B, X ``(N, C, *spatial)``, W ``(M, C/group, *kernel)``."""
@@ -74,10 +102,22 @@ def Conv(
     # The activation acts on the output dtype: fused into the blocks only when no cast follows.
     block_activation = fused_activation if X.dtype == dtype else None
     finish = _Finish(bias, block_activation)
+    transformed = None if prepared is None else prepared.get("winograd")
     if group == channels and group > 1:
         y = _depthwise(x, w, begin, end, strides, dilations, out_shape, finish, allocate)
+    elif (
+        transformed is not None
+        and transformed.dtype == dtype
+        and transformed.shape[1:] == (out_channels, channels)
+        and winograd.suits(w.shape, group, kernel_dims, strides, dilations)
+        and winograd.fits(channels, out_channels, out_shape)
+    ):
+        y = winograd.convolve(x, transformed, bias, block_activation, begin, end, out_shape, allocate)
     elif all(k == 1 for k in kernel_dims):
         y = _pointwise(x, w, group, begin, end, strides, out_shape, finish, allocate)
+    elif wide_im2col.suits(x, begin, end, strides, out_shape):
+        y = wide_im2col.convolve(x, w, group, kernel_dims, begin, end, strides, dilations, out_shape, finish,
+                                 allocate, _COLUMNS_BYTES, _MIN_GEMM_COLUMNS)
     else:
         padded = pad_input(x, begin, end, allocate=allocate)
         y = _im2col(padded, w, group, kernel_dims, strides, dilations, out_shape, finish, allocate)

@@ -26,6 +26,13 @@ The signature *is* the spec (https://onnx.ai/onnx/operators/):
   attributes (see :mod:`lite.ops.fused_activation`) and the kernel applies it to its first
   output, bit-for-bit as ``fused_activation.apply`` would on the finished output. Kernels
   without it get the activation applied by the engine afterwards.
+- a kernel may come with a ``prepare`` function (``kernel(..., prepare=fn)``) for work that
+  depends only on constant inputs, such as re-laying out weights. The engine calls
+  ``fn(constants, shapes, **attributes)`` once, when it loads the model: ``constants`` lists the
+  node's inputs, each the constant's value or None (computed at run time, or omitted), and
+  ``shapes`` their declared shapes (None where unknown). Whatever it returns other than None is
+  passed to every call as the keyword-only ``prepared`` parameter (shared by all threads: treat
+  it as read-only). A kernel must give the same results with and without it.
 - it returns one value, or a *tuple* of values for the outputs in order (trailing ones the node
   does not declare are dropped). A value is an array (dtypes exactly as the spec; scalars are
   0-d arrays), a list of arrays for an ONNX sequence, or None for an empty optional.
@@ -65,6 +72,9 @@ class Kernel:
     wants_fused_activation: bool = False
     # True when the function takes **attributes (custom ops): every attribute is passed.
     accepts_any_attribute: bool = False
+    wants_prepared: bool = False
+    # Load-time work on constant inputs (see the module docstring), or None.
+    prepare: Callable | None = None
 
     def accepts(self, attribute: str) -> bool:
         return self.accepts_any_attribute or attribute in self.attribute_names
@@ -94,11 +104,16 @@ class KernelRegistry:
             importlib.import_module(f"{self._package}.{module}")
         self._pending.clear()
 
-    def register(self, op_type: str, *, since: int = 1, domain: str = "") -> Callable[[Callable], Callable]:
+    def register(
+        self, op_type: str, *, since: int = 1, domain: str = "", prepare: Callable | None = None
+    ) -> Callable[[Callable], Callable]:
         """Decorator registering ``fn`` as the kernel of ``op_type`` from opset ``since`` on."""
 
         def decorate(fn: Callable) -> Callable:
-            self.add(Kernel(op_type, normalize_domain(domain), since, fn, **_describe(fn)))
+            described = _describe(fn)
+            if prepare is not None and not described["wants_prepared"]:
+                raise ValueError(f"kernel {op_type} has a prepare function but no keyword-only 'prepared' parameter")
+            self.add(Kernel(op_type, normalize_domain(domain), since, fn, prepare=prepare, **described))
             return fn
 
         return decorate
@@ -143,7 +158,7 @@ class KernelRegistry:
 
 # Keyword-only parameters the engine fills in; every other one is an ONNX attribute.
 _ENGINE_PARAMETERS = {"output_count": "wants_output_count", "allocate": "wants_allocate",
-                      "fused_activation": "wants_fused_activation"}
+                      "fused_activation": "wants_fused_activation", "prepared": "wants_prepared"}
 
 
 def _describe(fn: Callable) -> dict:

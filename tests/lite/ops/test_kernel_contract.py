@@ -140,7 +140,9 @@ def test_pool_plans_after_one_run_and_results_do_not_change():
     assert engine.pool.held_bytes() > 0
     state = engine.pool._state()
     results = [engine.run({"x": x})["y"] for _ in range(3)]
-    assert not state.missed and len(state.from_arena) == len(state.sizes) - 1  # all but the output
+    # Every buffer is planned; the last Conv computes on a wide grid (lite.ops._wide_im2col) and
+    # the caller gets a C-contiguous copy of its view, so even the output's buffer stays.
+    assert not state.missed and len(state.from_arena) == len(state.sizes)
     for result in results:
         np.testing.assert_array_equal(result, first)
 

@@ -1,0 +1,117 @@
+"""Conv's shape-specific paths against onnx.reference: Winograd F(2x2, 3x3) on prepared weights,
+im2col on a wide grid; and the ``prepare`` hook that gives the kernel its transformed weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite.engines.numpy_engine import NumpyEngine
+from lite.format import GraphBuilder, load, to_bytes
+from lite.ops import _wide_im2col, _winograd, conv, fused_activation
+from lite.ops.registry import KernelRegistry
+from tests.lite.ops._reference import reference_outputs
+
+rng = np.random.default_rng(31)
+
+
+def normal(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def expected_conv(x, w, b, attributes, activation=None):
+    y = reference_outputs("Conv", [x, w, b], attributes, 11)[0]
+    return y if activation is None else fused_activation.apply(y, *activation)
+
+
+WINOGRAD = [
+    ((1, 16, 14, 14), 16, [1, 1, 1, 1]),
+    ((2, 20, 13, 15), 24, [1, 1, 1, 1]),  # odd sizes: the last tile row and column are cut
+    ((1, 17, 16, 14), 32, [0, 2, 1, 0]),  # uneven pads
+    ((1, 16, 12, 12), 18, [2, 2, 2, 2]),
+]
+
+
+@pytest.mark.parametrize("x_shape, out_channels, pads", WINOGRAD)
+@pytest.mark.parametrize("activation", [None, ("Relu", ()), ("Sigmoid", ())], ids=["none", "Relu", "Sigmoid"])
+def test_winograd_matches_the_reference(monkeypatch, x_shape, out_channels, pads, activation):
+    calls = []
+    monkeypatch.setattr(_winograd, "convolve", _recording(_winograd.convolve, calls))
+    x, w, b = normal(*x_shape), normal(out_channels, x_shape[1], 3, 3), normal(out_channels)
+    attributes = {"pads": pads}
+    prepared = conv.prepare_conv([None, w, b], [x.shape, w.shape, b.shape], **attributes)
+    assert prepared is not None and prepared["winograd"].shape == (16, out_channels, x_shape[1])
+    got = conv.Conv(x, w, b, fused_activation=activation, prepared=prepared, **attributes)
+    np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, activation), rtol=1e-4, atol=1e-4)
+    assert calls, "the Winograd path should have run"
+    # Without the prepared weights the kernel takes the direct path, to the same values.
+    np.testing.assert_allclose(conv.Conv(x, w, b, fused_activation=activation, **attributes), got, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "w_shape, attributes, x_shape",
+    [
+        ((16, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, (1, 16, 14, 14)),  # strided
+        ((16, 8, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, (1, 16, 14, 14)),  # grouped
+        ((8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, (1, 16, 14, 14)),  # too few output channels
+        ((16, 16, 5, 5), {"pads": [2, 2, 2, 2]}, (1, 16, 14, 14)),  # 5x5
+        ((16, 16, 3, 3), {"pads": [1, 1, 1, 1]}, (1, 16, 7, 7)),  # too small an image
+        ((256, 256, 3, 3), {"pads": [1, 1, 1, 1]}, (1, 256, 56, 56)),  # transforms above the budget
+    ],
+)
+def test_weights_are_prepared_only_where_the_path_runs(w_shape, attributes, x_shape):
+    w = np.zeros(w_shape, np.float32)
+    assert conv.prepare_conv([None, w, None], [x_shape, w_shape, None], **attributes) is None
+
+
+def test_weights_computed_at_run_time_are_not_prepared():
+    assert conv.prepare_conv([None, None, None], [(1, 16, 14, 14), (16, 16, 3, 3), None]) is None
+
+
+WIDE = [
+    ((1, 3, 60, 60), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    ((2, 4, 28, 29), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 4, 27, 31), (6, 2, 3, 2), {"group": 2, "strides": [1, 2], "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((1, 5, 40, 100), (3, 5, 3, 5), {"strides": [3, 3], "dilations": [1, 2], "pads": [0, 4, 1, 0]}),
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attributes", WIDE)
+@pytest.mark.parametrize("columns_bytes", [512, 1 << 20], ids=["row chunks", "whole"])
+def test_wide_im2col_matches_the_reference(monkeypatch, x_shape, w_shape, attributes, columns_bytes):
+    monkeypatch.setattr(conv, "_COLUMNS_BYTES", columns_bytes)
+    calls = []
+    monkeypatch.setattr(_wide_im2col, "convolve", _recording(_wide_im2col.convolve, calls))
+    x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
+    got = conv.Conv(x, w, b, fused_activation=("Relu", ()), **attributes)
+    np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, ("Relu", ())), rtol=1e-4, atol=1e-4)
+    assert calls, "the wide-grid path should have run"
+
+
+def test_engine_prepares_constant_weights_once():
+    weights = np.random.default_rng(8)
+    b = GraphBuilder("winograd", opset=13)
+    x = b.input("x", np.float32, ["N", 16, 14, 14])
+    w = b.constant("w", weights.standard_normal((32, 16, 3, 3)).astype(np.float32))
+    b.output(b.node("Conv", [x, w], pads=[1, 1, 1, 1], outputs=["y"]), np.float32, ["N", 32, 14, 14])
+    engine = NumpyEngine(load(to_bytes(b.build())))
+    (step,) = engine.plans[0].steps
+    assert step.prepared is not None and not step.prepared["winograd"].flags.writeable
+    value = normal(2, 16, 14, 14)
+    expected = reference_outputs("Conv", [value, engine.plans[0].constants[engine.plans[0].index_of["w"]]],
+                                 {"pads": [1, 1, 1, 1]}, 11)[0]
+    np.testing.assert_allclose(engine.run({"x": value})["y"], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_prepare_function_needs_the_prepared_parameter():
+    registry = KernelRegistry()
+    with pytest.raises(ValueError, match="prepared"):
+        registry.register("Thing", prepare=lambda constants, shapes: None)(lambda X: X)
+
+
+def _recording(function, calls):
+    def recorded(*args, **kwargs):
+        calls.append(1)
+        return function(*args, **kwargs)
+
+    return recorded
