@@ -153,10 +153,13 @@ class _PoolState:
         self.recording = True
 
     def replan(self) -> None:
-        """Greedy offsets for this run's requests: largest first, lowest offset that fits."""
+        """Offsets for this run's requests: for each of a few orders, place each request at the
+        lowest offset that fits beside the requests already placed whose lifetimes overlap it;
+        keep the smallest arena. (No single greedy order is best for every model: the arena can
+        come out larger than the peak of live requests, fragmented.)"""
         alignment = BufferPool.ALIGNMENT
         end_of_run = len(self.sizes)
-        intervals = []
+        intervals = []  # (aligned size, index = start, stop)
         for index, size in enumerate(self.sizes):
             if index in self.handed:
                 continue
@@ -164,25 +167,42 @@ class _PoolState:
             # Still alive at the end (a kernel kept it): it shares with nothing.
             stop = dead if dead is not None else end_of_run + 1
             intervals.append((-(-size // alignment) * alignment, index, stop))
-        intervals.sort(key=lambda item: (-item[0], item[1]))
-        placed: list[tuple[int, int, int, int]] = []  # offset, size, start, stop
-        offsets: dict[int, tuple[int, int]] = {}
-        for size, index, stop in intervals:
-            busy = sorted((o, o + n) for o, n, start, end in placed if start < stop and index < end)
-            offset = 0
-            for low, high in busy:
-                if offset + size <= low:
-                    break
-                offset = max(offset, high)
-            placed.append((offset, size, index, stop))
-            offsets[index] = (offset, size)
-        total = max((o + n for o, n in offsets.values()), default=0)
+        orders = [
+            lambda item: (-item[0], item[1]),  # largest first
+            lambda item: (-item[0] * (item[2] - item[1]), item[1]),  # largest area of memory x time
+            lambda item: (-(item[2] - item[1]), -item[0]),  # longest-lived first
+            lambda item: (item[1], -item[0]),  # in the order of the run
+        ]
+        best: dict[int, tuple[int, int]] = {}
+        best_total = None
+        for order in orders:
+            offsets = _place(sorted(intervals, key=order))
+            total = max((o + n for o, n in offsets.values()), default=0)
+            if best_total is None or total < best_total:
+                best, best_total = offsets, total
         self.plan = [None] * len(self.sizes)
-        for index, offset_and_size in offsets.items():
+        for index, offset_and_size in best.items():
             self.plan[index] = offset_and_size
-        self.arena = np.empty(max(total, 1), dtype=np.uint8)
+        self.arena = np.empty(max(best_total or 0, 1), dtype=np.uint8)
         self.arena_view = memoryview(self.arena)
         self.lingering = {}
+
+
+def _place(intervals: list[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
+    """Greedy placement in the given order: each (size, start, stop) at the lowest offset clear of
+    every placed interval that overlaps it in time."""
+    placed: list[tuple[int, int, int, int]] = []  # offset, size, start, stop
+    offsets: dict[int, tuple[int, int]] = {}
+    for size, index, stop in intervals:
+        busy = sorted((o, o + n) for o, n, start, end in placed if start < stop and index < end)
+        offset = 0
+        for low, high in busy:
+            if offset + size <= low:
+                break
+            offset = max(offset, high)
+        placed.append((offset, size, index, stop))
+        offsets[index] = (offset, size)
+    return offsets
 
 
 def _overlap(planned: tuple[int, int] | None, offset: int, size: int) -> bool:

@@ -5,9 +5,9 @@ https://onnx.ai/onnx/operators/onnx__Conv.html
 Four paths, picked by shape, all computing the same thing:
 
 - pointwise (every kernel extent 1): the input *is* the im2col matrix, so one GEMM per image,
-  ``W (M, C) @ X (C, H*W)``, or for a channels-last input (see :mod:`lite.ops._layout`)
-  ``X (H*W, C) @ W^T`` with the output channels-last too: no copy beyond an optional stride
-  subsample;
+  ``W (M, C) @ X (C, H*W)``, or for a channels-last input (see :mod:`lite.ops._layout`) on all
+  but small images ``X (H*W, C) @ W^T`` with the output channels-last too: no copy beyond an
+  optional stride subsample;
 - depthwise (group == input channels): sums of shifted elementwise products, channels-last
   (one einsum per column phase) or over tap slices (see :mod:`lite.ops._depthwise`);
 - 3x3 stride 1 with enough channels, when the engine prepared the weights at load (see
@@ -44,6 +44,10 @@ from lite.ops.registry import kernel
 # layer whose whole im2col matrix fits runs as one GEMM.
 _COLUMNS_BYTES = 1 << 20
 _MIN_GEMM_COLUMNS = 512
+# A pointwise convolution of a channels-last input writes channels-last from this many pixels on;
+# on smaller images (MobileNet's 7x7) the channels-first GEMM (pixels as BLAS's leading
+# dimension) is faster, and the depthwise convolution after it transposes a small image.
+_CHANNELS_LAST_MIN_PIXELS = 64
 
 
 def prepare_conv(constants, shapes, *, auto_pad="NOTSET", group=1, kernel_shape=None, pads=None, strides=None,
@@ -151,18 +155,24 @@ class _Finish:
 
 
 def _pointwise(x, w, group, begin, end, strides, out_shape, finish, allocate):
-    if group == 1 and is_channels_last(x) and not any(begin) and not any(end) and all(s == 1 for s in strides):
+    plain = not any(begin) and not any(end) and all(s == 1 for s in strides)
+    channels_last = plain and is_channels_last(x)
+    pixels = math.prod(out_shape)
+    if channels_last and group == 1 and pixels >= _CHANNELS_LAST_MIN_PIXELS:
         return _pointwise_channels_last(x, w, finish, allocate)
     if any(begin) or any(end):
         x = pad_input(x, begin, end, allocate=allocate)
     batch, channels = x.shape[:2]
     out_channels = w.shape[0]
-    pixels = math.prod(out_shape)
-    if any(s != 1 for s in strides) or not x.flags.c_contiguous:
-        sampled = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
-        x = allocate(sampled.shape, x.dtype)
-        np.copyto(x, sampled)
-    cols = x.reshape(batch, channels, pixels)
+    if channels_last:
+        # (N, C, pixels) as a transposed view of the (N, pixels, C) rows: matmul reads it as is.
+        cols = x.transpose(channels_last_order(x.ndim)).reshape(batch, pixels, channels).transpose(0, 2, 1)
+    else:
+        if not plain or not x.flags.c_contiguous:
+            sampled = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
+            x = allocate(sampled.shape, x.dtype)
+            np.copyto(x, sampled)
+        cols = x.reshape(batch, channels, pixels)
     per_group, out_per_group = channels // group, out_channels // group
     weights = w.reshape(group, out_per_group, per_group)
     y = allocate((batch, out_channels, pixels), x.dtype)

@@ -57,14 +57,16 @@ def test_depthwise_matches_the_reference_and_returns_channels_last(
 
 
 @pytest.mark.parametrize("strides, pads", [((1, 1), (0, 0, 0, 0)), ((2, 2), (0, 0, 0, 0)), ((1, 1), (1, 0, 0, 1))])
-def test_pointwise_keeps_a_channels_last_input_channels_last(strides, pads):
-    x, w, b = normal(2, 12, 6, 5), normal(20, 12, 1, 1), normal(20)
+@pytest.mark.parametrize("size", [(9, 8), (6, 5)], ids=["72 pixels", "30 pixels"])
+def test_pointwise_keeps_a_channels_last_input_channels_last(strides, pads, size):
+    x, w, b = normal(2, 12, *size), normal(20, 12, 1, 1), normal(20)
     attributes = {"strides": list(strides), "pads": list(pads)}
     expected = np.maximum(reference_outputs("Conv", [x, w, b], attributes, 11)[0], 0)
     got = conv.Conv(channels_last(x), w, b, fused_activation=("Relu", ()), **attributes)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    # One GEMM over rows of pixels: only the plain case stays channels-last.
-    assert is_channels_last(got) == (strides == (1, 1) and not any(pads))
+    # One GEMM over rows of pixels: the plain case on all but small images stays channels-last.
+    plain = strides == (1, 1) and not any(pads)
+    assert is_channels_last(got) == (plain and size[0] * size[1] >= conv._CHANNELS_LAST_MIN_PIXELS)
     assert not is_channels_last(conv.Conv(x, w, b, **attributes))
 
 
