@@ -64,3 +64,105 @@ def compile_module(module: torch.nn.Module, mode: str, *, dynamic: bool | None, 
     # weight layout and prepacking for the CPU's oneDNN kernels): right for inference.
     options["freezing"] = freezing
     return torch.compile(module, backend="inductor", options=options, dynamic=dynamic)
+
+
+class AotCompiled:
+    """A segment compiled ahead of time by AOTInductor, one package per input signature, kept on
+    disk: a later process loads the package (a shared library plus the weights) instead of
+    tracing and compiling again, which is what makes a warm start fast (``torch.compile`` still
+    re-traces the module with Dynamo and re-runs AOTAutograd on every start, cache or not).
+
+    ``cuda_graphs``: on CUDA, each signature's calls are captured in a CUDA graph once and
+    replayed (static input buffers; outputs are the graph's buffers, so the caller copies them
+    before the next call). Packages live in ``folder`` under a key made of the module's code, its
+    weights, the signature, the Inductor options and the torch / GPU versions.
+    """
+
+    def __init__(self, module: torch.nn.Module, mode: str, folder: Path | None, *, cuda_graphs: bool) -> None:
+        self.module = module
+        options = dict(torch._inductor.list_mode_options(mode))
+        options.pop("triton.cudagraphs", None)  # graphs are captured here, around the package
+        self.options = options
+        self.folder = folder
+        self.cuda_graphs = cuda_graphs
+        self.runners: dict[tuple, Callable] = {}
+        self.graph_declined: str | None = None  # why a capture failed (calls then run uncaptured)
+        self._weights_digest: str | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: torch.Tensor):
+        signature = tuple((tuple(a.shape), str(a.dtype), str(a.device)) for a in args)
+        runner = self.runners.get(signature)
+        if runner is None:
+            with self._lock:
+                runner = self.runners.get(signature) or self._prepare(signature, args)
+                self.runners[signature] = runner
+        return runner(*args)
+
+    def _prepare(self, signature: tuple, args: tuple[torch.Tensor, ...]) -> Callable:
+        package = self._package(signature, args)
+        compiled = torch._inductor.aoti_load_package(str(package))
+        if self.cuda_graphs and args and args[0].is_cuda:
+            try:
+                return _Graphed(compiled, args)
+            except RuntimeError as err:  # a package the capture rejects still runs, uncaptured
+                self.graph_declined = f"{type(err).__name__}: {err}"
+        return lambda *inputs: compiled(*inputs)
+
+    def _package(self, signature: tuple, args: tuple[torch.Tensor, ...]) -> Path:
+        import hashlib
+        import tempfile
+
+        key = hashlib.sha256(repr((self.module.code, self._weights(), signature, sorted(self.options.items()),
+                                   torch.__version__, _device_name(args))).encode()).hexdigest()[:32]
+        folder = self.folder or Path(tempfile.mkdtemp(prefix="lite-aoti-"))
+        path = folder / "aoti" / f"{key}.pt2"
+        if path.exists():
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        program = torch.export.export(self.module, tuple(args), strict=False)
+        staging = path.with_name(f".{key}.{os.getpid()}.pt2")
+        torch._inductor.aoti_compile_and_package(program, package_path=str(staging), inductor_configs=self.options)
+        os.replace(staging, path)  # whole packages only: a reader never sees a half-written one
+        return path
+
+    def _weights(self) -> str:
+        if self._weights_digest is None:
+            import hashlib
+
+            digest = hashlib.blake2b(digest_size=16)
+            for name, tensor in sorted(self.module.state_dict().items()):
+                digest.update(name.encode())
+                digest.update(str(tensor.dtype).encode() + repr(tuple(tensor.shape)).encode())
+                digest.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+            self._weights_digest = digest.hexdigest()
+        return self._weights_digest
+
+
+class _Graphed:
+    """A compiled package replayed from a CUDA graph: inputs copied into static buffers."""
+
+    def __init__(self, compiled: Callable, example: tuple[torch.Tensor, ...]) -> None:
+        self.inputs = [torch.empty_like(a) for a in example]
+        for buffer, value in zip(self.inputs, example):
+            buffer.copy_(value)
+        stream = torch.cuda.Stream(device=example[0].device)
+        stream.wait_stream(torch.cuda.current_stream(example[0].device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up outside the capture (lazy initialisation, workspaces)
+                compiled(*self.inputs)
+        torch.cuda.current_stream(example[0].device).wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = compiled(*self.inputs)
+
+    def __call__(self, *args: torch.Tensor):
+        for buffer, value in zip(self.inputs, args):
+            buffer.copy_(value)
+        self.graph.replay()
+        return self.outputs
+
+
+def _device_name(args: tuple[torch.Tensor, ...]) -> str:
+    device = args[0].device if args else torch.device("cpu")
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -27,7 +27,7 @@ import torch
 
 from lite.device_arrays import is_device_array
 from lite.engines.partition import numpy_part, split
-from lite.engines.torch.compiler import MODES, compile_module, configure_cache, uses_cuda_graphs
+from lite.engines.torch.compiler import MODES, AotCompiled, compile_module, configure_cache, uses_cuda_graphs
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
 from lite.errors import EngineUnavailableError, UnsupportedOpError
 from lite.format import ir
@@ -67,13 +67,16 @@ class TorchEngine:
     the lowering already stores weights in their final dtype and layout, and where a frozen graph
     misses Inductor's FX graph cache, so a restart took 14.2 s to full speed instead of 11.9 s
     (ResNet-50, H200, bench/gpu_engines.py; same throughput). ``cache_dir``: the cache root (Inductor's caches go to
-    ``<cache_dir>/torch``); None leaves torch's default.
+    ``<cache_dir>/torch``); None leaves torch's default. ``aot``: compile each segment with
+    AOTInductor instead, one package per input shape, kept under ``<cache_dir>/torch/aoti``, so a
+    later process loads the packages without tracing or compiling (a fast warm start); with
+    ``mode`` max-autotune / reduce-overhead on CUDA, each shape is replayed from a CUDA graph.
     """
 
     def __init__(self, model: ir.Model, device: str = "cuda", *, mode: str | None = None, precision: str = "auto",
                  channels_last: bool | None = None, dynamic: bool | None = False, freezing: bool | None = None,
                  cache_dir: str | Path | None = "default", custom_ops: KernelRegistry | None = None,
-                 fallback: bool = True) -> None:
+                 fallback: bool = True, aot: bool = False) -> None:
         self.device = torch.device(device)
         if self.device.type not in ("cuda", "cpu"):
             raise ValueError(f"the torch engine runs on 'cuda' or 'cpu'; got device {device!r}")
@@ -87,6 +90,9 @@ class TorchEngine:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+        if aot and self.mode == "eager":
+            raise ValueError("aot=True compiles with AOTInductor; mode='eager' compiles nothing")
+        self.aot = aot
         if precision == "fp16" and not on_gpu:
             raise ValueError("precision='fp16' needs device='cuda': the CPU computes in float32")
         self.name = f"torch-{self.device.type}"
@@ -133,7 +139,10 @@ class TorchEngine:
             segment.output_names = tuple(graph.tensors[i].name for i in segment.outputs)
             if segment.on_torch:
                 segment.module = build_module(self.model, segment.nodes, segment.inputs, segment.outputs, self.policy)
-                segment.runner = compile_module(segment.module, self.mode, dynamic=dynamic, freezing=freezing)
+                if self.aot:
+                    segment.runner = AotCompiled(segment.module, self.mode, self.cache_dir, cuda_graphs=self.cuda_graphs)
+                else:
+                    segment.runner = compile_module(segment.module, self.mode, dynamic=dynamic, freezing=freezing)
             else:
                 segment.runner = numpy_part(self.model, part, position, self.custom_ops)
             segments.append(segment)

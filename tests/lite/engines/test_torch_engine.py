@@ -374,6 +374,41 @@ def test_compiled_model_caches_on_disk(tmp_path, monkeypatch):
     assert counters["inductor"]["fxgraph_cache_hit"] >= 1
 
 
+@pytest.mark.slow
+def test_aot_packages_are_compiled_once_and_loaded_by_a_new_process(tmp_path):
+    """aot=True: AOTInductor writes one package per input shape under <cache>/torch/aoti; a new
+    process (with compilation made to fail) loads it and gets the same answers."""
+    import subprocess
+    import sys
+
+    from lite.format import save
+
+    model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1],
+                            fused_activation="Relu")
+    expected = NumpyEngine(model).run(feeds)["out0"]
+    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
+    np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
+    packages = list((tmp_path / "torch" / "aoti").glob("*.pt2"))
+    assert len(packages) == 1
+    path = tmp_path / "model.lite"
+    save(model, str(path))
+    np.save(tmp_path / "x.npy", feeds["in0"])
+    script = (
+        "import sys, numpy as np, torch, torch._inductor\n"
+        "def refuse(*a, **k): raise AssertionError('compiled again instead of loading the package')\n"
+        "torch._inductor.aoti_compile_and_package = refuse\n"
+        "import lite\n"
+        "model = lite.Model.load(sys.argv[1], engine='torch', device='cpu', mode='default', aot=True,"
+        " cache_dir=sys.argv[2])\n"
+        "np.save(sys.argv[3], model.predict({'in0': np.load(sys.argv[4])})['out0'])\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path), str(tmp_path / "y.npy"),
+                    str(tmp_path / "x.npy")], check=True, timeout=300)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="aot=True"):
+        TorchEngine(model, device="cpu", mode="eager", aot=True, cache_dir=None)
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

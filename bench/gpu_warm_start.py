@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""A warm start of the torch engine with AOTInductor packages (issue 11).
+
+ResNet-50 fp16 (torchvision definition, random weights; converted with ``--fp16 --fp16-io``)
+runs on ``lite.Model.load(..., engine="torch", device="cuda", aot=True)``, max-autotune, batch
+``--batch``. Two fresh processes share one cache folder: the first compiles (the package is
+written under ``<cache>/torch/aoti``), the second loads it. Each reports the seconds from its
+start (before ``import torch``) to the end of its first call and to full speed (the end of the
+first timed window whose rate is within 5 % of the steady rate), and its steady images/s.
+
+    python bench/gpu_warm_start.py [--batch 256] [--seconds 2]     # on the GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+CHILD = r"""
+import json, sys, time
+started = float(sys.argv[4])
+import torch
+import lite
+path, cache, batch, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[5])
+model = lite.Model.load(path, engine="torch", device="cuda", mode="max-autotune", aot=True, cache_dir=cache)
+loaded = time.perf_counter() - started
+x = torch.randn(batch, 3, 224, 224, device="cuda").half()
+model.predict({"input": x}); torch.cuda.synchronize()
+first = time.perf_counter() - started
+windows = []
+while sum(w[1] for w in windows) < seconds:
+    t, n = time.perf_counter(), 0
+    while time.perf_counter() - t < 0.25:
+        model.predict({"input": x}); n += 1
+    torch.cuda.synchronize()
+    windows.append((n * batch, time.perf_counter() - t, time.perf_counter() - started))
+steady = sum(w[0] for w in windows[-4:]) / sum(w[1] for w in windows[-4:])
+full = next(end for images, span, end in windows if images / span >= 0.95 * steady)
+runner = next(s.runner for s in model.engine.segments if s.on_torch)
+print(json.dumps({"load_s": round(loaded, 2), "first_call_s": round(first, 2), "full_speed_s": round(full, 2),
+                  "images_per_s": round(steady, 1), "cuda_graph_declined": runner.graph_declined}))
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=2.0, help="timed span after the first call")
+    args = parser.parse_args()
+
+    from gpu_resnet50 import export
+
+    from converter import convert_model
+    from lite.format import save
+
+    workdir = Path(tempfile.mkdtemp())
+    _, fp32_path, _ = export(workdir)
+    path = workdir / "r50.lite"
+    save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), path)
+    cache = workdir / "cache"
+    results = {}
+    for label in ("cold", "warm"):
+        out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(cache), str(args.batch),
+                              repr(time.perf_counter()), str(args.seconds)], capture_output=True, text=True,
+                             cwd=ROOT)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+        if out.returncode != 0 or not lines:
+            print(out.stderr[-3000:])
+            return 1
+        results[label] = json.loads(lines[-1])
+        print(label, results[label], flush=True)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
