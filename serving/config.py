@@ -7,7 +7,7 @@ Every key is optional; unknown keys are an error so that a typo never goes unnot
       "dynamic_batching": {                     # merge requests (needs max_batch_size > 0)
         "max_queue_delay_us": 500,
         "preferred_batch_sizes": [4, 8],
-        "pad_batches": true                     # pad each batch to a declared size (default: on a GPU)
+        "pad_batches": true                     # pad each batch to a fixed size (default: on a GPU)
       },
       "max_queue_size": 256,                    # queued requests before RESOURCE_EXHAUSTED
       "instance_count": 2,                      # executions of this model in parallel
@@ -52,10 +52,10 @@ PRECISIONS = ("exact", "fp16", "bf16")
 class DynamicBatching:
     max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
-    # Pad each merged batch up to the smallest of 1, the preferred sizes and max_batch_size not
-    # below it (repeating its last row; the extra rows' outputs are dropped), so the engine only
-    # ever sees those shapes: CUDA graphs and compiled kernels are made once per shape, and
-    # cuDNN tunes its algorithms once per shape. None: on when the model runs on a GPU.
+    # Pad each merged batch up to the smallest of ModelConfig.padded_batch_sizes() not below it
+    # (repeating its last row; the extra rows' outputs are dropped), so the engine only ever
+    # sees those shapes: CUDA graphs and compiled kernels are made once per shape, and cuDNN
+    # tunes its algorithms once per shape. None: on when the model runs on a GPU.
     pad_batches: bool | None = None
 
 
@@ -104,6 +104,16 @@ class ModelConfig:
             return (1,)
         preferred = self.dynamic_batching.preferred_batch_sizes if self.dynamic_batching else ()
         return tuple(sorted({1, *preferred, self.max_batch_size}))
+
+    def padded_batch_sizes(self) -> tuple[int, ...]:
+        """The sizes ``pad_batches`` pads up to: 1, the preferred sizes and ``max_batch_size``;
+        without preferred sizes, the powers of two up to ``max_batch_size`` and itself (so no batch
+        is padded to more than twice its rows)."""
+        preferred = self.dynamic_batching.preferred_batch_sizes if self.dynamic_batching else ()
+        if preferred or self.max_batch_size <= 0:
+            return self.batch_sizes()
+        powers = {1 << k for k in range(self.max_batch_size.bit_length()) if 1 << k <= self.max_batch_size}
+        return tuple(sorted({*powers, self.max_batch_size}))
 
 
 def read_config(model_dir: Path) -> ModelConfig:

@@ -69,7 +69,7 @@ class ServedModel:
         if config.dynamic_batching is not None:
             pad = config.dynamic_batching.pad_batches
             if pad or (pad is None and _on_gpu(device)):
-                self.pad_to = config.batch_sizes()
+                self.pad_to = config.padded_batch_sizes()
             self._scheduler: DirectScheduler | DynamicBatcher = DynamicBatcher(
                 self._execute, self._record_execution, self._executor, instances, config.max_batch_size,
                 config.dynamic_batching, max_queue_size, f"{name}:{version}", pad_to=self.pad_to,

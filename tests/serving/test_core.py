@@ -187,8 +187,12 @@ def test_a_batch_buffer_an_output_aliases_is_not_reused():
     assert all(float(r.outputs["y"][0, 0]) == 7.0 for r in second)
 
 
-def test_config_pad_batches_is_a_boolean():
-    assert parse_config({"max_batch_size": 8, "dynamic_batching": {"pad_batches": True}}, "m").dynamic_batching.pad_batches
+def test_config_pad_batches_is_a_boolean_and_pads_to_declared_sizes_or_powers_of_two():
+    config = parse_config({"max_batch_size": 24, "dynamic_batching": {"pad_batches": True}}, "m")
+    assert config.dynamic_batching.pad_batches
+    assert config.padded_batch_sizes() == (1, 2, 4, 8, 16, 24)
+    preferred = parse_config({"max_batch_size": 24, "dynamic_batching": {"preferred_batch_sizes": [8]}}, "m")
+    assert preferred.padded_batch_sizes() == (1, 8, 24)
     with pytest.raises(ConfigError, match="pad_batches must be true or false"):
         parse_config({"max_batch_size": 8, "dynamic_batching": {"pad_batches": "yes"}}, "m")
 

@@ -34,7 +34,7 @@ import numpy as np
 from lite.device_arrays import DeviceArray, device_array_spec, is_device_array, numpy_dtype_of_ortvalue
 from lite.engines.ort.sessions import Session
 
-MAX_GRAPH_BUCKETS = 8
+MAX_GRAPH_BUCKETS = 16  # a server padding to powers of two up to 256 uses 9
 
 
 class CudaRunner:
