@@ -90,7 +90,11 @@ class CudaRunner:
                 bucket.torch.settle()
         self.buckets = {}
         worker = ThreadPoolExecutor(1, thread_name_prefix="lite-cuda-session")
-        thread, sessions = worker.submit(lambda: (threading.get_ident(), self.rebuild and self.rebuild())).result()
+        try:
+            thread, sessions = worker.submit(lambda: (threading.get_ident(), self.rebuild and self.rebuild())).result()
+        except BaseException:
+            worker.shutdown(wait=False)  # the next call from another thread tries again
+            raise
         if sessions is not None:
             # Kept, not closed: a session is torn down on the thread that made it, at exit.
             self.retired.append((self.plain, self.graphed))
