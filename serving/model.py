@@ -120,7 +120,11 @@ class ServedModel:
         log.info("model loaded", extra={"model": name, "version": version, "device": served.device,
                                         "requested_device": device, "threads": threads or "default",
                                         "engine": _engine_description(model)})
-        served._executor.submit(served.warmup).result()
+        try:
+            served._executor.submit(served.warmup).result()
+        except BaseException:
+            served._executor.shutdown(wait=False, cancel_futures=True)
+            raise
         return served
 
     def _zero_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
