@@ -115,3 +115,28 @@ def _recording(function, calls):
         return function(*args, **kwargs)
 
     return recorded
+
+
+def test_threads_share_prepared_weights_and_keep_their_own_scratch():
+    """Winograd (prepared weights), depthwise and pointwise paths from several threads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import lite
+
+    weights = np.random.default_rng(9)
+    b = GraphBuilder("mixed", opset=13)
+    x = b.input("x", np.float32, ["N", 16, 16, 16])
+    h = b.node("Conv", [x, b.constant("w3", weights.standard_normal((32, 16, 3, 3)).astype(np.float32))],
+               pads=[1, 1, 1, 1], fused_activation="Relu")
+    h = b.node("Conv", [h, b.constant("dw", weights.standard_normal((32, 1, 3, 3)).astype(np.float32))],
+               group=32, pads=[1, 1, 1, 1], strides=[2, 2])
+    h = b.node("Conv", [h, b.constant("pw", weights.standard_normal((24, 32, 1, 1)).astype(np.float32))],
+               outputs=["y"])
+    b.output(h, np.float32, ["N", 24, 8, 8])
+    model = lite.Model.load(to_bytes(b.build()), device="numpy")
+    inputs = [normal(1, 16, 16, 16) for _ in range(6)]
+    expected = [model.predict({"x": value})["y"] for value in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda value: model.predict({"x": value})["y"], inputs * 4))
+    for index, result in enumerate(results):
+        np.testing.assert_array_equal(result, expected[index % len(inputs)])
