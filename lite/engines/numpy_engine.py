@@ -333,8 +333,10 @@ def _prepare(step: _Step, constants: dict[int, Any], graph: ir.Graph) -> Any:
               for index in step.inputs]
     try:
         return step.prepare(values, shapes, **step.attributes)
-    except LiteError:
-        return None  # preparing only saves time: the kernel runs without it
+    except (LiteError, TypeError, ValueError, IndexError, ArithmeticError):
+        # Preparing only saves time: the kernel runs without it, and there reports malformed
+        # attributes (a fuzzed kernel_shape of 3 instead of [3, 3]) as the typed error they are.
+        return None
 
 
 def _contiguous(value: Any) -> Any:

@@ -197,3 +197,21 @@ def test_folded_value_of_another_type_than_declared_is_a_pass_error():
     constant = numpy_helper.from_array(np.arange(3, dtype=np.int64), "c")
     with pytest.raises(PassError, match="declares 'y' as FLOAT"):
         converter.convert_model(model_bytes(nodes, [], [y], [constant]))
+
+
+def test_malformed_conv_attribute_on_a_prepared_kernel_is_a_typed_error():
+    """A fuzzed .lite Conv whose kernel_shape is a plain int: the Winograd weight preparation
+    at load raised TypeError ('int' object is not iterable) out of Model.load; now preparing is
+    skipped and running the node gives a typed error that names it."""
+    import lite
+    from lite.format import GraphBuilder, to_bytes
+
+    b = GraphBuilder("conv", opset=17)
+    x = b.input("x", np.float32, [1, 16, 8, 8])
+    w = b.constant("w", np.ones((16, 16, 3, 3), np.float32))
+    b.output(b.node("Conv", [x, w], outputs=["y"], kernel_shape=3, pads=[1, 1, 1, 1]), np.float32, [1, 16, 8, 8])
+    try:
+        model = lite.Model.load(to_bytes(b.build()), device="numpy")
+        model(np.ones((1, 16, 8, 8), np.float32))
+    except lite.LiteError as err:
+        assert "Conv" in str(err)
