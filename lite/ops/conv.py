@@ -53,12 +53,15 @@ _CHANNELS_LAST_MIN_PIXELS = 64
 def prepare_conv(constants, shapes, *, auto_pad="NOTSET", group=1, kernel_shape=None, pads=None, strides=None,
                  dilations=None, **_):
     """Load-time work for constant weights (the ``prepare`` hook of lite.ops.registry): the
-    Winograd transform of 3x3 stride-1 kernels applied to images large enough to gain from it."""
+    Winograd transform of 3x3 stride-1 kernels applied to images large enough to gain from it.
+    Attributes it cannot read (a damaged model) prepare nothing: the kernel reports them when run."""
     weights = constants[1] if len(constants) > 1 else None
-    if weights is None or weights.ndim != 4:
+    if not isinstance(weights, np.ndarray) or weights.ndim != 4 or weights.dtype.kind != "f":
         return None
-    kernel_dims = kernel_shape or weights.shape[2:]
-    if not winograd.suits(weights.shape, group, kernel_dims, strides or [1, 1], dilations or [1, 1]):
+    attributes = [kernel_shape or list(weights.shape[2:]), pads or [0] * 4, strides or [1, 1], dilations or [1, 1]]
+    if not isinstance(group, int) or not all(_ints(value) for value in attributes) or not isinstance(auto_pad, str):
+        return None
+    if not winograd.suits(weights.shape, group, attributes[0], attributes[2], attributes[3]):
         return None
     spatial = (shapes[0] or ())[2:]
     if len(spatial) == 2 and all(isinstance(size, int) for size in spatial):
@@ -68,6 +71,10 @@ def prepare_conv(constants, shapes, *, auto_pad="NOTSET", group=1, kernel_shape=
             return None
     dtype = np.float64 if weights.dtype == np.float64 else np.float32
     return {"winograd": winograd.transform_weights(weights, dtype)}
+
+
+def _ints(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, (int, np.integer)) for v in value)
 
 
 @kernel("Conv", since=1, prepare=prepare_conv)

@@ -64,6 +64,13 @@ def test_weights_are_prepared_only_where_the_path_runs(w_shape, attributes, x_sh
     assert conv.prepare_conv([None, w, None], [x_shape, w_shape, None], **attributes) is None
 
 
+@pytest.mark.parametrize("attributes", [{"kernel_shape": 3}, {"strides": 1.5}, {"pads": "same"}, {"group": [1]}])
+def test_unreadable_attributes_prepare_nothing(attributes):
+    """A damaged model loads; the kernel reports the attribute when it runs."""
+    w = np.zeros((16, 16, 3, 3), np.float32)
+    assert conv.prepare_conv([None, w, None], [(1, 16, 14, 14), w.shape, None], **attributes) is None
+
+
 def test_weights_computed_at_run_time_are_not_prepared():
     assert conv.prepare_conv([None, None, None], [(1, 16, 14, 14), (16, 16, 3, 3), None]) is None
 
