@@ -51,9 +51,14 @@ def _column_phases(kernel_w, dilation_w, stride_w):
 
 
 def convolve(x, w, group, kernel_dims, begin, end, strides, dilations, out_shape, finish, allocate,
-             columns_bytes, min_columns):
-    """Y = conv(X, W) through wide-grid im2col; ``finish(block, first, stop)`` adds the bias and
-    activation to each GEMM's block of output channels. Returns a view (N, M, out_h, out_w)."""
+             columns_bytes, min_columns, bias=None):
+    """Y = conv(X, W) through wide-grid im2col; ``finish(block, first, stop)`` applies the rest
+    (bias, activation) to each GEMM's block of output channels. Returns a view (N, M, out_h, out_w).
+
+    ``bias``, when given, is added by the GEMM itself: a row of ones under the columns and the
+    bias as one more column of the weights, instead of a pass over the output. Worth it while
+    the weights are much smaller than the output (the copy of them costs less than that pass,
+    and the memory it takes is small)."""
     batch, channels, height, width = x.shape
     out_channels = w.shape[0]
     kernel_h, kernel_w = kernel_dims
@@ -70,12 +75,18 @@ def convolve(x, w, group, kernel_dims, begin, end, strides, dilations, out_shape
     buffers = allocate((len(phases), channels * plane + reach), x.dtype)
     per_group, out_per_group = channels // group, out_channels // group
     depth = per_group * kernel_h * kernel_w
+    rows = depth + (bias is not None)  # rows of the GEMM's column matrix
     weights = w.reshape(group, out_per_group, depth)
+    if bias is not None:
+        augmented = allocate((group, out_per_group, rows), x.dtype)
+        augmented[..., :depth] = weights
+        augmented[..., depth] = bias.reshape(group, out_per_group)
+        weights = augmented
     wide = allocate((batch, out_channels, out_h, grid_w), x.dtype)
     itemsize = x.dtype.itemsize
-    fitting = columns_bytes // max(1, depth * grid_w * itemsize)
+    fitting = columns_bytes // max(1, rows * grid_w * itemsize)
     chunk = max(1, min(out_h, max(fitting, -(-min_columns // grid_w))))
-    columns = allocate((depth * chunk * grid_w,), x.dtype)
+    columns = allocate((rows * chunk * grid_w,), x.dtype)
     for n in range(batch):
         buffers.fill(0)
         for index, (phase, _, _, _, _) in enumerate(phases):
@@ -85,7 +96,10 @@ def convolve(x, w, group, kernel_dims, begin, end, strides, dilations, out_shape
             first_channel, stop_channel = g * out_per_group, (g + 1) * out_per_group
             for row in range(0, out_h, chunk):
                 count = min(chunk, out_h - row)
-                cols = columns[: depth * count * grid_w].reshape(per_group, kernel_h, kernel_w, count, grid_w)
+                matrix = columns[: rows * count * grid_w].reshape(rows, count * grid_w)
+                if bias is not None:
+                    matrix[depth] = 1
+                cols = matrix[:depth].reshape(per_group, kernel_h, kernel_w, count, grid_w)
                 for index, (_, js, taps, first, step) in enumerate(phases):
                     offset = index * buffers.shape[1] + g * per_group * plane + row * stride_h * grid_w + first
                     source = np.ndarray(
@@ -95,7 +109,7 @@ def convolve(x, w, group, kernel_dims, begin, end, strides, dilations, out_shape
                     )
                     np.copyto(cols[:, :, js], source)
                 block = wide[n, first_channel:stop_channel, row : row + count].reshape(out_per_group, -1)
-                np.matmul(weights[g], cols.reshape(depth, -1), out=block)
+                np.matmul(weights[g], matrix, out=block)
                 finish(block, first_channel, stop_channel)
-    del buffers, columns
+    del buffers, columns, weights
     return wide[..., :out_w]

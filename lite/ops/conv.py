@@ -127,8 +127,11 @@ def Conv(
     elif all(k == 1 for k in kernel_dims):
         y = _pointwise(x, w, group, begin, end, strides, out_shape, finish, allocate)
     elif wide_im2col.suits(x, begin, end, strides, out_shape):
-        y = wide_im2col.convolve(x, w, group, kernel_dims, begin, end, strides, dilations, out_shape, finish,
-                                 allocate, _COLUMNS_BYTES, _MIN_GEMM_COLUMNS)
+        # The GEMM adds the bias where the weights are a fraction of the output.
+        fold = bias is not None and 4 * w.size < out_channels * math.prod(out_shape)
+        y = wide_im2col.convolve(x, w, group, kernel_dims, begin, end, strides, dilations, out_shape,
+                                 _Finish(None, block_activation) if fold else finish, allocate,
+                                 _COLUMNS_BYTES, _MIN_GEMM_COLUMNS, bias if fold else None)
     else:
         padded = pad_input(x, begin, end, allocate=allocate)
         y = _im2col(padded, w, group, kernel_dims, strides, dilations, out_shape, finish, allocate)
