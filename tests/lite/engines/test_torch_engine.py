@@ -375,7 +375,7 @@ def test_compiled_model_caches_on_disk(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_aot_packages_are_compiled_once_and_loaded_by_a_new_process(tmp_path):
+def test_aot_packages_are_compiled_once_and_loaded_by_a_new_process(tmp_path, monkeypatch):
     """aot=True: AOTInductor writes one package per input shape under <cache>/torch/aoti; a new
     process (with compilation made to fail) loads it and gets the same answers."""
     import subprocess
@@ -383,11 +383,13 @@ def test_aot_packages_are_compiled_once_and_loaded_by_a_new_process(tmp_path):
 
     from lite.format import save
 
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # an earlier engine set it process-wide
     model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1],
                             fused_activation="Relu")
     expected = NumpyEngine(model).run(feeds)["out0"]
     engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
     np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
+    assert engine.cache_dir == tmp_path / "torch"
     packages = list((tmp_path / "torch" / "aoti").glob("*.pt2"))
     assert len(packages) == 1
     path = tmp_path / "model.lite"
