@@ -136,7 +136,7 @@ class DirectScheduler:
 
 
 class _Pending:
-    __slots__ = ("inputs", "rows", "signature", "future", "enqueued", "deadline")
+    __slots__ = ("deadline", "enqueued", "future", "inputs", "rows", "signature")
 
     def __init__(self, inputs: Tensors, rows: int, future: asyncio.Future, deadline: float | None) -> None:
         self.inputs = inputs
@@ -304,10 +304,29 @@ class DynamicBatcher:
 
 def _merge(pieces: list[np.ndarray], rows: int, out: np.ndarray) -> np.ndarray:
     """The pieces stacked along the batch axis into ``out``; rows past them (padding) are copies
-    of the last row: a valid input for any model, and without effect on the real rows' results."""
-    np.concatenate(pieces, out=out[:rows])
-    if rows < len(out):
-        out[rows:] = out[rows - 1]
+    of the last row: a valid input for any model, and without effect on the real rows' results.
+
+    The bytes are copied through memoryviews, which hold the GIL for each copy: numpy releases it
+    around every large copy, and taking it back while the event loop thread runs Python waits up
+    to a switch interval (5 ms) each time. ``python bench/serving_merge.py`` (65 images of 300 KB
+    into a batch of 128, dev): 3.7 ms alone either way; next to a busy Python thread 335 ms
+    through numpy, 8.9 ms through memoryviews."""
+    if out.dtype == object or not out.flags.c_contiguous:
+        np.concatenate(pieces, out=out[:rows])
+        if rows < len(out):
+            out[rows:] = out[rows - 1]
+        return out
+    flat = memoryview(out.reshape(-1).view(np.uint8))
+    offset = 0
+    for piece in pieces:
+        data = np.ascontiguousarray(piece, dtype=out.dtype).reshape(-1).view(np.uint8)
+        flat[offset:offset + data.nbytes] = memoryview(data)
+        offset += data.nbytes
+    row = out[0].nbytes
+    if row:
+        last = flat[offset - row:offset]
+        for start in range(offset, len(flat), row):
+            flat[start:start + row] = last
     return out
 
 

@@ -168,6 +168,20 @@ def test_padded_batches_reach_the_engine_at_declared_sizes_and_split_back_exactl
     np.testing.assert_array_equal(alone.outputs["y"], np.full((3, 2), 18, np.float32))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int64, np.bool_, object])
+@pytest.mark.parametrize("feature_shape", [(), (3,), (2, 0), (2, 3)])
+def test_merge_stacks_pieces_and_pads_with_the_last_row(dtype, feature_shape):
+    from serving.batching import _merge
+
+    rng = np.random.default_rng(0)
+    pieces = [(rng.standard_normal((rows, *feature_shape)) * 9).astype(dtype) for rows in (1, 3, 2)]
+    pieces[1] = np.asfortranarray(pieces[1]) if pieces[1].ndim > 1 else pieces[1][::-1]  # not C-ordered
+    expected = np.concatenate(pieces)
+    out = _merge(pieces, 6, np.empty((8, *feature_shape), dtype))
+    np.testing.assert_array_equal(out[:6], expected)
+    np.testing.assert_array_equal(out[6:], np.broadcast_to(expected[5], (2, *feature_shape)))
+
+
 def test_a_batch_buffer_an_output_aliases_is_not_reused():
     class Echo(Recorder):
         def execute(self, inputs):
