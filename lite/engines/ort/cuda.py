@@ -66,8 +66,8 @@ class CudaRunner:
         # (fuse_conv_bias) failed on any thread but the main one (ResNet-50 fp16 on an H200, ONNX
         # Runtime 1.31.1, cuDNN 9.19: "illegal instruction", "illegal memory access", "misaligned
         # address"; see SessionConfig.fuse_conv_bias). So calls from the thread that loaded the
-        # model run inline (no hand-off: a worker thread cost 0.09 ms a call at batch 1,
-        # bench/gpu_resnet50.py); the first call from any other thread starts a worker thread
+        # model run inline (a hand-off to another thread on every call would add a thread
+        # switch to each batch-1 call); the first call from any other thread starts a worker thread
         # that makes fresh sessions, without that fusion, and runs every call from then on.
         on_device = any(is_device_array(v) for v in feeds.values())
         me = threading.get_ident()
@@ -153,7 +153,6 @@ class _Bucket:
         self.ort = ort
         self.session = session
         self.device_id = device_id
-        self.lock = threading.Lock()
         self.inputs = {}
         for name, value in feeds.items():
             shape, dtype = (value.shape, value.dtype) if isinstance(value, np.ndarray) else device_array_spec(value)

@@ -24,7 +24,9 @@ variable the user set before wins.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -110,9 +112,6 @@ class AotCompiled:
         return lambda *inputs: compiled(*inputs)
 
     def _package(self, signature: tuple, args: tuple[torch.Tensor, ...]) -> Path:
-        import hashlib
-        import tempfile
-
         key = hashlib.sha256(repr((self.module.code, self._weights(), signature, sorted(self.options.items()),
                                    torch.__version__, _device_name(args))).encode()).hexdigest()[:32]
         folder = self.folder or Path(tempfile.mkdtemp(prefix="lite-aoti-"))
@@ -128,8 +127,6 @@ class AotCompiled:
 
     def _weights(self) -> str:
         if self._weights_digest is None:
-            import hashlib
-
             digest = hashlib.blake2b(digest_size=16)
             for name, tensor in sorted(self.module.state_dict().items()):
                 digest.update(name.encode())
