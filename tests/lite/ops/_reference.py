@@ -136,3 +136,15 @@ def check_against_onnxruntime(
     for index, (got, want) in enumerate(zip(actual, expected)):
         assert_same(got, want, rtol, atol, f"{op_type}-{opset} output {index} {attributes} (vs onnxruntime)")
     return actual
+
+
+def assert_same_across_threads(model, inputs: Sequence[np.ndarray], threads: int = 4, repeats: int = 3) -> None:
+    """Each of ``inputs`` (fed as "x", output "y") gives the same answer from ``threads`` threads
+    at once as from one: per-thread scratch (arena, kernel buffers) is not shared by mistake."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected = [model.predict({"x": x})["y"] for x in inputs]
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(lambda x: model.predict({"x": x})["y"], list(inputs) * repeats))
+    for index, result in enumerate(results):
+        np.testing.assert_array_equal(result, expected[index % len(inputs)])

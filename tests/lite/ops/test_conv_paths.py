@@ -10,7 +10,7 @@ from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
 from lite.ops import _wide_im2col, _winograd, conv, fused_activation
 from lite.ops.registry import KernelRegistry
-from tests.lite.ops._reference import reference_outputs
+from tests.lite.ops._reference import assert_same_across_threads, reference_outputs
 
 rng = np.random.default_rng(31)
 
@@ -126,8 +126,6 @@ def _recording(function, calls):
 
 def test_threads_share_prepared_weights_and_keep_their_own_scratch():
     """Winograd (prepared weights), depthwise and pointwise paths from several threads at once."""
-    from concurrent.futures import ThreadPoolExecutor
-
     import lite
 
     weights = np.random.default_rng(9)
@@ -141,9 +139,4 @@ def test_threads_share_prepared_weights_and_keep_their_own_scratch():
                outputs=["y"])
     b.output(h, np.float32, ["N", 24, 8, 8])
     model = lite.Model.load(to_bytes(b.build()), device="numpy")
-    inputs = [normal(1, 16, 16, 16) for _ in range(6)]
-    expected = [model.predict({"x": value})["y"] for value in inputs]
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda value: model.predict({"x": value})["y"], inputs * 4))
-    for index, result in enumerate(results):
-        np.testing.assert_array_equal(result, expected[index % len(inputs)])
+    assert_same_across_threads(model, [normal(1, 16, 16, 16) for _ in range(6)], repeats=4)

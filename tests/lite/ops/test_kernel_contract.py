@@ -14,7 +14,7 @@ import lite
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
 from lite.ops import KERNELS, _depthwise, conv, fused_activation, max_pool
-from tests.lite.ops._reference import check_against_reference
+from tests.lite.ops._reference import assert_same_across_threads, check_against_reference
 
 rng = np.random.default_rng(2024)
 
@@ -182,12 +182,5 @@ def test_a_new_input_shape_replans():
 
 
 def test_threads_have_pools_of_their_own():
-    from concurrent.futures import ThreadPoolExecutor
-
     model = lite.Model.load(to_bytes(conv_chain_model()), device="numpy")
-    inputs = [normal(1, 4, 64, 64) for _ in range(8)]
-    expected = [model.predict({"x": x})["y"] for x in inputs]
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda x: model.predict({"x": x})["y"], inputs * 3))
-    for index, result in enumerate(results):
-        np.testing.assert_array_equal(result, expected[index % len(inputs)])
+    assert_same_across_threads(model, [normal(1, 4, 64, 64) for _ in range(8)])
