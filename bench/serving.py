@@ -105,7 +105,7 @@ def start_lite(port: int, workdir: Path, extra: tuple[str, ...] = ()) -> subproc
     b.output(y, np.float32, ["N", 16])
     save(b.build(), str(model_dir / "model.lite"))
     # engine "auto": lite measures its engines on the model and serves it with the fastest (for
-    # this identity model the numpy engine, 5 µs a call against ONNX Runtime's 11 µs).
+    # this identity model the numpy engine; `lite bench --autotune` on it prints the times).
     (model_dir.parent / "config.json").write_text(json.dumps({"engine": "auto"}))
     return start_lite_serve(workdir / "lite", port, extra)
 

@@ -423,7 +423,7 @@ def _time_one(engine: Any, feeds: dict[str, np.ndarray], timing: Timing, ceiling
     A first call slower than ``ceiling`` milliseconds, and slower than ``_ONE_CALL_MS``, ends the
     measurement: that candidate is out anyway (it already ran once in the agreement check, so
     this call is a warm one). Below ``_ONE_CALL_MS`` one call says little (an identity model's
-    numpy engine, 5 µs a call, took 106 µs once and lost to ONNX Runtime's 11 µs) and measuring
+    numpy engine, faster per call than ONNX Runtime, lost to it on one slow call) and measuring
     properly costs little.
     """
     deadline = time.perf_counter() + timing.warmup_s

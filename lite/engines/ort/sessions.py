@@ -56,7 +56,7 @@ class SessionConfig:
     # cuDNN runtime fusion of Conv + bias (+ activation) into one kernel: ResNet-50 fp16 1.47x
     # faster at batch 256 on an H200 (bench/gpu_ort_options.py). But its kernels failed whenever
     # they ran on a thread other than the process's main thread (ONNX Runtime 1.31.1, cuDNN 9.19:
-    # "illegal instruction", "illegal memory access", or 1 s per batch; a server loading on a
+    # "illegal instruction", "illegal memory access"; a server loading on a
     # worker thread, two calling threads). None: True on CUDA when the model is loaded on the
     # main thread, else False (lite.engines.ort.cuda.CudaRunner moves calls from other threads
     # to fresh sessions without it). ONNX Runtime before 1.20 does not know the option.
