@@ -8,7 +8,9 @@ aio callers each (256 in all by default) send one 224×224 fp16 image per reques
 answered, for ``--duration`` seconds (``serving.bench.run_bench``, the load loop of ``lite bench
 --grpc``). Reported: images/s served, the server's breakdown per request (queue, input, infer,
 output) and its average batch, against the engine's own batch-256 throughput measured in this
-process on numpy inputs (what the server hands it) and on device-resident ones.
+process on numpy inputs (what the server hands it) and on device-resident ones. Where the
+server's CPU goes: each of its threads' share of a core over the middle of the run (from
+/proc; the event loop runs on the main thread).
 
     python bench/gpu_serving.py --json gpu_serving.json          # on the GPU machine
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -64,6 +67,31 @@ def engine_throughput(lite_path: Path, batch: int, seconds: float) -> dict:
     return results
 
 
+def thread_cpu_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    """Per thread of ``pid``: (name, user + system clock ticks so far)."""
+    ticks = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        ticks[int(task.name)] = (name, int(fields[11]) + int(fields[12]))  # utime, stime
+    return ticks
+
+
+def thread_load(pid: int, before: dict, after: dict, seconds: float) -> list[dict]:
+    """Threads' share of a core between two samples, busiest first (those above 1 %)."""
+    hertz = os.sysconf("SC_CLK_TCK")
+    rows = []
+    for tid, (name, ticks) in after.items():
+        share = (ticks - before.get(tid, (name, 0))[1]) / hertz / seconds
+        if share > 0.01:
+            rows.append({"thread": "main (event loop)" if tid == pid else name, "core_share": round(share, 3)})
+    return sorted(rows, key=lambda row: -row["core_share"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--client-processes", type=int, default=8)
@@ -103,6 +131,11 @@ def main() -> int:
         clients = [subprocess.Popen([sys.executable, "-c", CLIENT, address, str(args.concurrency), str(args.duration)],
                                     env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                    for _ in range(args.client_processes)]
+        time.sleep(3.0)  # past the clients' start and warmup
+        before, sampled = thread_cpu_ticks(server.pid), time.perf_counter()
+        time.sleep(max(args.duration - 4.0, 1.0))
+        after, span = thread_cpu_ticks(server.pid), time.perf_counter() - sampled
+        results["server_threads_core_share"] = thread_load(server.pid, before, after, span)
         reports = []
         for client in clients:
             out, err = client.communicate(timeout=args.duration + 120)

@@ -11,6 +11,11 @@ queue cannot fill ``max_batch_size`` in time, it takes the largest preferred siz
 While every instance is busy the queue simply grows, so batches grow with load. The batch's
 outputs are split back along the first dimension, exactly per request.
 
+Given a ``merge_executor`` (the server gives one to GPU models), merging a batch runs there, so
+that the next batch is merged while the engine runs the current one; the buffers it merges into
+come from a shared pool (in pinned host memory for a GPU, so the engine's copy to the device is
+a DMA at full bus speed rather than a staged copy).
+
 A request past its deadline is answered DEADLINE_EXCEEDED instead of being executed; a
 cancelled request (the client went away) is skipped and frees its queue slot.
 """
@@ -18,6 +23,7 @@ cancelled request (the client went away) is skipped and frees its queue slot.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -31,9 +37,12 @@ from .config import DynamicBatching
 from .errors import DeadlineExceededError, InferenceFailedError, ResourceExhaustedError
 from .statistics import ExecutionTimes
 
+log = logging.getLogger("serving.batching")
+
 Tensors = dict[str, np.ndarray]
 Execute = Callable[[Tensors], Tensors]
 Record = Callable[[ExecutionTimes, int], None]  # once per execution: times, requests in it
+Allocate = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -150,8 +159,11 @@ class _Pending:
 class DynamicBatcher:
     def __init__(self, execute: Execute, record: Record, executor: ThreadPoolExecutor, instances: int,
                  max_batch_size: int, batching: DynamicBatching, max_queue_size: int, name: str,
-                 pad_to: tuple[int, ...] = ()) -> None:
-        """``pad_to``: sizes (ascending, the largest ``max_batch_size``) each merged batch is padded up to."""
+                 pad_to: tuple[int, ...] = (), merge_executor: ThreadPoolExecutor | None = None,
+                 allocate: Allocate | None = None) -> None:
+        """``pad_to``: sizes (ascending, the largest ``max_batch_size``) each merged batch is padded
+        up to. ``merge_executor``: where batches are merged (default: on the executing thread,
+        before the execution). ``allocate(shape, dtype)``: makes merge buffers (default np.empty)."""
         self._execute = execute
         self._record = record
         self._executor = executor
@@ -160,7 +172,8 @@ class DynamicBatcher:
         self._delay_ns = batching.max_queue_delay_us * 1000
         self._preferred = batching.preferred_batch_sizes
         self._pad_to = pad_to
-        self._buffers = _MergeBuffers()
+        self._merge_executor = merge_executor
+        self._buffers = MergeBuffers(allocate)
         self._max_queue_size = max_queue_size
         self._name = name
         self._queue: deque[_Pending] = deque()
@@ -179,6 +192,15 @@ class DynamicBatcher:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await asyncio.gather(*self._running, return_exceptions=True)
+
+    def preallocate(self, sample: Tensors) -> None:
+        """Make the merge buffers for every padded size now, as many as batches can be in flight
+        (blocking: pinned memory takes a while to allocate, and the allocator's first use imports
+        PyTorch or CuPy; better at load than in the first requests)."""
+        for size in self._pad_to:
+            buffers = [self._buffers.get(sample, size) for _ in range(self._instances)]
+            for each in buffers:
+                self._buffers.release(each, {})
 
     async def submit(self, inputs: Tensors, rows: int, deadline: float | None) -> Scheduled:
         if len(self._queue) >= self._max_queue_size:
@@ -257,7 +279,11 @@ class DynamicBatcher:
             loop = asyncio.get_running_loop()
             parts = [p.inputs for p in batch]
             rows = [p.rows for p in batch]
-            outputs, times = await loop.run_in_executor(self._executor, self._execute_batch, parts, rows)
+            if self._merge_executor is None:
+                outputs, times = await loop.run_in_executor(self._executor, self._execute_batch, parts, rows)
+            else:
+                merged = await loop.run_in_executor(self._merge_executor, self._merge_batch, parts, rows)
+                outputs, times = await loop.run_in_executor(self._executor, self._execute_merged, merged)
             self._record(times, len(batch))
             for pending, result in zip(batch, outputs):
                 if not pending.future.done():
@@ -270,6 +296,9 @@ class DynamicBatcher:
             self._slots.release()
 
     def _execute_batch(self, parts: list[Tensors], rows: list[int]) -> tuple[list[Tensors], ExecutionTimes]:
+        return self._execute_merged(self._merge_batch(parts, rows))
+
+    def _merge_batch(self, parts: list[Tensors], rows: list[int]) -> _Merged:
         t0 = time.perf_counter_ns()
         total = sum(rows)
         size = next((s for s in self._pad_to if s >= total), total)
@@ -279,27 +308,48 @@ class DynamicBatcher:
         else:
             buffers = self._buffers.get(parts[0], size)
             merged = {name: _merge([p[name] for p in parts], total, buffers[name]) for name in parts[0]}
+        return _Merged(merged, buffers, rows, size, time.perf_counter_ns() - t0)
+
+    def _execute_merged(self, batch: _Merged) -> tuple[list[Tensors], ExecutionTimes]:
         t1 = time.perf_counter_ns()
-        outputs = self._execute(merged)
+        try:
+            outputs = self._execute(batch.inputs)
+        except BaseException:
+            if batch.buffers is not None:
+                self._buffers.release(batch.buffers, {})
+            raise
         t2 = time.perf_counter_ns()
+        size, rows = batch.size, batch.rows
+        total = sum(rows)
+        if batch.buffers is not None:
+            self._buffers.release(batch.buffers, outputs)
         for name, array in outputs.items():
             if array.ndim == 0 or array.shape[0] != size:
                 raise InferenceFailedError(
                     f"model {self._name}: output {name!r} has shape {list(array.shape)}, expected the "
                     f"batch of {size} first; the model cannot be batched (set max_batch_size 0)"
                 )
-        if buffers is not None:
-            self._buffers.release(buffers, outputs)
         if size > total:
             outputs = {name: array[:total] for name, array in outputs.items()}
-        if len(parts) == 1:
+        if len(rows) == 1:
             split = [outputs]
         else:
             offsets = np.cumsum(rows)[:-1]
             per_output = {name: np.split(array, offsets) for name, array in outputs.items()}
-            split = [{name: pieces[i] for name, pieces in per_output.items()} for i in range(len(parts))]
+            split = [{name: pieces[i] for name, pieces in per_output.items()} for i in range(len(rows))]
         t3 = time.perf_counter_ns()
-        return split, ExecutionTimes(total, t1 - t0, t2 - t1, t3 - t2)
+        return split, ExecutionTimes(total, batch.merge_ns, t2 - t1, t3 - t2)
+
+
+@dataclass
+class _Merged:
+    """A batch merged and ready to execute."""
+
+    inputs: Tensors
+    buffers: dict[str, np.ndarray] | None  # pooled buffers inside ``inputs``, to give back after
+    rows: list[int]  # per request
+    size: int  # rows after padding
+    merge_ns: int
 
 
 def _merge(pieces: list[np.ndarray], rows: int, out: np.ndarray) -> np.ndarray:
@@ -330,27 +380,54 @@ def _merge(pieces: list[np.ndarray], rows: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-class _MergeBuffers:
-    """Batch input buffers kept per thread and reused, so that merging a batch writes into memory
-    already mapped (a fresh 40 MB array costs its page faults on every batch). A buffer that an
-    output may share memory with (a model that returns its input) is not reused."""
+class MergeBuffers:
+    """Batch input buffers, reused: merging a batch writes into memory already mapped (a fresh
+    40 MB array costs its page faults on every batch, and pinned memory is slow to allocate).
+    Shared by the threads that merge and execute (one takes, another gives back). A buffer that
+    an output may share memory with (a model that returns its input) is not reused."""
 
-    def __init__(self) -> None:
-        self._local = threading.local()
+    def __init__(self, allocate: Allocate | None = None) -> None:
+        self._allocate = allocate or np.empty
+        self._free: dict[tuple, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
 
     def get(self, sample: Tensors, size: int) -> dict[str, np.ndarray]:
-        cache = self._local.__dict__.setdefault("cache", {})
         buffers = {}
         for name, array in sample.items():
             key = (name, size, array.shape[1:], array.dtype.str)
-            buffer = cache.pop(key, None)
-            buffers[name] = buffer if buffer is not None else np.empty((size, *array.shape[1:]), array.dtype)
+            with self._lock:
+                free = self._free.get(key)
+                buffer = free.pop() if free else None
+            if buffer is None:
+                shape = (size, *array.shape[1:])
+                buffer = np.empty(shape, array.dtype) if array.dtype == object else self._allocate(shape, array.dtype)
+            buffers[name] = buffer
         return buffers
 
     def release(self, buffers: dict[str, np.ndarray], outputs: Tensors) -> None:
         if any(np.may_share_memory(buffer, out) for buffer in buffers.values() for out in outputs.values()):
             return
-        cache = self._local.__dict__.setdefault("cache", {})
-        for name, buffer in buffers.items():
-            if buffer.dtype != object:
-                cache[(name, len(buffer), buffer.shape[1:], buffer.dtype.str)] = buffer
+        with self._lock:
+            for name, buffer in buffers.items():
+                if buffer.dtype != object:
+                    self._free.setdefault((name, len(buffer), buffer.shape[1:], buffer.dtype.str), []).append(buffer)
+
+
+def pinned_allocator(name: str) -> Allocate:
+    """Allocate merge buffers in pinned host memory, or, where that cannot be had (no PyTorch or
+    CuPy with a CUDA driver), in ordinary memory, said once in the log."""
+    import lite
+
+    fallback = False
+
+    def allocate(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        nonlocal fallback
+        if not fallback:
+            try:
+                return lite.pinned_empty(shape, dtype)
+            except lite.LiteError as err:
+                fallback = True
+                log.warning("model %s: batches are merged in ordinary host memory: %s", name, err)
+        return np.empty(shape, dtype)
+
+    return allocate

@@ -13,7 +13,7 @@ import numpy as np
 
 import lite
 
-from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors
+from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors, pinned_allocator
 from .config import ModelConfig
 from .datatypes import datatype_of
 from .errors import (
@@ -66,13 +66,19 @@ class ServedModel:
         self._check_batching()
         self._executor = executor or ThreadPoolExecutor(instances, thread_name_prefix=f"{name}-v{version}")
         self.pad_to: tuple[int, ...] = ()  # the batch sizes merged batches are padded up to
+        self._merge_executor: ThreadPoolExecutor | None = None
         if config.dynamic_batching is not None:
             pad = config.dynamic_batching.pad_batches
             if pad or (pad is None and _on_gpu(device)):
                 self.pad_to = config.padded_batch_sizes()
+            allocate = None
+            if _on_gpu(device):  # merge the next batch, into pinned memory, while the GPU runs this one
+                self._merge_executor = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-v{version}-merge")
+                allocate = pinned_allocator(f"{name}:{version}")
             self._scheduler: DirectScheduler | DynamicBatcher = DynamicBatcher(
                 self._execute, self._record_execution, self._executor, instances, config.max_batch_size,
                 config.dynamic_batching, max_queue_size, f"{name}:{version}", pad_to=self.pad_to,
+                merge_executor=self._merge_executor, allocate=allocate,
             )
         else:
             self._scheduler = DirectScheduler(self._execute, self._record_execution, self._executor, instances,
@@ -124,6 +130,8 @@ class ServedModel:
             served._executor.submit(served.warmup).result()
         except BaseException:
             served._executor.shutdown(wait=False, cancel_futures=True)
+            if served._merge_executor is not None:
+                served._merge_executor.shutdown(wait=False, cancel_futures=True)
             raise
         return served
 
@@ -154,10 +162,13 @@ class ServedModel:
         return completed
 
     def warmup(self) -> None:
-        """Run the configured warmup requests on zero inputs (blocking); with padded batches, one
-        run at each padded size first, so that an engine's per-shape work (CUDA graph capture,
-        compilation, cuDNN tuning) happens before the model is READY, not in a request."""
+        """Run the configured warmup requests on zero inputs (blocking); with padded batches, the
+        merge buffers are made and one run at each padded size goes first, so that an engine's
+        per-shape work (CUDA graph capture, compilation, cuDNN tuning) happens before the model is
+        READY, not in a request."""
         runs = [(size, 1) for size in self.pad_to]
+        if self.pad_to and isinstance(self._scheduler, DynamicBatcher):
+            self._scheduler.preallocate(self._zero_inputs(1))
         if self.config.warmup is not None:
             runs.append((self.config.warmup.batch_size, self.config.warmup.count))
         for batch_size, count in runs:
@@ -185,6 +196,8 @@ class ServedModel:
                             self.name, self.version, self._in_flight, timeout)
         await self._scheduler.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._merge_executor is not None:
+            self._merge_executor.shutdown(wait=False, cancel_futures=True)
         self.state = "UNAVAILABLE"
         if self._metrics.pending == self._pending_requests:  # a newer load of this version may own it
             self._metrics.pending = no_pending  # and the metrics must not keep this model alive

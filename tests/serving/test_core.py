@@ -182,6 +182,55 @@ def test_merge_stacks_pieces_and_pads_with_the_last_row(dtype, feature_shape):
     np.testing.assert_array_equal(out[6:], np.broadcast_to(expected[5], (2, *feature_shape)))
 
 
+def test_a_merge_executor_merges_the_next_batch_while_one_executes_and_results_stay_exact():
+    """Batches merged on their own thread (as for GPU models) into pooled buffers from the given
+    allocator: the next batch is merged while the engine runs the current one, each request gets
+    exactly its rows back, and buffers are reused across batches."""
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    events = []
+
+    def allocate(shape, dtype):  # called while merging a batch that finds no free buffer
+        events.append(("merge", threading.current_thread().name.startswith("merge")))
+        if len(events) > 2:
+            release.set()  # the second batch is being merged while the first executes
+        return np.empty(shape, dtype)
+
+    class Slow(Recorder):
+        def execute(self, inputs):
+            events.append(("execute", len(self.batches)))
+            if not self.batches:  # hold the first batch until the second has been merged
+                started.set()
+                assert release.wait(10)
+            return super().execute(inputs)
+
+    async def run():
+        recorder = Slow()
+        b = DynamicBatcher(recorder.execute, recorder.record, ThreadPoolExecutor(1), 2, 4,
+                           DynamicBatching(1000, ()), 64, "test", pad_to=(4,),
+                           merge_executor=ThreadPoolExecutor(1, thread_name_prefix="merge"), allocate=allocate)
+        b.start()
+        first = [asyncio.ensure_future(b.submit({"x": np.full((1, 3), i, np.float32)}, 1, None)) for i in range(3)]
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        second = [asyncio.ensure_future(b.submit({"x": np.full((2, 3), 10 + i, np.float32)}, 2, None))
+                  for i in range(2)]
+        results = await asyncio.gather(*first, *second)
+        third = await asyncio.gather(*(b.submit({"x": np.full((1, 3), 20 + i, np.float32)}, 1, None)
+                                       for i in range(2)))
+        await b.close()
+        return recorder, results + third
+
+    recorder, results = asyncio.run(run())
+    assert recorder.batches == [4, 4, 4]
+    # two buffers allocated, both on the merge thread, the second while the first batch executed;
+    # the third batch reused one
+    assert events == [("merge", True), ("execute", 0), ("merge", True), ("execute", 1), ("execute", 2)]
+    assert [len(r.outputs["y"]) for r in results] == [1, 1, 1, 2, 2, 1, 1]
+    for result, value in zip(results, [0, 1, 2, 10, 11, 20, 21]):
+        np.testing.assert_array_equal(result.outputs["y"], np.full((len(result.outputs["y"]), 3), value * 2.0))
+
+
 def test_a_batch_buffer_an_output_aliases_is_not_reused():
     class Echo(Recorder):
         def execute(self, inputs):
@@ -298,3 +347,19 @@ def test_cheap_executions_move_onto_the_event_loop_and_slow_ones_never_do():
     assert not cheap[0] and all(cheap[-50:]), "a 0 µs execution should end up on the loop"
     slow = run(0.003)  # 3 ms: 15x the limit, never even tried on the loop
     assert not any(slow)
+
+
+def test_pinned_merge_buffers_fall_back_to_ordinary_memory_without_a_gpu(caplog):
+    pytest.importorskip("torch", reason="the pinned allocation goes through PyTorch or CuPy")
+    import torch
+
+    from serving.batching import pinned_allocator
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the buffers are pinned")
+    allocate = pinned_allocator("m:1")
+    with caplog.at_level("WARNING", logger="serving.batching"):
+        buffers = [allocate((4, 3), np.dtype(np.float16)) for _ in range(2)]
+    assert all(b.shape == (4, 3) and b.dtype == np.float16 for b in buffers)
+    warnings = [r.getMessage() for r in caplog.records if "ordinary host memory" in r.getMessage()]
+    assert len(warnings) == 1 and "m:1" in warnings[0]  # said once, naming the model
