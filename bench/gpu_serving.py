@@ -13,6 +13,11 @@ server's CPU goes: each of its threads' share of a core over the middle of the r
 /proc; the event loop runs on the main thread).
 
     python bench/gpu_serving.py --json gpu_serving.json          # on the GPU machine
+
+``--server floor`` runs the same clients against a bare grpc.aio server that answers each request
+with a zero output of the model's shape without looking at it: what one Python gRPC process takes
+in of this load, whatever it serves. ``--profile FILE`` samples the server with py-spy (when
+installed) over the middle of the run, every thread, into a speedscope file.
 """
 
 from __future__ import annotations
@@ -38,6 +43,45 @@ from serving.bench import run_bench
 report = asyncio.run(run_bench(sys.argv[1], "resnet50", concurrency=int(sys.argv[2]), duration=float(sys.argv[3]),
                                warmup=2))
 print(json.dumps(report))
+"""
+
+
+FLOOR = """
+import asyncio, sys
+import grpc
+from serving._generated import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
+
+T = pb.ModelMetadataResponse.TensorMetadata
+OUT = bytes(2000)  # 1000 float16 zeros per image
+
+class Floor(pb_grpc.GRPCInferenceServiceServicer):
+    async def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=True)
+    async def ModelReady(self, request, context):
+        return pb.ModelReadyResponse(ready=True)
+    async def ModelMetadata(self, request, context):
+        return pb.ModelMetadataResponse(name=request.name, versions=["1"], platform="floor",
+                                        inputs=[T(name="input", datatype="FP16", shape=[-1, 3, 224, 224])],
+                                        outputs=[T(name="output", datatype="FP16", shape=[-1, 1000])])
+    async def ModelConfig(self, request, context):
+        return pb.ModelConfigResponse(config=pb.ModelConfig(name=request.name, max_batch_size=256))
+    async def ModelStatistics(self, request, context):
+        return pb.ModelStatisticsResponse()
+    async def ModelInfer(self, request, context):
+        rows = request.inputs[0].shape[0]
+        return pb.ModelInferResponse(
+            model_name=request.model_name, id=request.id,
+            outputs=[pb.ModelInferResponse.InferOutputTensor(name="output", datatype="FP16", shape=[rows, 1000])],
+            raw_output_contents=[OUT * rows])
+
+async def main():
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(Floor(), server)
+    server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+    await server.start()
+    await server.wait_for_termination()
+
+asyncio.run(main())
 """
 
 
@@ -99,31 +143,37 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--delay-us", type=int, default=5000, help="max_queue_delay_us of the batcher")
     parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--server", choices=("lite", "floor"), default="lite")
+    parser.add_argument("--profile", default=None, help="py-spy speedscope output of the server")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-
-    from converter import convert_model
-    from gpu_resnet50 import export
-    from lite.format import save
-
-    workdir = Path(tempfile.mkdtemp())
-    _, fp32_path, _ = export(workdir)
-    repository = workdir / "repo"
-    (repository / "resnet50" / "1").mkdir(parents=True)
-    lite_path = repository / "resnet50" / "1" / "model.lite"
-    save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), lite_path)
-    (repository / "resnet50" / "config.json").write_text(json.dumps({
-        "max_batch_size": 256, "instance_count": args.instances, "device": "cuda", "max_queue_size": 4096,
-        "dynamic_batching": {"max_queue_delay_us": args.delay_us, "preferred_batch_sizes": [64, 128, 256]},
-        "warmup": {"batch_size": 256, "count": 2},
-    }))
-    results: dict = {"engine": engine_throughput(lite_path, 256, 3.0)}
-    print("engine, batch 256:", json.dumps(results["engine"]), flush=True)
 
     port = free_port()
     address = f"127.0.0.1:{port}"
     env = subprocess_env()
-    server = start_lite_serve(repository, port, stderr=subprocess.PIPE, text=True)
+    results: dict = {"server": args.server}
+    if args.server == "floor":
+        server = subprocess.Popen([sys.executable, "-c", FLOOR, str(port)], env=env, cwd=ROOT,
+                                  stderr=subprocess.PIPE, text=True)
+    else:
+        from converter import convert_model
+        from gpu_resnet50 import export
+        from lite.format import save
+
+        workdir = Path(tempfile.mkdtemp())
+        _, fp32_path, _ = export(workdir)
+        repository = workdir / "repo"
+        (repository / "resnet50" / "1").mkdir(parents=True)
+        lite_path = repository / "resnet50" / "1" / "model.lite"
+        save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), lite_path)
+        (repository / "resnet50" / "config.json").write_text(json.dumps({
+            "max_batch_size": 256, "instance_count": args.instances, "device": "cuda", "max_queue_size": 4096,
+            "dynamic_batching": {"max_queue_delay_us": args.delay_us, "preferred_batch_sizes": [64, 128, 256]},
+            "warmup": {"batch_size": 256, "count": 2},
+        }))
+        results["engine"] = engine_throughput(lite_path, 256, 3.0)
+        print("engine, batch 256:", json.dumps(results["engine"]), flush=True)
+        server = start_lite_serve(repository, port, stderr=subprocess.PIPE, text=True)
     try:
         started = time.perf_counter()
         wait_ready(address, server, ("resnet50",), timeout=300)
@@ -133,8 +183,17 @@ def main() -> int:
                    for _ in range(args.client_processes)]
         time.sleep(3.0)  # past the clients' start and warmup
         before, sampled = thread_cpu_ticks(server.pid), time.perf_counter()
-        time.sleep(max(args.duration - 4.0, 1.0))
+        window = max(args.duration - 4.0, 1.0)
+        profiler = None
+        if args.profile:
+            profiler = subprocess.Popen(["py-spy", "record", "--pid", str(server.pid), "--duration",
+                                         str(int(window)), "--format", "speedscope", "--idle", "--threads", "--native",
+                                         "--output", args.profile], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+        time.sleep(window)
         after, span = thread_cpu_ticks(server.pid), time.perf_counter() - sampled
+        if profiler is not None:
+            print("py-spy:", profiler.communicate(timeout=60)[0][-500:], flush=True)
         results["server_threads_core_share"] = thread_load(server.pid, before, after, span)
         reports = []
         for client in clients:
@@ -155,7 +214,7 @@ def main() -> int:
     results["served_images_per_s"] = served
     results["server_breakdown_one_window"] = reports[0].get("server")
     results["latency_us_p50_each_process"] = [r["latency_us"]["p50"] for r in reports]
-    for where, figures in results["engine"].items():
+    for where, figures in results.get("engine", {}).items():
         results[f"vs_engine_{where}_numpy"] = served / figures["numpy_images_per_s"]
         results[f"vs_engine_{where}_device"] = served / figures["device_images_per_s"]
     print(json.dumps(results, indent=2))
