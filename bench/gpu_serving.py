@@ -2,8 +2,9 @@
 """256 concurrent single-image gRPC clients against ``lite serve`` on one GPU (issue 11).
 
 ResNet-50 (torchvision definition, random weights) converted with ``--fp16 --fp16-io
---dynamic-batch`` is served with dynamic batching (``max_batch_size`` 256, preferred sizes 64,
-128, 256) on ``--device cuda``. ``--client-processes`` processes of ``--concurrency`` tritonclient
+--dynamic-batch`` is served with dynamic batching (``max_batch_size`` 256, batches padded to
+powers of two, or to ``--preferred`` sizes) on ``--device cuda`` by ``--workers`` server processes (``lite serve --workers``).
+``--client-processes`` processes of ``--concurrency`` tritonclient
 aio callers each (256 in all by default) send one 224×224 fp16 image per request, the next when
 answered, for ``--duration`` seconds (``serving.bench.run_bench``, the load loop of ``lite bench
 --grpc``). Reported: images/s served, the server's breakdown per request (queue, input, infer,
@@ -17,7 +18,7 @@ server's CPU goes: each of its threads' share of a core over the middle of the r
 ``--server floor`` runs the same clients against a bare grpc.aio server that answers each request
 with a zero output of the model's shape without looking at it: what one Python gRPC process takes
 in of this load, whatever it serves. ``--profile FILE`` samples the server with py-spy (when
-installed) over the middle of the run, every thread, into a speedscope file.
+installed) over the middle of the run, every thread of every worker, into a speedscope file.
 """
 
 from __future__ import annotations
@@ -112,34 +113,44 @@ def engine_throughput(lite_path: Path, batch: int, seconds: float) -> dict:
 
 
 def thread_cpu_ticks(pid: int) -> dict[int, tuple[str, int]]:
-    """Per thread of ``pid``: (name, user + system clock ticks so far)."""
+    """Per thread of ``pid`` and of its child processes (the workers): (name, user + system
+    clock ticks so far). A process's main thread (the event loop) is named "main"; a worker's
+    threads carry the worker's pid."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    pids = [pid, *map(int, children.read_text().split())] if children.exists() else [pid]
     ticks = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:  # the thread ended
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        ticks[int(task.name)] = (name, int(fields[11]) + int(fields[12]))  # utime, stime
+    for process in pids:
+        tag = "" if process == pid else f"worker {process}: "
+        for task in Path(f"/proc/{process}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:  # the thread ended
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            name = "main (event loop)" if int(task.name) == process else name
+            ticks[int(task.name)] = (tag + name, int(fields[11]) + int(fields[12]))  # utime, stime
     return ticks
 
 
-def thread_load(pid: int, before: dict, after: dict, seconds: float) -> list[dict]:
+def thread_load(before: dict, after: dict, seconds: float) -> list[dict]:
     """Threads' share of a core between two samples, busiest first (those above 1 %)."""
     hertz = os.sysconf("SC_CLK_TCK")
     rows = []
     for tid, (name, ticks) in after.items():
         share = (ticks - before.get(tid, (name, 0))[1]) / hertz / seconds
         if share > 0.01:
-            rows.append({"thread": "main (event loop)" if tid == pid else name, "core_share": round(share, 3)})
+            rows.append({"thread": name, "core_share": round(share, 3)})
     return sorted(rows, key=lambda row: -row["core_share"])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--client-processes", type=int, default=8)
-    parser.add_argument("--concurrency", type=int, default=32, help="callers per client process")
+    parser.add_argument("--client-processes", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=16, help="callers per client process")
+    parser.add_argument("--workers", type=int, default=4, help="lite serve --workers")
+    parser.add_argument("--preferred", type=int, nargs="*", default=[],
+                        help="preferred batch sizes (none: batches padded to powers of two)")
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--delay-us", type=int, default=5000, help="max_queue_delay_us of the batcher")
     parser.add_argument("--instances", type=int, default=2)
@@ -168,12 +179,13 @@ def main() -> int:
         save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), lite_path)
         (repository / "resnet50" / "config.json").write_text(json.dumps({
             "max_batch_size": 256, "instance_count": args.instances, "device": "cuda", "max_queue_size": 4096,
-            "dynamic_batching": {"max_queue_delay_us": args.delay_us, "preferred_batch_sizes": [64, 128, 256]},
+            "dynamic_batching": {"max_queue_delay_us": args.delay_us, "preferred_batch_sizes": args.preferred},
             "warmup": {"batch_size": 256, "count": 2},
         }))
         results["engine"] = engine_throughput(lite_path, 256, 3.0)
         print("engine, batch 256:", json.dumps(results["engine"]), flush=True)
-        server = start_lite_serve(repository, port, stderr=subprocess.PIPE, text=True)
+        server = start_lite_serve(repository, port, ("--workers", str(args.workers)), stderr=subprocess.PIPE,
+                                  text=True)
     try:
         started = time.perf_counter()
         wait_ready(address, server, ("resnet50",), timeout=300)
@@ -187,14 +199,14 @@ def main() -> int:
         profiler = None
         if args.profile:
             profiler = subprocess.Popen(["py-spy", "record", "--pid", str(server.pid), "--duration",
-                                         str(int(window)), "--format", "speedscope", "--idle", "--threads", "--native",
+                                         str(int(window)), "--format", "speedscope", "--idle", "--threads", "--nonblocking", "--subprocesses",
                                          "--output", args.profile], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True)
         time.sleep(window)
         after, span = thread_cpu_ticks(server.pid), time.perf_counter() - sampled
         if profiler is not None:
             print("py-spy:", profiler.communicate(timeout=60)[0][-500:], flush=True)
-        results["server_threads_core_share"] = thread_load(server.pid, before, after, span)
+        results["server_threads_core_share"] = thread_load(before, after, span)
         reports = []
         for client in clients:
             out, err = client.communicate(timeout=args.duration + 120)

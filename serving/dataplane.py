@@ -90,6 +90,12 @@ class DataPlane:
         await self.manager.unload(name)
 
     def _check_control(self, action: str) -> None:
+        if self.settings.workers > 1:
+            raise RepositoryControlDisabledError(
+                f"model {action} is disabled on a server of {self.settings.workers} worker processes: it "
+                "would reach only the worker that took the call; change the repository and let the "
+                "workers reload it (--poll-interval-s), or serve with --workers 1"
+            )
         if not self.settings.repository_control:
             raise RepositoryControlDisabledError(
                 f"model {action} is disabled on this server (started with --no-repository-control)"

@@ -44,6 +44,12 @@ class Settings:
     # of bench/serving.py runs inline on a busy 2-core machine (at 50 µs it did not), which took
     # its concurrency-1 p50 from 1.24-1.41x to 1.19x the bare gRPC floor (docs/benchmarks.md).
     inline_execution_us: int = 200
+    # Server processes sharing the port (SO_REUSEPORT; the kernel spreads connections over
+    # them), each with its own event loop and its own copy of every model: one Python process
+    # takes in a few thousand requests a second, whatever it serves (bench/gpu_serving.py
+    # --server floor). Each batches the requests of its own connections; statistics are per
+    # process; the repository-control RPCs are off (use poll_interval_s to reload).
+    workers: int = 1
     grace_period_s: float = 30.0  # SIGTERM: time left to in-flight requests
     stream_concurrency: int = 64  # requests of one stream in flight at once
     tls_cert: Path | None = None
@@ -58,7 +64,8 @@ class Settings:
     server_name: str = "lite"
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("max_message_bytes", "max_queue_size", "instance_count", "stream_concurrency"))
+        _check_positive(self, ("max_message_bytes", "max_queue_size", "instance_count", "stream_concurrency",
+                               "workers"))
         if self.threads < 0:
             raise ConfigError(f"setting threads must be >= 0 (0: ONNX Runtime's default), got {self.threads}")
         if not 0 <= self.port < 65536 or not 0 <= self.metrics_port < 65536:

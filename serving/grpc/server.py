@@ -7,8 +7,10 @@ gives the ones in flight ``grace_period_s`` to finish, then the models drain and
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 
 import grpc
 from grpc_health.v1 import _async as health_aio
@@ -33,10 +35,16 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class Server:
-    """One serving process. ``start`` returns once the startup models are loaded."""
+    """One serving process. ``start`` returns once the startup models are loaded.
 
-    def __init__(self, settings: Settings) -> None:
+    ``gate`` (a worker of several, serving.workers): the port is shared with the other workers
+    (SO_REUSEPORT), and bound only after the startup models are loaded and ``gate()`` returns
+    True (every worker has loaded), so that no connection lands on a worker still loading; on
+    False (stopping before that) nothing is bound."""
+
+    def __init__(self, settings: Settings, gate: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.settings = settings
+        self._gate = gate
         self.metrics = Metrics()
         self.manager = ModelManager(ModelRepository(settings.repository), settings, self.metrics)
         self.dataplane = DataPlane(self.manager, settings)
@@ -44,7 +52,7 @@ class Server:
         self.manager.on_change = self._model_health
         self.port = 0
         self.metrics_port = 0
-        self._grpc: grpc.aio.Server | None = None
+        self._grpc: grpc.aio.Server | None = None  # listening once started
         self._http = None
         self._stopped = asyncio.Event()
 
@@ -60,7 +68,7 @@ class Server:
             options=[
                 ("grpc.max_receive_message_length", settings.max_message_bytes),
                 ("grpc.max_send_message_length", settings.max_message_bytes),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", int(self._gate is not None)),
             ],
         )
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(
@@ -74,15 +82,19 @@ class Server:
                 reflection.SERVICE_NAME,
             )
             reflection.enable_server_reflection(names, self._grpc)
-        address = f"{settings.host}:{settings.port}"
-        if settings.tls_cert is not None:
-            self.port = self._grpc.add_secure_port(address, self._credentials())
-        else:
-            self.port = self._grpc.add_insecure_port(address)
-        await self.health.set("", NOT_SERVING)
-        await self._grpc.start()
-        self._start_metrics()
+        if self._gate is None:  # listen while loading: health says NOT_SERVING until ready
+            self._bind()
+            await self.health.set("", NOT_SERVING)
+            await self._grpc.start()
+            self._start_metrics()
         failed = await self.manager.load_startup_models()
+        if self._gate is not None:
+            if not await self._gate():
+                self._grpc = None  # never started: nothing to stop
+                return
+            self._bind()
+            await self._grpc.start()
+            self._start_metrics()
         self.manager.start_polling()
         self.dataplane.started = True
         await self.health.set("", SERVING)
@@ -91,6 +103,13 @@ class Server:
             extra={"port": self.port, "metrics_port": self.metrics_port, "tls": settings.tls_cert is not None,
                    "models": [f"{m.name}:{m.version}" for m in self.manager.loaded()], "failed": failed},
         )
+
+    def _bind(self) -> None:
+        address = f"{self.settings.host}:{self.settings.port}"
+        if self.settings.tls_cert is not None:
+            self.port = self._grpc.add_secure_port(address, self._credentials())
+        else:
+            self.port = self._grpc.add_insecure_port(address)
 
     async def stop(self) -> None:
         if self._stopped.is_set():
@@ -136,11 +155,11 @@ class Server:
         self.metrics_port = self._http.server_port
 
 
-async def serve(settings: Settings) -> int:
-    """Run until SIGTERM/SIGINT; the process exit code."""
-    server = Server(settings)
+async def serve(settings: Settings, gate: Callable[[asyncio.Event], Awaitable[bool]] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; the process exit code. ``gate(stopping)``: see :class:`Server`."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    server = Server(settings, functools.partial(gate, stop) if gate is not None else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:

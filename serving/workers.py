@@ -1,0 +1,145 @@
+"""``lite serve --workers N``: N server processes on one port.
+
+One Python process takes in a few thousand requests a second, whatever it serves: its one event
+loop parses every request (``bench/gpu_serving.py --server floor``: a bare grpc.aio server
+answering 256 clients' 300 KB requests tops out near 4,000 a second with its loop thread
+busy). With ``--workers N`` the supervisor (this module, the process started by the user)
+spawns N workers, each a whole server (serving.grpc.server.Server) with its own event loop and
+its own copy of every model, all listening on one port with SO_REUSEPORT: the kernel spreads
+incoming connections over them, and each batches the requests of its own connections.
+
+- Start: each worker loads its models, then waits until every worker has, and only then binds
+  the port, so that no connection lands on a worker still loading.
+- Metrics: worker i serves on ``metrics_port + i`` (one scrape target per worker).
+- Statistics (ModelStatistics) are those of the worker that answers. Loading and unloading
+  through the API are refused (they would reach one worker); workers reload what changes in the
+  repository when ``poll_interval_s`` is set.
+- SIGTERM / SIGINT: forwarded to every worker, which shuts down gracefully; a worker that has not
+  exited ``grace_period_s`` + 30 s later is killed. A worker that dies on its own stops the
+  others and the supervisor exits 1, for the process manager to restart the whole server.
+
+Workers are spawned (not forked): a forked child cannot use a CUDA context made before the fork.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import queue
+import signal
+import socket
+import time
+from typing import Any
+
+from .settings import Settings
+
+log = logging.getLogger("serving.workers")
+
+_POLL_S = 0.2
+_KILL_AFTER_GRACE_S = 30.0
+
+
+def run_workers(settings: Settings) -> int:
+    """Supervise ``settings.workers`` worker processes until a signal; the exit code."""
+    if settings.port == 0:  # one port for all: choose it here
+        with socket.socket() as sock:
+            sock.bind((settings.host, 0))
+            settings = settings.replace(port=sock.getsockname()[1])
+    context = multiprocessing.get_context("spawn")
+    loaded: Any = context.Queue()
+    go = context.Event()
+    workers = []
+    for index in range(settings.workers):
+        worker_settings = settings.replace(metrics_port=settings.metrics_port + index if settings.metrics_port else 0)
+        process = context.Process(target=_worker_main, args=(worker_settings, index, loaded, go),
+                                  name=f"lite-serve-worker-{index}", daemon=False)
+        process.start()
+        workers.append(process)
+    stopping = False
+
+    def request_stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ready = 0
+        while not stopping and ready < len(workers):
+            try:
+                loaded.get(timeout=_POLL_S)
+                ready += 1
+            except queue.Empty:
+                pass
+            if _dead(workers):
+                return _stop(workers, settings, failed=True)
+        if not stopping:
+            go.set()
+            log.info("workers listening", extra={"workers": len(workers), "port": settings.port})
+        while not stopping:
+            time.sleep(_POLL_S)
+            if _dead(workers):
+                return _stop(workers, settings, failed=True)
+        return _stop(workers, settings, failed=False)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _dead(workers: list) -> bool:
+    for process in workers:
+        if process.exitcode is not None:
+            log.error("worker %s exited with %s; stopping the others", process.name, process.exitcode)
+            return True
+    return False
+
+
+def _stop(workers: list, settings: Settings, failed: bool) -> int:
+    for process in workers:
+        if process.exitcode is None:
+            process.terminate()  # SIGTERM: the worker's graceful shutdown
+    deadline = time.monotonic() + settings.grace_period_s + _KILL_AFTER_GRACE_S
+    for process in workers:
+        process.join(max(deadline - time.monotonic(), 0.0))
+        if process.exitcode is None:
+            log.error("worker %s did not stop in time; killing it", process.name)
+            process.kill()
+            process.join()
+    codes = [process.exitcode for process in workers]
+    return 1 if failed or any(codes) else 0
+
+
+def _worker_main(settings: Settings, index: int, loaded: Any, go: Any) -> None:
+    import sys
+
+    from .errors import ServingError
+    from .grpc.server import serve
+    from .logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+    logging.getLogger().handlers[0].addFilter(_WorkerField(index))
+
+    async def gate(stopping: asyncio.Event) -> bool:
+        loaded.put(index)
+        while not go.is_set():
+            if stopping.is_set():
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    try:
+        code = asyncio.run(serve(settings, gate=gate))
+    except ServingError as err:
+        print(f"lite serve (worker {index}): {err}", file=sys.stderr)
+        code = 1
+    raise SystemExit(code)
+
+
+class _WorkerField(logging.Filter):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True

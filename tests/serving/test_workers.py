@@ -1,0 +1,55 @@
+"""``lite serve --workers N``: several server processes on one port (serving/workers.py)."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from .conftest import identity_model, start_server
+
+tritonclient = pytest.importorskip("tritonclient.grpc", reason="the serving tests talk through tritonclient")
+
+
+@pytest.fixture(scope="module")
+def workers_repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("workers")
+    identity_model(root / "echo" / "1" / "model.lite")
+    return root
+
+
+def served_requests(metrics_port: int) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(value) for value in re.findall(
+        r'^lite_inference_requests_total\{[^}]*outcome="success"[^}]*\} (\S+)$', text, re.MULTILINE))
+
+
+def test_workers_share_the_port_spread_connections_and_stop_together(workers_repository):
+    server = start_server(workers_repository, "--workers", "2")
+    try:
+        deadline = time.monotonic() + 30
+        while sum('"server ready"' in line for line in server.logs) < 2:  # both workers listening
+            assert time.monotonic() < deadline, "".join(server.logs[-20:])
+            time.sleep(0.05)
+        x = np.arange(16, dtype=np.float32).reshape(1, 16)
+        for _ in range(24):  # one connection per client: the kernel spreads them over the workers
+            client = tritonclient.InferenceServerClient(server.address)
+            tensor = tritonclient.InferInput("INPUT0", [1, 16], "FP32")
+            tensor.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer("echo", [tensor]).as_numpy("OUTPUT0"), x)
+            client.close()
+        per_worker = [served_requests(server.metrics_port + i) for i in range(2)]
+        assert sum(per_worker) == 24 and min(per_worker) > 0, per_worker  # all on one: 2**-23
+
+        client = tritonclient.InferenceServerClient(server.address)
+        with pytest.raises(tritonclient.InferenceServerException) as err:
+            client.load_model("echo")
+        assert err.value.status() == "StatusCode.PERMISSION_DENIED" and "2 worker processes" in err.value.message()
+        client.close()
+    finally:
+        code = server.stop()
+    assert code == 0
+    assert sum('"stopped"' in line for line in server.logs) == 2  # each worker shut down gracefully
