@@ -2,8 +2,8 @@
 """A warm start of the torch engine with AOTInductor packages (issue 11).
 
 ResNet-50 fp16 (torchvision definition, random weights; converted with ``--fp16 --fp16-io``)
-runs on ``lite.Model.load(..., engine="torch", device="cuda", aot=True)``, max-autotune, batch
-``--batch``. Two fresh processes share one cache folder: the first compiles (the package is
+runs on ``lite.Model.load(..., engine="torch", device="cuda", aot=True)``, ``--mode``
+(max-autotune by default), batch ``--batch``. Two fresh processes share one cache folder: the first compiles (the package is
 written under ``<cache>/torch/aoti``), the second loads it. Each reports the seconds from its
 start (before ``import torch``) to the end of its first call and to full speed (the end of the
 first timed window whose rate is within 5 % of the steady rate), and its steady images/s.
@@ -26,12 +26,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 CHILD = r"""
-import json, sys, time
+import faulthandler, json, sys, time
+faulthandler.enable()
 started = float(sys.argv[4])
 import torch
 import lite
 path, cache, batch, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[5])
-model = lite.Model.load(path, engine="torch", device="cuda", mode="max-autotune", aot=True, cache_dir=cache)
+model = lite.Model.load(path, engine="torch", device="cuda", mode=sys.argv[6], aot=True, cache_dir=cache)
 loaded = time.perf_counter() - started
 x = torch.randn(batch, 3, 224, 224, device="cuda").half()
 model.predict({"input": x}); torch.cuda.synchronize()
@@ -55,6 +56,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=2.0, help="timed span after the first call")
+    parser.add_argument("--mode", default="max-autotune", help="torch.compile mode of the engine")
     args = parser.parse_args()
 
     from gpu_resnet50 import export
@@ -70,11 +72,13 @@ def main() -> int:
     results = {}
     for label in ("cold", "warm"):
         out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(cache), str(args.batch),
-                              repr(time.perf_counter()), str(args.seconds)], capture_output=True, text=True, check=False,
+                              repr(time.perf_counter()), str(args.seconds), args.mode], capture_output=True, text=True, check=False,
                              cwd=ROOT)
         lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
         if out.returncode != 0 or not lines:
-            print(out.stderr[-3000:])
+            print(f"the {label} process exited with {out.returncode}; its output ends:")
+            print(out.stdout[-1500:])
+            print(out.stderr[-6000:])
             return 1
         results[label] = json.loads(lines[-1])
         print(label, results[label], flush=True)
