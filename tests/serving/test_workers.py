@@ -53,3 +53,30 @@ def test_workers_share_the_port_spread_connections_and_stop_together(workers_rep
         code = server.stop()
     assert code == 0
     assert sum('"stopped"' in line for line in server.logs) == 2  # each worker shut down gracefully
+
+
+def test_a_worker_that_dies_stops_the_others_and_the_server_exits_1(workers_repository):
+    import os
+    import signal
+    from pathlib import Path
+
+    server = start_server(workers_repository, "--workers", "2")
+    try:
+        children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+        if not children.exists():
+            pytest.skip("this kernel does not list a process's children in /proc")
+        def workers() -> list[int]:  # the spawned workers, not multiprocessing's resource tracker
+            pids = [int(pid) for pid in children.read_text().split()]
+            return [pid for pid in pids if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+        deadline = time.monotonic() + 30
+        while len(running := workers()) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(running[0], signal.SIGKILL)  # a crash: no graceful shutdown
+        code = server.process.wait(30)
+    finally:
+        server.stop()
+    assert code == 1
+    assert any("exited with -9" in line for line in server.logs)
+    assert not Path(f"/proc/{running[1]}").exists()  # the other worker was stopped and reaped
