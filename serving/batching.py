@@ -12,7 +12,8 @@ While every instance is busy the queue simply grows, so batches grow with load. 
 outputs are split back along the first dimension, exactly per request.
 
 Given a ``merge_executor`` (the server gives one to GPU models), merging a batch runs there, so
-that the next batch is merged while the engine runs the current one; the buffers it merges into
+that the next batch is merged while the engine runs the current one (one batch more than the
+instances may then be in flight); the buffers it merges into
 come from a shared pool (in pinned host memory for a GPU, so the engine's copy to the device is
 a DMA at full bus speed rather than a staged copy).
 
@@ -167,7 +168,9 @@ class DynamicBatcher:
         self._execute = execute
         self._record = record
         self._executor = executor
-        self._instances = instances
+        # Batches in flight: one per instance, and with a merge executor one more, merged while
+        # the others run (so a single-instance GPU model still merges ahead).
+        self._in_flight = instances + (1 if merge_executor is not None else 0)
         self._max_batch_size = max_batch_size
         self._delay_ns = batching.max_queue_delay_us * 1000
         self._preferred = batching.preferred_batch_sizes
@@ -184,7 +187,7 @@ class DynamicBatcher:
 
     def start(self) -> None:
         self._wakeup = asyncio.Event()
-        self._slots = asyncio.Semaphore(self._instances)
+        self._slots = asyncio.Semaphore(self._in_flight)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher {self._name}")
 
     async def close(self) -> None:
@@ -198,7 +201,7 @@ class DynamicBatcher:
         (blocking: pinned memory takes a while to allocate, and the allocator's first use imports
         PyTorch or CuPy; better at load than in the first requests)."""
         for size in self._pad_to:
-            buffers = [self._buffers.get(sample, size) for _ in range(self._instances)]
+            buffers = [self._buffers.get(sample, size) for _ in range(self._in_flight)]
             for each in buffers:
                 self._buffers.release(each, {})
 

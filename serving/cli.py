@@ -34,13 +34,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"lite serve: {err}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
-    if settings.workers > 1:
-        from .workers import run_workers
-
-        return run_workers(settings)
     from .grpc.server import serve  # imports grpc and the generated code only when serving
+    from .workers import run_workers
 
     try:
+        if settings.workers > 1:
+            return run_workers(settings)
         return asyncio.run(serve(settings))
     except ServingError as err:
         print(f"lite serve: {err}", file=sys.stderr)

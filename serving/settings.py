@@ -70,6 +70,9 @@ class Settings:
             raise ConfigError(f"setting threads must be >= 0 (0: ONNX Runtime's default), got {self.threads}")
         if not 0 <= self.port < 65536 or not 0 <= self.metrics_port < 65536:
             raise ConfigError(f"port {self.port} / metrics_port {self.metrics_port} out of range 0..65535")
+        if self.metrics_port and self.metrics_port + self.workers - 1 > 65535:
+            raise ConfigError(f"metrics_port {self.metrics_port} + {self.workers} workers: worker i serves metrics "
+                              "on metrics_port + i, which must stay within 65535")
         if self.device not in ("auto", "numpy", "cpu", "cuda"):
             raise ConfigError(f"device {self.device!r}: expected auto, numpy, cpu or cuda")
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -16,7 +16,8 @@ incoming connections over them, and each batches the requests of its own connect
   repository when ``poll_interval_s`` is set.
 - SIGTERM / SIGINT: forwarded to every worker, which shuts down gracefully; a worker that has not
   exited ``grace_period_s`` + 30 s later is killed. A worker that dies on its own stops the
-  others and the supervisor exits 1, for the process manager to restart the whole server.
+  others and the supervisor exits 1, for the process manager to restart the whole server; a
+  supervisor that dies (SIGKILL) leaves workers that notice within a second and shut down.
 
 Workers are spawned (not forked): a forked child cannot use a CUDA context made before the fork.
 """
@@ -26,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import queue
 import signal
 import socket
+import threading
 import time
 from typing import Any
 
@@ -118,6 +121,7 @@ def _worker_main(settings: Settings, index: int, loaded: Any, go: Any) -> None:
 
     configure_logging(settings.log_level, settings.log_format)
     logging.getLogger().handlers[0].addFilter(_WorkerField(index))
+    threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), name="parent-watch", daemon=True).start()
 
     async def gate(stopping: asyncio.Event) -> bool:
         loaded.put(index)
@@ -133,6 +137,15 @@ def _worker_main(settings: Settings, index: int, loaded: Any, go: Any) -> None:
         print(f"lite serve (worker {index}): {err}", file=sys.stderr)
         code = 1
     raise SystemExit(code)
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """A worker whose supervisor died (killed, crashed) shuts itself down gracefully rather than
+    keep serving a port nobody manages."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    log.error("the supervisor (pid %d) is gone; stopping", parent)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class _WorkerField(logging.Filter):

@@ -80,3 +80,39 @@ def test_a_worker_that_dies_stops_the_others_and_the_server_exits_1(workers_repo
     assert code == 1
     assert any("exited with -9" in line for line in server.logs)
     assert not Path(f"/proc/{running[1]}").exists()  # the other worker was stopped and reaped
+
+
+def test_workers_of_a_killed_supervisor_stop_on_their_own(workers_repository):
+    import os
+    import signal
+    from pathlib import Path
+
+    server = start_server(workers_repository, "--workers", "2")
+    try:
+        children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+        if not children.exists():
+            pytest.skip("this kernel does not list a process's children in /proc")
+        deadline = time.monotonic() + 30
+        while len(workers := [int(pid) for pid in children.read_text().split()
+                              if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait(10)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+                  for pid in workers):
+            assert time.monotonic() < deadline, "a worker outlived its supervisor"
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    assert any("is gone; stopping" in line for line in server.logs)
+
+
+def test_metrics_ports_of_all_workers_must_fit():
+    from serving.errors import ConfigError
+    from serving.settings import Settings
+
+    with pytest.raises(ConfigError, match="metrics_port 65535 \\+ 2 workers"):
+        Settings(metrics_port=65535, workers=2)
+    assert Settings(metrics_port=0, workers=8).workers == 8  # no metrics: no ports to fit
