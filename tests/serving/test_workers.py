@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,48 +58,39 @@ def test_workers_share_the_port_spread_connections_and_stop_together(workers_rep
     assert sum('"stopped"' in line for line in server.logs) == 2  # each worker shut down gracefully
 
 
-def test_a_worker_that_dies_stops_the_others_and_the_server_exits_1(workers_repository):
-    import os
-    import signal
-    from pathlib import Path
+def spawned_workers(server, count: int) -> list[int]:
+    """The pids of the supervisor's ``count`` workers once all are running (not multiprocessing's
+    resource tracker, also a child)."""
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    if not children.exists():
+        pytest.skip("this kernel does not list a process's children in /proc")
+    deadline = time.monotonic() + 30
+    while True:
+        pids = [int(pid) for pid in children.read_text().split()]
+        workers = [pid for pid in pids if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        if len(workers) >= count:
+            return workers
+        assert time.monotonic() < deadline, f"{len(workers)} of {count} workers running"
+        time.sleep(0.05)
 
+
+def test_a_worker_that_dies_stops_the_others_and_the_server_exits_1(workers_repository):
     server = start_server(workers_repository, "--workers", "2")
     try:
-        children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
-        if not children.exists():
-            pytest.skip("this kernel does not list a process's children in /proc")
-        def workers() -> list[int]:  # the spawned workers, not multiprocessing's resource tracker
-            pids = [int(pid) for pid in children.read_text().split()]
-            return [pid for pid in pids if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-
-        deadline = time.monotonic() + 30
-        while len(running := workers()) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        os.kill(running[0], signal.SIGKILL)  # a crash: no graceful shutdown
+        workers = spawned_workers(server, 2)
+        os.kill(workers[0], signal.SIGKILL)  # a crash: no graceful shutdown
         code = server.process.wait(30)
     finally:
         server.stop()
     assert code == 1
     assert any("exited with -9" in line for line in server.logs)
-    assert not Path(f"/proc/{running[1]}").exists()  # the other worker was stopped and reaped
+    assert not Path(f"/proc/{workers[1]}").exists()  # the other worker was stopped and reaped
 
 
 def test_workers_of_a_killed_supervisor_stop_on_their_own(workers_repository):
-    import os
-    import signal
-    from pathlib import Path
-
     server = start_server(workers_repository, "--workers", "2")
     try:
-        children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
-        if not children.exists():
-            pytest.skip("this kernel does not list a process's children in /proc")
-        deadline = time.monotonic() + 30
-        while len(workers := [int(pid) for pid in children.read_text().split()
-                              if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        workers = spawned_workers(server, 2)
         os.kill(server.process.pid, signal.SIGKILL)
         server.process.wait(10)
         deadline = time.monotonic() + 30
