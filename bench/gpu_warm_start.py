@@ -48,7 +48,8 @@ steady = sum(w[0] for w in windows[-4:]) / sum(w[1] for w in windows[-4:])
 full = next(end for images, span, end in windows if images / span >= 0.95 * steady)
 runner = next(s.runner for s in model.engine.segments if s.on_torch)
 print(json.dumps({"load_s": round(loaded, 2), "first_call_s": round(first, 2), "full_speed_s": round(full, 2),
-                  "images_per_s": round(steady, 1), "cuda_graph_declined": runner.graph_declined}))
+                  "images_per_s": round(steady, 1), "cuda_graph_declined": runner.graph_declined,
+                  "aot_declined": runner.aot_declined}))
 """
 
 

@@ -411,6 +411,31 @@ def test_aot_packages_are_compiled_once_and_loaded_by_a_new_process(tmp_path, mo
         TorchEngine(model, device="cpu", mode="eager", aot=True, cache_dir=None)
 
 
+@pytest.mark.slow
+def test_a_package_that_does_not_load_in_a_fresh_process_falls_back_to_torch_compile(tmp_path, monkeypatch, caplog):
+    """A package is loaded here only after it loaded in a child process (a loader that crashes
+    kills the child, not the caller). A damaged package in the cache fails that check: the engine
+    says why, once, and runs through torch.compile with the same answers."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1])
+    expected = NumpyEngine(model).run(feeds)["out0"]
+    TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path).run(feeds)
+    [package] = (tmp_path / "torch" / "aoti").glob("*.pt2")
+    assert package.with_suffix(".loads").exists()
+    package.write_bytes(b"PK\x03\x04 not a package")  # damaged on disk
+    package.with_suffix(".loads").unlink()
+
+    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="lite.engines.torch"):
+        for _ in range(2):
+            np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
+    runner = next(s.runner for s in engine.segments if s.on_torch)
+    assert runner.aot_declined and "loading" in runner.aot_declined and "exited with 1" in runner.aot_declined
+    assert [r.getMessage() for r in caplog.records].count(f"AOTInductor declined, running through torch.compile "
+                                                          f"instead: {runner.aot_declined}") == 1
+    assert not package.with_suffix(".loads").exists()
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
