@@ -9,6 +9,8 @@ start (before ``import torch``) to the end of its first call and to full speed (
 first timed window whose rate is within 5 % of the steady rate), and its steady images/s.
 
     python bench/gpu_warm_start.py [--batch 256] [--seconds 2]     # on the GPU machine
+    python bench/gpu_warm_start.py --workdir /tmp/ws --phases cold   # a compile longer than one call,
+    python bench/gpu_warm_start.py --workdir /tmp/ws --phases warm   # then the warm start
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=2.0, help="timed span after the first call")
     parser.add_argument("--mode", default="max-autotune", help="torch.compile mode of the engine")
+    parser.add_argument("--workdir", default=None,
+                        help="keep the model and the cache here (default: a new temporary folder); with "
+                             "--phases, a cold process in one call and a warm one in the next share it")
+    parser.add_argument("--phases", nargs="+", choices=("cold", "warm"), default=["cold", "warm"])
     args = parser.parse_args()
 
     from gpu_resnet50 import export
@@ -65,13 +71,15 @@ def main() -> int:
     from converter import convert_model
     from lite.format import save
 
-    workdir = Path(tempfile.mkdtemp())
-    _, fp32_path, _ = export(workdir)
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp())
+    workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "r50.lite"
-    save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), path)
+    if not path.exists():
+        _, fp32_path, _ = export(workdir)
+        save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), path)
     cache = workdir / "cache"
     results = {}
-    for label in ("cold", "warm"):
+    for label in args.phases:
         out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(cache), str(args.batch),
                               repr(time.perf_counter()), str(args.seconds), args.mode], capture_output=True, text=True, check=False,
                              cwd=ROOT)
