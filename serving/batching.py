@@ -12,8 +12,8 @@ While every instance is busy the queue simply grows, so batches grow with load. 
 outputs are split back along the first dimension, exactly per request.
 
 Given a ``merge_executor`` (the server gives one to GPU models), merging a batch runs there, so
-that the next batch is merged while the engine runs the current one (one batch more than the
-instances may then be in flight); the buffers it merges into
+that the next batch is merged while the engine runs the current one (at least two batches are
+then in flight, whatever the instance count); the buffers it merges into
 come from a shared pool (in pinned host memory for a GPU, so the engine's copy to the device is
 a DMA at full bus speed rather than a staged copy).
 
@@ -168,9 +168,9 @@ class DynamicBatcher:
         self._execute = execute
         self._record = record
         self._executor = executor
-        # Batches in flight: one per instance, and with a merge executor one more, merged while
-        # the others run (so a single-instance GPU model still merges ahead).
-        self._in_flight = instances + (1 if merge_executor is not None else 0)
+        # Batches in flight: one per instance; with a merge executor at least two, so that a
+        # single-instance GPU model still merges its next batch while one runs.
+        self._in_flight = max(instances, 2) if merge_executor is not None else instances
         self._max_batch_size = max_batch_size
         self._delay_ns = batching.max_queue_delay_us * 1000
         self._preferred = batching.preferred_batch_sizes

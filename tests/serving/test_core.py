@@ -184,8 +184,8 @@ def test_merge_stacks_pieces_and_pads_with_the_last_row(dtype, feature_shape):
 
 def test_a_merge_executor_merges_the_next_batch_while_one_executes_and_results_stay_exact():
     """Batches merged on their own thread (as for GPU models) into pooled buffers from the given
-    allocator: the next batch is merged while the engine runs the current one, each request gets
-    exactly its rows back, and buffers are reused across batches."""
+    allocator: even with one instance, the next batch is merged while the engine runs the current
+    one, each request gets exactly its rows back, and buffers are reused across batches."""
     import threading
 
     started, release = threading.Event(), threading.Event()
@@ -207,7 +207,7 @@ def test_a_merge_executor_merges_the_next_batch_while_one_executes_and_results_s
 
     async def run():
         recorder = Slow()
-        b = DynamicBatcher(recorder.execute, recorder.record, ThreadPoolExecutor(1), 2, 4,
+        b = DynamicBatcher(recorder.execute, recorder.record, ThreadPoolExecutor(1), 1, 4,  # one instance
                            DynamicBatching(1000, ()), 64, "test", pad_to=(4,),
                            merge_executor=ThreadPoolExecutor(1, thread_name_prefix="merge"), allocate=allocate)
         b.start()
