@@ -15,9 +15,12 @@ incoming connections over them, and each batches the requests of its own connect
   through the API are refused (they would reach one worker); workers reload what changes in the
   repository when ``poll_interval_s`` is set.
 - SIGTERM / SIGINT: forwarded to every worker, which shuts down gracefully; a worker that has not
-  exited ``grace_period_s`` + 30 s later is killed. A worker that dies on its own stops the
-  others and the supervisor exits 1, for the process manager to restart the whole server; a
-  supervisor that dies (SIGKILL) leaves workers that notice within a second and shut down.
+  exited ``grace_period_s`` + 30 s later is killed. A supervisor that dies (SIGKILL) leaves
+  workers that notice within a second and shut down.
+- A worker that dies while serving (a crash, the OOM killer) is replaced by a new one, which
+  binds the port as soon as it has loaded; its connections fail over when their clients
+  reconnect. More than five exits within 60 s stop every worker and the supervisor exits 1, for
+  the process manager to restart the whole server; so does a worker that exits while starting.
 
 Workers are spawned (not forked): a forked child cannot use a CUDA context made before the fork.
 """
@@ -41,6 +44,10 @@ log = logging.getLogger("serving.workers")
 
 _POLL_S = 0.2
 _KILL_AFTER_GRACE_S = 30.0
+# A worker that exits while serving is replaced, unless exits come this often: then something
+# is wrong with every worker (the model, the GPU) and the supervisor gives up.
+_RESTARTS_ALLOWED = 5
+_RESTART_WINDOW_S = 60.0
 
 
 def run_workers(settings: Settings) -> int:
@@ -52,13 +59,15 @@ def run_workers(settings: Settings) -> int:
     context = multiprocessing.get_context("spawn")
     loaded: Any = context.Queue()
     go = context.Event()
-    workers = []
-    for index in range(settings.workers):
+
+    def spawn(index: int) -> Any:
         worker_settings = settings.replace(metrics_port=settings.metrics_port + index if settings.metrics_port else 0)
         process = context.Process(target=_worker_main, args=(worker_settings, index, loaded, go),
                                   name=f"lite-serve-worker-{index}", daemon=False)
         process.start()
-        workers.append(process)
+        return process
+
+    workers = [spawn(index) for index in range(settings.workers)]
     stopping = False
 
     def request_stop(signum: int, frame: Any) -> None:
@@ -74,27 +83,41 @@ def run_workers(settings: Settings) -> int:
                 ready += 1
             except queue.Empty:
                 pass
-            if _dead(workers):
-                return _stop(workers, settings, failed=True)
+            for process in workers:
+                if process.exitcode is not None:  # at start-up: a setting or the port, not bad luck
+                    log.error("worker %s exited with %s while starting; stopping the others", process.name,
+                              process.exitcode)
+                    return _stop(workers, settings, failed=True)
         if not stopping:
             go.set()
             log.info("workers listening", extra={"workers": len(workers), "port": settings.port})
+        restarts: list[float] = []
         while not stopping:
             time.sleep(_POLL_S)
-            if _dead(workers):
-                return _stop(workers, settings, failed=True)
+            for index, process in enumerate(workers):
+                if process.exitcode is None or stopping:
+                    continue
+                now = time.monotonic()
+                restarts = [t for t in restarts if now - t < _RESTART_WINDOW_S] + [now]
+                if len(restarts) > _RESTARTS_ALLOWED:
+                    log.error("worker %s exited with %s: %d worker exits within %.0f s; stopping the others",
+                              process.name, process.exitcode, len(restarts), _RESTART_WINDOW_S)
+                    return _stop(workers, settings, failed=True)
+                log.error("worker %s exited with %s; starting a new one", process.name, process.exitcode)
+                workers[index] = spawn(index)
+            _drain(loaded)  # new workers announce themselves too; nobody waits for them now
         return _stop(workers, settings, failed=False)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _dead(workers: list) -> bool:
-    for process in workers:
-        if process.exitcode is not None:
-            log.error("worker %s exited with %s; stopping the others", process.name, process.exitcode)
-            return True
-    return False
+def _drain(messages: Any) -> None:
+    try:
+        while True:
+            messages.get_nowait()
+    except queue.Empty:
+        pass
 
 
 def _stop(workers: list, settings: Settings, failed: bool) -> int:

@@ -33,10 +33,7 @@ def served_requests(metrics_port: int) -> float:
 def test_workers_share_the_port_spread_connections_and_stop_together(workers_repository):
     server = start_server(workers_repository, "--workers", "2")
     try:
-        deadline = time.monotonic() + 30
-        while sum('"server ready"' in line for line in server.logs) < 2:  # both workers listening
-            assert time.monotonic() < deadline, "".join(server.logs[-20:])
-            time.sleep(0.05)
+        wait_listening(server, 2)
         x = np.arange(16, dtype=np.float32).reshape(1, 16)
         for _ in range(24):  # one connection per client: the kernel spreads them over the workers
             client = tritonclient.InferenceServerClient(server.address)
@@ -58,6 +55,69 @@ def test_workers_share_the_port_spread_connections_and_stop_together(workers_rep
     assert sum('"stopped"' in line for line in server.logs) == 2  # each worker shut down gracefully
 
 
+def wait_listening(server, count: int) -> None:
+    """Until ``count`` workers have said "server ready" (bound the port) since the start."""
+    deadline = time.monotonic() + 30
+    while sum('"server ready"' in line for line in server.logs) < count:
+        assert time.monotonic() < deadline, "".join(server.logs[-20:])
+        time.sleep(0.05)
+
+
+def worker_pids(server) -> list[int]:
+    """The supervisor's worker processes now (not multiprocessing's resource tracker, also a
+    child); empty once the supervisor is gone."""
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    try:
+        pids = [int(pid) for pid in children.read_text().split()]
+        return [pid for pid in pids if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    except OSError:  # the supervisor or a child just exited
+        return []
+
+
+def spawned_workers(server, count: int) -> list[int]:
+    """The workers' pids once ``count`` are running."""
+    if not Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").exists():
+        pytest.skip("this kernel does not list a process's children in /proc")
+    deadline = time.monotonic() + 30
+    while len(workers := worker_pids(server)) < count:
+        assert time.monotonic() < deadline, f"{len(workers)} of {count} workers running"
+        time.sleep(0.05)
+    return workers
+
+
+def test_workers_share_the_port_spread_connections_and_stop_together(workers_repository):
+    server = start_server(workers_repository, "--workers", "2")
+    try:
+        wait_listening(server, 2)
+        x = np.arange(16, dtype=np.float32).reshape(1, 16)
+        for _ in range(24):  # one connection per client: the kernel spreads them over the workers
+            client = tritonclient.InferenceServerClient(server.address)
+            tensor = tritonclient.InferInput("INPUT0", [1, 16], "FP32")
+            tensor.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer("echo", [tensor]).as_numpy("OUTPUT0"), x)
+            client.close()
+        per_worker = [served_requests(server.metrics_port + i) for i in range(2)]
+        assert sum(per_worker) == 24 and min(per_worker) > 0, per_worker  # all on one: 2**-23
+
+        client = tritonclient.InferenceServerClient(server.address)
+        with pytest.raises(tritonclient.InferenceServerException) as err:
+            client.load_model("echo")
+        assert err.value.status() == "StatusCode.PERMISSION_DENIED" and "2 worker processes" in err.value.message()
+        client.close()
+    finally:
+        code = server.stop()
+    assert code == 0
+    assert sum('"stopped"' in line for line in server.logs) == 2  # each worker shut down gracefully
+
+
+def wait_listening(server, count: int) -> None:
+    """Until ``count`` workers have said "server ready" (bound the port) since the start."""
+    deadline = time.monotonic() + 30
+    while sum('"server ready"' in line for line in server.logs) < count:
+        assert time.monotonic() < deadline, "".join(server.logs[-20:])
+        time.sleep(0.05)
+
+
 def spawned_workers(server, count: int) -> list[int]:
     """The pids of the supervisor's ``count`` workers once all are running (not multiprocessing's
     resource tracker, also a child)."""
@@ -74,17 +134,51 @@ def spawned_workers(server, count: int) -> list[int]:
         time.sleep(0.05)
 
 
-def test_a_worker_that_dies_stops_the_others_and_the_server_exits_1(workers_repository):
+def test_a_worker_that_dies_is_replaced_and_the_server_keeps_serving(workers_repository):
     server = start_server(workers_repository, "--workers", "2")
     try:
-        workers = spawned_workers(server, 2)
-        os.kill(workers[0], signal.SIGKILL)  # a crash: no graceful shutdown
+        wait_listening(server, 2)
+        first = spawned_workers(server, 2)
+        os.kill(first[0], signal.SIGKILL)  # a crash: no graceful shutdown
+        deadline = time.monotonic() + 30
+        while first[0] in (now := spawned_workers(server, 2)) or len(now) < 2:
+            assert time.monotonic() < deadline, "no new worker"
+            time.sleep(0.1)
+        wait_listening(server, 3)  # the new one listens too
+        x = np.ones((1, 16), np.float32)
+        for _ in range(8):  # new connections, over both workers
+            client = tritonclient.InferenceServerClient(server.address)
+            tensor = tritonclient.InferInput("INPUT0", [1, 16], "FP32")
+            tensor.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer("echo", [tensor]).as_numpy("OUTPUT0"), x)
+            client.close()
+    finally:
+        code = server.stop()
+    assert code == 0
+    assert any("exited with -9; starting a new one" in line for line in server.logs)
+
+
+def test_workers_that_keep_dying_stop_the_server_with_exit_1(workers_repository):
+    server = start_server(workers_repository, "--workers", "2")
+    try:
+        spawned_workers(server, 2)
+        killed: set[int] = set()
+        deadline = time.monotonic() + 60
+        while server.process.poll() is None:
+            assert time.monotonic() < deadline, "still restarting after 60 s"
+            for pid in set(worker_pids(server)) - killed:
+                killed.add(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
         code = server.process.wait(30)
     finally:
         server.stop()
     assert code == 1
-    assert any("exited with -9" in line for line in server.logs)
-    assert not Path(f"/proc/{workers[1]}").exists()  # the other worker was stopped and reaped
+    assert any("6 worker exits within 60 s; stopping the others" in line for line in server.logs)
+    assert sum("starting a new one" in line for line in server.logs) == 5
 
 
 def test_workers_of_a_killed_supervisor_stop_on_their_own(workers_repository):
