@@ -30,17 +30,24 @@ def served_requests(metrics_port: int) -> float:
         r'^lite_inference_requests_total\{[^}]*outcome="success"[^}]*\} (\S+)$', text, re.MULTILINE))
 
 
+def echo_on_a_new_connection(server) -> None:
+    """One request on a client (a connection) of its own; the answer must be the input."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+    client = tritonclient.InferenceServerClient(server.address)
+    try:
+        tensor = tritonclient.InferInput("INPUT0", [1, 16], "FP32")
+        tensor.set_data_from_numpy(x)
+        np.testing.assert_array_equal(client.infer("echo", [tensor]).as_numpy("OUTPUT0"), x)
+    finally:
+        client.close()
+
+
 def test_workers_share_the_port_spread_connections_and_stop_together(workers_repository):
     server = start_server(workers_repository, "--workers", "2")
     try:
         wait_listening(server, 2)
-        x = np.arange(16, dtype=np.float32).reshape(1, 16)
         for _ in range(24):  # one connection per client: the kernel spreads them over the workers
-            client = tritonclient.InferenceServerClient(server.address)
-            tensor = tritonclient.InferInput("INPUT0", [1, 16], "FP32")
-            tensor.set_data_from_numpy(x)
-            np.testing.assert_array_equal(client.infer("echo", [tensor]).as_numpy("OUTPUT0"), x)
-            client.close()
+            echo_on_a_new_connection(server)
         per_worker = [served_requests(server.metrics_port + i) for i in range(2)]
         assert sum(per_worker) == 24 and min(per_worker) > 0, per_worker  # all on one: 2**-23
 
@@ -85,55 +92,6 @@ def spawned_workers(server, count: int) -> list[int]:
     return workers
 
 
-def test_workers_share_the_port_spread_connections_and_stop_together(workers_repository):
-    server = start_server(workers_repository, "--workers", "2")
-    try:
-        wait_listening(server, 2)
-        x = np.arange(16, dtype=np.float32).reshape(1, 16)
-        for _ in range(24):  # one connection per client: the kernel spreads them over the workers
-            client = tritonclient.InferenceServerClient(server.address)
-            tensor = tritonclient.InferInput("INPUT0", [1, 16], "FP32")
-            tensor.set_data_from_numpy(x)
-            np.testing.assert_array_equal(client.infer("echo", [tensor]).as_numpy("OUTPUT0"), x)
-            client.close()
-        per_worker = [served_requests(server.metrics_port + i) for i in range(2)]
-        assert sum(per_worker) == 24 and min(per_worker) > 0, per_worker  # all on one: 2**-23
-
-        client = tritonclient.InferenceServerClient(server.address)
-        with pytest.raises(tritonclient.InferenceServerException) as err:
-            client.load_model("echo")
-        assert err.value.status() == "StatusCode.PERMISSION_DENIED" and "2 worker processes" in err.value.message()
-        client.close()
-    finally:
-        code = server.stop()
-    assert code == 0
-    assert sum('"stopped"' in line for line in server.logs) == 2  # each worker shut down gracefully
-
-
-def wait_listening(server, count: int) -> None:
-    """Until ``count`` workers have said "server ready" (bound the port) since the start."""
-    deadline = time.monotonic() + 30
-    while sum('"server ready"' in line for line in server.logs) < count:
-        assert time.monotonic() < deadline, "".join(server.logs[-20:])
-        time.sleep(0.05)
-
-
-def spawned_workers(server, count: int) -> list[int]:
-    """The pids of the supervisor's ``count`` workers once all are running (not multiprocessing's
-    resource tracker, also a child)."""
-    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
-    if not children.exists():
-        pytest.skip("this kernel does not list a process's children in /proc")
-    deadline = time.monotonic() + 30
-    while True:
-        pids = [int(pid) for pid in children.read_text().split()]
-        workers = [pid for pid in pids if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-        if len(workers) >= count:
-            return workers
-        assert time.monotonic() < deadline, f"{len(workers)} of {count} workers running"
-        time.sleep(0.05)
-
-
 def test_a_worker_that_dies_is_replaced_and_the_server_keeps_serving(workers_repository):
     server = start_server(workers_repository, "--workers", "2")
     try:
@@ -145,13 +103,8 @@ def test_a_worker_that_dies_is_replaced_and_the_server_keeps_serving(workers_rep
             assert time.monotonic() < deadline, "no new worker"
             time.sleep(0.1)
         wait_listening(server, 3)  # the new one listens too
-        x = np.ones((1, 16), np.float32)
         for _ in range(8):  # new connections, over both workers
-            client = tritonclient.InferenceServerClient(server.address)
-            tensor = tritonclient.InferInput("INPUT0", [1, 16], "FP32")
-            tensor.set_data_from_numpy(x)
-            np.testing.assert_array_equal(client.infer("echo", [tensor]).as_numpy("OUTPUT0"), x)
-            client.close()
+            echo_on_a_new_connection(server)
     finally:
         code = server.stop()
     assert code == 0
