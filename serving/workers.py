@@ -104,6 +104,7 @@ def run_workers(settings: Settings) -> int:
                               process.name, process.exitcode, len(restarts), _RESTART_WINDOW_S)
                     return _stop(workers, settings, failed=True)
                 log.error("worker %s exited with %s; starting a new one", process.name, process.exitcode)
+                process.join()  # reap it (it has exited: no wait)
                 workers[index] = spawn(index)
             _drain(loaded)  # new workers announce themselves too; nobody waits for them now
         return _stop(workers, settings, failed=False)
