@@ -2,8 +2,8 @@
 
 One Python process takes in a few thousand requests a second, whatever it serves: its one event
 loop parses every request (``bench/gpu_serving.py --server floor``: a bare grpc.aio server
-answering 256 clients' 300 KB requests tops out near 4,000 a second with its loop thread
-busy). With ``--workers N`` the supervisor (this module, the process started by the user)
+answering 256 clients' 300 KB requests took in 3,900-4,700 a second on the GPU machine, its loop
+thread 82-97 % busy). With ``--workers N`` the supervisor (this module, the process started by the user)
 spawns N workers, each a whole server (serving.grpc.server.Server) with its own event loop and
 its own copy of every model, all listening on one port with SO_REUSEPORT: the kernel spreads
 incoming connections over them, and each batches the requests of its own connections.
