@@ -13,9 +13,9 @@ outputs are split back along the first dimension, exactly per request.
 
 Given a ``merge_executor`` (the server gives one to GPU models), merging a batch runs there, so
 that the next batch is merged while the engine runs the current one (at least two batches are
-then in flight, whatever the instance count); the buffers it merges into
-come from a shared pool (in pinned host memory for a GPU, so the engine's copy to the device is
-a DMA at full bus speed rather than a staged copy).
+then in flight, whatever the instance count). Merge buffers come from a shared pool, in pinned
+host memory for a GPU, so that the engine's copy to the device is a DMA at full bus speed
+rather than a staged copy.
 
 A request past its deadline is answered DEADLINE_EXCEEDED instead of being executed; a
 cancelled request (the client went away) is skipped and frees its queue slot.
