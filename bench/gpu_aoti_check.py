@@ -7,6 +7,7 @@ loads the package with ``aoti_load_package``, in this process (``inproc``) and i
 ResNet-50. Prints each step, or the fault (faulthandler) where the load crashes.
 
     python bench/gpu_aoti_check.py child inproc            # on the GPU machine
+    python bench/gpu_aoti_check.py --device cpu child      # the same steps on the CPU (float32)
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ CHILD = """
 import faulthandler, sys, torch
 faulthandler.enable()
 run = torch._inductor.aoti_load_package(sys.argv[1])
-print("child load ok", tuple(run(torch.randn(2, 3, 16, 16, device="cuda").half()).shape))
+x = torch.randn(2, 3, 16, 16, device=sys.argv[2])
+print("child load ok", tuple(run(x.half() if sys.argv[2] == "cuda" else x).shape))
 """
 
 
@@ -30,11 +32,17 @@ def main() -> int:
     faulthandler.enable()
     import torch
 
-    print("torch", torch.__version__, "CUDA", torch.version.cuda, flush=True)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).cuda().half().eval()
-    x = torch.randn(2, 3, 16, 16, device="cuda").half()
+    arguments = sys.argv[1:]
+    device = "cuda"
+    if arguments[:1] == ["--device"]:
+        device, arguments = arguments[1], arguments[2:]
+    print("torch", torch.__version__, "CUDA", torch.version.cuda, "device", device, flush=True)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).to(device).eval()
+    x = torch.randn(2, 3, 16, 16, device=device)
+    if device == "cuda":
+        net, x = net.half(), x.half()
     folder = tempfile.mkdtemp()
-    for variant in sys.argv[1:] or ["child", "inproc"]:
+    for variant in arguments or ["child", "inproc"]:
         path = os.path.join(folder, f"{variant}.pt2")
         with torch.no_grad():
             program = torch.export.export(net, (x,), strict=False)
@@ -45,7 +53,8 @@ def main() -> int:
                 run = torch._inductor.aoti_load_package(path)
                 print("inproc load ok, max error", (run(x) - net(x)).abs().max().item(), flush=True)
             else:
-                out = subprocess.run([sys.executable, "-c", CHILD, path], capture_output=True, text=True, check=False)
+                out = subprocess.run([sys.executable, "-c", CHILD, path, device], capture_output=True, text=True,
+                                     check=False)
                 print("child exited with", out.returncode, out.stdout[-300:], out.stderr[-1500:], flush=True)
     return 0
 
