@@ -3,8 +3,8 @@
 
 ResNet-50 fp16 (torchvision definition, random weights; converted with ``--fp16 --fp16-io``)
 runs on ``lite.Model.load(..., engine="torch", device="cuda", aot=True)``, ``--mode``
-(max-autotune by default), batch ``--batch``. Two fresh processes share one cache folder: the first compiles (the package is
-written under ``<cache>/torch/aoti``), the second loads it. Each reports the seconds from its
+(max-autotune by default), batch ``--batch``. Two fresh processes share one cache folder: the
+first compiles (the package is written under ``<cache>/torch/aoti``), the second loads it. Each reports the seconds from its
 start (before ``import torch``) to the end of its first call and to full speed (the end of the
 first timed window whose rate is within 5 % of the steady rate), and its steady images/s.
 
