@@ -52,5 +52,10 @@ class ConfigError(ServingError, ValueError):
     """A model's config file or a server setting is invalid; the message names the key."""
 
 
+class ListenError(ServingError, OSError):
+    """The server cannot listen on its address (the port is taken, or the host is not one of
+    this machine's addresses)."""
+
+
 class InferenceFailedError(ServingError, RuntimeError):
     """The model failed while running a valid request (an engine or kernel error)."""

@@ -20,7 +20,8 @@ incoming connections over them, and each batches the requests of its own connect
 - A worker that dies while serving (a crash, the OOM killer) is replaced by a new one, which
   binds the port as soon as it has loaded; its connections fail over when their clients
   reconnect. More than five exits within 60 s stop every worker and the supervisor exits 1, for
-  the process manager to restart the whole server; so does a worker that exits while starting.
+  the process manager to restart the whole server; so does a worker that exits while starting
+  or cannot start (it says why once: the port is taken, a setting is wrong).
 
 Workers are spawned (not forked): a forked child cannot use a CUDA context made before the fork.
 """
@@ -48,6 +49,9 @@ _KILL_AFTER_GRACE_S = 30.0
 # is wrong with every worker (the model, the GPU) and the supervisor gives up.
 _RESTARTS_ALLOWED = 5
 _RESTART_WINDOW_S = 60.0
+# A worker's exit code when it cannot start (a ServingError: the port is taken, a setting is
+# wrong); the supervisor does not replace such a worker.
+_EXIT_CANNOT_START = 2
 
 
 def run_workers(settings: Settings) -> int:
@@ -97,6 +101,9 @@ def run_workers(settings: Settings) -> int:
             for index, process in enumerate(workers):
                 if process.exitcode is None or stopping:
                     continue
+                if process.exitcode == _EXIT_CANNOT_START:  # it said why; a new one would too
+                    log.error("worker %s could not start; stopping the others", process.name)
+                    return _stop(workers, settings, failed=True)
                 now = time.monotonic()
                 restarts = [t for t in restarts if now - t < _RESTART_WINDOW_S] + [now]
                 if len(restarts) > _RESTARTS_ALLOWED:
@@ -159,7 +166,7 @@ def _worker_main(settings: Settings, index: int, loaded: Any, go: Any) -> None:
         code = asyncio.run(serve(settings, gate=gate))
     except ServingError as err:
         print(f"lite serve (worker {index}): {err}", file=sys.stderr)
-        code = 1
+        code = _EXIT_CANNOT_START
     raise SystemExit(code)
 
 

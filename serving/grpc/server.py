@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from .._generated import inference_pb2 as pb
 from .._generated import inference_pb2_grpc as pb_grpc
 from ..dataplane import DataPlane
+from ..errors import ListenError
 from ..manager import ModelManager
 from ..metrics import Metrics
 from ..repository import ModelRepository
@@ -106,10 +107,16 @@ class Server:
 
     def _bind(self) -> None:
         address = f"{self.settings.host}:{self.settings.port}"
-        if self.settings.tls_cert is not None:
-            self.port = self._grpc.add_secure_port(address, self._credentials())
-        else:
-            self.port = self._grpc.add_insecure_port(address)
+        try:
+            if self.settings.tls_cert is not None:
+                self.port = self._grpc.add_secure_port(address, self._credentials())
+            else:
+                self.port = self._grpc.add_insecure_port(address)
+        except RuntimeError as err:  # grpc says only "Failed to bind to address ..."
+            raise ListenError(
+                f"cannot listen on {address}: the port is in use by another process, or {self.settings.host!r} "
+                "is not an address of this machine; choose another --port / --host"
+            ) from err
 
     async def stop(self) -> None:
         if self._stopped.is_set():

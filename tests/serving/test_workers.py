@@ -157,3 +157,24 @@ def test_metrics_ports_of_all_workers_must_fit():
     with pytest.raises(ConfigError, match="metrics_port 65535 \\+ 2 workers"):
         Settings(metrics_port=65535, workers=2)
     assert Settings(metrics_port=0, workers=8).workers == 8  # no metrics: no ports to fit
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_in_use_is_said_without_a_traceback_and_nothing_is_restarted(workers_repository, workers):
+    import socket
+    import subprocess
+    import sys
+
+    from .conftest import REPO_ROOT
+
+    with socket.socket() as taken:  # a listener without SO_REUSEPORT holds the port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "serving", "--repository", str(workers_repository),
+                              "--host", "127.0.0.1", "--port", str(port), "--metrics-port", "0",
+                              "--workers", workers], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert out.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in out.stderr
+    assert "Traceback" not in out.stderr and "starting a new one" not in out.stderr
