@@ -3,11 +3,11 @@
 
 ResNet-50 (torchvision definition, random weights) converted with ``--fp16 --fp16-io
 --dynamic-batch`` is served with dynamic batching (``max_batch_size`` 256, batches padded to
-powers of two, or to ``--preferred`` sizes) on ``--device cuda`` by ``--workers`` server processes (``lite serve --workers``).
-``--client-processes`` processes of ``--concurrency`` tritonclient
-aio callers each (256 in all by default) send one 224×224 fp16 image per request, the next when
-answered, for ``--duration`` seconds (``serving.bench.run_bench``, the load loop of ``lite bench
---grpc``). Reported: images/s served, the server's breakdown per request (queue, input, infer,
+powers of two, or to ``--preferred`` sizes) on ``--device cuda`` by ``--workers`` server
+processes (``lite serve --workers``). ``--client-processes`` processes of ``--concurrency``
+tritonclient aio callers each (256 in all by default) send one 224×224 fp16 image per request,
+the next when answered, for ``--duration`` seconds (``serving.bench.run_bench``, the load loop of
+``lite bench --grpc``). Reported: images/s served, the server's breakdown per request (queue, input, infer,
 output) and its average batch, against the engine's own batch-256 throughput measured in this
 process on numpy inputs (what the server hands it) and on device-resident ones. Where the
 server's CPU goes: each of its threads' share of a core over the middle of the run (from
@@ -114,8 +114,8 @@ def engine_throughput(lite_path: Path, batch: int, seconds: float) -> dict:
 
 def thread_cpu_ticks(pid: int) -> dict[int, tuple[str, int]]:
     """Per thread of ``pid`` and of its child processes (the workers): (name, user + system
-    clock ticks so far). A process's main thread (the event loop) is named "main"; a worker's
-    threads carry the worker's pid."""
+    clock ticks so far). A process's main thread (its event loop) is named "main (event loop)";
+    a worker's threads carry the worker's pid."""
     children = Path(f"/proc/{pid}/task/{pid}/children")
     pids = [pid, *map(int, children.read_text().split())] if children.exists() else [pid]
     ticks = {}
