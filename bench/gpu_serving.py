@@ -18,7 +18,8 @@ server's CPU goes: each of its threads' share of a core over the middle of the r
 ``--server floor`` runs the same clients against a bare grpc.aio server that answers each request
 with a zero output of the model's shape without looking at it: what one Python gRPC process takes
 in of this load, whatever it serves. ``--profile FILE`` samples the server with py-spy (when
-installed) over the middle of the run, every thread of every worker, into a speedscope file.
+installed) over the middle of the run, every thread of every worker, into a speedscope file
+(``--profile-native``: C frames too, at the cost of stopping the server for each sample).
 """
 
 from __future__ import annotations
@@ -156,6 +157,8 @@ def main() -> int:
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument("--server", choices=("lite", "floor"), default="lite")
     parser.add_argument("--profile", default=None, help="py-spy speedscope output of the server")
+    parser.add_argument("--profile-native", action="store_true",
+                        help="with --profile: native frames too (py-spy then stops the process for each sample)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -198,8 +201,9 @@ def main() -> int:
         window = max(args.duration - 4.0, 1.0)
         profiler = None
         if args.profile:
-            profiler = subprocess.Popen(["py-spy", "record", "--pid", str(server.pid), "--duration",
-                                         str(int(window)), "--format", "speedscope", "--idle", "--threads", "--nonblocking", "--subprocesses",
+            sampling = ["--native"] if args.profile_native else ["--nonblocking"]
+            profiler = subprocess.Popen(["py-spy", "record", "--pid", str(server.pid), "--duration", str(int(window)),
+                                         "--format", "speedscope", "--idle", "--threads", "--subprocesses", *sampling,
                                          "--output", args.profile], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True)
         time.sleep(window)
