@@ -197,11 +197,12 @@ class DynamicBatcher:
         await asyncio.gather(*self._running, return_exceptions=True)
 
     def preallocate(self, sample: Tensors) -> None:
-        """Make the merge buffers for every padded size now, as many as batches can be in flight
-        (blocking: pinned memory takes a while to allocate, and the allocator's first use imports
-        PyTorch or CuPy; better at load than in the first requests)."""
-        for size in self._pad_to:
-            buffers = [self._buffers.get(sample, size) for _ in range(self._in_flight)]
+        """Make the merge buffers now, of the largest padded size (a smaller batch is merged into
+        a leading part of one), as many as batches can be in flight (blocking: pinned memory
+        takes a while to allocate, and the allocator's first use imports PyTorch or CuPy; better
+        at load than in the first requests)."""
+        if self._pad_to:
+            buffers = [self._buffers.get(sample, self._pad_to[-1]) for _ in range(self._in_flight)]
             for each in buffers:
                 self._buffers.release(each, {})
 
@@ -310,7 +311,7 @@ class DynamicBatcher:
             merged = parts[0]
         else:
             buffers = self._buffers.get(parts[0], size)
-            merged = {name: _merge([p[name] for p in parts], total, buffers[name]) for name in parts[0]}
+            merged = {name: _merge([p[name] for p in parts], total, buffers[name][:size]) for name in parts[0]}
         return _Merged(merged, buffers, rows, size, time.perf_counter_ns() - t0)
 
     def _execute_merged(self, batch: _Merged) -> tuple[list[Tensors], ExecutionTimes]:
@@ -386,23 +387,28 @@ def _merge(pieces: list[np.ndarray], rows: int, out: np.ndarray) -> np.ndarray:
 class MergeBuffers:
     """Batch input buffers, reused: merging a batch writes into memory already mapped (a fresh
     40 MB array costs its page faults on every batch, and pinned memory is slow to allocate).
-    Shared by the threads that merge and execute (one takes, another gives back). A buffer that
-    an output may share memory with (a model that returns its input) is not reused."""
+    A buffer holds at least the rows asked for; the batch goes into its leading rows (still one
+    contiguous block). Shared by the threads that merge and execute (one takes, another gives
+    back). A buffer that an output may share memory with (a model that returns its input) is
+    not reused."""
 
     def __init__(self, allocate: Allocate | None = None) -> None:
         self._allocate = allocate or np.empty
-        self._free: dict[tuple, list[np.ndarray]] = {}
+        self._free: dict[tuple, list[np.ndarray]] = {}  # (input, row shape, dtype) -> buffers
         self._lock = threading.Lock()
 
-    def get(self, sample: Tensors, size: int) -> dict[str, np.ndarray]:
+    def get(self, sample: Tensors, rows: int) -> dict[str, np.ndarray]:
+        """Per input of ``sample``, a buffer of at least ``rows`` rows."""
         buffers = {}
         for name, array in sample.items():
-            key = (name, size, array.shape[1:], array.dtype.str)
             with self._lock:
-                free = self._free.get(key)
-                buffer = free.pop() if free else None
+                free = self._free.setdefault((name, array.shape[1:], array.dtype.str), [])
+                fits = next((i for i, buffer in enumerate(free) if len(buffer) >= rows), None)
+                buffer = free.pop(fits) if fits is not None else None
+                if buffer is None and free:
+                    free.pop()  # too small for this batch: make way for the larger one
             if buffer is None:
-                shape = (size, *array.shape[1:])
+                shape = (rows, *array.shape[1:])
                 buffer = np.empty(shape, array.dtype) if array.dtype == object else self._allocate(shape, array.dtype)
             buffers[name] = buffer
         return buffers
@@ -413,7 +419,7 @@ class MergeBuffers:
         with self._lock:
             for name, buffer in buffers.items():
                 if buffer.dtype != object:
-                    self._free.setdefault((name, len(buffer), buffer.shape[1:], buffer.dtype.str), []).append(buffer)
+                    self._free.setdefault((name, buffer.shape[1:], buffer.dtype.str), []).append(buffer)
 
 
 def pinned_allocator(name: str) -> Allocate:

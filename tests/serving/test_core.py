@@ -363,3 +363,25 @@ def test_pinned_merge_buffers_fall_back_to_ordinary_memory_without_a_gpu(caplog)
     assert all(b.shape == (4, 3) and b.dtype == np.float16 for b in buffers)
     warnings = [r.getMessage() for r in caplog.records if "ordinary host memory" in r.getMessage()]
     assert len(warnings) == 1 and "m:1" in warnings[0]  # said once, naming the model
+
+
+def test_merge_buffers_serve_smaller_batches_from_larger_buffers_and_replace_small_ones():
+    from serving.batching import MergeBuffers
+
+    made = []
+
+    def allocate(shape, dtype):
+        made.append(shape[0])
+        return np.empty(shape, dtype)
+
+    pool = MergeBuffers(allocate)
+    sample = {"x": np.zeros((1, 3), np.float32)}
+    first = pool.get(sample, 8)
+    pool.release(first, {})
+    again = pool.get(sample, 4)  # a batch of 4 goes into the leading rows of the 8-row buffer
+    assert again["x"] is first["x"] and made == [8]
+    pool.release(again, {})
+    larger = pool.get(sample, 16)  # too small: a new buffer, and the 8-row one is let go
+    pool.release(larger, {})
+    assert made == [8, 16] and pool.get(sample, 2)["x"] is larger["x"]
+    assert len(pool.get(sample, 2)["x"]) == 2 and made == [8, 16, 2]  # the pool held only one
