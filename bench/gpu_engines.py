@@ -23,6 +23,7 @@ minutes per batch size on a cold cache). Compile caches go to ``--cache-dir`` (a
 folder by default, so the first compile is cold and the warm start is honest).
 
     python bench/gpu_engines.py --json gpu_engines.json               # on the GPU machine
+    python bench/gpu_engines.py --aot --json gpu_engines.json         # lite compiled ahead of time
     python bench/gpu_engines.py --device cpu --model tiny --batches 1 2 --quick   # logic check on a CPU
 """
 
@@ -172,7 +173,7 @@ def run_parent(args: argparse.Namespace) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="gpu_engines_"))
     cache_dir = Path(args.cache_dir or workdir / "cache")
     info = bench.results["info"] = {"torch": torch.__version__, "device": args.device, "model": args.model,
-                                    "image_size": args.image_size, "cache_dir": str(cache_dir)}
+                                    "image_size": args.image_size, "cache_dir": str(cache_dir), "aot": args.aot}
     if args.device == "cuda":
         info["gpu"] = torch.cuda.get_device_name(0)
     net = build_network(args.model)
@@ -219,6 +220,11 @@ def run_parent(args: argparse.Namespace) -> dict:
         warm_start(bench, lite_path, cache_dir, large)
         for batch, label, kind in rest:
             run_step(bench, engines, peer, peer_graphs, onnx_path, inputs, batch, label, kind)
+    for mode, engine in engines.items():
+        runner = next((s.runner for s in engine.segments if s.on_torch), None)
+        for attribute in ("aot_declined", "graph_declined", "reloaded"):
+            if getattr(runner, attribute, None):
+                info[f"lite_{mode}_{attribute}"] = getattr(runner, attribute)
     bench.results["ratios"] = ratios(bench.results, args)
     bench.results["total_seconds"] = round(time.perf_counter() - bench.started, 1)
     return bench.results
@@ -270,6 +276,8 @@ def warm_start(bench: Bench, lite_path: Path, cache_dir: Path, batch: int) -> No
                args.device, "--batches", str(batch), "--modes", mode, "--image-size", str(args.image_size)]
     if args.freezing is not None:
         command.append("--freezing" if args.freezing else "--no-freezing")
+    if args.aot:
+        command.append("--aot")
     started = time.time()
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=max(30.0, min(180.0, bench.left())),
@@ -311,6 +319,7 @@ def run_child(args: argparse.Namespace) -> None:
             if len(times) == 1:
                 first_result = time.time()
     steady = float(np.median(times[-10:]))
+    runner = next(s.runner for s in engine.segments if s.on_torch)
     # Full speed: the end of the first call after which every call is within 20% of the steady time.
     elapsed = np.cumsum(times)
     slow = [i for i, t in enumerate(times) if t > 1.2 * steady]
@@ -320,11 +329,17 @@ def run_child(args: argparse.Namespace) -> None:
                       "second_call_s": round(times[1], 3), "third_call_s": round(times[2], 3),
                       "start_to_first_result_s": round(first_result - spawned, 2),
                       "start_to_full_speed_s": round(full_speed, 2), "first_call_s": round(times[0], 3),
-                      "steady_ms_per_batch": round(steady * 1e3, 3)}))
+                      "steady_ms_per_batch": round(steady * 1e3, 3),
+                      "aot_declined": getattr(runner, "aot_declined", None),
+                      "artifacts_compiled_again": getattr(runner, "reloaded", None)}))
 
 
 def freezing_option(args: argparse.Namespace) -> dict:
-    return {} if args.freezing is None else {"freezing": args.freezing}
+    """The engine options the command line sets (``--freezing``, ``--aot``)."""
+    options = {} if args.freezing is None else {"freezing": args.freezing}
+    if args.aot:
+        options["aot"] = True
+    return options
 
 
 def ratios(results: dict, args: argparse.Namespace) -> dict:
@@ -385,6 +400,8 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--freezing", action=argparse.BooleanOptionalAction, default=None,
                         help="the torch engine's freezing option (default: the engine's default)")
+    parser.add_argument("--aot", action="store_true",
+                        help="lite's engine compiles ahead of time (aot=True: artifacts a later process loads)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -25,17 +25,15 @@ variable the user set before wins.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 log = logging.getLogger("lite.engines.torch")
 
@@ -74,50 +72,42 @@ def compile_module(module: torch.nn.Module, mode: str, *, dynamic: bool | None, 
     return torch.compile(module, backend="inductor", options=options, dynamic=dynamic)
 
 
-# A child process compiles a package (AOTInductor, from the exported program saved by the parent)
-# and loads it once: a package that crashes the loader (it happens: PyTorch 2.11 on an H200
-# faults inside ``aoti_load_package``, docs/benchmarks.md) kills that child, not the caller.
-_COMPILE_AND_LOAD = """
-import json, sys, torch, torch._inductor
-program, package, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-if program:
-    torch._inductor.aoti_compile_and_package(torch.export.load(program), package_path=package,
-                                             inductor_configs=options)
-torch._inductor.aoti_load_package(package)
-"""
-_CHILD_TIMEOUT_S = 3600.0  # max-autotune on a large network takes minutes
-
-
 class AotCompiled:
-    """A segment compiled ahead of time by AOTInductor, one package per input signature, kept on
-    disk: a later process loads the package (a shared library plus the weights) instead of
-    tracing and compiling again, which is what makes a warm start fast (``torch.compile`` still
-    re-traces the module with Dynamo and re-runs AOTAutograd on every start, cache or not).
+    """A segment compiled ahead of time, one artifact per input signature, kept on disk: a later
+    process loads the artifact instead of tracing and compiling again, which is what makes a warm
+    start fast (``torch.compile`` re-traces the module with Dynamo and re-runs AOTAutograd on every
+    start, cache or not).
 
-    A package is compiled, and loaded once, in a child process; only a package that loaded there
-    is loaded here (a marker file next to it records that, so a warm start skips the check). If
-    the child fails (the compiler or the loader raised or crashed), calls run through
-    ``torch.compile`` instead, said once in the log and in ``aot_declined``.
+    Artifacts are Inductor's own (``torch._inductor.standalone_compile``, saved as one file): the
+    generated Python wrapper with its Triton / C++ kernels, loaded the way Inductor loads its
+    cache hits. The FX module's weights are lifted to leading inputs before compiling,
+    so an artifact holds code only: it depends on the weights' shapes, dtypes and strides, not on
+    their values, and calls pass the engine's own weight tensors (no second copy on the GPU).
+    An artifact that does not load (damaged, or from another build) is compiled again and
+    replaced; if compiling fails, calls run through ``torch.compile`` instead, said once in the
+    log and in ``aot_declined``.
 
     ``cuda_graphs``: on CUDA, each signature's calls are captured in a CUDA graph once and
     replayed (static input buffers; outputs are the graph's buffers, so the caller copies them
-    before the next call). Packages live in ``folder`` under a key made of the module's code, its
-    weights, the signature, the Inductor options and the torch / GPU versions.
+    before the next call). Artifacts live in ``folder / "compiled"`` under a key made of the
+    module's code, the weights' metadata, the signature, the Inductor options and the torch,
+    CUDA and GPU versions.
     """
 
     def __init__(self, module: torch.nn.Module, mode: str, folder: Path | None, *, cuda_graphs: bool) -> None:
         self.module = module
         self.mode = mode
         options = dict(torch._inductor.list_mode_options(mode))
-        options.pop("triton.cudagraphs", None)  # graphs are captured here, around the package
+        options.pop("triton.cudagraphs", None)  # graphs are captured here, around the artifact
         self.options = options
         self.folder = folder
         self.cuda_graphs = cuda_graphs
         self.runners: dict[tuple, Callable] = {}
         self.graph_declined: str | None = None  # why a capture failed (calls then run uncaptured)
-        self.aot_declined: str | None = None  # why a package could not be made or loaded
+        self.aot_declined: str | None = None  # why an artifact could not be made
+        self.reloaded: list[str] = []  # artifacts found unloadable and compiled again (their reasons)
+        self._lifted, self._weights = lift_weights(module)
         self._jit: Callable | None = None
-        self._weights_digest: str | None = None
         self._lock = threading.Lock()
 
     def __call__(self, *args: torch.Tensor):
@@ -125,83 +115,97 @@ class AotCompiled:
         runner = self.runners.get(signature)
         if runner is None:
             with self._lock:
-                runner = self.runners.get(signature) or self._prepare(signature, args)
+                runner = self.runners.get(signature) or self._prepare(args)
                 self.runners[signature] = runner
         return runner(*args)
 
-    def _prepare(self, signature: tuple, args: tuple[torch.Tensor, ...]) -> Callable:
+    def _prepare(self, args: tuple[torch.Tensor, ...]) -> Callable:
         try:
-            package = self._package(signature, args)
+            artifact = self._artifact(args)
         except AotUnavailable as err:
             if self.aot_declined is None:
-                log.warning("AOTInductor declined, running through torch.compile instead: %s", err)
+                log.warning("ahead-of-time compilation declined, running through torch.compile instead: %s", err)
             self.aot_declined = str(err)
             if self._jit is None:
                 self._jit = compile_module(self.module, self.mode, dynamic=False, freezing=False)
             return self._jit
-        compiled = torch._inductor.aoti_load_package(str(package))
+        weights = self._weights
+
+        def run(*inputs: torch.Tensor):
+            return artifact(*weights, *inputs)
+
         if self.cuda_graphs and args and args[0].is_cuda:
             try:
-                return _Graphed(compiled, args)
-            except RuntimeError as err:  # a package the capture rejects still runs, uncaptured
+                return _Graphed(run, args)
+            except RuntimeError as err:  # an artifact the capture rejects still runs, uncaptured
                 self.graph_declined = f"{type(err).__name__}: {err}"
-        return lambda *inputs: compiled(*inputs)
+        return run
 
-    def _package(self, signature: tuple, args: tuple[torch.Tensor, ...]) -> Path:
-        """The package for ``signature``, compiled (in a child) if the cache has none, and known
-        to load in a fresh process; raises :class:`AotUnavailable` otherwise."""
-        key = hashlib.sha256(repr((self.module.code, self._weights(), signature, sorted(self.options.items()),
-                                   torch.__version__, _device_name(args))).encode()).hexdigest()[:32]
-        folder = self.folder or Path(tempfile.mkdtemp(prefix="lite-aoti-"))
-        path = folder / "aoti" / f"{key}.pt2"
-        loads = path.with_name(f"{key}.loads")  # the package loaded in a fresh process
-        if path.exists() and loads.exists():
-            return path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():  # made by an older version, or the check was cut short: check it
-            self._in_child("", path)
-        else:
-            staging = path.with_name(f".{key}.{os.getpid()}.pt2")
-            program = path.with_name(f".{key}.{os.getpid()}.program.pt2")
+    def key(self, args: tuple[torch.Tensor, ...]) -> str:
+        weights = [(tuple(w.shape), tuple(w.stride()), str(w.dtype), str(w.device)) for w in self._weights]
+        signature = [(tuple(a.shape), tuple(a.stride()), str(a.dtype), str(a.device)) for a in args]
+        return hashlib.sha256(repr((self._lifted.code, weights, signature, sorted(self.options.items()),
+                                    torch.__version__, torch.version.cuda, _device_name(args))).encode()).hexdigest()[:32]
+
+    def _artifact(self, args: tuple[torch.Tensor, ...]) -> Callable:
+        """The compiled artifact for ``args``' signature: loaded from the cache, or compiled (and
+        saved); raises :class:`AotUnavailable` when it cannot be compiled."""
+        folder = (self.folder or Path(tempfile.mkdtemp(prefix="lite-compiled-"))) / "compiled"
+        path = folder / f"{self.key(args)}.bin"
+        if path.exists():
             try:
-                torch.export.save(torch.export.export(self.module, tuple(args), strict=False), str(program))
-                self._in_child(str(program), staging)
-                os.replace(staging, path)  # whole packages only: a reader never sees a half-written one
-            finally:
-                program.unlink(missing_ok=True)
-                staging.unlink(missing_ok=True)
-        loads.touch()
-        return path
-
-    def _in_child(self, program: str, package: Path) -> None:
-        """Compile ``program`` (a saved ExportedProgram; empty: only load) into ``package`` and
-        load it, in a child process; raises :class:`AotUnavailable` if it fails."""
+                return torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
+            except Exception as err:  # noqa: BLE001 - any failure to load means: compile it again
+                reason = f"{path.name}: {type(err).__name__}: {err}"
+                log.warning("a compiled artifact in the cache does not load, compiling it again: %s", reason)
+                self.reloaded.append(reason)
+        example = [*self._weights, *args]
         try:
-            out = subprocess.run([sys.executable, "-c", _COMPILE_AND_LOAD, program, str(package),
-                                  json.dumps(self.options)], capture_output=True, text=True,
-                                 timeout=_CHILD_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired as err:
-            raise AotUnavailable(f"compiling {package.name} took over {_CHILD_TIMEOUT_S:.0f} s") from err
-        if out.returncode != 0:
-            how = f"died of signal {-out.returncode}" if out.returncode < 0 else f"exited with {out.returncode}"
-            detail = " | ".join(line for line in out.stderr.strip().splitlines()[-3:] if line.strip())
-            step = "compiling and loading" if program else "loading"
-            raise AotUnavailable(f"{step} {package.name} in a fresh process: it {how}"
-                                 + (f" ({detail[-400:]})" if detail else ""))
-
-    def _weights(self) -> str:
-        if self._weights_digest is None:
-            digest = hashlib.blake2b(digest_size=16)
-            for name, tensor in sorted(self.module.state_dict().items()):
-                digest.update(name.encode())
-                digest.update(str(tensor.dtype).encode() + repr(tuple(tensor.shape)).encode())
-                digest.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
-            self._weights_digest = digest.hexdigest()
-        return self._weights_digest
+            with torch.no_grad():
+                # Traced to ATen operators first: the lowering's own Python functions would make
+                # AOTAutograd's cache (which the saved artifact is made of) refuse the graph.
+                traced = make_fx(self._lifted, tracing_mode="fake")(*example)
+                # Options as a config patch: torch 2.11 passes standalone_compile's ``options`` to
+                # compile_fx as keyword arguments, which refuses Inductor's settings.
+                with torch._inductor.config.patch(self.options):
+                    artifact = torch._inductor.standalone_compile(traced, example,
+                                                                  dynamic_shapes="from_example_inputs")
+        except Exception as err:  # an Inductor failure: torch.compile takes over
+            raise AotUnavailable(f"standalone_compile failed: {type(err).__name__}: {err}") from err
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.bin")
+        try:
+            artifact.save(path=str(staging), format="binary")
+            os.replace(staging, path)  # whole artifacts only: a reader never sees a half-written one
+        except OSError as err:  # a read-only or full cache costs the next start a compile, not this call
+            log.warning("could not save the compiled artifact to %s: %s", path, err)
+        finally:
+            staging.unlink(missing_ok=True)
+        return artifact
 
 
 class AotUnavailable(RuntimeError):
-    """A package could not be compiled or loaded (the engine falls back to torch.compile)."""
+    """A segment could not be compiled ahead of time (the engine falls back to torch.compile)."""
+
+
+def lift_weights(module: torch.nn.Module) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+    """``module``'s graph with every ``get_attr`` (a weight) turned into a leading placeholder,
+    and the weights in that order: ``lifted(*weights, *inputs) == module(*inputs)``."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    weights: list[torch.Tensor] = []
+    lifted: dict[str, torch.fx.Node] = {}
+    nodes = list(module.graph.nodes)
+    for node in nodes:
+        if node.op == "get_attr" and node.target not in lifted:
+            lifted[node.target] = graph.placeholder(f"w_{len(weights)}")
+            value = module
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            weights.append(value)
+    for node in nodes:
+        env[node] = lifted[node.target] if node.op == "get_attr" else graph.node_copy(node, lambda n: env[n])
+    return torch.fx.GraphModule(torch.nn.Module(), graph, class_name="LiteLifted"), weights
 
 
 class _Graphed:

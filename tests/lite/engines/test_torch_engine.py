@@ -375,65 +375,86 @@ def test_compiled_model_caches_on_disk(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_aot_packages_are_compiled_once_and_loaded_by_a_new_process(tmp_path, monkeypatch):
-    """aot=True: AOTInductor writes one package per input shape under <cache>/torch/aoti; a new
-    process (with compilation made to fail) loads it and gets the same answers."""
+def test_aot_artifacts_are_compiled_once_and_loaded_by_a_new_process(tmp_path, monkeypatch):
+    """aot=True: one compiled artifact (a file) per input shape under <cache>/torch/compiled,
+    holding code only (the weights are lifted to inputs, so another model of the same shapes has
+    the same key); a new process, with every compiler made to fail, loads it and gets the same
+    answers."""
     import subprocess
     import sys
 
     from lite.format import save
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # an earlier engine set it process-wide
-    model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1],
+    model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(64, 3, 3, 3))], pads=[1, 1, 1, 1],
                             fused_activation="Relu")
     expected = NumpyEngine(model).run(feeds)["out0"]
     engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
     np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
     assert engine.cache_dir == tmp_path / "torch"
-    packages = list((tmp_path / "torch" / "aoti").glob("*.pt2"))
-    assert len(packages) == 1
+    [artifact] = (tmp_path / "torch" / "compiled").glob("*.bin")
+    runner = next(s.runner for s in engine.segments if s.on_torch)
+    assert runner.aot_declined is None and not runner.reloaded
     path = tmp_path / "model.lite"
     save(model, str(path))
     np.save(tmp_path / "x.npy", feeds["in0"])
     script = (
         "import sys, numpy as np, torch, torch._inductor\n"
-        "def refuse(*a, **k): raise AssertionError('compiled again instead of loading the package')\n"
-        "torch._inductor.aoti_compile_and_package = refuse\n"
+        "def refuse(*a, **k): raise AssertionError('compiled again instead of loading the artifact')\n"
+        "torch._inductor.standalone_compile = refuse\n"
+        "torch.compile = refuse\n"
         "import lite\n"
         "model = lite.Model.load(sys.argv[1], engine='torch', device='cpu', mode='default', aot=True,"
         " cache_dir=sys.argv[2])\n"
         "np.save(sys.argv[3], model.predict({'in0': np.load(sys.argv[4])})['out0'])\n"
+        "runner = next(s.runner for s in model.engine.segments if s.on_torch)\n"
+        "assert runner.aot_declined is None and not runner.reloaded, (runner.aot_declined, runner.reloaded)\n"
     )
     subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path), str(tmp_path / "y.npy"),
                     str(tmp_path / "x.npy")], check=True, timeout=300)
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
+    other, _ = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(64, 3, 3, 3))], pads=[1, 1, 1, 1],
+                        fused_activation="Relu")
+    assert next(s.runner for s in TorchEngine(other, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
+                .segments if s.on_torch).key(tuple(torch.from_numpy(v) for v in feeds.values())) == artifact.stem
     with pytest.raises(ValueError, match="aot=True"):
         TorchEngine(model, device="cpu", mode="eager", aot=True, cache_dir=None)
 
 
 @pytest.mark.slow
-def test_a_package_that_does_not_load_in_a_fresh_process_falls_back_to_torch_compile(tmp_path, monkeypatch, caplog):
-    """A package is loaded here only after it loaded in a child process (a loader that crashes
-    kills the child, not the caller). A damaged package in the cache fails that check: the engine
-    says why, once, and runs through torch.compile with the same answers."""
+def test_a_damaged_artifact_is_compiled_again_and_a_failing_compiler_falls_back(tmp_path, monkeypatch, caplog):
+    """A compiled artifact in the cache that does not load is compiled again and replaced (said
+    once in the log); when compiling itself fails, the engine says why, once, and runs through
+    torch.compile with the same answers."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1])
     expected = NumpyEngine(model).run(feeds)["out0"]
     TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path).run(feeds)
-    [package] = (tmp_path / "torch" / "aoti").glob("*.pt2")
-    assert package.with_suffix(".loads").exists()
-    package.write_bytes(b"PK\x03\x04 not a package")  # damaged on disk
-    package.with_suffix(".loads").unlink()
+    [artifact] = (tmp_path / "torch" / "compiled").glob("*.bin")
+    artifact.write_bytes(b"\x80\x04 not an artifact")  # damaged on disk
 
+    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="lite.engines.torch"):
+        np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
+    runner = next(s.runner for s in engine.segments if s.on_torch)
+    assert runner.aot_declined is None and len(runner.reloaded) == 1 and artifact.name in runner.reloaded[0]
+    assert artifact.stat().st_size > 1000  # replaced by a good one
+    assert sum("does not load, compiling it again" in r.getMessage() for r in caplog.records) == 1
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    artifact.unlink()
+    monkeypatch.setattr(torch._inductor, "standalone_compile", refuse)
+    caplog.clear()
     engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
     with caplog.at_level("WARNING", logger="lite.engines.torch"):
         for _ in range(2):
             np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
     runner = next(s.runner for s in engine.segments if s.on_torch)
-    assert runner.aot_declined and "loading" in runner.aot_declined and "exited with 1" in runner.aot_declined
-    assert [r.getMessage() for r in caplog.records].count(f"AOTInductor declined, running through torch.compile "
-                                                          f"instead: {runner.aot_declined}") == 1
-    assert not package.with_suffix(".loads").exists()
+    assert runner.aot_declined == "standalone_compile failed: RuntimeError: no compiler here"
+    assert [r.getMessage() for r in caplog.records].count(
+        f"ahead-of-time compilation declined, running through torch.compile instead: {runner.aot_declined}") == 1
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -450,3 +471,4 @@ def test_cuda_device_inputs_give_device_outputs_in_half_precision():
     assert isinstance(out, torch.Tensor) and out.is_cuda and out.dtype == torch.float16
     expected = NumpyEngine(model).run({"input": x.cpu().numpy()})["output"].astype(np.float32)
     np.testing.assert_allclose(out.float().cpu().numpy(), expected, rtol=5e-2, atol=5e-2)
+
