@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""A warm start of the torch engine with AOTInductor packages (issue 11).
+"""A warm start of the torch engine with artifacts compiled ahead of time (issue 11).
 
 ResNet-50 fp16 (torchvision definition, random weights; converted with ``--fp16 --fp16-io``)
 runs on ``lite.Model.load(..., engine="torch", device="cuda", aot=True)``, ``--mode``
-(max-autotune by default), batch ``--batch``. Two fresh processes share one cache folder: the
-first compiles (the package is written under ``<cache>/torch/aoti``), the second loads it. Each reports the seconds from its
-start (before ``import torch``) to the end of its first call and to full speed (the end of the
-first timed window whose rate is within 5 % of the steady rate), and its steady images/s.
+(max-autotune by default), batch ``--batch``. Fresh processes share one cache folder: the first
+compiles (the artifact is written under ``<cache>/torch/compiled``), the next ones load it. Each
+reports the seconds from its start (before ``import torch``) to the end of its first call and to
+full speed (the end of the first timed window whose rate is within 5 % of the steady rate), and
+its steady images/s; its progress goes to stderr as it happens.
 
     python bench/gpu_warm_start.py [--batch 256] [--seconds 2]     # on the GPU machine
     python bench/gpu_warm_start.py --workdir /tmp/ws --phases cold   # a compile longer than one call,
@@ -34,11 +35,16 @@ started = float(sys.argv[4])
 import torch
 import lite
 path, cache, batch, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[5])
+def say(what):  # progress on stderr, live: a run cut short still shows how far it got
+    print(f"[{time.perf_counter() - started:7.1f} s] {what}", file=sys.stderr, flush=True)
+say("torch and lite imported")
 model = lite.Model.load(path, engine="torch", device="cuda", mode=sys.argv[6], aot=True, cache_dir=cache)
 loaded = time.perf_counter() - started
+say("model loaded; first call (compiles or loads the artifact)")
 x = torch.randn(batch, 3, 224, 224, device="cuda").half()
 model.predict({"input": x}); torch.cuda.synchronize()
 first = time.perf_counter() - started
+say("first call done")
 windows = []
 while sum(w[1] for w in windows) < seconds:
     t, n = time.perf_counter(), 0
@@ -51,7 +57,7 @@ full = next(end for images, span, end in windows if images / span >= 0.95 * stea
 runner = next(s.runner for s in model.engine.segments if s.on_torch)
 print(json.dumps({"load_s": round(loaded, 2), "first_call_s": round(first, 2), "full_speed_s": round(full, 2),
                   "images_per_s": round(steady, 1), "cuda_graph_declined": runner.graph_declined,
-                  "aot_declined": runner.aot_declined}))
+                  "aot_declined": runner.aot_declined, "compiled_again": runner.reloaded}))
 """
 
 
@@ -63,7 +69,9 @@ def main() -> int:
     parser.add_argument("--workdir", default=None,
                         help="keep the model and the cache here (default: a new temporary folder); with "
                              "--phases, a cold process in one call and a warm one in the next share it")
-    parser.add_argument("--phases", nargs="+", choices=("cold", "warm"), default=["cold", "warm"])
+    parser.add_argument("--timeout", type=float, default=480.0, help="seconds allowed to each process")
+    parser.add_argument("--phases", nargs="+", choices=("cold", "warm"), default=["cold", "warm"],
+                        help="processes to run in turn (warm twice: a second warm start)")
     args = parser.parse_args()
 
     from gpu_resnet50 import export
@@ -80,17 +88,21 @@ def main() -> int:
     cache = workdir / "cache"
     results = {}
     for label in args.phases:
-        out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(cache), str(args.batch),
-                              repr(time.perf_counter()), str(args.seconds), args.mode], capture_output=True, text=True, check=False,
-                             cwd=ROOT)
+        print(f"--- {label} process", file=sys.stderr, flush=True)
+        try:  # the child's stderr (its progress, torch's warnings) passes through live
+            out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(cache), str(args.batch),
+                                  repr(time.perf_counter()), str(args.seconds), args.mode], stdout=subprocess.PIPE,
+                                 text=True, check=False, cwd=ROOT, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"the {label} process ran over --timeout {args.timeout:.0f} s (its progress is above)")
+            return 1
         lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
         if out.returncode != 0 or not lines:
             print(f"the {label} process exited with {out.returncode}; its output ends:")
             print(out.stdout[-1500:])
-            print(out.stderr[-6000:])
             return 1
-        results[label] = json.loads(lines[-1])
-        print(label, results[label], flush=True)
+        results.setdefault(label, []).append(json.loads(lines[-1]))
+        print(label, results[label][-1], flush=True)
     print(json.dumps(results, indent=2))
     return 0
 

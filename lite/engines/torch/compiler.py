@@ -19,7 +19,8 @@ Caches: the FX graph cache, the AOTAutograd cache, autotuning results and Triton
 live under ``TORCHINDUCTOR_CACHE_DIR``; :func:`configure_cache` points it at lite's cache root
 (``<cache_dir>/torch``) so a second process finds the compiled kernels instead of recompiling.
 Inductor reads that variable process-wide: the first engine that names a folder sets it, and a
-variable the user set before wins.
+variable the user set before wins (torch's own default, which torch writes into the variable
+once Inductor has run, does not count as set).
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,7 +49,9 @@ def configure_cache(cache_dir: Path | None) -> Path | None:
     """Point Inductor's caches at ``cache_dir / "torch"``; returns the folder in use (None: torch's default)."""
     with _cache_lock:
         current = os.environ.get(CACHE_VARIABLE)
-        if current is None and cache_dir is not None:
+        # torch writes its own default into the variable the first time Inductor looks up its
+        # cache (any torch.compile before this engine): that is not a user's choice.
+        if cache_dir is not None and (current is None or current == _torch_default_cache()):
             folder = Path(cache_dir) / "torch"
             folder.mkdir(parents=True, exist_ok=True)
             os.environ[CACHE_VARIABLE] = str(folder)
@@ -55,6 +60,16 @@ def configure_cache(cache_dir: Path | None) -> Path | None:
         torch._inductor.config.fx_graph_cache = True
         torch._functorch.config.enable_autograd_cache = True
         return None if current is None else Path(current)
+
+
+def _torch_default_cache() -> str:
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # older torch: the same rule
+        import getpass
+
+        return os.path.join(tempfile.gettempdir(), "torchinductor_" + getpass.getuser())
+    return default_cache_dir()
 
 
 def uses_cuda_graphs(mode: str, device: torch.device) -> bool:
@@ -78,7 +93,7 @@ class AotCompiled:
     start fast (``torch.compile`` re-traces the module with Dynamo and re-runs AOTAutograd on every
     start, cache or not).
 
-    Artifacts are Inductor's own (``torch._inductor.standalone_compile``, saved as one file): the
+    Artifacts are Inductor's own (``torch._inductor.standalone_compile``, saved unpacked): the
     generated Python wrapper with its Triton / C++ kernels, loaded the way Inductor loads its
     cache hits. The FX module's weights are lifted to leading inputs before compiling,
     so an artifact holds code only: it depends on the weights' shapes, dtypes and strides, not on
@@ -149,17 +164,26 @@ class AotCompiled:
 
     def _artifact(self, args: tuple[torch.Tensor, ...]) -> Callable:
         """The compiled artifact for ``args``' signature: loaded from the cache, or compiled (and
-        saved); raises :class:`AotUnavailable` when it cannot be compiled."""
+        saved); raises :class:`AotUnavailable` when it cannot be compiled.
+
+        Artifacts are saved unpacked, one folder each, and loaded with that folder as Inductor's
+        cache: the Triton kernels tune their launch configurations on their first calls and
+        keep the choice next to their code, so only the first process to run an artifact pays
+        for that tuning (seconds for ResNet-50), not every later start."""
         folder = (self.folder or Path(tempfile.mkdtemp(prefix="lite-compiled-"))) / "compiled"
-        path = folder / f"{self.key(args)}.bin"
-        if path.exists():
+        path = folder / self.key(args)
+        if path.is_dir():
             try:
-                return torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
+                return _load(path)
             except Exception as err:  # noqa: BLE001 - any failure to load means: compile it again
                 reason = f"{path.name}: {type(err).__name__}: {err}"
                 log.warning("a compiled artifact in the cache does not load, compiling it again: %s", reason)
                 self.reloaded.append(reason)
+                shutil.rmtree(path, ignore_errors=True)
         example = [*self._weights, *args]
+        log.info("compiling %s ahead of time for inputs %s (mode %s; minutes with max-autotune)", path.name,
+                 [tuple(a.shape) for a in args], self.mode)
+        started = time.perf_counter()
         try:
             with torch.no_grad():
                 # Traced to ATen operators first: the lowering's own Python functions would make
@@ -172,16 +196,27 @@ class AotCompiled:
                                                                   dynamic_shapes="from_example_inputs")
         except Exception as err:  # an Inductor failure: torch.compile takes over
             raise AotUnavailable(f"standalone_compile failed: {type(err).__name__}: {err}") from err
-        folder.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.bin")
+        log.info("compiled %s in %.1f s", path.name, time.perf_counter() - started)
+        staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         try:
-            artifact.save(path=str(staging), format="binary")
+            folder.mkdir(parents=True, exist_ok=True)
+            artifact.save(path=str(staging), format="unpacked")
             os.replace(staging, path)  # whole artifacts only: a reader never sees a half-written one
-        except OSError as err:  # a read-only or full cache costs the next start a compile, not this call
-            log.warning("could not save the compiled artifact to %s: %s", path, err)
+        except OSError as err:  # saved by another process meanwhile, or a read-only / full cache
+            if not path.is_dir():
+                log.warning("could not save the compiled artifact to %s: %s", path, err)
+                return artifact
         finally:
-            staging.unlink(missing_ok=True)
-        return artifact
+            shutil.rmtree(staging, ignore_errors=True)
+        try:  # run from the saved folder, so that the kernels' tuning is kept there
+            return _load(path)
+        except Exception as err:  # noqa: BLE001 - the compiled artifact still runs
+            log.warning("the compiled artifact saved to %s does not load (%s): running it from memory", path, err)
+            return artifact
+
+
+def _load(path: Path) -> Callable:
+    return torch._inductor.CompiledArtifact.load(path=str(path), format="unpacked")
 
 
 class AotUnavailable(RuntimeError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -376,7 +378,7 @@ def test_compiled_model_caches_on_disk(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_aot_artifacts_are_compiled_once_and_loaded_by_a_new_process(tmp_path, monkeypatch):
-    """aot=True: one compiled artifact (a file) per input shape under <cache>/torch/compiled,
+    """aot=True: one compiled artifact (a folder) per input shape under <cache>/torch/compiled,
     holding code only (the weights are lifted to inputs, so another model of the same shapes has
     the same key); a new process, with every compiler made to fail, loads it and gets the same
     answers."""
@@ -392,7 +394,8 @@ def test_aot_artifacts_are_compiled_once_and_loaded_by_a_new_process(tmp_path, m
     engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
     np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
     assert engine.cache_dir == tmp_path / "torch"
-    [artifact] = (tmp_path / "torch" / "compiled").glob("*.bin")
+    [artifact] = (tmp_path / "torch" / "compiled").iterdir()
+    assert artifact.is_dir() and not artifact.name.startswith(".")
     runner = next(s.runner for s in engine.segments if s.on_torch)
     assert runner.aot_declined is None and not runner.reloaded
     path = tmp_path / "model.lite"
@@ -416,7 +419,7 @@ def test_aot_artifacts_are_compiled_once_and_loaded_by_a_new_process(tmp_path, m
     other, _ = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(64, 3, 3, 3))], pads=[1, 1, 1, 1],
                         fused_activation="Relu")
     assert next(s.runner for s in TorchEngine(other, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
-                .segments if s.on_torch).key(tuple(torch.from_numpy(v) for v in feeds.values())) == artifact.stem
+                .segments if s.on_torch).key(tuple(torch.from_numpy(v) for v in feeds.values())) == artifact.name
     with pytest.raises(ValueError, match="aot=True"):
         TorchEngine(model, device="cpu", mode="eager", aot=True, cache_dir=None)
 
@@ -430,21 +433,23 @@ def test_a_damaged_artifact_is_compiled_again_and_a_failing_compiler_falls_back(
     model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1])
     expected = NumpyEngine(model).run(feeds)["out0"]
     TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path).run(feeds)
-    [artifact] = (tmp_path / "torch" / "compiled").glob("*.bin")
-    artifact.write_bytes(b"\x80\x04 not an artifact")  # damaged on disk
+    [artifact] = (tmp_path / "torch" / "compiled").iterdir()
+    for entry in (artifact / "aotautograd").iterdir():  # damaged on disk
+        shutil.rmtree(entry)
+        entry.write_bytes(b"\x80\x04 not an artifact")
 
     engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
     with caplog.at_level("WARNING", logger="lite.engines.torch"):
         np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
     runner = next(s.runner for s in engine.segments if s.on_torch)
     assert runner.aot_declined is None and len(runner.reloaded) == 1 and artifact.name in runner.reloaded[0]
-    assert artifact.stat().st_size > 1000  # replaced by a good one
+    assert (artifact / "aotautograd").is_dir() and all(e.is_dir() for e in (artifact / "aotautograd").iterdir())
     assert sum("does not load, compiling it again" in r.getMessage() for r in caplog.records) == 1
 
     def refuse(*args, **kwargs):
         raise RuntimeError("no compiler here")
 
-    artifact.unlink()
+    shutil.rmtree(artifact)
     monkeypatch.setattr(torch._inductor, "standalone_compile", refuse)
     caplog.clear()
     engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
@@ -472,3 +477,18 @@ def test_cuda_device_inputs_give_device_outputs_in_half_precision():
     expected = NumpyEngine(model).run({"input": x.cpu().numpy()})["output"].astype(np.float32)
     np.testing.assert_allclose(out.float().cpu().numpy(), expected, rtol=5e-2, atol=5e-2)
 
+
+def test_cache_dir_wins_over_torchs_own_default_but_not_over_a_users_variable(tmp_path, monkeypatch):
+    """torch writes its default folder into TORCHINDUCTOR_CACHE_DIR once Inductor has run; an
+    engine's cache_dir replaces that, but never a folder the user chose."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from lite.engines.torch.compiler import CACHE_VARIABLE, configure_cache
+
+    monkeypatch.setenv(CACHE_VARIABLE, default_cache_dir())
+    assert configure_cache(tmp_path / "lite") == tmp_path / "lite" / "torch"
+    assert os.environ[CACHE_VARIABLE] == str(tmp_path / "lite" / "torch")
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "mine"))
+    assert configure_cache(tmp_path / "lite") == tmp_path / "mine"
+    monkeypatch.delenv(CACHE_VARIABLE)
+    assert configure_cache(None) is None
