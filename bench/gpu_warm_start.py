@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,9 +30,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 CHILD = r"""
-import faulthandler, json, sys, time
+import faulthandler, json, logging, sys, time
 faulthandler.enable()
 started = float(sys.argv[4])
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+logging.getLogger("lite").setLevel(logging.INFO)  # the engine says when it compiles, and for how long
 import torch
 import lite
 path, cache, batch, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[5])
@@ -69,6 +72,9 @@ def main() -> int:
     parser.add_argument("--workdir", default=None,
                         help="keep the model and the cache here (default: a new temporary folder); with "
                              "--phases, a cold process in one call and a warm one in the next share it")
+    parser.add_argument("--bytecode", action=argparse.BooleanOptionalAction, default=True,
+                        help="let the processes cache Python bytecode (under the workdir), as an installed "
+                             "package does, even where PYTHONDONTWRITEBYTECODE is set (the GPU machine sets it)")
     parser.add_argument("--timeout", type=float, default=480.0, help="seconds allowed to each process")
     parser.add_argument("--phases", nargs="+", choices=("cold", "warm"), default=["cold", "warm"],
                         help="processes to run in turn (warm twice: a second warm start)")
@@ -86,13 +92,17 @@ def main() -> int:
         _, fp32_path, _ = export(workdir)
         save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), path)
     cache = workdir / "cache"
+    environment = dict(os.environ)
+    if args.bytecode:  # a deployed install keeps compiled bytecode (pip writes it); so do these processes
+        environment.pop("PYTHONDONTWRITEBYTECODE", None)
+        environment["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
     results = {}
     for label in args.phases:
         print(f"--- {label} process", file=sys.stderr, flush=True)
         try:  # the child's stderr (its progress, torch's warnings) passes through live
             out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(cache), str(args.batch),
                                   repr(time.perf_counter()), str(args.seconds), args.mode], stdout=subprocess.PIPE,
-                                 text=True, check=False, cwd=ROOT, timeout=args.timeout)
+                                 text=True, check=False, cwd=ROOT, timeout=args.timeout, env=environment)
         except subprocess.TimeoutExpired:
             print(f"the {label} process ran over --timeout {args.timeout:.0f} s (its progress is above)")
             return 1
