@@ -202,9 +202,11 @@ class AotCompiled:
             folder.mkdir(parents=True, exist_ok=True)
             artifact.save(path=str(staging), format="unpacked")
             os.replace(staging, path)  # whole artifacts only: a reader never sees a half-written one
-        except OSError as err:  # saved by another process meanwhile, or a read-only / full cache
+        except Exception as err:  # noqa: BLE001 - another process saved it first, a read-only or full
+            # cache, or a graph Inductor cannot serialize: this process runs the artifact anyway
             if not path.is_dir():
-                log.warning("could not save the compiled artifact to %s: %s", path, err)
+                log.warning("could not save the compiled artifact to %s (%s: %s); the next start compiles "
+                            "it again", path, type(err).__name__, err)
                 return artifact
         finally:
             shutil.rmtree(staging, ignore_errors=True)

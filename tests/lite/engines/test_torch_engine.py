@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -477,6 +478,38 @@ def test_cuda_device_inputs_give_device_outputs_in_half_precision():
     expected = NumpyEngine(model).run({"input": x.cpu().numpy()})["output"].astype(np.float32)
     np.testing.assert_allclose(out.float().cpu().numpy(), expected, rtol=5e-2, atol=5e-2)
 
+
+
+@pytest.mark.slow
+def test_an_artifact_that_cannot_be_saved_still_runs(tmp_path, monkeypatch, caplog):
+    """Saving is a cache, not a requirement: an artifact Inductor cannot serialize (or a full,
+    read-only cache) is said once in the log, runs from memory, and leaves no half-written folder."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1])
+    expected = NumpyEngine(model).run(feeds)["out0"]
+    real = torch._inductor.standalone_compile
+
+    class Unsaveable:
+        def __init__(self, artifact):
+            self.artifact = artifact
+
+        def __call__(self, *args):
+            return self.artifact(*args)
+
+        def save(self, *, path, format):
+            Path(path).mkdir()
+            (Path(path) / "partial").write_bytes(b"half")
+            raise RuntimeError("cannot serialize this graph")
+
+    monkeypatch.setattr(torch._inductor, "standalone_compile", lambda *a, **k: Unsaveable(real(*a, **k)))
+    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="lite.engines.torch"):
+        for _ in range(2):
+            np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
+    assert list((tmp_path / "torch" / "compiled").iterdir()) == []
+    [message] = [r.getMessage() for r in caplog.records]
+    assert "could not save the compiled artifact" in message and "cannot serialize this graph" in message
+    assert next(s.runner for s in engine.segments if s.on_torch).aot_declined is None
 
 def test_cache_dir_wins_over_torchs_own_default_but_not_over_a_users_variable(tmp_path, monkeypatch):
     """torch writes its default folder into TORCHINDUCTOR_CACHE_DIR once Inductor has run; an
