@@ -15,6 +15,7 @@ Every key is optional; unknown keys are an error so that a typo never goes unnot
       "device": "cpu",                          # numpy | cpu | cuda | auto (default: the server's)
       "engine": "auto",                         # auto | numpy | onnxruntime | openvino | torch
       "precision": "exact",                     # with "engine": exact | fp16 | bf16
+      "engine_options": {"aot": true},          # with a named engine: its lite.Model.load options
       "version_policy": {"latest": 2},          # or {"all": true} or {"specific": [1, 3]}
       "warmup": {"batch_size": 1, "count": 2},  # runs on zero inputs before the model is READY
       "inputs": {"x": "INPUT0"},                # rename: model tensor name -> served name
@@ -42,7 +43,7 @@ CONFIG_FILE = "config.json"
 
 _KEYS = {
     "max_batch_size", "dynamic_batching", "max_queue_size", "instance_count", "threads", "device",
-    "version_policy", "warmup", "inputs", "outputs", "preprocessing", "engine", "precision",
+    "version_policy", "warmup", "inputs", "outputs", "preprocessing", "engine", "precision", "engine_options",
 }
 ENGINE_NAMES = ("auto", "numpy", "onnxruntime", "openvino", "torch")  # lite.engines.ENGINES and "auto"
 PRECISIONS = ("exact", "fp16", "bf16")
@@ -97,6 +98,9 @@ class ModelConfig:
     preprocessing: str = ""  # "" | "image"
     engine: str | None = None  # None: the engine ``device`` names
     precision: str | None = None  # with ``engine``: the precision policy (None: "exact")
+    # with a named ``engine``: its keyword options for lite.Model.load (JSON values), checked by
+    # the engine when the model loads
+    engine_options: dict[str, Any] = field(default_factory=dict)
 
     def batch_sizes(self) -> tuple[int, ...]:
         """The batch sizes this model is run at: what ``engine: auto`` tunes for."""
@@ -155,6 +159,16 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
             raise ConfigError(f"{where}: precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
         if engine is None:
             raise ConfigError(f"{where}: precision needs an engine (e.g. \"engine\": \"auto\")")
+    engine_options = raw.get("engine_options", {})
+    if not isinstance(engine_options, dict):
+        raise ConfigError(f"{where}: engine_options must be an object of option names and values, "
+                          f"e.g. {{\"aot\": true}}; got {engine_options!r}")
+    if engine_options and engine in (None, "auto"):
+        raise ConfigError(f"{where}: engine_options apply to one engine; name it (e.g. \"engine\": \"torch\"), "
+                          f"not {engine or 'the default'!r}")
+    reserved = sorted(set(engine_options) & {"engine", "device", "threads", "precision", "batch_sizes"})
+    if reserved:
+        raise ConfigError(f"{where}: engine_options {reserved} are keys of the config itself; set them there")
     preprocessing = raw.get("preprocessing", "")
     if preprocessing not in ("", "image"):
         raise ConfigError(f"{where}: preprocessing {preprocessing!r}; expected \"image\"")
@@ -172,6 +186,7 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
         preprocessing=preprocessing,
         engine=engine,
         precision=precision,
+        engine_options=dict(engine_options),
     )
 
 

@@ -101,6 +101,7 @@ class ServedModel:
                 options["precision"] = config.precision
             if config.engine == "auto":
                 options["batch_sizes"] = config.batch_sizes()
+            options.update(config.engine_options)
         # On a GPU, one thread loads the model and runs every execution of it: ONNX Runtime binds
         # CUDA graphs, and cuDNN's fused kernels, to the thread that made the session (a call
         # from another thread gets fresh sessions without the fusion; lite/engines/ort/cuda.py),

@@ -318,6 +318,19 @@ def test_config_engine_and_precision():
         parse_config({"engine": "auto", "precision": "int4"}, "cfg")
 
 
+
+def test_config_engine_options():
+    config = parse_config({"engine": "torch", "engine_options": {"aot": True, "mode": "max-autotune"}}, "cfg")
+    assert config.engine_options == {"aot": True, "mode": "max-autotune"}
+    assert parse_config({}, "cfg").engine_options == {}
+    with pytest.raises(ConfigError, match="engine_options must be an object"):
+        parse_config({"engine": "torch", "engine_options": ["aot"]}, "cfg")
+    for engine in ({}, {"engine": "auto"}):
+        with pytest.raises(ConfigError, match="engine_options apply to one engine; name it"):
+            parse_config({**engine, "engine_options": {"aot": True}}, "cfg")
+    with pytest.raises(ConfigError, match=r"engine_options \['device', 'threads'\] are keys of the config itself"):
+        parse_config({"engine": "onnxruntime", "engine_options": {"threads": 1, "device": "cpu"}}, "cfg")
+
 def test_cheap_executions_move_onto_the_event_loop_and_slow_ones_never_do():
     """DirectScheduler tries cheap-looking executions on the loop now and then and keeps them
     there when they are cheap on the loop; a slow model stays on the worker threads."""

@@ -77,6 +77,31 @@ def test_a_broken_model_fails_to_load_with_a_reason(tmp_path):
         server.stop()
 
 
+
+def test_engine_options_reach_the_engine_and_a_wrong_one_says_which(tmp_path):
+    """A model's ``engine_options`` are its engine's load options: served with them when they
+    apply, and a model whose options the engine does not know fails to load naming the option
+    and the valid ones (the other models serve on)."""
+    pytest.importorskip("onnxruntime")
+    identity_model(tmp_path / "tuned" / "1" / "model.lite")
+    write_config(tmp_path / "tuned", {"engine": "onnxruntime", "engine_options": {"optimization": "basic"}})
+    identity_model(tmp_path / "typo" / "1" / "model.lite")
+    write_config(tmp_path / "typo", {"engine": "onnxruntime", "engine_options": {"optimisation": "basic"}})
+    server = start_server(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        assert client.is_model_ready("tuned")
+        x = np.arange(16, dtype=np.float32).reshape(1, 16)
+        tensor = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+        tensor.set_data_from_numpy(x)
+        np.testing.assert_array_equal(client.infer("tuned", [tensor]).as_numpy("OUTPUT0"), x)
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index["typo"]["state"] == "UNAVAILABLE"
+        assert "optimisation" in index["typo"]["reason"] and "optimization" in index["typo"]["reason"]
+        client.close()
+    finally:
+        server.stop()
+
 def test_repository_control_can_be_disabled(tmp_path):
     identity_model(tmp_path / "a" / "1" / "model.lite")
     server = start_server(tmp_path, "--no-repository-control")

@@ -12,6 +12,7 @@ torch. See :mod:`.engine` (partition, precision, data path), :mod:`.lowering` (t
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from lite.errors import EngineUnavailableError
@@ -47,6 +48,11 @@ def create_engine(model: ir.Model, request: Any) -> TorchEngine:
     if not (device == "cpu" or device.startswith("cuda")):
         raise EngineUnavailableError(f"engine 'torch' runs on 'cuda' or 'cpu'; got device={request.device!r}")
     options = dict(request.options)
+    valid = [name for name, parameter in inspect.signature(TorchEngine).parameters.items()
+             if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("precision", "custom_ops")]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise TypeError(f"unknown torch engine option(s) {', '.join(unknown)}; valid options: {', '.join(valid)}")
     options.setdefault("cache_dir", request.cache_dir)
     precision = _PRECISION[request.precision]
     if precision == "fp16" and device == "cpu":

@@ -12,7 +12,7 @@ import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
 from lite.errors import UnsupportedOpError
-from lite.format import GraphBuilder
+from lite.format import GraphBuilder, to_bytes
 
 torch = pytest.importorskip("torch", reason="the torch engine needs PyTorch (the torch extra)")
 
@@ -510,6 +510,14 @@ def test_an_artifact_that_cannot_be_saved_still_runs(tmp_path, monkeypatch, capl
     [message] = [r.getMessage() for r in caplog.records]
     assert "could not save the compiled artifact" in message and "cannot serialize this graph" in message
     assert next(s.runner for s in engine.segments if s.on_torch).aot_declined is None
+
+
+def test_an_unknown_option_is_refused_naming_the_valid_ones():
+    import lite
+
+    model, _ = one_node("Relu", [f32(2, 3)])
+    with pytest.raises(TypeError, match=r"unknown torch engine option\(s\) modee; valid options: mode, .*aot"):
+        lite.Model.load(to_bytes(model), engine="torch", device="cpu", modee="default")
 
 def test_cache_dir_wins_over_torchs_own_default_but_not_over_a_users_variable(tmp_path, monkeypatch):
     """torch writes its default folder into TORCHINDUCTOR_CACHE_DIR once Inductor has run; an
