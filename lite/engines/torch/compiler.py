@@ -159,8 +159,9 @@ class AotCompiled:
     def key(self, args: tuple[torch.Tensor, ...]) -> str:
         weights = [(tuple(w.shape), tuple(w.stride()), str(w.dtype), str(w.device)) for w in self._weights]
         signature = [(tuple(a.shape), tuple(a.stride()), str(a.dtype), str(a.device)) for a in args]
-        return hashlib.sha256(repr((self._lifted.code, weights, signature, sorted(self.options.items()),
-                                    torch.__version__, torch.version.cuda, _device_name(args))).encode()).hexdigest()[:32]
+        return hashlib.sha256(repr((self._lifted.code, _lowering_digest(), weights, signature,
+                                    sorted(self.options.items()), torch.__version__, torch.version.cuda,
+                                    _device_name(args))).encode()).hexdigest()[:32]
 
     def _artifact(self, args: tuple[torch.Tensor, ...]) -> Callable:
         """The compiled artifact for ``args``' signature: loaded from the cache, or compiled (and
@@ -169,10 +170,11 @@ class AotCompiled:
         Artifacts are saved unpacked, one folder each, and loaded with that folder as Inductor's
         cache: the Triton kernels tune their launch configurations on their first calls and
         keep the choice next to their code, so only the first process to run an artifact pays
-        for that tuning (seconds for ResNet-50), not every later start."""
-        folder = (self.folder or Path(tempfile.mkdtemp(prefix="lite-compiled-"))) / "compiled"
-        path = folder / self.key(args)
-        if path.is_dir():
+        for that tuning (seconds for ResNet-50), not every later start. Without a cache folder
+        (``cache_dir=None``) nothing is written: the artifact runs from memory."""
+        folder = None if self.folder is None else self.folder / "compiled"
+        path = Path(self.key(args)) if folder is None else folder / self.key(args)
+        if folder is not None and path.is_dir():
             try:
                 return _load(path)
             except Exception as err:  # noqa: BLE001 - any failure to load means: compile it again
@@ -197,6 +199,8 @@ class AotCompiled:
         except Exception as err:  # an Inductor failure: torch.compile takes over
             raise AotUnavailable(f"standalone_compile failed: {type(err).__name__}: {err}") from err
         log.info("compiled %s in %.1f s", path.name, time.perf_counter() - started)
+        if folder is None:
+            return artifact
         staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -218,7 +222,26 @@ class AotCompiled:
 
 
 def _load(path: Path) -> Callable:
+    # Inductor points TORCHINDUCTOR_CACHE_DIR at the folder while it loads (process-wide, for
+    # the length of the load): a compilation in another thread meanwhile uses that folder too.
     return torch._inductor.CompiledArtifact.load(path=str(path), format="unpacked")
+
+
+_LOWERING_DIGEST: str | None = None
+
+
+def _lowering_digest() -> str:
+    """A digest of this package's sources: the lowered graph's code names the lowering functions
+    but not their bodies, so a changed lowering must not meet an artifact made from the old one."""
+    global _LOWERING_DIGEST
+    if _LOWERING_DIGEST is None:
+        digest = hashlib.sha256()
+        package = Path(__file__).resolve().parent
+        for source in sorted(package.rglob("*.py")):
+            digest.update(str(source.relative_to(package)).encode())
+            digest.update(source.read_bytes())
+        _LOWERING_DIGEST = digest.hexdigest()
+    return _LOWERING_DIGEST
 
 
 class AotUnavailable(RuntimeError):

@@ -423,6 +423,12 @@ def test_aot_artifacts_are_compiled_once_and_loaded_by_a_new_process(tmp_path, m
                 .segments if s.on_torch).key(tuple(torch.from_numpy(v) for v in feeds.values())) == artifact.name
     with pytest.raises(ValueError, match="aot=True"):
         TorchEngine(model, device="cpu", mode="eager", aot=True, cache_dir=None)
+    # Without a cache folder the artifact runs from memory: lite writes nothing.
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    bare = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=None)
+    np.testing.assert_allclose(bare.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
+    runner = next(s.runner for s in bare.segments if s.on_torch)
+    assert runner.folder is None and runner.aot_declined is None
 
 
 @pytest.mark.slow
