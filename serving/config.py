@@ -164,8 +164,8 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
         raise ConfigError(f"{where}: engine_options must be an object of option names and values, "
                           f"e.g. {{\"aot\": true}}; got {engine_options!r}")
     if engine_options and engine in (None, "auto"):
-        raise ConfigError(f"{where}: engine_options apply to one engine; name it (e.g. \"engine\": \"torch\"), "
-                          f"not {engine or 'the default'!r}")
+        raise ConfigError(f"{where}: engine_options apply to one engine; name it (e.g. \"engine\": \"torch\")"
+                          + (" instead of \"auto\", which measures several" if engine == "auto" else ""))
     reserved = sorted(set(engine_options) & {"engine", "device", "threads", "precision", "batch_sizes"})
     if reserved:
         raise ConfigError(f"{where}: engine_options {reserved} are keys of the config itself; set them there")
