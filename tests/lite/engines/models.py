@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from lite.format import GraphBuilder, to_bytes
@@ -51,3 +53,29 @@ def custom_op_model() -> bytes:
     y = b.node("Swish2", [x], domain="my.ops", outputs=["y"], beta=1.0)
     b.output(y, np.float32, ["N", 4])
     return to_bytes(b.build())
+
+
+@dataclass
+class Const:
+    """A constant (initializer) input of a one-node model."""
+
+    value: np.ndarray
+
+
+def one_node(op: str, inputs: list, outputs: int = 1, opset: int = 17, **attributes):
+    """A model of one ``op`` node; array inputs are graph inputs, Const ones initializers."""
+    b = GraphBuilder(op.lower(), opset=opset)
+    names, feeds = [], {}
+    for position, value in enumerate(inputs):
+        name = f"in{position}"
+        if value is None:
+            names.append(None)
+        elif isinstance(value, Const):
+            names.append(b.constant(name, value.value))
+        else:
+            names.append(b.input(name, value.dtype, list(value.shape)))
+            feeds[name] = value
+    result = b.node(op, names, outputs=[f"out{k}" for k in range(outputs)], **attributes)
+    for name in (result if isinstance(result, tuple) else (result,)):
+        b.output(name)
+    return b.build(), feeds

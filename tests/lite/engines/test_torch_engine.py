@@ -1,11 +1,7 @@
-"""The torch engine: per-op agreement with the numpy engine, whole CNNs, partitioning, compilation."""
+"""The torch engine: per-op agreement with the numpy engine, whole CNNs, partitioning, precision,
+options (compilation and its caches: test_torch_compiler.py)."""
 
 from __future__ import annotations
-
-import os
-import shutil
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +9,7 @@ import pytest
 from lite.engines.numpy_engine import NumpyEngine
 from lite.errors import UnsupportedOpError
 from lite.format import GraphBuilder, to_bytes
+from tests.lite.engines.models import Const, one_node
 
 torch = pytest.importorskip("torch", reason="the torch engine needs PyTorch (the torch extra)")
 
@@ -21,38 +18,12 @@ from lite.engines.torch import TorchEngine
 RNG = np.random.default_rng(0)
 
 
-@dataclass
-class Const:
-    """A constant (initializer) input of a one-node model."""
-
-    value: np.ndarray
-
-
 def f32(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
 
 def i64(*values: int) -> Const:
     return Const(np.array(values, np.int64))
-
-
-def one_node(op: str, inputs: list, outputs: int = 1, opset: int = 17, **attributes):
-    """A model of one ``op`` node; array inputs are graph inputs, Const ones initializers."""
-    b = GraphBuilder(op.lower(), opset=opset)
-    names, feeds = [], {}
-    for position, value in enumerate(inputs):
-        name = f"in{position}"
-        if value is None:
-            names.append(None)
-        elif isinstance(value, Const):
-            names.append(b.constant(name, value.value))
-        else:
-            names.append(b.input(name, value.dtype, list(value.shape)))
-            feeds[name] = value
-    result = b.node(op, names, outputs=[f"out{k}" for k in range(outputs)], **attributes)
-    for name in (result if isinstance(result, tuple) else (result,)):
-        b.output(name)
-    return b.build(), feeds
 
 
 def assert_agrees(model, feeds, rtol=1e-5, atol=1e-5, **options):
@@ -355,118 +326,12 @@ def test_torch_tensor_inputs_give_torch_outputs():
     assert isinstance(out["out0"], np.ndarray)
 
 
-@pytest.mark.slow
-def test_compiled_model_caches_on_disk(tmp_path, monkeypatch):
-    """torch.compile on the CPU (a tiny model: compilation is CPU-heavy), cache under lite's root."""
-    from torch._dynamo.utils import counters
+def test_an_unknown_option_is_refused_naming_the_valid_ones():
+    import lite
 
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    model, feeds = one_node("Conv", [f32(1, 3, 6, 6), Const(f32(2, 3, 3, 3))], pads=[1, 1, 1, 1],
-                            fused_activation="Relu")
-    engine = TorchEngine(model, device="cpu", mode="default", cache_dir=tmp_path)
-    expected = NumpyEngine(model).run(feeds)["out0"]
-    np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
-    assert engine.cache_dir is not None
-    if engine.cache_dir.is_relative_to(tmp_path):
-        assert any(engine.cache_dir.rglob("*")), "Inductor wrote nothing to the cache"
-    # A new engine (as after a restart) hits the FX graph cache instead of recompiling.
-    torch._dynamo.reset()
-    counters.clear()
-    again = TorchEngine(model, device="cpu", mode="default", cache_dir=tmp_path)
-    np.testing.assert_allclose(again.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
-    assert counters["inductor"]["fxgraph_cache_hit"] >= 1
-
-
-@pytest.mark.slow
-def test_aot_artifacts_are_compiled_once_and_loaded_by_a_new_process(tmp_path, monkeypatch):
-    """aot=True: one compiled artifact (a folder) per input shape under <cache>/torch/compiled,
-    holding code only (the weights are lifted to inputs, so another model of the same shapes has
-    the same key); a new process, with every compiler made to fail, loads it and gets the same
-    answers."""
-    import subprocess
-    import sys
-
-    from lite.format import save
-
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # an earlier engine set it process-wide
-    model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(64, 3, 3, 3))], pads=[1, 1, 1, 1],
-                            fused_activation="Relu")
-    expected = NumpyEngine(model).run(feeds)["out0"]
-    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
-    np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
-    assert engine.cache_dir == tmp_path / "torch"
-    [artifact] = (tmp_path / "torch" / "compiled").iterdir()
-    assert artifact.is_dir() and not artifact.name.startswith(".")
-    runner = next(s.runner for s in engine.segments if s.on_torch)
-    assert runner.aot_declined is None and not runner.reloaded
-    path = tmp_path / "model.lite"
-    save(model, str(path))
-    np.save(tmp_path / "x.npy", feeds["in0"])
-    script = (
-        "import sys, numpy as np, torch, torch._inductor\n"
-        "def refuse(*a, **k): raise AssertionError('compiled again instead of loading the artifact')\n"
-        "torch._inductor.standalone_compile = refuse\n"
-        "torch.compile = refuse\n"
-        "import lite\n"
-        "model = lite.Model.load(sys.argv[1], engine='torch', device='cpu', mode='default', aot=True,"
-        " cache_dir=sys.argv[2])\n"
-        "np.save(sys.argv[3], model.predict({'in0': np.load(sys.argv[4])})['out0'])\n"
-        "runner = next(s.runner for s in model.engine.segments if s.on_torch)\n"
-        "assert runner.aot_declined is None and not runner.reloaded, (runner.aot_declined, runner.reloaded)\n"
-    )
-    subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path), str(tmp_path / "y.npy"),
-                    str(tmp_path / "x.npy")], check=True, timeout=300)
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
-    other, _ = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(64, 3, 3, 3))], pads=[1, 1, 1, 1],
-                        fused_activation="Relu")
-    assert next(s.runner for s in TorchEngine(other, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
-                .segments if s.on_torch).key(tuple(torch.from_numpy(v) for v in feeds.values())) == artifact.name
-    with pytest.raises(ValueError, match="aot=True"):
-        TorchEngine(model, device="cpu", mode="eager", aot=True, cache_dir=None)
-    # Without a cache folder the artifact runs from memory: lite writes nothing.
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    bare = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=None)
-    np.testing.assert_allclose(bare.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
-    runner = next(s.runner for s in bare.segments if s.on_torch)
-    assert runner.folder is None and runner.aot_declined is None
-
-
-@pytest.mark.slow
-def test_a_damaged_artifact_is_compiled_again_and_a_failing_compiler_falls_back(tmp_path, monkeypatch, caplog):
-    """A compiled artifact in the cache that does not load is compiled again and replaced (said
-    once in the log); when compiling itself fails, the engine says why, once, and runs through
-    torch.compile with the same answers."""
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1])
-    expected = NumpyEngine(model).run(feeds)["out0"]
-    TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path).run(feeds)
-    [artifact] = (tmp_path / "torch" / "compiled").iterdir()
-    for entry in (artifact / "aotautograd").iterdir():  # damaged on disk
-        shutil.rmtree(entry)
-        entry.write_bytes(b"\x80\x04 not an artifact")
-
-    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
-    with caplog.at_level("WARNING", logger="lite.engines.torch"):
-        np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
-    runner = next(s.runner for s in engine.segments if s.on_torch)
-    assert runner.aot_declined is None and len(runner.reloaded) == 1 and artifact.name in runner.reloaded[0]
-    assert (artifact / "aotautograd").is_dir() and all(e.is_dir() for e in (artifact / "aotautograd").iterdir())
-    assert sum("does not load, compiling it again" in r.getMessage() for r in caplog.records) == 1
-
-    def refuse(*args, **kwargs):
-        raise RuntimeError("no compiler here")
-
-    shutil.rmtree(artifact)
-    monkeypatch.setattr(torch._inductor, "standalone_compile", refuse)
-    caplog.clear()
-    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
-    with caplog.at_level("WARNING", logger="lite.engines.torch"):
-        for _ in range(2):
-            np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
-    runner = next(s.runner for s in engine.segments if s.on_torch)
-    assert runner.aot_declined == "standalone_compile failed: RuntimeError: no compiler here"
-    assert [r.getMessage() for r in caplog.records].count(
-        f"ahead-of-time compilation declined, running through torch.compile instead: {runner.aot_declined}") == 1
+    model, _ = one_node("Relu", [f32(2, 3)])
+    with pytest.raises(TypeError, match=r"unknown torch engine option\(s\) modee; valid options: mode, .*aot"):
+        lite.Model.load(to_bytes(model), engine="torch", device="cpu", modee="default")
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -483,59 +348,3 @@ def test_cuda_device_inputs_give_device_outputs_in_half_precision():
     assert isinstance(out, torch.Tensor) and out.is_cuda and out.dtype == torch.float16
     expected = NumpyEngine(model).run({"input": x.cpu().numpy()})["output"].astype(np.float32)
     np.testing.assert_allclose(out.float().cpu().numpy(), expected, rtol=5e-2, atol=5e-2)
-
-
-
-@pytest.mark.slow
-def test_an_artifact_that_cannot_be_saved_still_runs(tmp_path, monkeypatch, caplog):
-    """Saving is a cache, not a requirement: an artifact Inductor cannot serialize (or a full,
-    read-only cache) is said once in the log, runs from memory, and leaves no half-written folder."""
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    model, feeds = one_node("Conv", [f32(2, 3, 6, 6), Const(f32(4, 3, 3, 3))], pads=[1, 1, 1, 1])
-    expected = NumpyEngine(model).run(feeds)["out0"]
-    real = torch._inductor.standalone_compile
-
-    class Unsaveable:
-        def __init__(self, artifact):
-            self.artifact = artifact
-
-        def __call__(self, *args):
-            return self.artifact(*args)
-
-        def save(self, *, path, format):
-            Path(path).mkdir()
-            (Path(path) / "partial").write_bytes(b"half")
-            raise RuntimeError("cannot serialize this graph")
-
-    monkeypatch.setattr(torch._inductor, "standalone_compile", lambda *a, **k: Unsaveable(real(*a, **k)))
-    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
-    with caplog.at_level("WARNING", logger="lite.engines.torch"):
-        for _ in range(2):
-            np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
-    assert list((tmp_path / "torch" / "compiled").iterdir()) == []
-    [message] = [r.getMessage() for r in caplog.records]
-    assert "could not save the compiled artifact" in message and "cannot serialize this graph" in message
-    assert next(s.runner for s in engine.segments if s.on_torch).aot_declined is None
-
-
-def test_an_unknown_option_is_refused_naming_the_valid_ones():
-    import lite
-
-    model, _ = one_node("Relu", [f32(2, 3)])
-    with pytest.raises(TypeError, match=r"unknown torch engine option\(s\) modee; valid options: mode, .*aot"):
-        lite.Model.load(to_bytes(model), engine="torch", device="cpu", modee="default")
-
-def test_cache_dir_wins_over_torchs_own_default_but_not_over_a_users_variable(tmp_path, monkeypatch):
-    """torch writes its default folder into TORCHINDUCTOR_CACHE_DIR once Inductor has run; an
-    engine's cache_dir replaces that, but never a folder the user chose."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    from lite.engines.torch.compiler import CACHE_VARIABLE, configure_cache
-
-    monkeypatch.setenv(CACHE_VARIABLE, default_cache_dir())
-    assert configure_cache(tmp_path / "lite") == tmp_path / "lite" / "torch"
-    assert os.environ[CACHE_VARIABLE] == str(tmp_path / "lite" / "torch")
-    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "mine"))
-    assert configure_cache(tmp_path / "lite") == tmp_path / "mine"
-    monkeypatch.delenv(CACHE_VARIABLE)
-    assert configure_cache(None) is None
