@@ -190,7 +190,7 @@ def run_parent(args: argparse.Namespace) -> dict:
     for mode in args.modes:
         try:
             engines[mode] = TorchEngine(model_ir, device=args.device, mode=mode, cache_dir=cache_dir,
-                                        **freezing_option(args))
+                                        **engine_options(args))
             info[f"lite_{mode}_precision"] = engines[mode].compute_precision
             info[f"lite_{mode}_partition"] = engines[mode].describe()
         except Exception as err:
@@ -304,7 +304,7 @@ def run_child(args: argparse.Namespace) -> None:
     model_ir = lite.Model.load(args.child, device="numpy").ir
     loaded = time.time()
     engine = TorchEngine(model_ir, device=args.device, mode=args.modes[0], cache_dir=args.cache_dir,
-                         **freezing_option(args))
+                         **engine_options(args))
     built = time.time()
     batch = args.batches[0]
     x = torch.randn(batch, 3, args.image_size, args.image_size, device=args.device).half()
@@ -334,7 +334,7 @@ def run_child(args: argparse.Namespace) -> None:
                       "artifacts_compiled_again": getattr(runner, "reloaded", None)}))
 
 
-def freezing_option(args: argparse.Namespace) -> dict:
+def engine_options(args: argparse.Namespace) -> dict:
     """The engine options the command line sets (``--freezing``, ``--aot``)."""
     options = {} if args.freezing is None else {"freezing": args.freezing}
     if args.aot:
