@@ -23,7 +23,7 @@ minutes per batch size on a cold cache). Compile caches go to ``--cache-dir`` (a
 folder by default, so the first compile is cold and the warm start is honest).
 
     python bench/gpu_engines.py --json gpu_engines.json               # on the GPU machine
-    python bench/gpu_engines.py --aot --json gpu_engines.json         # lite compiled ahead of time
+    python bench/gpu_engines.py --no-aot --json gpu_engines.json      # lite through torch.compile
     python bench/gpu_engines.py --device cpu --model tiny --batches 1 2 --quick   # logic check on a CPU
 """
 
@@ -276,8 +276,8 @@ def warm_start(bench: Bench, lite_path: Path, cache_dir: Path, batch: int) -> No
                args.device, "--batches", str(batch), "--modes", mode, "--image-size", str(args.image_size)]
     if args.freezing is not None:
         command.append("--freezing" if args.freezing else "--no-freezing")
-    if args.aot:
-        command.append("--aot")
+    if args.aot is not None:
+        command.append("--aot" if args.aot else "--no-aot")
     started = time.time()
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=max(30.0, min(180.0, bench.left())),
@@ -337,8 +337,8 @@ def run_child(args: argparse.Namespace) -> None:
 def engine_options(args: argparse.Namespace) -> dict:
     """The engine options the command line sets (``--freezing``, ``--aot``)."""
     options = {} if args.freezing is None else {"freezing": args.freezing}
-    if args.aot:
-        options["aot"] = True
+    if args.aot is not None:
+        options["aot"] = args.aot
     return options
 
 
@@ -400,8 +400,9 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--freezing", action=argparse.BooleanOptionalAction, default=None,
                         help="the torch engine's freezing option (default: the engine's default)")
-    parser.add_argument("--aot", action="store_true",
-                        help="lite's engine compiles ahead of time (aot=True: artifacts a later process loads)")
+    parser.add_argument("--aot", action=argparse.BooleanOptionalAction, default=None,
+                        help="lite's engine compiles ahead of time (artifacts a later process loads) or through "
+                             "torch.compile (default: the engine's default, ahead of time on CUDA)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

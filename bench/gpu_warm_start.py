@@ -2,8 +2,8 @@
 """A warm start of the torch engine with artifacts compiled ahead of time (issue 11).
 
 ResNet-50 fp16 (torchvision definition, random weights; converted with ``--fp16 --fp16-io``)
-runs on ``lite.Model.load(..., engine="torch", device="cuda", aot=True)``, ``--mode``
-(max-autotune by default), batch ``--batch``. Fresh processes share one cache folder: the first
+runs on ``lite.Model.load(..., engine="torch", device="cuda", precision="fp16")`` (compiled
+ahead of time, the engine's default on CUDA), ``--mode`` (max-autotune by default), batch ``--batch``. Fresh processes share one cache folder: the first
 compiles (the artifact is written under ``<cache>/torch/compiled``), the next ones load it. Each
 reports the seconds from its start (before ``import torch``) to the end of its first call and to
 full speed (the end of the first timed window whose rate is within 5 % of the steady rate), and
@@ -41,7 +41,8 @@ path, cache, batch, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(
 def say(what):  # progress on stderr, live: a run cut short still shows how far it got
     print(f"[{time.perf_counter() - started:7.1f} s] {what}", file=sys.stderr, flush=True)
 say("torch and lite imported")
-model = lite.Model.load(path, engine="torch", device="cuda", mode=sys.argv[6], aot=True, cache_dir=cache)
+model = lite.Model.load(path, engine="torch", device="cuda", precision="fp16", mode=sys.argv[6], cache_dir=cache,
+                        inductor_options=json.loads(sys.argv[7]))
 loaded = time.perf_counter() - started
 say("model loaded; first call (compiles or loads the artifact)")
 x = torch.randn(batch, 3, 224, 224, device="cuda").half()
@@ -59,7 +60,8 @@ steady = sum(w[0] for w in windows[-4:]) / sum(w[1] for w in windows[-4:])
 full = next(end for images, span, end in windows if images / span >= 0.95 * steady)
 runner = next(s.runner for s in model.engine.segments if s.on_torch)
 print(json.dumps({"load_s": round(loaded, 2), "first_call_s": round(first, 2), "full_speed_s": round(full, 2),
-                  "images_per_s": round(steady, 1), "cuda_graph_declined": runner.graph_declined,
+                  "images_per_s": round(steady, 1), "precision": model.engine.compute_precision,
+                  "cuda_graph_declined": runner.graph_declined,
                   "aot_declined": runner.aot_declined, "compiled_again": runner.reloaded}))
 """
 
@@ -76,6 +78,9 @@ def main() -> int:
                         help="let the processes cache Python bytecode (under the workdir), as an installed "
                              "package does, even where PYTHONDONTWRITEBYTECODE is set (the GPU machine sets it)")
     parser.add_argument("--timeout", type=float, default=480.0, help="seconds allowed to each process")
+    parser.add_argument("--inductor-option", action="append", default=[], metavar="NAME=JSON",
+                        help="an Inductor setting for the engine (inductor_options), e.g. "
+                             "coordinate_descent_tuning=false; repeatable")
     parser.add_argument("--phases", nargs="+", choices=("cold", "warm"), default=["cold", "warm"],
                         help="processes to run in turn (warm twice: a second warm start)")
     args = parser.parse_args()
@@ -96,12 +101,17 @@ def main() -> int:
     if args.bytecode:  # a deployed install keeps compiled bytecode (pip writes it); so do these processes
         environment.pop("PYTHONDONTWRITEBYTECODE", None)
         environment["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
+    inductor_options = {}
+    for option in args.inductor_option:
+        name, _, value = option.partition("=")
+        inductor_options[name] = json.loads(value)
     results = {}
     for label in args.phases:
         print(f"--- {label} process", file=sys.stderr, flush=True)
         try:  # the child's stderr (its progress, torch's warnings) passes through live
             out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(cache), str(args.batch),
-                                  repr(time.perf_counter()), str(args.seconds), args.mode], stdout=subprocess.PIPE,
+                                  repr(time.perf_counter()), str(args.seconds), args.mode,
+                                  json.dumps(inductor_options)], stdout=subprocess.PIPE,
                                  text=True, check=False, cwd=ROOT, timeout=args.timeout, env=environment)
         except subprocess.TimeoutExpired:
             print(f"the {label} process ran over --timeout {args.timeout:.0f} s (its progress is above)")

@@ -15,7 +15,7 @@ Every key is optional; unknown keys are an error so that a typo never goes unnot
       "device": "cpu",                          # numpy | cpu | cuda | auto (default: the server's)
       "engine": "auto",                         # auto | numpy | onnxruntime | openvino | torch
       "precision": "exact",                     # with "engine": exact | fp16 | bf16
-      "engine_options": {"aot": true},          # with a named engine: its lite.Model.load options
+      "engine_options": {"mode": "reduce-overhead"},  # with a named engine: its lite.Model.load options
       "version_policy": {"latest": 2},          # or {"all": true} or {"specific": [1, 3]}
       "warmup": {"batch_size": 1, "count": 2},  # runs on zero inputs before the model is READY
       "inputs": {"x": "INPUT0"},                # rename: model tensor name -> served name

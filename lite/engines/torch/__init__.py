@@ -37,7 +37,7 @@ def create_engine(model: ir.Model, request: Any) -> TorchEngine:
 
     ``request.device``: "auto" (CUDA when torch sees a GPU, else the CPU), "cuda", "cuda:N" or
     "cpu". ``request.options``: TorchEngine's keyword arguments (``mode``, ``channels_last``,
-    ``dynamic``, ``freezing``, ``fallback``, ``cache_dir``, ``aot``). ``request.threads`` is not applied:
+    ``dynamic``, ``freezing``, ``fallback``, ``cache_dir``, ``aot``, ``inductor_options``). ``request.threads`` is not applied:
     torch's thread count is process-wide (``torch.set_num_threads``).
     """
     import torch

@@ -32,8 +32,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -76,15 +77,32 @@ def uses_cuda_graphs(mode: str, device: torch.device) -> bool:
     return device.type == "cuda" and mode in ("reduce-overhead", "max-autotune")
 
 
-def compile_module(module: torch.nn.Module, mode: str, *, dynamic: bool | None, freezing: bool) -> Callable:
-    """``module`` compiled by Inductor in ``mode`` (or itself for ``eager``)."""
+def check_inductor_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` as a dict, every name a setting of ``torch._inductor.config``."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"inductor_options must be a dict of torch._inductor.config settings; got {type(options).__name__}")
+    known = torch._inductor.config._config
+    unknown = sorted(str(name) for name in options if name not in known)
+    if unknown:
+        raise ValueError(f"inductor_options: {', '.join(unknown)} not setting(s) of torch._inductor.config "
+                         f"(torch {torch.__version__}); see torch/_inductor/config.py for the names")
+    return dict(options)
+
+
+def compile_module(module: torch.nn.Module, mode: str, *, dynamic: bool | None, freezing: bool,
+                   options: Mapping[str, Any] | None = None) -> Callable:
+    """``module`` compiled by Inductor in ``mode`` (or itself for ``eager``), with ``options``
+    (Inductor settings) over the mode's."""
     if mode == "eager":
         return module
-    options = dict(torch._inductor.list_mode_options(mode))
+    settings = dict(torch._inductor.list_mode_options(mode))
     # Freezing folds the weights into the compiled graph as constants (conv+bn folding,
     # weight layout and prepacking for the CPU's oneDNN kernels): right for inference.
-    options["freezing"] = freezing
-    return torch.compile(module, backend="inductor", options=options, dynamic=dynamic)
+    settings["freezing"] = freezing
+    settings.update(options or {})
+    return torch.compile(module, backend="inductor", options=settings, dynamic=dynamic)
 
 
 class AotCompiled:
@@ -109,12 +127,21 @@ class AotCompiled:
     CUDA and GPU versions.
     """
 
-    def __init__(self, module: torch.nn.Module, mode: str, folder: Path | None, *, cuda_graphs: bool) -> None:
+    def __init__(self, module: torch.nn.Module, mode: str, folder: Path | None, *, cuda_graphs: bool,
+                 options: Mapping[str, Any] | None = None) -> None:
         self.module = module
         self.mode = mode
-        options = dict(torch._inductor.list_mode_options(mode))
-        options.pop("triton.cudagraphs", None)  # graphs are captured here, around the artifact
-        self.options = options
+        settings = dict(torch._inductor.list_mode_options(mode))
+        settings.pop("triton.cudagraphs", None)  # graphs are captured here, around the artifact
+        # No coordinate-descent tuning of kernel launch parameters: a kernel loaded from a saved
+        # artifact checks its recorded tuning against its one compiled configuration, misses, and
+        # tunes again in every process (torch 2.11): ResNet-50's warm start took 10.0 s instead
+        # of 3.9 s, for no gain in throughput (30,270 vs 30,450 images/s at batch 256, H200,
+        # bench/gpu_warm_start.py). ``inductor_options`` can turn it back on.
+        settings["coordinate_descent_tuning"] = False
+        settings.update(options or {})
+        self.options = settings
+        self._user_options = dict(options or {})
         self.folder = folder
         self.cuda_graphs = cuda_graphs
         self.runners: dict[tuple, Callable] = {}
@@ -142,7 +169,8 @@ class AotCompiled:
                 log.warning("ahead-of-time compilation declined, running through torch.compile instead: %s", err)
             self.aot_declined = str(err)
             if self._jit is None:
-                self._jit = compile_module(self.module, self.mode, dynamic=False, freezing=False)
+                self._jit = compile_module(self.module, self.mode, dynamic=False, freezing=False,
+                                           options=self._user_options)
             return self._jit
         weights = self._weights
 

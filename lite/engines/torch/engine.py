@@ -27,7 +27,8 @@ import torch
 
 from lite.device_arrays import is_device_array
 from lite.engines.partition import numpy_part, split
-from lite.engines.torch.compiler import MODES, AotCompiled, compile_module, configure_cache, uses_cuda_graphs
+from lite.engines.torch.compiler import (MODES, AotCompiled, check_inductor_options, compile_module, configure_cache,
+                                         uses_cuda_graphs)
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
 from lite.errors import EngineUnavailableError, UnsupportedOpError
 from lite.format import ir
@@ -68,18 +69,22 @@ class TorchEngine:
     misses Inductor's FX graph cache, so a restart took 14.2 s to full speed instead of 11.9 s
     (ResNet-50, H200, bench/gpu_engines.py; same throughput). ``cache_dir``: the cache root (Inductor's caches go to
     ``<cache_dir>/torch``); None leaves torch's default. ``aot``: compile each segment ahead of
-    time instead (:class:`~lite.engines.torch.compiler.AotCompiled`: Inductor's standalone
-    compilation of the lowered graph, no Dynamo), one artifact per input shape kept under
-    ``<cache_dir>/torch/compiled``, so a later process loads the artifacts without tracing or
-    compiling; with ``mode`` max-autotune / reduce-overhead on CUDA, each shape is replayed from
-    a CUDA graph of lite's own, with less per-call overhead than torch.compile's (ResNet-50 fp16
-    batch 1 on an H200: 0.46 ms against 0.59 ms, docs/benchmarks.md).
+    time instead of through ``torch.compile`` (:class:`~lite.engines.torch.compiler.AotCompiled`:
+    Inductor's standalone compilation of the lowered graph, no Dynamo), one artifact per input
+    shape kept under ``<cache_dir>/torch/compiled``, so a later process loads the artifacts
+    without tracing or compiling; with ``mode`` max-autotune / reduce-overhead on CUDA, each shape
+    is replayed from a CUDA graph of lite's own, with less per-call overhead than torch.compile's.
+    None (the default): on CUDA, where it is the faster on every count (ResNet-50 fp16 on an
+    H200, docs/benchmarks.md: batch 1 0.46 ms against 0.54 ms, a warm start 3.9 s against 11.9 s),
+    not on the CPU, where ``torch.compile`` with ``freezing`` prepacks the weights for oneDNN. ``inductor_options``:
+    Inductor settings (names of ``torch._inductor.config``, e.g. ``{"max_autotune_gemm_backends":
+    "TRITON"}``) applied over the mode's, as ``torch.compile(options=...)`` takes them.
     """
 
     def __init__(self, model: ir.Model, device: str = "cuda", *, mode: str | None = None, precision: str = "auto",
                  channels_last: bool | None = None, dynamic: bool | None = False, freezing: bool | None = None,
                  cache_dir: str | Path | None = "default", custom_ops: KernelRegistry | None = None,
-                 fallback: bool = True, aot: bool = False) -> None:
+                 fallback: bool = True, aot: bool | None = None, inductor_options: Mapping[str, Any] | None = None) -> None:
         self.device = torch.device(device)
         if self.device.type not in ("cuda", "cpu"):
             raise ValueError(f"the torch engine runs on 'cuda' or 'cpu'; got device {device!r}")
@@ -95,7 +100,8 @@ class TorchEngine:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
         if aot and self.mode == "eager":
             raise ValueError("aot=True compiles ahead of time with Inductor; mode='eager' compiles nothing")
-        self.aot = aot
+        self.aot = (on_gpu and self.mode != "eager") if aot is None else bool(aot)
+        self.inductor_options = check_inductor_options(inductor_options)
         if precision == "fp16" and not on_gpu:
             raise ValueError("precision='fp16' needs device='cuda': the CPU computes in float32")
         self.name = f"torch-{self.device.type}"
@@ -143,9 +149,11 @@ class TorchEngine:
             if segment.on_torch:
                 segment.module = build_module(self.model, segment.nodes, segment.inputs, segment.outputs, self.policy)
                 if self.aot:
-                    segment.runner = AotCompiled(segment.module, self.mode, self.cache_dir, cuda_graphs=self.cuda_graphs)
+                    segment.runner = AotCompiled(segment.module, self.mode, self.cache_dir, cuda_graphs=self.cuda_graphs,
+                                                 options=self.inductor_options)
                 else:
-                    segment.runner = compile_module(segment.module, self.mode, dynamic=dynamic, freezing=freezing)
+                    segment.runner = compile_module(segment.module, self.mode, dynamic=dynamic, freezing=freezing,
+                                                    options=self.inductor_options)
             else:
                 segment.runner = numpy_part(self.model, part, position, self.custom_ops)
             segments.append(segment)

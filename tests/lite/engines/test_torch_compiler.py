@@ -185,3 +185,37 @@ def test_cache_dir_wins_over_torchs_own_default_but_not_over_a_users_variable(tm
     assert configure_cache(tmp_path / "lite") == tmp_path / "mine"
     monkeypatch.delenv(CACHE_VARIABLE)
     assert configure_cache(None) is None
+
+
+def test_aot_is_the_default_on_cuda_only_and_inductor_options_are_checked():
+    """Ahead of time on CUDA (faster at batch 1 and on a restart), torch.compile on the CPU
+    (freezing prepacks weights for oneDNN); a setting Inductor does not have is refused by name."""
+    model, _ = one_node("Relu", [f32(2, 3)])
+    assert TorchEngine(model, device="cpu", cache_dir=None).aot is False
+    assert TorchEngine(model, device="cpu", cache_dir=None, aot=True).aot is True
+    with pytest.raises(ValueError, match="inductor_options: no_such_setting not setting"):
+        TorchEngine(model, device="cpu", cache_dir=None, inductor_options={"no_such_setting": 1})
+    with pytest.raises(TypeError, match="inductor_options must be a dict"):
+        TorchEngine(model, device="cpu", cache_dir=None, inductor_options=[("fallback_random", True)])
+
+
+@pytest.mark.slow
+def test_inductor_options_reach_both_compilers_and_the_artifact_key(tmp_path, monkeypatch):
+    """Artifacts compile without coordinate-descent tuning (a kernel loaded from one would tune
+    again in every process) unless inductor_options turn it on; a user's settings apply over the
+    mode's, enter the artifact's key (two settings, two artifacts), and reach torch.compile too."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    model, feeds = one_node("Conv", [f32(1, 3, 6, 6), Const(f32(2, 3, 3, 3))], pads=[1, 1, 1, 1])
+    expected = NumpyEngine(model).run(feeds)["out0"]
+    engines = [TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path),
+               TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path,
+                           inductor_options={"coordinate_descent_tuning": True, "fallback_random": True}),
+               TorchEngine(model, device="cpu", mode="default", cache_dir=tmp_path,
+                           inductor_options={"fallback_random": True})]
+    runners = [next(s.runner for s in engine.segments if s.on_torch) for engine in engines]
+    assert runners[0].options["coordinate_descent_tuning"] is False
+    assert runners[1].options["coordinate_descent_tuning"] is True and runners[1].options["fallback_random"] is True
+    for engine in engines:
+        np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
+    assert runners[0].aot_declined is None and runners[1].aot_declined is None
+    assert len([p for p in (tmp_path / "torch" / "compiled").iterdir() if not p.name.startswith(".")]) == 2
