@@ -44,7 +44,7 @@ import numpy as np
 import lite
 from lite.atomic import atomic_write
 from lite.device_arrays import device_array_spec, is_device_array
-from lite.engines import ENGINES, PRECISIONS, EngineRequest, create_engine, engine_versions
+from lite.engines import ENGINES, PRECISIONS, EngineRequest, create_engine, default_precision, engine_versions
 from lite.errors import LiteError
 from lite.format import ir
 from lite.format.dtypes import DataType
@@ -159,7 +159,7 @@ def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int |
     file, a content hash for bytes); ``cache_dir`` None measures every time and records nothing;
     ``engines`` limits the candidates to these engine names.
     """
-    policy = precision or "exact"
+    policy = precision or default_precision(model)
     if policy not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     buckets = _buckets(model, batch_sizes)

@@ -85,9 +85,11 @@ class Model:
         ``cache_dir`` (``<cache_dir>/autotune/``) and reused by later loads while the model file,
         the engines' versions and the hardware are unchanged; ``retune=True`` measures again.
         ``model.engine.decision`` holds the record (times, errors, why others were not chosen).
-        With an ``engine``, ``precision`` is a policy: ``"exact"`` (the default: float32
-        arithmetic, as the numpy engine computes), ``"fp16"`` or ``"bf16"`` (the least precise
-        arithmetic an engine may use; OpenVINO computes in bf16 on CPUs with bf16 units);
+        With an ``engine``, ``precision`` is a policy: ``"exact"`` (float32 arithmetic, as the
+        numpy engine computes), ``"fp16"`` or ``"bf16"`` (the least precise arithmetic an engine
+        may use; GPU engines compute in float16 under ``"fp16"``, OpenVINO in bf16 on CPUs with
+        bf16 units under ``"bf16"``); the default is the precision the model was converted for:
+        ``"fp16"`` for a model that stores float16 weights (``lite convert --fp16``), else ``"exact"``;
         int8 models run in int8 from their QDQ form under any policy. With ``engine="auto"``
         only ``precision``, ``cache_dir`` and ``retune`` apply; with one engine, that engine's
         options (e.g. the ONNX Runtime ones above for ``"onnxruntime"``).

@@ -41,7 +41,7 @@ class EngineRequest:
 
     device: str = "auto"  # "auto" or a device the engine runs on ("cpu", "cuda", ...)
     threads: int | None = None
-    precision: str | None = None  # a policy of PRECISIONS; None: "exact" (create_engine fills it in)
+    precision: str | None = None  # a policy of PRECISIONS; None: default_precision (create_engine fills it in)
     custom_ops: Any = None
     identity: str | None = None  # identity of the model file (path, size, mtime, inode); None: bytes
     cache_dir: Path | None = None  # the cache root; None: no on-disk caches
@@ -67,12 +67,20 @@ def default_cache_dir() -> Path:
     return Path(base) / "lite"
 
 
+def default_precision(model: ir.Model) -> str:
+    """The policy a caller who names none gets: the one the model was converted for. ``"fp16"``
+    for a model that stores float16 weights (``lite convert --fp16``: GPU engines compute in
+    float16; CPU engines, which have few float16 kernels, in float32), else ``"exact"``."""
+    half = any(t.is_constant and t.dtype == ir.DataType.FLOAT16 for t in model.main.tensors)
+    return "fp16" if half else "exact"
+
+
 def create_engine(name: str, model: ir.Model, request: EngineRequest) -> Any:
     """Build engine ``name`` of :data:`ENGINES` for ``model``."""
     if name not in ENGINES:
         raise ValueError(f"engine must be 'auto' or one of {', '.join(ENGINES)}; got {name!r}")
     if request.precision is None:
-        request = dataclasses.replace(request, precision="exact")
+        request = dataclasses.replace(request, precision=default_precision(model))
     elif request.precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {request.precision!r}")
     module_name, _, function = ENGINES[name].factory.partition(":")

@@ -18,6 +18,7 @@ import lite.format
 from lite import autotune
 from lite.cli import main
 from lite.engines import ENGINES, EngineEntry
+from lite.format import GraphBuilder, to_bytes
 from tests.lite.engines.models import cnn
 
 pytest.importorskip("onnxruntime", reason="autotuning is tested with numpy vs ONNX Runtime")
@@ -160,6 +161,34 @@ def test_named_engines_and_argument_checks(model_file):
         lite.Model.load(model_file, engine="auto", optimization="all")
     with pytest.raises(ValueError, match="precision"):
         lite.Model.load(model_file, engine="auto", precision="int4")
+
+
+PRECISIONS_SEEN: list = []
+
+
+def recording(model, request):
+    PRECISIONS_SEEN.append(request.precision)
+    return FakeEngine(model, "recording", lambda batch: 0.0)
+
+
+def test_an_unnamed_precision_is_the_one_the_model_was_converted_for(model_file, tmp_path, monkeypatch):
+    """float16 weights (lite convert --fp16) mean "fp16" to a named engine and to autotuning,
+    float32 ones "exact"; a precision the caller names wins."""
+    b = GraphBuilder("half", opset=17)
+    x = b.input("x", np.float32, ["N", 4])
+    w = b.node("Cast", [b.constant("w", np.eye(4, dtype=np.float16))], to=1)
+    b.output(b.node("MatMul", [x, w], outputs=["y"]), np.float32, ["N", 4])
+    half = tmp_path / "half.lite"
+    half.write_bytes(to_bytes(b.build()))
+    register(monkeypatch, recording="recording")
+    PRECISIONS_SEEN.clear()
+    for path in (half, model_file):
+        lite.Model.load(path, engine="recording", device="cpu")
+    lite.Model.load(half, engine="recording", device="cpu", precision="exact")
+    assert PRECISIONS_SEEN == ["fp16", "exact", "exact"]
+    tuned = lite.Model.load(half, engine="auto", device="cpu", cache_dir=None, batch_sizes=(1,))
+    assert tuned.engine.decision["settings"]["precision"] == "fp16"
+    np.testing.assert_allclose(tuned.predict({"x": np.ones((1, 4), np.float32)})["y"], np.ones((1, 4)))
 
 
 def test_agreement_checks_shapes_nans_and_integer_outputs():
