@@ -120,6 +120,9 @@ class AotCompiled:
     replaced; if compiling fails, calls run through ``torch.compile`` instead, said once in the
     log and in ``aot_declined``.
 
+    As ``torch.compile`` does, at most ``torch._dynamo.config.recompile_limit`` (8) signatures
+    are compiled; calls of further ones run the module uncompiled (``uncompiled`` lists them).
+
     ``cuda_graphs``: on CUDA, each signature's calls are captured in a CUDA graph once and
     replayed (static input buffers; outputs are the graph's buffers, so the caller copies them
     before the next call). Artifacts live in ``folder / "compiled"`` under a key made of the
@@ -148,6 +151,7 @@ class AotCompiled:
         self.graph_declined: str | None = None  # why a capture failed (calls then run uncaptured)
         self.aot_declined: str | None = None  # why an artifact could not be made
         self.reloaded: list[str] = []  # artifacts found unloadable and compiled again (their reasons)
+        self.uncompiled: list[list[tuple]] = []  # input shapes past the compile limit, run uncompiled
         self._lifted, self._weights = lift_weights(module)
         self._jit: Callable | None = None
         self._lock = threading.Lock()
@@ -162,6 +166,14 @@ class AotCompiled:
         return runner(*args)
 
     def _prepare(self, args: tuple[torch.Tensor, ...]) -> Callable:
+        limit = getattr(torch._dynamo.config, "recompile_limit", 8)
+        if len(self.runners) >= limit:  # as torch.compile does past its limit: run uncompiled
+            if not self.uncompiled:
+                log.warning("more than %d input shapes: shapes from %s on run uncompiled (each new shape would "
+                            "compile for minutes); pad the inputs to a few sizes (lite serve pads batches on a GPU)",
+                            limit, [tuple(a.shape) for a in args])
+            self.uncompiled.append([tuple(a.shape) for a in args])
+            return self.module
         try:
             artifact = self._artifact(args)
         except AotUnavailable as err:

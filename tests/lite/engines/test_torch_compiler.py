@@ -219,3 +219,22 @@ def test_inductor_options_reach_both_compilers_and_the_artifact_key(tmp_path, mo
         np.testing.assert_allclose(engine.run(feeds)["out0"], expected, rtol=1e-4, atol=1e-5)
     assert runners[0].aot_declined is None and runners[1].aot_declined is None
     assert len([p for p in (tmp_path / "torch" / "compiled").iterdir() if not p.name.startswith(".")]) == 2
+
+
+@pytest.mark.slow
+def test_shapes_past_the_compile_limit_run_uncompiled(tmp_path, monkeypatch, caplog):
+    """As torch.compile does past its recompile limit: a new input shape beyond the limit runs the
+    module uncompiled (correctly), said once in the log, instead of compiling for minutes each."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    model, feeds = one_node("Relu", [f32(2, 3)])
+    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path)
+    runner = next(s.runner for s in engine.segments if s.on_torch)
+    with caplog.at_level("WARNING", logger="lite.engines.torch"):
+        for rows in (2, 3, 4, 3):
+            x = f32(rows, 3)
+            np.testing.assert_array_equal(engine.run({"in0": x})["out0"], np.maximum(x, 0))
+    assert len(runner.runners) == 3 and runner.uncompiled == [[(3, 3)], [(4, 3)]]
+    assert len(list((tmp_path / "torch" / "compiled").iterdir())) == 1
+    [message] = [r.getMessage() for r in caplog.records]
+    assert "more than 1 input shapes" in message
