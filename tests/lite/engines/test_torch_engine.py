@@ -348,3 +348,20 @@ def test_cuda_device_inputs_give_device_outputs_in_half_precision():
     assert isinstance(out, torch.Tensor) and out.is_cuda and out.dtype == torch.float16
     expected = NumpyEngine(model).run({"input": x.cpu().numpy()})["output"].astype(np.float32)
     np.testing.assert_allclose(out.float().cpu().numpy(), expected, rtol=5e-2, atol=5e-2)
+
+
+@cuda
+@pytest.mark.gpu
+def test_an_fp16_model_loaded_on_cuda_computes_in_half_precision_ahead_of_time(tmp_path):
+    """The defaults a user gets from lite.Model.load(engine="torch") on a GPU: an --fp16 model
+    computes in float16, compiled ahead of time (an artifact on disk), and agrees with numpy."""
+    import lite
+
+    model = converted_resnet18(fp16=True)
+    loaded = lite.Model.load(to_bytes(model), engine="torch", device="cuda", mode="default", cache_dir=tmp_path)
+    assert loaded.engine.compute_precision == "fp16" and loaded.engine.aot
+    x = f32(2, 3, 32, 32).astype(np.float16)
+    out = np.asarray(loaded.predict({"input": x})["output"], dtype=np.float32)
+    expected = NumpyEngine(model).run({"input": x})["output"].astype(np.float32)
+    np.testing.assert_allclose(out, expected, rtol=5e-2, atol=5e-2)
+    assert [p for p in (tmp_path / "torch" / "compiled").iterdir() if not p.name.startswith(".")]
