@@ -5,7 +5,6 @@ entry points (see pyproject.toml). The load tool is a plug-in of the runtime's `
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from .errors import ServingError
@@ -34,13 +33,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"lite serve: {err}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
+    from .eventloop import run
     from .grpc.server import serve  # imports grpc and the generated code only when serving
     from .workers import run_workers
 
     try:
         if settings.workers > 1:
             return run_workers(settings)
-        return asyncio.run(serve(settings))
+        return run(serve(settings), settings.event_loop)
     except ServingError as err:
         print(f"lite serve: {err}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .errors import ConfigError
+from .eventloop import CHOICES as EVENT_LOOPS
 
 ENV_PREFIX = "LITE_"
 MIB = 1024 * 1024
@@ -50,6 +51,8 @@ class Settings:
     # --server floor). Each batches the requests of its own connections; statistics are per
     # process; the repository-control RPCs are off (use poll_interval_s to reload).
     workers: int = 1
+    # auto: uvloop when it is installed (the serve extra installs it), else asyncio's loop.
+    event_loop: str = "auto"
     grace_period_s: float = 30.0  # SIGTERM: time left to in-flight requests
     stream_concurrency: int = 64  # requests of one stream in flight at once
     tls_cert: Path | None = None
@@ -79,6 +82,8 @@ class Settings:
             raise ConfigError("tls_cert and tls_key go together: give both or neither")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ConfigError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(f"event_loop {self.event_loop!r}: expected one of {', '.join(EVENT_LOOPS)}")
         if self.log_format not in ("json", "text"):
             raise ConfigError(f"log_format {self.log_format!r}: expected json or text")
 

@@ -147,6 +147,7 @@ def _worker_main(settings: Settings, index: int, loaded: Any, go: Any) -> None:
     import sys
 
     from .errors import ServingError
+    from .eventloop import run
     from .grpc.server import serve
     from .logs import configure_logging
 
@@ -163,7 +164,7 @@ def _worker_main(settings: Settings, index: int, loaded: Any, go: Any) -> None:
         return True
 
     try:
-        code = asyncio.run(serve(settings, gate=gate))
+        code = run(serve(settings, gate=gate), settings.event_loop)
     except ServingError as err:
         print(f"lite serve (worker {index}): {err}", file=sys.stderr)
         code = _EXIT_CANNOT_START

@@ -18,7 +18,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .._generated import inference_pb2 as pb
-from .._generated import inference_pb2_grpc as pb_grpc
 from ..dataplane import DataPlane
 from ..errors import ListenError
 from ..manager import ModelManager
@@ -26,7 +25,7 @@ from ..metrics import Metrics
 from ..repository import ModelRepository
 from ..settings import Settings
 from .auth import BearerTokenInterceptor
-from .decoding import DecodeErrorInterceptor
+from .decoding import add_inference_service
 from .servicer import InferenceServicer
 
 log = logging.getLogger("serving.server")
@@ -63,7 +62,6 @@ class Server:
         token = settings.token
         if token:
             interceptors.append(BearerTokenInterceptor(token, settings.auth_exempt_health))
-        interceptors.append(DecodeErrorInterceptor())
         self._grpc = grpc.aio.server(
             interceptors=interceptors,
             options=[
@@ -72,9 +70,7 @@ class Server:
                 ("grpc.so_reuseport", int(self._gate is not None)),
             ],
         )
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(self.dataplane, settings.stream_concurrency), self._grpc
-        )
+        add_inference_service(InferenceServicer(self.dataplane, settings.stream_concurrency), self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
         if settings.reflection:
             names = (
@@ -102,6 +98,7 @@ class Server:
         log.info(
             "server ready",
             extra={"port": self.port, "metrics_port": self.metrics_port, "tls": settings.tls_cert is not None,
+                   "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
                    "models": [f"{m.name}:{m.version}" for m in self.manager.loaded()], "failed": failed},
         )
 
