@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,13 +47,16 @@ Record = Callable[[ExecutionTimes, int], None]  # once per execution: times, req
 Allocate = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
 
-@dataclass(frozen=True)
-class Scheduled:
+class Scheduled(NamedTuple):
     outputs: Tensors
     queue_ns: int
     times: ExecutionTimes
     requests: int  # requests that shared the execution
-    cpu_ns: int = 0  # CPU time of the executing thread (excludes waits for the GIL or the CPU)
+    cpu_ns: int = 0  # CPU time of the executing thread (excludes waits for the GIL or the CPU); -1: not read
+
+
+# Where DirectScheduler._inline sends an execution: a thread, or the loop (known cheap, or to learn).
+_THREAD, _SETTLED, _PROBE = 0, 1, 2
 
 
 class DirectScheduler:
@@ -73,6 +77,7 @@ class DirectScheduler:
     _PROBE_EVERY = 32
     _PROBE_FACTOR = 10
     _PROBE_MAX_BYTES = 64 * 1024
+    _SAMPLE_EVERY = 8
 
     def __init__(self, execute: Execute, record: Record, executor: ThreadPoolExecutor, instances: int,
                  max_queue_size: int, name: str, inline_ns: int = 0) -> None:
@@ -87,6 +92,7 @@ class DirectScheduler:
         self._inline_average_ns = float("inf")  # CPU per execution on the loop (probes and inline runs)
         self._inline_bytes = -1  # the largest input that executed on the loop within inline_ns
         self._count = 0
+        self._inline_runs = 0
 
     def start(self) -> None:
         pass
@@ -104,25 +110,33 @@ class DirectScheduler:
             enqueued = time.perf_counter_ns()
             size = sum(array.nbytes for array in inputs.values())
             inline = self._inline(size)
-            if inline:
-                scheduled = self._run(inputs, rows, enqueued, deadline)
+            if inline != _THREAD:
+                # Settled inline runs read their CPU time (two system calls) every _SAMPLE_EVERY-th
+                # time only; probes always do.
+                self._inline_runs += 1
+                measure = inline == _PROBE or self._inline_runs % self._SAMPLE_EVERY == 0
+                scheduled = self._run(inputs, rows, enqueued, deadline, measure)
             else:
                 loop = asyncio.get_running_loop()
                 scheduled = await loop.run_in_executor(self._executor, self._run, inputs, rows, enqueued, deadline)
-            self._learn(scheduled.cpu_ns, size, inline)
+            if scheduled.cpu_ns >= 0:
+                self._learn(scheduled.cpu_ns, size, inline != _THREAD)
             self._record(scheduled.times, 1)
             return scheduled
         finally:
             self._pending -= 1
 
-    def _inline(self, size: int) -> bool:
+    def _inline(self, size: int) -> int:
+        """_THREAD, _SETTLED (inline, known to be cheap) or _PROBE (inline, to learn its cost)."""
         if not self._inline_ns:
-            return False
+            return _THREAD
         if self._inline_average_ns < self._inline_ns and size <= self._inline_bytes:
-            return True
+            return _SETTLED
         self._count += 1
-        return (self._count % self._PROBE_EVERY == 0 and size <= max(self._inline_bytes, self._PROBE_MAX_BYTES)
-                and self._thread_average_ns < self._PROBE_FACTOR * self._inline_ns)
+        if (self._count % self._PROBE_EVERY == 0 and size <= max(self._inline_bytes, self._PROBE_MAX_BYTES)
+                and self._thread_average_ns < self._PROBE_FACTOR * self._inline_ns):
+            return _PROBE
+        return _THREAD
 
     def _learn(self, cpu_ns: int, size: int, inline: bool) -> None:
         if inline:
@@ -134,13 +148,18 @@ class DirectScheduler:
             average = self._thread_average_ns
             self._thread_average_ns = cpu_ns if average == float("inf") else 0.9 * average + 0.1 * cpu_ns
 
-    def _run(self, inputs: Tensors, rows: int, enqueued: int, deadline: float | None) -> Scheduled:
+    def _run(self, inputs: Tensors, rows: int, enqueued: int, deadline: float | None,
+             measure_cpu: bool = True) -> Scheduled:
         start = time.perf_counter_ns()
         if deadline is not None and time.monotonic() > deadline:
             raise DeadlineExceededError(f"model {self._name}: deadline passed while the request was queued")
-        cpu_start = time.thread_time_ns()
-        outputs = self._execute(inputs)
-        cpu = time.thread_time_ns() - cpu_start
+        if measure_cpu:
+            cpu_start = time.thread_time_ns()
+            outputs = self._execute(inputs)
+            cpu = time.thread_time_ns() - cpu_start
+        else:
+            outputs = self._execute(inputs)
+            cpu = -1
         end = time.perf_counter_ns()
         return Scheduled(outputs, start - enqueued, ExecutionTimes(rows, 0, end - start, 0), 1, cpu)
 

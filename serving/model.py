@@ -59,6 +59,7 @@ class ServedModel:
         )
         self._served_to_model = {config.input_names.get(s.name, s.name): s.name for s in model.inputs}
         self._model_to_served = {s.name: config.output_names.get(s.name, s.name) for s in model.outputs}
+        self._renames = any(a != b for a, b in (*self._served_to_model.items(), *self._model_to_served.items()))
         self.inputs = [self._input_info(spec) for spec in model.inputs]
         self.outputs = [self._info(self._model_to_served[s.name], s) for s in self._complete_outputs()]
         self._input_by_name = {info.name: info for info in self.inputs}
@@ -284,7 +285,7 @@ class ServedModel:
 
     def _execute(self, inputs: Tensors) -> Tensors:
         """Run the model on served-name inputs; served-name outputs. Called in a worker thread."""
-        feed = {self._served_to_model[name]: array for name, array in inputs.items()}
+        feed = {self._served_to_model[name]: array for name, array in inputs.items()} if self._renames else dict(inputs)
         if self._preprocess is not None:
             name = self._preprocess.input_name
             feed[name] = self._preprocess(feed[name])
@@ -297,6 +298,8 @@ class ServedModel:
         except Exception as err:  # engine and kernel failures of any kind: the request gets INTERNAL
             log.exception("model %s version %s failed", self.name, self.version)
             raise InferenceFailedError(f"model {self.name} version {self.version} failed: {err}") from err
+        if not self._renames:
+            return outputs
         return {self._model_to_served[name]: array for name, array in outputs.items()}
 
     def _record_execution(self, times: ExecutionTimes, requests: int) -> None:

@@ -226,10 +226,12 @@ class NumpyEngine:
                 raise ModelFormatError(f"graph {graph.name!r} captures {graph.tensors[index].name!r} but has no enclosing graph")
             values[index] = scope.lookup(graph.tensors[index].name)
         local = _Scope(plan, values, scope)
+        allocate = self.pool.allocate
         for step in plan.steps:
             started = time.perf_counter() if observer is not None else 0.0
-            bodies = {name: self._body(target, local) for name, target in step.graph_attributes.items()}
-            self._execute(step, values, bodies, self.pool.allocate)
+            bodies = ({name: self._body(target, local) for name, target in step.graph_attributes.items()}
+                      if step.graph_attributes else _NO_BODIES)
+            self._execute(step, values, bodies, allocate)
             if observer is not None:
                 # Called before releasing: `values` is the live set while the node ran.
                 observer(step.node, time.perf_counter() - started, values)
@@ -307,6 +309,9 @@ class NumpyEngine:
             return self._run_graph(target, list(inputs), scope)
 
         return body
+
+
+_NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
 
 
 class _Scope:
