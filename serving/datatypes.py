@@ -84,21 +84,25 @@ def element_count(shape: Sequence[int], what: str) -> int:
     return count
 
 
-def decode_raw(raw: bytes, datatype: str, shape: Sequence[int], what: str) -> np.ndarray:
-    """A read-only array viewing ``raw``; the byte count must match shape × element size."""
-    count = element_count(shape, what)
+def decode_raw(raw: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """A read-only array viewing ``raw`` (input ``name``); the byte count must match shape × element size."""
     if datatype == "BYTES":
-        return deserialize_bytes(raw, count, what).reshape(shape)
-    dtype = numpy_dtype(datatype)
-    expected = count * dtype.itemsize
-    if len(raw) != expected:
+        what = f"input {name!r}"
+        return deserialize_bytes(raw, element_count(shape, what), what).reshape(shape)
+    dtype = _BY_NAME.get(datatype) or numpy_dtype(datatype)  # (the second raises for an unknown name)
+    try:
+        array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    except ValueError:  # a byte count that is no whole number of elements, or does not fit the shape
+        array = None
+    if array is None or array.shape != shape:  # (a -1 in the shape was inferred by reshape)
+        what = f"input {name!r}"
+        count = element_count(shape, what)  # raises for a negative dimension
         raise InvalidRequestError(
             f"{what}: {len(raw)} bytes of raw data, but shape {list(shape)} of {datatype} "
-            f"needs {expected} ({count} elements × {dtype.itemsize} bytes)"
+            f"needs {count * dtype.itemsize} ({count} elements × {dtype.itemsize} bytes)"
         )
-    array = np.frombuffer(raw, dtype=dtype).reshape(shape)
-    if datatype == "BOOL" and count and array.view(np.uint8).max() > 1:
-        raise InvalidRequestError(f"{what}: BOOL bytes must be 0 or 1")
+    if datatype == "BOOL" and array.size and array.view(np.uint8).max() > 1:
+        raise InvalidRequestError(f"input {name!r}: BOOL bytes must be 0 or 1")
     return array
 
 

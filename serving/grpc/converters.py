@@ -38,43 +38,38 @@ _GPU = pb.ModelInstanceGroup.KIND_GPU
 
 
 def to_request(msg: pb.ModelInferRequest, time_remaining: float | None) -> InferenceRequest:
+    # Every request comes through here: each protobuf field is read once, and empty repeated
+    # fields and maps are skipped without building containers from them.
     raw = msg.raw_input_contents
-    if raw and len(raw) != len(msg.inputs):
+    tensors = msg.inputs
+    if raw and len(raw) != len(tensors):
         raise InvalidRequestError(
-            f"raw_input_contents has {len(raw)} entries for {len(msg.inputs)} inputs; give one per input, in order"
+            f"raw_input_contents has {len(raw)} entries for {len(tensors)} inputs; give one per input, in order"
         )
     inputs: dict[str, np.ndarray] = {}
-    for index, tensor in enumerate(msg.inputs):
-        what = f"input {tensor.name!r}"
-        if tensor.name in inputs:
-            raise InvalidRequestError(f"{what} appears twice in the request")
+    for index, tensor in enumerate(tensors):
+        name = tensor.name
+        if name in inputs:
+            raise InvalidRequestError(f"input {name!r} appears twice in the request")
         if tensor.parameters and any(key in tensor.parameters for key in _SHARED_MEMORY):
-            raise UnsupportedError(f"{what}: shared-memory tensors are not supported by this server")
-        shape = tuple(tensor.shape)
+            raise UnsupportedError(f"input {name!r}: shared-memory tensors are not supported by this server")
         if raw:
             if tensor.HasField("contents"):
-                raise InvalidRequestError(f"{what} sets contents while the request uses raw_input_contents")
-            inputs[tensor.name] = decode_raw(raw[index], tensor.datatype, shape, what)
+                raise InvalidRequestError(f"input {name!r} sets contents while the request uses raw_input_contents")
+            inputs[name] = decode_raw(raw[index], tensor.datatype, tuple(tensor.shape), name)
         else:
-            inputs[tensor.name] = _decode_typed(tensor, shape, what)
-    parameters = {key: parameter_value(value) for key, value in msg.parameters.items()}
-    outputs = [RequestedOutput(o.name, _classification(o)) for o in msg.outputs]
+            inputs[name] = _decode_typed(tensor, tuple(tensor.shape), f"input {name!r}")
+    parameters = {key: parameter_value(value) for key, value in msg.parameters.items()} if msg.parameters else {}
+    outputs = [RequestedOutput(o.name, _classification(o)) for o in msg.outputs] if msg.outputs else []
     deadline = None
     if time_remaining is not None:
         deadline = time.monotonic() + time_remaining
-    timeout_us = parameters.get("timeout")
-    if isinstance(timeout_us, int) and not isinstance(timeout_us, bool) and timeout_us > 0:
-        queue_deadline = time.monotonic() + timeout_us / 1e6
-        deadline = queue_deadline if deadline is None else min(deadline, queue_deadline)
-    return InferenceRequest(
-        model_name=msg.model_name,
-        model_version=msg.model_version,
-        id=msg.id,
-        inputs=inputs,
-        outputs=outputs,
-        parameters=parameters,
-        deadline=deadline,
-    )
+    if parameters:
+        timeout_us = parameters.get("timeout")
+        if isinstance(timeout_us, int) and not isinstance(timeout_us, bool) and timeout_us > 0:
+            queue_deadline = time.monotonic() + timeout_us / 1e6
+            deadline = queue_deadline if deadline is None else min(deadline, queue_deadline)
+    return InferenceRequest(msg.model_name, inputs, msg.model_version, msg.id, outputs, parameters, deadline)
 
 
 def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple, what: str) -> np.ndarray:
