@@ -89,7 +89,9 @@ def decode_raw(raw: bytes, datatype: str, shape: tuple[int, ...], name: str) -> 
     if datatype == "BYTES":
         what = f"input {name!r}"
         return deserialize_bytes(raw, element_count(shape, what), what).reshape(shape)
-    dtype = _BY_NAME.get(datatype) or numpy_dtype(datatype)  # (the second raises for an unknown name)
+    dtype = _BY_NAME.get(datatype)
+    if dtype is None:
+        dtype = numpy_dtype(datatype)  # raises, naming the known datatypes
     try:
         array = np.frombuffer(raw, dtype=dtype).reshape(shape)
     except ValueError:  # a byte count that is no whole number of elements, or does not fit the shape
