@@ -67,12 +67,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "lite"
 
 
+def has_half_weights(model: ir.Model) -> bool:
+    """True when the model stores float16 weights (it was converted with ``lite convert --fp16``)."""
+    return any(t.is_constant and t.dtype == ir.DataType.FLOAT16 for t in model.main.tensors)
+
+
 def default_precision(model: ir.Model) -> str:
     """The policy a caller who names none gets: the one the model was converted for. ``"fp16"``
-    for a model that stores float16 weights (``lite convert --fp16``: GPU engines compute in
-    float16; CPU engines, which have few float16 kernels, in float32), else ``"exact"``."""
-    half = any(t.is_constant and t.dtype == ir.DataType.FLOAT16 for t in model.main.tensors)
-    return "fp16" if half else "exact"
+    for a model that stores float16 weights (GPU engines compute in float16; CPU engines, which
+    have few float16 kernels, in float32), else ``"exact"``."""
+    return "fp16" if has_half_weights(model) else "exact"
 
 
 def create_engine(name: str, model: ir.Model, request: EngineRequest) -> Any:

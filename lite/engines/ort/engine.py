@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from lite.device_arrays import is_device_array
+from lite.engines import has_half_weights
 from lite.engines.ort import sessions
 from lite.engines.ort.cuda import CudaRunner, torch_stream
 from lite.engines.ort.graph import lowering_fingerprint, node_name
@@ -166,7 +167,7 @@ class OrtEngine:
         wanted = self.config.precision
         if self.name == "cpu" or wanted == "fp32":
             return False
-        return wanted == "fp16" or any(t.is_constant and t.dtype == DataType.FLOAT16 for t in self.model.main.tensors)
+        return wanted == "fp16" or has_half_weights(self.model)
 
     def _lower(self, nodes, inputs, outputs, name: str, input_types=None):
         """The ONNX model ONNX Runtime runs for these nodes (imports onnx: only on a cache miss)."""

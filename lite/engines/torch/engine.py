@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from lite.device_arrays import is_device_array
+from lite.engines import has_half_weights
 from lite.engines.partition import numpy_part, split
 from lite.engines.torch.compiler import (MODES, AotCompiled, check_inductor_options, compile_module, configure_cache,
                                          uses_cuda_graphs)
@@ -107,7 +108,7 @@ class TorchEngine:
         self.name = f"torch-{self.device.type}"
         self.model = model
         self.custom_ops = custom_ops
-        half = on_gpu and (precision == "fp16" or (precision == "auto" and _has_half_weights(model)))
+        half = on_gpu and (precision == "fp16" or (precision == "auto" and has_half_weights(model)))
         self.compute_precision = "fp16" if half else "fp32"
         self.policy = Policy(self.device, torch.float16 if half else torch.float32,
                              on_gpu if channels_last is None else channels_last)
@@ -232,8 +233,3 @@ def _device_of(value: Any) -> torch.device:
     if isinstance(value, torch.Tensor):
         return value.device
     return torch.device("cuda", value.__dlpack_device__()[1])
-
-
-def _has_half_weights(model: ir.Model) -> bool:
-    """True when the model stores float16 weights (it was converted with ``--fp16``)."""
-    return any(t.is_constant and t.dtype == DataType.FLOAT16 for t in model.main.tensors)
