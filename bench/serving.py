@@ -43,13 +43,21 @@ FLOOR, LITE, PEER = "floor (grpc.aio echo)", "lite serve", "MLServer 1.7"
 
 # ----- the floor: a bare grpc.aio server that echoes the inputs (run as a subprocess) ----------
 
+# argv: port [spin_us [loop]]: bench/serving_overhead.py makes it spin (busy-wait) per request
+# and run on uvloop, to price a server's per-request work; bench/serving.py uses neither.
 ECHO_SERVER = """
-import asyncio, sys
+import asyncio, sys, time
 import grpc
 from serving._generated import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
 
+SPIN = float(sys.argv[2]) * 1e-6 if len(sys.argv) > 2 else 0.0
+
 class Echo(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request, context):
+        if SPIN:
+            until = time.perf_counter() + SPIN
+            while time.perf_counter() < until:
+                pass
         return pb.ModelInferResponse(
             model_name=request.model_name, id=request.id,
             outputs=[pb.ModelInferResponse.InferOutputTensor(name="OUTPUT0", datatype=t.datatype, shape=t.shape)
@@ -65,7 +73,11 @@ async def main():
     await server.start()
     await server.wait_for_termination()
 
-asyncio.run(main())
+if len(sys.argv) > 3 and sys.argv[3] == "uvloop":
+    import uvloop
+    uvloop.run(main())
+else:
+    asyncio.run(main())
 """
 
 # ----- the peer: MLServer with a small custom runtime that returns its input --------------------
@@ -89,9 +101,9 @@ class Identity(MLModel):
 """
 
 
-def start_floor(port: int) -> subprocess.Popen:
+def start_floor(port: int, spin_us: float = 0.0, loop: str = "asyncio") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(port)], env=env)
+    return subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(port), str(spin_us), loop], env=env)
 
 
 def start_lite(port: int, workdir: Path, extra: tuple[str, ...] = ()) -> subprocess.Popen:

@@ -2,8 +2,9 @@
 
 Every request passes through the loop several times (the gRPC poller hands it over, the servicer's
 coroutine runs, the answer goes back), so the loop's own cost is a large part of a small
-request's: on the identity model of bench/serving.py uvloop takes a bare grpc.aio server from
-about 3,160 to 3,450 requests a second (2 cores, with the client on the same machine).
+request's: on bench/serving.py's identity model uvloop takes lite serve from about 2,830 to 3,150
+requests a second and a bare grpc.aio server from 3,460 to 3,600 (2 cores, the client on the same
+machine; ``python bench/serving_overhead.py``, docs/benchmarks.md).
 ``--event-loop asyncio`` keeps the standard loop (for debugging tools that expect it).
 """
 
