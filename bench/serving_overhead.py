@@ -13,7 +13,7 @@ Two parts, on the FP32 [1,16] identity model of bench/serving.py:
    over rounds: requests a second and the server's CPU microseconds per request. ``floor:spin=N``
    is the floor busy-waiting N µs per request (what N µs of per-request work costs in
    throughput), ``floor:loop=uvloop`` the floor on uvloop; ``lite:ARG=VALUE`` passes ``--ARG VALUE``
-   to lite serve.
+   to lite serve, ``lite:FLAG`` passes ``--FLAG`` (e.g. ``lite:no-reflection``).
 2. The request path in-process (in a process of its own; ``--steps-only`` runs just this): lite's
    steps for one request, each timed alone in a loop (best of 3 repetitions): decoding, validation, the engine, the data
    plane with scheduling and statistics, encoding.
@@ -57,17 +57,18 @@ def cpu_seconds(pid: int) -> float:
 
 def start(spec: str, workdir: Path):
     kind, *options = spec.split(":")
-    settings = dict(option.split("=", 1) for option in options)
+    settings = dict(option.split("=", 1) if "=" in option else (option, None) for option in options)
     port = free_port()
     if kind == "floor":
         process = start_floor(port, float(settings.get("spin", 0)), settings.get("loop", "asyncio"))
         wait_ready(f"127.0.0.1:{port}", process)
     elif kind == "lite":
-        extra = tuple(item for name, value in settings.items() for item in (f"--{name}", value))
+        extra = tuple(item for name, value in settings.items()
+                      for item in ((f"--{name}",) if value is None else (f"--{name}", value)))
         process = start_lite(port, workdir / spec.replace(":", "_").replace("=", "-"), extra)
         wait_ready(f"127.0.0.1:{port}", process, ["identity"])
     else:
-        raise SystemExit(f"--server {spec!r}: expected floor[:spin=US][:loop=uvloop] or lite[:FLAG=VALUE]")
+        raise SystemExit(f"--server {spec!r}: expected floor[:spin=US][:loop=uvloop] or lite[:FLAG[=VALUE]]")
     return port, process
 
 

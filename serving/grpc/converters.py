@@ -30,7 +30,6 @@ _TYPED_FIELD = {
 }
 _SHARED_MEMORY = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 _NOT_ECHOED = ("headers",)
-_Tensor = pb.ModelInferResponse.InferOutputTensor
 _GPU = pb.ModelInstanceGroup.KIND_GPU
 
 
@@ -124,18 +123,12 @@ def set_parameter(target: pb.InferParameter, value: ParameterValue) -> None:
 
 
 def from_response(response: InferenceResponse, request_parameters: dict[str, ParameterValue]) -> pb.ModelInferResponse:
-    tensors = []
-    raw = []
+    msg = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
+    # Built in place: a list of messages handed to the constructor is copied element by element.
+    tensors, raw = msg.outputs, msg.raw_output_contents
     for name, array in response.outputs:
-        tensors.append(_Tensor(name=name, datatype=datatype_of(array.dtype), shape=array.shape))
+        tensors.add(name=name, datatype=datatype_of(array.dtype), shape=array.shape)
         raw.append(encode_raw(array))
-    msg = pb.ModelInferResponse(
-        model_name=response.model_name,
-        model_version=response.model_version,
-        id=response.id,
-        outputs=tensors,
-        raw_output_contents=raw,
-    )
     for key, value in request_parameters.items():
         if key not in _NOT_ECHOED:
             set_parameter(msg.parameters[key], value)
