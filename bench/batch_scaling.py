@@ -90,7 +90,8 @@ def main() -> int:
             command = [sys.executable, __file__, "--worker", engine, str(path), "--runs", str(args.runs),
                        "--threads", str(args.threads), "--image-size", str(args.image_size),
                        "--batches", *map(str, args.batches)]
-            finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=1800)
+            finished = subprocess.run(command, env=environment, capture_output=True, text=True,
+                                      timeout=1800, check=False)
             if finished.returncode:
                 print(f"{engine}: the worker failed:\n{finished.stderr[-2000:]}", file=sys.stderr)
                 return 1
