@@ -52,6 +52,12 @@ class BufferPool:
 
     def begin_run(self) -> None:
         state = self._state()
+        if not state.sizes and state.plan is not None and not state.lingering:
+            # The last run asked for no memory (a small model, small inputs): its trace is empty
+            # and nothing of it can linger; record into it again (a run a few µs long pays for
+            # the containers begin() would build).
+            state.recording = True
+            return
         # Planned bytes still referenced from an earlier run (kept by a kernel or an observer)
         # must not be handed out again until they are dead.
         lingering = [index for index in state.from_arena
@@ -80,6 +86,9 @@ class BufferPool:
     def end_run(self, outputs: list[Any], completed: bool) -> None:
         state = self._state()
         if not state.recording:
+            return
+        if not state.sizes and state.plan == []:  # asked for nothing, as planned
+            state.recording = False
             return
         handed = {id(_owner_of(value)) for value in outputs}
         for index, owner in list(state.owners.items()):

@@ -181,6 +181,31 @@ def test_a_new_input_shape_replans():
     assert not engine.pool._state().missed
 
 
+def test_runs_that_ask_for_no_memory_between_planned_runs():
+    """Small inputs ask the pool for nothing (every buffer under its floor), which skips the
+    per-run bookkeeping; planned runs around them still give the same results, plan again, and
+    never hand out bytes that values kept from an earlier run still use."""
+    engine = NumpyEngine(conv_chain_model())
+    fresh = NumpyEngine(conv_chain_model())
+    kept = {}
+
+    def observe(node, seconds, values):
+        kept[node.name] = [v for v in values if isinstance(v, np.ndarray) and v.nbytes > 65536]
+
+    for index, shape in enumerate([(1, 4, 8, 8), (1, 4, 8, 8), (1, 4, 64, 64), (1, 4, 8, 8), (1, 4, 64, 64),
+                                   (1, 4, 64, 64), (1, 4, 8, 8), (1, 4, 8, 8), (1, 4, 64, 64), (1, 4, 64, 64)]):
+        x = normal(*shape)
+        observer = observe if index == 4 else None  # keeps planned buffers of a big run alive
+        np.testing.assert_array_equal(engine.run({"x": x}, observer)["y"], fresh.run({"x": x})["y"])
+        if index == 4:
+            snapshot = {name: [v.copy() for v in values] for name, values in kept.items()}
+    state = engine.pool._state()
+    assert state.sizes and not state.missed  # the second big run in a row was served from a plan
+    for name, values in kept.items():
+        for value, copy in zip(values, snapshot[name]):
+            np.testing.assert_array_equal(value, copy)
+
+
 def test_threads_have_pools_of_their_own():
     model = lite.Model.load(to_bytes(conv_chain_model()), device="numpy")
     assert_same_across_threads(model, [normal(1, 4, 64, 64) for _ in range(8)])
