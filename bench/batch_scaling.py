@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -71,16 +70,15 @@ def main() -> int:
         return 0
 
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(1, str(ROOT / "bench"))  # after the checkout: `serving` stays the package
     sys.path.insert(0, str(ROOT / "tests" / "converter"))
     from models import resnet18  # tests/converter/models.py
+    from numpy_engine import thread_environment  # bench/numpy_engine.py
 
     import converter
     from lite.format import save
 
-    environment = dict(os.environ)
-    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        environment[variable] = str(args.threads)  # read when numpy loads: set for the worker
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH")]))
+    environment = thread_environment(args.threads)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "resnet18.lite"
         save(converter.convert_model(resnet18("legacy", image_size=args.image_size), dynamic_batch=True), str(path))

@@ -104,7 +104,10 @@ def main() -> int:
     inductor_options = {}
     for option in args.inductor_option:
         name, _, value = option.partition("=")
-        inductor_options[name] = json.loads(value)
+        try:
+            inductor_options[name] = json.loads(value)
+        except ValueError:
+            parser.error(f"--inductor-option {option!r}: expected NAME=JSON, e.g. coordinate_descent_tuning=false")
     results = {}
     for label in args.phases:
         print(f"--- {label} process", file=sys.stderr, flush=True)

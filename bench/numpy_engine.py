@@ -35,8 +35,9 @@ TARGETS = {"resnet18": 2.0, "mobilenet_v2": 2.5}
 ENGINES = ("numpy", "onnxruntime")
 
 
-def _thread_environment(threads: int) -> dict[str, str]:
-    # OpenBLAS reads its thread count when numpy is imported: set it for the worker process.
+def thread_environment(threads: int) -> dict[str, str]:
+    """This environment for a worker process: BLAS on ``threads`` threads (OpenBLAS reads the
+    count when numpy is imported) and the checkout on PYTHONPATH."""
     environment = dict(os.environ)
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         environment[name] = str(threads)
@@ -160,7 +161,7 @@ def memory(path: Path) -> dict[str, float]:
 def _measure(engine: str, path: Path, runs: int, threads: int) -> float:
     command = [sys.executable, __file__, "--worker", engine, str(path), "--runs", str(runs),
                "--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True, env=_thread_environment(threads), check=False)
+    done = subprocess.run(command, capture_output=True, text=True, env=thread_environment(threads), check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{engine} on {path.name} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])["median_ms"]
@@ -168,7 +169,7 @@ def _measure(engine: str, path: Path, runs: int, threads: int) -> float:
 
 def _profile(path: Path, runs: int, threads: int) -> dict[str, float]:
     command = [sys.executable, __file__, "--worker", "profile", str(path), "--runs", str(runs), "--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True, env=_thread_environment(threads), check=False)
+    done = subprocess.run(command, capture_output=True, text=True, env=thread_environment(threads), check=False)
     if done.returncode != 0:
         raise RuntimeError(f"profiling {path.name} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])

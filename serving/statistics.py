@@ -73,35 +73,19 @@ class ModelStatistics:
         self._batches: dict[int, BatchDurations] = {}
 
     def record_execution(self, times: ExecutionTimes, requests: int) -> None:
-        # Once per model execution, on the request path: the counters are bumped in place
-        # rather than through Duration.add (six calls cost about as much as the rest).
-        batch_size, input_ns, infer_ns, output_ns = times
-        now_ms = int(time.time() * 1000)
         with self._lock:
             self._execution_count += 1
-            self._inference_count += batch_size
-            self._last_inference_ms = now_ms
-            total = self._compute_input
-            total.count += requests
-            total.ns += input_ns * requests
-            total = self._compute_infer
-            total.count += requests
-            total.ns += infer_ns * requests
-            total = self._compute_output
-            total.count += requests
-            total.ns += output_ns * requests
-            batch = self._batches.get(batch_size)
+            self._inference_count += times.batch_size
+            self._last_inference_ms = int(time.time() * 1000)
+            self._compute_input.add(times.input_ns * requests, requests)
+            self._compute_infer.add(times.infer_ns * requests, requests)
+            self._compute_output.add(times.output_ns * requests, requests)
+            batch = self._batches.get(times.batch_size)
             if batch is None:  # (not setdefault: it would build a BatchDurations every call)
-                batch = self._batches[batch_size] = BatchDurations()
-            total = batch.compute_input
-            total.count += 1
-            total.ns += input_ns
-            total = batch.compute_infer
-            total.count += 1
-            total.ns += infer_ns
-            total = batch.compute_output
-            total.count += 1
-            total.ns += output_ns
+                batch = self._batches[times.batch_size] = BatchDurations()
+            batch.compute_input.add(times.input_ns)
+            batch.compute_infer.add(times.infer_ns)
+            batch.compute_output.add(times.output_ns)
 
     def record_request(self, ok: bool, total_ns: int, queue_ns: int = 0) -> None:
         with self._lock:
