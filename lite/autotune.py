@@ -86,7 +86,7 @@ def _is_quantized(model: ir.Model) -> bool:
 
 def hardware_fingerprint() -> dict[str, Any]:
     """The CPU (model, flags, usable cores) and NVIDIA GPUs, read without importing any engine."""
-    from lite.engines.openvino.cache import cpu_signature
+    from lite import cpu
 
     gpus = []
     root = Path("/proc/driver/nvidia/gpus")
@@ -98,7 +98,7 @@ def hardware_fingerprint() -> dict[str, Any]:
                 continue
             gpus.append(line.partition(":")[2].strip())
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu_signature(), "cores": cores, "gpus": gpus, "system": platform.system()}
+    return {"cpu": cpu.signature(), "cores": cores, "gpus": gpus, "system": platform.system()}
 
 
 def candidates(device: str) -> list[tuple[str, str]]:

@@ -53,7 +53,10 @@ def test_exported_networks_match_onnxruntime(tmp_path, make, shape):
     assert path == tmp_path / "net.onnx"
     for batch in (1, 5):  # dynamic batch: other sizes than the traced one
         x = rng.standard_normal((batch, *shape)).astype(np.float32)
-        np.testing.assert_allclose(run_onnx(path, x), net(Tensor(x)).asnumpy(), rtol=1e-5, atol=1e-5)
+        # float32 through ~50 layers: summation order differs between the training core (numpy's
+        # BLAS) and ONNX Runtime's kernels, and between CPUs (AVX2 and AVX-512 FMA blocking), so
+        # a few elements drift past 1e-5 relative on some machines.
+        np.testing.assert_allclose(run_onnx(path, x), net(Tensor(x)).asnumpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_model_stamps_names_and_batchnorm_kept(tmp_path):

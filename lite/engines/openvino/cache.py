@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from lite import cpu
 from lite.format import ir
 
 _ALIGNMENT = 64
@@ -77,7 +77,7 @@ def model_entry(model: ir.Model, cache_dir: Path, weights_identity: str | None, 
 
 
 def compiled_dir(cache_dir: Path, version: str) -> Path:
-    folder = cache_dir / "openvino" / "compiled" / hashlib.sha256(repr((version, cpu_signature())).encode()).hexdigest()[:16]
+    folder = cache_dir / "openvino" / "compiled" / hashlib.sha256(repr((version, cpu.signature())).encode()).hexdigest()[:16]
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -124,19 +124,3 @@ def _sources_digest() -> str:
     for relative in _SOURCES:
         digest.update((engines / relative).read_bytes())
     return digest.hexdigest()[:16]
-
-
-def cpu_signature() -> str:
-    """The CPU model and instruction-set flags: compiled code may use this CPU's instructions only."""
-    name, flags = platform.processor(), ""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name") and not name:
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{platform.machine()}|{name}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"

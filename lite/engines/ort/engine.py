@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from lite import cpu
 from lite.device_arrays import is_device_array
 from lite.engines import has_half_weights
 from lite.engines.ort import sessions
@@ -86,6 +87,8 @@ class OrtEngine:
         config = options or sessions.SessionConfig(device=device, threads=threads)
         self.config = config
         self.compute_precision = "fp16" if self._half_compute() else "as stored"
+        # x86 CPUs without VNNI saturate in ONNX Runtime's U8S8 kernels: give them U8U8 (exact).
+        self.unsigned_weights = device == "cpu" and cpu.int8_products_saturate()
         if device != "cpu" and config.tf32 is None and self.compute_precision != "fp16":
             config = self.config = dataclasses.replace(config, tf32=False)  # float32 means float32
         # Segments run without CUDA graphs; the graphed session (if any) is built beside them.
@@ -175,13 +178,18 @@ class OrtEngine:
         from lite.engines.ort.lower import lower_nodes
 
         lowered = lower_nodes(self.model, nodes, inputs, outputs, name=name, input_types=input_types)
+        if self.unsigned_weights:
+            from lite.engines.ort.unsigned import unsigned_weights
+
+            lowered = unsigned_weights(lowered)
         return to_half_compute(lowered) if self.compute_precision == "fp16" else lowered
 
     def _identity(self, part: str) -> str | None:
         """Names a lowered part of the model without lowering it, when the model came from a file."""
         if self.config.weights_identity is None:
             return None
-        return f"{self.config.weights_identity}|{lowering_fingerprint()}|{self.compute_precision}|{part}"
+        weights = "uint8 weights" if self.unsigned_weights else "weights as stored"
+        return f"{self.config.weights_identity}|{lowering_fingerprint()}|{self.compute_precision}|{weights}|{part}"
 
     def _gpu_runner(self) -> CudaRunner | None:
         """IOBinding (and CUDA graph) execution when the whole graph is one ONNX Runtime session."""

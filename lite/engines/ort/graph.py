@@ -21,6 +21,7 @@ def lowering_fingerprint() -> str:
     """Changes whenever the lowering code changes, so cached sessions of older lowerings are not reused."""
     digest = hashlib.sha256()
     folder = Path(__file__).parent
-    for path in (folder / "lower.py", folder / "half.py", folder / "graph.py", folder.parent / "partition.py"):
+    for path in (folder / "lower.py", folder / "half.py", folder / "unsigned.py", folder / "graph.py",
+                 folder.parent / "partition.py"):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

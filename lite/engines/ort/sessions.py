@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import re
 import shutil
 import tempfile
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lite import cpu
 from lite.engines import default_cache_dir
 from lite.errors import EngineUnavailableError, KernelError, UnsupportedOpError
 
@@ -299,17 +299,5 @@ def _digest(model_key: str, ort, config: SessionConfig) -> str:
     """The cache key: the model's key plus everything about the session and the machine."""
     settings = (model_key, config.device, config.threads, config.optimization, config.precision, config.device_id,
                 config.gpu_mem_limit, config.cudnn_conv_algo_search, config.prefer_nhwc, config.cuda_graph,
-                config.fuse_conv_bias, config.tf32, config.cuda_options, ort.__version__, platform.machine(), _cpu_features())
+                config.fuse_conv_bias, config.tf32, config.cuda_options, ort.__version__, cpu.signature())
     return hashlib.sha256(repr(settings).encode()).hexdigest()[:32]
-
-
-def _cpu_features() -> str:
-    # An optimized CPU graph may use this CPU's instructions (AVX-512, VNNI...): key on them.
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return hashlib.sha256(line.encode()).hexdigest()[:16]
-    except OSError:
-        pass
-    return platform.processor()
