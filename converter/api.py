@@ -36,6 +36,7 @@ from converter.quantize.report import QuantizedConversionReport
 from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_nodes
 from converter.verify import compare, onnxruntime_available, random_inputs, run_onnxruntime
+from lite.atomic import atomic_path
 from lite.format import ir as lite_ir
 
 OUTPUT_FORMATS = (".lite", ".onnx")
@@ -210,23 +211,21 @@ def convert(
 
     elif quant_config is not None and (eval_data is not None or max_accuracy_drop is not None):
         report.warnings.append("fp16: the accuracy report and fallback apply to int8 modes only")
-    # Hidden, like lite.atomic's: after a hard kill it never passes for a model (a repository scan,
-    # a glob for *.lite); os.replace below makes the output appear complete or not at all.
-    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    # lite.atomic: a hidden, exclusively created temporary file beside the output, verified there
+    # and renamed over it, so the output appears complete or not at all (even after a hard kill).
     try:
-        exported = _write(imported, report, temporary, suffix, options, allow_custom, quantize)
-        if verify:
-            report.verification = _verify(original, imported.model, exported, temporary, suffix, fp16_io, rtol)
-            if not report.verification.passed:
-                worst = max(report.verification.outputs, key=lambda o: o.max_rel)
-                raise VerificationError(
-                    f"converted model differs from the original: output {worst.name!r} max relative error "
-                    f"{worst.max_rel:.3g} > rtol {rtol:g} (max abs {worst.max_abs:.3g}, cosine {worst.cosine:.6f}); "
-                    "see the report, retry with optimize=False (--no-optimize) to locate the pass, or raise --rtol"
-                )
-        os.replace(temporary, output)
+        with atomic_path(output) as temporary:
+            exported = _write(imported, report, temporary, suffix, options, allow_custom, quantize)
+            if verify:
+                report.verification = _verify(original, imported.model, exported, temporary, suffix, fp16_io, rtol)
+                if not report.verification.passed:
+                    worst = max(report.verification.outputs, key=lambda o: o.max_rel)
+                    raise VerificationError(
+                        f"converted model differs from the original: output {worst.name!r} max relative error "
+                        f"{worst.max_rel:.3g} > rtol {rtol:g} (max abs {worst.max_abs:.3g}, cosine {worst.cosine:.6f}); "
+                        "see the report, retry with optimize=False (--no-optimize) to locate the pass, or raise --rtol"
+                    )
     except BaseException:
-        temporary.unlink(missing_ok=True)
         report.seconds = time.perf_counter() - started
         if report_path is not None:
             report.output = None
@@ -318,10 +317,9 @@ def _lite_save():
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
+    # ``path`` is the temporary file lite.atomic created; it fsyncs it before the rename.
     with open(path, "wb") as stream:
         stream.write(data)
-        stream.flush()
-        os.fsync(stream.fileno())
 
 
 def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelProto:

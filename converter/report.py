@@ -10,13 +10,13 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import onnx_ir as ir
 
 from converter.passes.base import PassResult, all_graphs
 from converter.verify import Verification
+from lite.atomic import atomic_write
 
 
 @dataclass
@@ -81,10 +81,8 @@ class ConversionReport:
         }
 
     def write_json(self, path: str | os.PathLike) -> None:
-        target = Path(path)
-        temporary = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(temporary, target)
+        with atomic_write(path) as handle:
+            handle.write((json.dumps(self.to_dict(), indent=2) + "\n").encode())
 
     def table(self) -> str:
         """A short terminal summary: sizes, the passes that did something, verification."""

@@ -1,4 +1,13 @@
-"""Atomic file replacement: a reader sees the old file or the complete new one, never a part."""
+"""Atomic file replacement: a reader sees the old file or the complete new one, never a part.
+
+Every writer of an output file in the runtime and the converter goes through this module. The
+temporary file sits beside the destination (a rename across file systems is not atomic), has an
+unpredictable name and is created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``, what
+:func:`tempfile.mkstemp` does): a file or symlink planted at a guessable temporary path can
+neither be written through nor be renamed over the destination. Unlike ``mkstemp``'s 0600, the
+file gets the permissions an ordinary ``open(path, "w")`` would (0666 less the umask), so a model
+written for a server running as another user stays readable.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +18,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+_CREATE_FLAGS = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+_ATTEMPTS = 100  # name collisions on 64 random bits; only a planted file would ever cost one
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """Open a temporary file beside ``path``; on success fsync it and rename it over ``path``.
+    """Open a fresh temporary file beside ``path``; on success fsync it and rename it over ``path``.
 
     If the block raises (or the process dies), ``path`` is untouched and the temporary file is
     removed (or, after a hard kill, left as a hidden ``.NAME.*.tmp`` that never shadows ``path``).
     """
     target = Path(path)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    descriptor, temporary = _create_temporary(target)
     try:
-        with open(temporary, "wb") as handle:
+        with os.fdopen(descriptor, "wb") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -29,6 +44,48 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
         temporary.unlink(missing_ok=True)
         raise
     _fsync_directory(target.parent)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """The path of a fresh, empty temporary file beside ``path``, for writers that take a file name.
+
+    The block writes the file by name (and may read it back, e.g. to verify it); on success the
+    file is fsynced and renamed over ``path``. On failure it is removed and ``path`` is untouched.
+    """
+    target = Path(path)
+    descriptor, temporary = _create_temporary(target)
+    os.close(descriptor)
+    try:
+        yield temporary
+        _fsync_file(temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_directory(target.parent)
+
+
+def _create_temporary(target: Path) -> tuple[int, Path]:
+    """(descriptor, path) of a new file ``.NAME.<random>.tmp`` beside ``target``, created exclusively."""
+    for _ in range(_ATTEMPTS):
+        temporary = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(temporary, _CREATE_FLAGS, 0o666), temporary
+        except FileExistsError:
+            continue
+    raise FileExistsError(
+        f"could not create a temporary file beside {target}: {_ATTEMPTS} random names were all taken; "
+        "check the folder for planted .tmp files"
+    )
+
+
+def _fsync_file(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _fsync_directory(directory: Path) -> None:

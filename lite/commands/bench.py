@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from lite.atomic import atomic_write
 from lite.commands._inputs import parse_shape_overrides, random_inputs, read_inputs
 from lite.engines import PRECISIONS
 from lite.model import DEVICES, Model
@@ -104,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
             top1 = "" if stats["top1_agreement"] is None else f"  top-1 agreement {stats['top1_agreement']:.2%}"
             print(f"vs {other.device} {name}: max abs error {stats['max_abs_error']:.3g}  cosine {stats['cosine']:.6f}{top1}")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+        with atomic_write(args.json) as handle:
+            handle.write(json.dumps(results, indent=2).encode())
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from lite.atomic import atomic_path, atomic_write
 from lite.format import ir, load
 from lite.format.dtypes import DataType
 
@@ -142,17 +143,23 @@ def write_graph(model: ir.Model, target: Path) -> str:
     """Draw the graph to ``target`` (.dot, or .svg/.png/.pdf through Graphviz); returns what was written."""
     dot = to_dot(model)
     if target.suffix == ".dot":
-        target.write_text(dot)
+        _write_text(target, dot)
         return str(target)
     if target.suffix not in (".svg", ".png", ".pdf"):
         raise ValueError(f"--graph {target}: use a .dot, .svg, .png or .pdf file name")
     executable = shutil.which("dot")
     if executable is None:
         fallback = target.with_suffix(".dot")
-        fallback.write_text(dot)
+        _write_text(fallback, dot)
         return f"{fallback} (Graphviz 'dot' is not installed, so DOT text was written instead of {target.suffix})"
-    subprocess.run([executable, f"-T{target.suffix[1:]}", "-o", str(target)], input=dot.encode(), check=True)
+    with atomic_path(target) as temporary:
+        subprocess.run([executable, f"-T{target.suffix[1:]}", "-o", str(temporary)], input=dot.encode(), check=True)
     return str(target)
+
+
+def _write_text(target: Path, text: str) -> None:
+    with atomic_write(target) as handle:
+        handle.write(text.encode())
 
 
 def register(subparsers) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lite.atomic import atomic_write
 from lite.commands._inputs import read_inputs
 from lite.model import DEVICES, Model
 
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
             line += f"  min {value.min():.6g}  max {value.max():.6g}  mean {value.astype(np.float64).mean():.6g}"
         if args.output_dir:
             target = folder / f"{_safe(name)}.npy"
-            np.save(target, value, allow_pickle=False)
+            with atomic_write(target) as handle:
+                np.save(handle, value, allow_pickle=False)
             line += f"  -> {target}"
         print(line)
     return 0

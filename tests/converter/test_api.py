@@ -204,3 +204,19 @@ def test_entry_point_is_declared():
 
     names = {ep.name: ep.value for ep in entry_points(group="lite.commands")}
     assert names.get("convert") == "converter.cli:register"
+
+
+def test_outputs_are_not_written_through_symlinks_at_old_temporary_names(tmp_path):
+    """A symlink planted where a temporary file of this process could be expected (the old
+    ``.NAME.<pid>.tmp`` names) must not redirect the output or the report onto another file."""
+    import os
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    output, report_path = tmp_path / "m.onnx", tmp_path / "r.json"
+    for planted in (f".m.onnx.{os.getpid()}.tmp", f".r.json.tmp{os.getpid()}", f".r.json.{os.getpid()}.tmp"):
+        (tmp_path / planted).symlink_to(victim)
+    converter.convert(_small(), output, report_path=report_path, verify=False)
+    assert victim.read_text() == "keep me"
+    assert not output.is_symlink() and onnx.load(output).graph.node
+    assert not report_path.is_symlink() and json.loads(report_path.read_text())["output"] == str(output)
