@@ -18,6 +18,7 @@ from .model import ServedModel
 from .repository import ModelRepository, ModelSource, check_model_name
 from .settings import Settings
 from .types import ModelIndexEntry
+from .versions import MAX_DIGITS, parse_version, shown
 
 log = logging.getLogger("serving.manager")
 
@@ -51,10 +52,14 @@ class ModelManager:
             raise ModelNotFoundError(f"model {name!r} is not loaded{hint}")
         if not version:
             return versions[max(versions)]
-        if not version.isdigit():
-            raise InvalidRequestError(f"model {name!r}: version {version[:40]!r} is not a positive integer")
+        number = parse_version(version)
+        if number is None:
+            raise InvalidRequestError(
+                f"model {name!r}: version {shown(version)} is not a positive integer of 1 to {MAX_DIGITS} ASCII "
+                "digits; give one (e.g. '1'), or leave it empty for the newest version"
+            )
         try:
-            return versions[int(version)]
+            return versions[number]
         except KeyError:
             raise ModelNotFoundError(
                 f"model {name!r} has no version {version}; loaded versions: {sorted(versions)}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .config import CONFIG_FILE, ModelConfig, read_config
 from .errors import InvalidRequestError, ModelNotFoundError
+from .versions import parse_version
 
 MODEL_FILE = "model.lite"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
@@ -77,10 +78,11 @@ class ModelRepository:
     def _versions(self, directory: Path) -> dict[int, Path]:
         found = {}
         for entry in directory.iterdir():
-            if entry.is_dir() and entry.name.isdigit() and int(entry.name) > 0:
+            version = parse_version(entry.name)
+            if version and entry.is_dir():
                 model_file = (entry / MODEL_FILE).resolve()
                 if model_file.is_file() and self.root in model_file.parents:
-                    found[int(entry.name)] = model_file
+                    found[version] = model_file
         return found
 
     def _fingerprint(self, directory: Path, versions: dict[int, Path]) -> tuple:

@@ -53,6 +53,44 @@ def test_unknown_version_is_not_found(client):
     assert "no version 7" in err.message() and "[1]" in err.message()
 
 
+@pytest.mark.parametrize("version", [
+    "\u00b2",  # superscript two: str.isdigit() says yes, int() refuses it
+    "\u0967",  # Devanagari one: int() reads 1
+    "\uff11",  # fullwidth one: int() reads 1
+    "\u0661",  # Arabic-Indic one
+    "9" * 5000,  # more digits than int() converts
+    "9" * 19,  # beyond int64
+    " 1", "1 ", "+1", "1_0", "0x1",
+], ids=["superscript", "devanagari", "fullwidth", "arabic-indic", "5000-digits", "19-digits", "leading-space",
+        "trailing-space", "plus", "underscore", "hex"])
+def test_a_version_that_is_not_ascii_digits_is_invalid_everywhere(server, version):
+    request = service_pb2.ModelInferRequest(model_name="identity", model_version=version)
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    request.raw_input_contents.append(GOOD.tobytes())
+    with grpc.insecure_channel(server.address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = {
+            "ModelInfer": lambda: stub.ModelInfer(request, timeout=10),
+            "ModelMetadata": lambda: stub.ModelMetadata(
+                service_pb2.ModelMetadataRequest(name="identity", version=version), timeout=10),
+            "ModelReady": lambda: stub.ModelReady(service_pb2.ModelReadyRequest(name="identity", version=version),
+                                                  timeout=10),
+            "ModelStatistics": lambda: stub.ModelStatistics(
+                service_pb2.ModelStatisticsRequest(name="identity", version=version), timeout=10),
+        }
+        for method, call in calls.items():
+            with pytest.raises(grpc.RpcError) as info:
+                call()
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, info.value.details())
+            assert "is not a positive integer of 1 to 18 ASCII digits" in info.value.details(), method
+            assert len(info.value.details()) < 400, method  # a 5,000-digit version is not echoed whole
+
+
+def test_a_version_with_leading_zeros_is_that_version(client):
+    result = client.infer("identity", [infer_input("INPUT0", GOOD, "FP32")], model_version="001")
+    assert result.get_response().model_version == "1"
+
+
 def test_path_traversal_in_a_model_name_is_invalid(client):
     for name in ("../identity", "a/b", "..", ".hidden"):
         err = rejected(client, name, [infer_input("INPUT0", GOOD, "FP32")])

@@ -154,6 +154,25 @@ def test_reload_and_unload_never_drop_in_flight_requests(tmp_path):
     assert {r.get_response().model_version for r in second} == {"2"}
 
 
+def test_only_folders_named_by_ascii_digits_are_versions(tmp_path):
+    """A folder named by another script's digit (or a superscript) is no version: it neither
+    replaces version 1 nor becomes a newer version, and it does not stop the model loading."""
+    identity_model(tmp_path / "m" / "1" / "model.lite", shape=("N", 2))
+    identity_model(tmp_path / "m" / "2" / "model.lite", shape=("N", 3))
+    for folder in ("\u0661", "\uff11", "\u0969", "\u00b2", "9" * 19):  # Arabic-Indic 1, fullwidth 1, Devanagari 3, ²
+        identity_model(tmp_path / "m" / folder / "model.lite", shape=("N", 5))
+    write_config(tmp_path / "m", {"version_policy": {"all": True}})
+    server = start_server(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        metadata = client.get_model_metadata("m", as_json=True)
+        assert metadata["versions"] == ["1", "2"]
+        assert [int(d) for d in client.get_model_metadata("m", "1", as_json=True)["inputs"][0]["shape"]] == [-1, 2]
+        client.close()
+    finally:
+        server.stop()
+
+
 @pytest.mark.slow
 def test_polling_picks_up_new_changed_and_removed_models(tmp_path):
     identity_model(tmp_path / "a" / "1" / "model.lite")
@@ -224,7 +243,7 @@ def _arrived(metrics_port: int, model: str, version: str | None = None) -> float
     for line in text.splitlines():
         if f'model="{model}"' not in line or (version is not None and f'version="{version}"' not in line):
             continue
-        if line.startswith("lite_inference_pending_requests{") or line.startswith("lite_inference_requests_total{"):
+        if line.startswith(("lite_inference_pending_requests{", "lite_inference_requests_total{")):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
