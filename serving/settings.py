@@ -89,11 +89,16 @@ class Settings:
 
     @property
     def token(self) -> str:
-        """The bearer token every call must carry; empty: no authentication."""
+        """The bearer token every call must carry; empty: no authentication.
+
+        Given but blank (an empty token file, a token of spaces) is an error, never "no
+        authentication": a deployment that meant to protect the server must not run it open."""
+        # Read the token now: a blank or unreadable one must stop the server before it listens.
+        _ = self.token
         if self.auth_token:
-            return self.auth_token
+            return _checked_token(self.auth_token, "auth_token")
         if self.auth_token_file is not None:
-            return self.auth_token_file.read_text().strip()
+            return read_token_file(self.auth_token_file)
         return ""
 
     @classmethod
@@ -168,3 +173,33 @@ def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
     for name in names:
         if getattr(settings, name) <= 0:
             raise ConfigError(f"setting {name} must be positive, got {getattr(settings, name)}")
+def read_token_file(path: Path) -> str:
+    """The bearer token in ``path`` (surrounding whitespace and the final newline removed)."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ConfigError(
+            f"auth_token_file {str(path)!r} cannot be read ({reason}); make it a UTF-8 text file this user "
+            "can read, holding the token"
+        ) from err
+    return _checked_token(token, f"auth_token_file {str(path)!r}")
+
+
+def _checked_token(token: str, source: str) -> str:
+    """``token``, if a client can send it: not blank, and printable ASCII (what gRPC metadata and
+    HTTP headers carry)."""
+    if not token.strip():
+        raise ConfigError(
+            f"{source} is empty or only whitespace, which would leave the server without authentication; "
+            "give a real token, or set neither auth_token nor auth_token_file to serve without one"
+        )
+    if not all(" " <= c <= "~" for c in token):
+        raise ConfigError(
+            f"{source}: the token holds a character that is not printable ASCII (a line break, a control or "
+            "non-ASCII character), which no client could send in an authorization header; use letters, "
+            "digits and punctuation on one line"
+        )
+    return token
+
+

@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import os
 import queue
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +28,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from .conftest import identity_model, start_server
+from .conftest import REPO_ROOT, free_port, identity_model, start_server
 
 TOKEN = "s3cret-token"
 TIMEOUT = 10.0  # seconds for each client call: a refused handshake must not hang the test
@@ -250,3 +253,69 @@ def test_health_checks_need_no_token(token_server):
         stub = health_pb2_grpc.HealthStub(channel)
         response = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=TIMEOUT)
     assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+# ----- token files --------------------------------------------------------------------------------
+
+
+def refusal_to_start(repository: Path, *flags: str, env: dict | None = None) -> str:
+    """What ``python -m serving`` says on stderr when it refuses to start (it must exit, with status 2)."""
+    command = [sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
+               "--port", str(free_port()), "--metrics-port", "0", *flags]
+    try:
+        done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=20, cwd=REPO_ROOT,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the server started with {flags} instead of refusing to")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stderr
+
+
+@pytest.mark.parametrize("content", ["", "\n", "  \t \n\n"], ids=["empty", "newline", "whitespace"])
+def test_a_blank_token_file_refuses_to_start_instead_of_serving_without_authentication(repository, tmp_path,
+                                                                                       content):
+    token_file = tmp_path / "token"
+    token_file.write_text(content)
+    message = refusal_to_start(repository, "--auth-token-file", str(token_file))
+    assert f"auth_token_file '{token_file}' is empty or only whitespace" in message
+    assert "without authentication" in message
+
+
+def test_a_blank_token_refuses_to_start(repository):
+    message = refusal_to_start(repository, env={"LITE_AUTH_TOKEN": "   "})
+    assert "auth_token is empty or only whitespace" in message
+
+
+def unusable_token_file(directory: Path, kind: str) -> Path:
+    if kind == "missing":
+        return directory / "missing"
+    if kind == "directory":
+        return directory
+    path = directory / kind
+    if kind == "not-utf8":
+        path.write_bytes(b"\xff\xfe token")
+    else:  # a token on two lines: no client could send it in one header
+        path.write_text("first\nsecond\n")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not-utf8", "two-lines"])
+def test_an_unusable_token_file_is_a_clear_error_not_a_traceback(repository, tmp_path, kind):
+    token_file = unusable_token_file(tmp_path, kind)
+    message = refusal_to_start(repository, "--auth-token-file", str(token_file))
+    assert f"auth_token_file '{token_file}'" in message
+
+
+def test_a_token_file_with_a_final_newline_serves_that_token(repository, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(f"{TOKEN}\n")
+    server = start_server(repository, "--auth-token-file", str(token_file))
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        np.testing.assert_array_equal(infer_ones(client, headers), np.ones((1, 16), np.float32))
+        assert refused(lambda: infer_ones(client)).status() == "StatusCode.UNAUTHENTICATED"
+        client.close()
+    finally:
+        server.stop()
