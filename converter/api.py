@@ -22,9 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnx.external_data_helper
 import onnx_ir as ir
 
-from converter.errors import ExportError, InvalidOptionError, UnsupportedOpsError, VerificationError
+from converter.errors import (
+    ExportError,
+    InvalidOptionError,
+    ModelImportError,
+    UnsupportedOpsError,
+    VerificationError,
+)
 from converter.importer import ImportedModel, ModelSource, apply_input_shapes, import_onnx
 from converter.lower import lower_model
 from converter.mindspore import import_mindspore, is_mindspore_source
@@ -89,10 +96,12 @@ def convert_model(
     network_input_shape: Sequence[int] | None = None,
     dec_key: bytes | None = None,
     dec_mode: str | None = None,
+    external_data_dir: str | os.PathLike | None = None,
 ) -> lite_ir.Model:
     """Convert a model to a .lite in-memory model: ONNX (path, bytes, ModelProto or
-    onnx_ir.Model), a MindSpore .mindir path, or a .ckpt path with ``network`` (see ``convert``)."""
-    imported, _, _ = _import_source(model, network, network_input_shape, dec_key, dec_mode, False)
+    onnx_ir.Model), a MindSpore .mindir path, or a .ckpt path with ``network`` (see ``convert``,
+    also for ``external_data_dir``)."""
+    imported, _, _ = _import_source(model, network, network_input_shape, dec_key, dec_mode, False, external_data_dir)
     options = _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, False)
     optimize_model(
         imported.model,
@@ -132,12 +141,18 @@ def convert(
     preprocessing: str | dict[str, Any] | None = None,
     quant_options: dict[str, Any] | None = None,
     progress: Any = False,
+    external_data_dir: str | os.PathLike | None = None,
 ) -> ConversionReport:
     """Convert ``model`` and write ``output_path`` (.lite or .onnx) atomically.
 
     The input format follows the file extension: ONNX, MindSpore ``.mindir`` (``dec_key`` and
     ``dec_mode`` for encrypted files), or a ``.ckpt`` checkpoint with ``network`` (``module:Callable``
     building a train-core Cell) and ``network_input_shape`` (the sample input's shape).
+
+    ONNX weights stored in external data files are read from the model file's folder only (never
+    through an absolute path, ``..`` or a symlink leading out of it). A model given as bytes or an
+    ``onnx.ModelProto`` has no folder: ``external_data_dir`` names the folder its external data
+    is in; without it such a model's external data is refused (:class:`ModelImportError`).
 
     ``verify=None`` verifies when onnxruntime is installed. Raises :class:`UnsupportedOpsError`
     listing every node the runtime cannot run (unless ``allow_custom``), and
@@ -169,7 +184,7 @@ def convert(
         options["quant"] = quant_config.to_dict()
 
     imported, translated, source_warnings = _import_source(
-        model, network, network_input_shape, dec_key, dec_mode, allow_custom
+        model, network, network_input_shape, dec_key, dec_mode, allow_custom, external_data_dir
     )
     if translated is not None:
         original = translated
@@ -244,12 +259,18 @@ def _import_source(
     dec_key: bytes | None,
     dec_mode: str | None,
     allow_custom: bool,
+    external_data_dir: str | os.PathLike | None = None,
 ) -> tuple[ImportedModel, onnx.ModelProto | None, list[str]]:
     """Dispatch on the input format: ONNX, or MindSpore (.mindir; .ckpt with a network), which is
     translated to ONNX first (returned too: the reference that verification runs)."""
     if is_mindspore_source(model, network):
         if not isinstance(model, (str, os.PathLike)):
             raise InvalidOptionError("MindSpore inputs are converted from a file path (.mindir, .ckpt)")
+        if external_data_dir is not None:
+            raise InvalidOptionError(
+                "external_data_dir applies to ONNX models; a .mindir's external weights are read from "
+                "the <name>_variables folder next to it"
+            )
         return import_mindspore(
             model,
             network=network,
@@ -260,7 +281,7 @@ def _import_source(
         )
     if dec_key is not None:
         raise InvalidOptionError("dec_key applies to encrypted MindSpore files (.mindir, .ckpt) only")
-    return import_onnx(model), None, []
+    return import_onnx(model, external_data_dir), None, []
 
 
 def _write(
@@ -323,13 +344,28 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 
 def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelProto:
-    if isinstance(source, onnx.ModelProto):
-        return source
-    if isinstance(source, ir.Model):
-        return ir.to_proto(source)
-    if isinstance(source, bytes):
-        return onnx.load_from_string(source)
-    return onnx.load(os.fspath(source))
+    """The source model for ONNX Runtime, its external data (checked at import) read in: given
+    only a serialized model, ONNX Runtime would look for the files in the working directory."""
+    if isinstance(source, (str, os.PathLike)):
+        proto = onnx.load(os.fspath(source), load_external_data=False)
+    elif isinstance(source, onnx.ModelProto):
+        proto = source
+    elif isinstance(source, ir.Model):
+        proto = ir.to_proto(source)
+    else:
+        proto = onnx.load_from_string(source)
+    if imported.external_data_dir is None:
+        return proto
+    inlined = onnx.ModelProto()
+    inlined.CopyFrom(proto)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(inlined, os.fspath(imported.external_data_dir))
+    except (OSError, ValueError, onnx.checker.ValidationError) as err:
+        raise ModelImportError(
+            f"{imported.source}: cannot read the external data for verification ({err}); "
+            "pass verify=False (--no-verify) to skip the comparison"
+        ) from err
+    return inlined
 
 
 def _verify(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, rtol: float):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as ir_passes
 
 from converter.errors import InvalidOptionError, ModelImportError
+from converter.external_data import check_external_data
 from converter.import_checks import check_model, checked_numpy
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
@@ -29,31 +31,62 @@ class ImportedModel:
     source: str  # file path, or a short description of an in-memory model
     sha256: str  # of the serialized source (weights in external files not included)
     size_bytes: int  # serialized size plus external data files
+    external_data_dir: Path | None = None  # where its external data was found (None: it has none)
 
 
-def import_onnx(source: ModelSource) -> ImportedModel:
-    """Import ``source`` into an ``onnx_ir.Model``; raise :class:`ModelImportError` if unreadable."""
+def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None = None) -> ImportedModel:
+    """Import ``source`` into an ``onnx_ir.Model``; raise :class:`ModelImportError` if unreadable.
+
+    External data (weights in files beside the model) is read from the model file's folder, or
+    from ``external_data_dir`` when given; a model given as bytes or a ModelProto has no folder,
+    so its external data is refused unless ``external_data_dir`` names one (see
+    :mod:`converter.external_data`).
+    """
     if isinstance(source, ir.Model):
-        return ImportedModel(source, "<onnx_ir.Model>", "", 0)
+        folder = check_external_data(source, external_data_dir, "<onnx_ir.Model>")
+        return ImportedModel(source, "<onnx_ir.Model>", "", 0, folder)
     if isinstance(source, onnx.ModelProto):
+        what = "<onnx.ModelProto>"
         data = source.SerializeToString()
-        model = _deserialize(source, "<onnx.ModelProto>")
-        return ImportedModel(_inline_functions(model, "<onnx.ModelProto>"), "<onnx.ModelProto>", _sha256(data), len(data))
+        model = _deserialize(_checked_proto(source, what), what)
+        folder = check_external_data(model, external_data_dir, what)
+        return ImportedModel(_inline_functions(model, what), what, _sha256(data), len(data), folder)
     if isinstance(source, bytes):
-        proto = _parse(source, "<bytes>")
-        model = _deserialize(proto, "<bytes>")
-        return ImportedModel(_inline_functions(model, "<bytes>"), "<bytes>", _sha256(source), len(source))
+        what = "<bytes>"
+        model = _deserialize(_checked_proto(_parse(source, what), what), what)
+        folder = check_external_data(model, external_data_dir, what)
+        return ImportedModel(_inline_functions(model, what), what, _sha256(source), len(source), folder)
     path = Path(source)
-    if not path.is_file():
-        raise ModelImportError(f"{path}: no such file; pass the path of an .onnx model")
+    _check_model_file(path)
     try:
-        model = ir.load(path)
+        proto = onnx.load(path, load_external_data=False)
     except Exception as err:  # onnx raises DecodeError, OSError, ValueError... name the file
         raise ModelImportError(f"{path}: not a readable ONNX model ({err}); check the file") from err
-    return ImportedModel(_inline_functions(model, str(path)), str(path), _file_sha256(path), _model_size(model, path))
+    model = _deserialize(_checked_proto(proto, str(path)), str(path))
+    folder = check_external_data(model, path.parent if external_data_dir is None else external_data_dir, str(path))
+    model = _inline_functions(model, str(path))
+    return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder)
+
+
+def _check_model_file(path: Path) -> None:
+    """A regular, non-empty file: a FIFO would block the read forever, a device never end."""
+    try:
+        mode = path.stat()
+    except FileNotFoundError as err:
+        raise ModelImportError(f"{path}: no such file; pass the path of an .onnx model") from err
+    except OSError as err:
+        raise ModelImportError(f"{path}: cannot read it ({err.strerror})") from err
+    if stat.S_ISDIR(mode.st_mode):
+        raise ModelImportError(f"{path} is a directory; pass the path of an .onnx model file")
+    if not stat.S_ISREG(mode.st_mode):
+        raise ModelImportError(f"{path} is not a regular file (a pipe, socket or device); pass an .onnx model file")
+    if mode.st_size == 0:
+        raise ModelImportError(f"{path}: the file is empty, not an ONNX model")
 
 
 def _parse(data: bytes, what: str) -> onnx.ModelProto:
+    if not data:
+        raise ModelImportError(f"{what}: no data (0 bytes), not an ONNX model")
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
@@ -62,11 +95,28 @@ def _parse(data: bytes, what: str) -> onnx.ModelProto:
     return proto
 
 
+def _checked_proto(proto: onnx.ModelProto, what: str) -> onnx.ModelProto:
+    # Protobuf parses many non-ONNX byte strings (and empty ones) as a ModelProto with no graph.
+    if not proto.HasField("graph"):
+        raise ModelImportError(f"{what}: holds no graph, so it is not an ONNX model (or it is truncated)")
+    return proto
+
+
 def _deserialize(proto: onnx.ModelProto, what: str) -> ir.Model:
     try:
         return ir.serde.deserialize_model(proto)
     except Exception as err:
-        raise ModelImportError(f"{what}: the ONNX graph is malformed ({err}); run onnx.checker on it") from err
+        raise ModelImportError(f"{what}: the ONNX graph is malformed ({_root_cause(err)}); run onnx.checker on it") from err
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    # onnx_ir wraps the error once per enclosing graph and node ("Error calling _deserialize_graph
+    # with: g"); the innermost one says what is wrong.
+    seen = {id(err)}
+    while (cause := err.__cause__ or err.__context__) is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        err = cause
+    return err
 
 
 def _inline_functions(model: ir.Model, what: str) -> ir.Model:
