@@ -86,6 +86,8 @@ class Settings:
             raise ConfigError(f"event_loop {self.event_loop!r}: expected one of {', '.join(EVENT_LOOPS)}")
         if self.log_format not in ("json", "text"):
             raise ConfigError(f"log_format {self.log_format!r}: expected json or text")
+        # Read the token now: a blank or unreadable one must stop the server before it listens.
+        _ = self.token
 
     @property
     def token(self) -> str:
@@ -93,8 +95,6 @@ class Settings:
 
         Given but blank (an empty token file, a token of spaces) is an error, never "no
         authentication": a deployment that meant to protect the server must not run it open."""
-        # Read the token now: a blank or unreadable one must stop the server before it listens.
-        _ = self.token
         if self.auth_token:
             return _checked_token(self.auth_token, "auth_token")
         if self.auth_token_file is not None:
@@ -169,10 +169,6 @@ def _parse(f: dataclasses.Field, raw: object) -> object:
     return text
 
 
-def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
-    for name in names:
-        if getattr(settings, name) <= 0:
-            raise ConfigError(f"setting {name} must be positive, got {getattr(settings, name)}")
 def read_token_file(path: Path) -> str:
     """The bearer token in ``path`` (surrounding whitespace and the final newline removed)."""
     try:
@@ -203,3 +199,7 @@ def _checked_token(token: str, source: str) -> str:
     return token
 
 
+def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
+    for name in names:
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"setting {name} must be positive, got {getattr(settings, name)}")
