@@ -250,6 +250,45 @@ def _warmup(raw: Any, where: str) -> Warmup | None:
 def _renames(raw: Any, where: str) -> dict[str, str]:
     if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()):
         raise ConfigError(f"{where}: expected an object of model name -> served name")
-    if len(set(raw.values())) != len(raw):
-        raise ConfigError(f"{where}: two tensors renamed to the same served name")
+    clashes = _shared_names(raw)
+    if clashes:
+        served, names = clashes[0]
+        raise ConfigError(f"{where}: {names} are all renamed to {served!r}; give each its own served name")
     return dict(raw)
+
+
+def check_renames(config: ModelConfig, inputs: list[str], outputs: list[str]) -> None:
+    """The renamed tensors are the model's, and each served name stands for one tensor.
+
+    A renaming that gives a tensor the served name of another one (``{"outputs": {"y2": "y1"}}``
+    on a model whose outputs are y1 and y2) would answer a request for y1 with y2's values, so no
+    two inputs, no two outputs, and no input and output may share a served name. (An input that
+    the model also returns as an output, under the same name, is one tensor and may keep it.)"""
+    unknown = sorted((set(config.input_names) - set(inputs)) | (set(config.output_names) - set(outputs)))
+    if unknown:
+        raise ConfigError(f"renamed tensor(s) {unknown} are not inputs or outputs of the model")
+    served_inputs = {name: config.input_names.get(name, name) for name in inputs}
+    served_outputs = {name: config.output_names.get(name, name) for name in outputs}
+    for kind, served in (("input", served_inputs), ("output", served_outputs)):
+        clashes = _shared_names(served)
+        if clashes:
+            name, tensors = clashes[0]
+            raise ConfigError(
+                f"config.json {kind}s: {kind}s {tensors} would all be served as {name!r}, and a request could "
+                "not tell them apart; rename them to names no other tensor of the model has"
+            )
+    for name, served in served_outputs.items():
+        for other, other_served in served_inputs.items():
+            if served == other_served and name != other:
+                raise ConfigError(
+                    f"config.json inputs/outputs: output {name!r} and input {other!r} would both be served as "
+                    f"{served!r}; rename them to names no other tensor of the model has"
+                )
+
+
+def _shared_names(served: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """(served name, the tensors that would have it) for each served name given to several tensors."""
+    holders: dict[str, list[str]] = {}
+    for tensor, name in served.items():
+        holders.setdefault(name, []).append(tensor)
+    return [(name, sorted(tensors)) for name, tensors in holders.items() if len(tensors) > 1]

@@ -14,7 +14,7 @@ import numpy as np
 import lite
 
 from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors, pinned_allocator
-from .config import ModelConfig
+from .config import ModelConfig, check_renames
 from .datatypes import datatype_of
 from .errors import (
     ConfigError,
@@ -333,10 +333,7 @@ class ServedModel:
         return TensorInfo(served, datatype_of(spec.dtype), shape)
 
     def _check_batching(self) -> None:
-        unknown = set(self.config.input_names) - {s.name for s in self._model.inputs}
-        unknown |= set(self.config.output_names) - {s.name for s in self._model.outputs}
-        if unknown:
-            raise ConfigError(f"renamed tensor(s) {sorted(unknown)} are not inputs or outputs of the model")
+        check_renames(self.config, [s.name for s in self._model.inputs], [s.name for s in self._model.outputs])
         if self.config.max_batch_size == 0:
             return
         for info in self.inputs + self.outputs:

@@ -14,6 +14,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
+from lite.format import GraphBuilder, save
+
 from .conftest import identity_model, slow_model, start_server, write_config
 
 
@@ -171,6 +173,51 @@ def test_only_folders_named_by_ascii_digits_are_versions(tmp_path):
         client.close()
     finally:
         server.stop()
+
+
+def two_output_model(path) -> None:
+    """x -> y1 = x, y2 = -x."""
+    b = GraphBuilder("two")
+    x = b.input("x", np.float32, ["N", 4])
+    b.output(b.node("Identity", [x], outputs=["y1"]), np.float32, ["N", 4])
+    b.output(b.node("Neg", [x], outputs=["y2"]), np.float32, ["N", 4])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save(b.build(), str(path))
+
+
+@pytest.mark.parametrize(("renames", "words"), [
+    ({"outputs": {"y2": "y1"}}, ("outputs ['y1', 'y2'] would all be served as 'y1'",)),
+    ({"outputs": {"y1": "z", "y2": "z"}}, ("['y1', 'y2'] are all renamed to 'z'",)),
+    ({"inputs": {"x": "y1"}}, ("output 'y1' and input 'x' would both be served as 'y1'",)),
+    ({"outputs": {"y2": "x"}}, ("output 'y2' and input 'x' would both be served as 'x'",)),
+], ids=["output-takes-another-outputs-name", "two-outputs-one-name", "input-takes-an-outputs-name",
+        "output-takes-an-inputs-name"])
+def test_a_renaming_that_gives_two_tensors_one_served_name_fails_the_load(tmp_path, renames, words):
+    two_output_model(tmp_path / "clash" / "1" / "model.lite")
+    write_config(tmp_path / "clash", renames)
+    two_output_model(tmp_path / "swap" / "1" / "model.lite")
+    write_config(tmp_path / "swap", {"outputs": {"y1": "y2", "y2": "y1"}})  # a swap names each tensor once
+    server = start_server(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index["clash"]["state"] == "UNAVAILABLE"
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("clash")
+        assert info.value.status() == "StatusCode.FAILED_PRECONDITION"
+        assert all(w in info.value.message() for w in words), info.value.message()
+        x = client_input("x", np.arange(4, dtype=np.float32).reshape(1, 4))
+        result = client.infer("swap", [x], outputs=[grpcclient.InferRequestedOutput("y1")])
+        np.testing.assert_array_equal(result.as_numpy("y1"), -np.arange(4, dtype=np.float32).reshape(1, 4))
+        client.close()
+    finally:
+        server.stop()
+
+
+def client_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
+    tensor.set_data_from_numpy(array)
+    return tensor
 
 
 @pytest.mark.slow
