@@ -2,8 +2,9 @@
 
 The converter works on ``onnx_ir`` (https://github.com/onnx/ir-py): a mutable graph whose values
 know their producer and consumers, so passes rewrite in place. Weights stored in external data
-files are mapped lazily, not copied, until a pass or the writer needs them. Model-local functions
-are inlined, so every pass sees plain ONNX nodes.
+files are mapped lazily, not copied, until a pass or the writer needs them (and only from inside
+the model's folder: :mod:`converter.external_data`). Model-local functions are inlined, so every
+pass sees plain ONNX nodes (within a size budget: :mod:`converter.functions`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
-import onnx_ir.passes.common as ir_passes
 
 from converter.errors import InvalidOptionError, ModelImportError
 from converter.external_data import check_external_data
+from converter.functions import inline_functions
 from converter.import_checks import check_model, checked_numpy
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
@@ -120,8 +121,7 @@ def _root_cause(err: BaseException) -> BaseException:
 
 
 def _inline_functions(model: ir.Model, what: str) -> ir.Model:
-    if model.functions:
-        ir_passes.InlinePass()(model)
+    inline_functions(model, what)
     check_model(model, what)
     _detach_from_proto(model)
     return model
