@@ -8,6 +8,7 @@ from __future__ import annotations
 import lite
 
 from .errors import ModelNotReadyError, RepositoryControlDisabledError
+from .limits import RequestLimits
 from .manager import ModelManager
 from .model import PLATFORM, ServedModel
 from .settings import Settings
@@ -31,6 +32,7 @@ class DataPlane:
         self.settings = settings
         self.started = False  # startup models loaded
         self.stopping = False  # SIGTERM received: draining
+        self._limits = RequestLimits(settings.tensor_elements_limit, settings.max_message_bytes)
 
     # ----- health and metadata ----------------------------------------------------------------
 
@@ -67,6 +69,7 @@ class DataPlane:
             # retryable UNAVAILABLE, not "unknown model", so clients may retry or go elsewhere.
             raise ModelNotReadyError("the server is starting: its models are still loading; retry shortly")
         model = self.manager.get(request.model_name, request.model_version)
+        self._limits.check(model, request.inputs, request.outputs)
         return await model.infer(request)
 
     def statistics(self, name: str = "", version: str = "") -> list[StatisticsSnapshot]:

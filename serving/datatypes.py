@@ -43,6 +43,7 @@ _BY_DTYPE[np.dtype(np.str_)] = "BYTES"
 _BY_DTYPE[np.dtype(np.bytes_)] = "BYTES"
 
 DATATYPES: tuple[str, ...] = tuple(_BY_NAME)
+MAX_DIMENSION = 2**31 - 1  # of a request's tensor (serving.limits says why)
 
 # Triton model_config.proto DataType enum values, for ModelConfig answers.
 CONFIG_TYPE: dict[str, int] = {
@@ -84,6 +85,13 @@ def element_count(shape: Sequence[int], what: str) -> int:
     return count
 
 
+def dimension_too_large(shape: Sequence[int], dim: int, what: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"{what} has shape {list(shape)}: dimension {dim} is larger than {MAX_DIMENSION} (2**31 - 1), the most "
+        "any dimension may be"
+    )
+
+
 def decode_raw(raw: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
     """A read-only array viewing ``raw`` (input ``name``); the byte count must match shape × element size."""
     if datatype == "BYTES":
@@ -99,6 +107,8 @@ def decode_raw(raw: bytes, datatype: str, shape: tuple[int, ...], name: str) -> 
     if array is None or array.shape != shape:  # (a -1 in the shape was inferred by reshape)
         what = f"input {name!r}"
         count = element_count(shape, what)  # raises for a negative dimension
+        if count * dtype.itemsize == len(raw):  # the bytes fit, numpy cannot make the shape: [2**63 - 1, 0]
+            raise dimension_too_large(shape, max(shape), what)
         raise InvalidRequestError(
             f"{what}: {len(raw)} bytes of raw data, but shape {list(shape)} of {datatype} "
             f"needs {count * dtype.itemsize} ({count} elements × {dtype.itemsize} bytes)"

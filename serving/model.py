@@ -330,7 +330,7 @@ class ServedModel:
         if spec.dtype is None or spec.shape is None:
             raise ConfigError(f"tensor {spec.name!r} has no declared dtype or rank; it cannot be served")
         shape = tuple(d if isinstance(d, int) else -1 for d in spec.shape)
-        return TensorInfo(served, datatype_of(spec.dtype), shape)
+        return TensorInfo(served, datatype_of(spec.dtype), shape, tuple(spec.shape))
 
     def _check_batching(self) -> None:
         check_renames(self.config, [s.name for s in self._model.inputs], [s.name for s in self._model.outputs])

@@ -34,6 +34,10 @@ class Settings:
     poll_interval_s: float = 0.0  # > 0: rescan the repository and reload what changed
     repository_control: bool = True  # RepositoryModelLoad / Unload allowed
     max_message_bytes: int = 64 * MIB
+    # The most elements a request's tensor may claim (the product of its non-zero dimensions: an
+    # empty [2**28, 0] claims 2**28) and an output may be predicted to have (serving.limits).
+    # 0: max_message_bytes, as many as a tensor of one-byte elements filling a message holds.
+    max_tensor_elements: int = 0
     max_queue_size: int = 1024  # per model version, unless its config says otherwise
     instance_count: int = 1  # default model instances, unless a config says otherwise
     # Intra-op threads of each model's ONNX Runtime session, unless a config says otherwise.
@@ -69,6 +73,9 @@ class Settings:
     def __post_init__(self) -> None:
         _check_positive(self, ("max_message_bytes", "max_queue_size", "instance_count", "stream_concurrency",
                                "workers"))
+        if self.max_tensor_elements < 0:
+            raise ConfigError(f"setting max_tensor_elements must be >= 0 (0: max_message_bytes), got "
+                              f"{self.max_tensor_elements}")
         if self.threads < 0:
             raise ConfigError(f"setting threads must be >= 0 (0: ONNX Runtime's default), got {self.threads}")
         if not 0 <= self.port < 65536 or not 0 <= self.metrics_port < 65536:
@@ -100,6 +107,11 @@ class Settings:
         if self.auth_token_file is not None:
             return read_token_file(self.auth_token_file)
         return ""
+
+    @property
+    def tensor_elements_limit(self) -> int:
+        """``max_tensor_elements``, or ``max_message_bytes`` when that is 0."""
+        return self.max_tensor_elements or self.max_message_bytes
 
     @classmethod
     def from_sources(

@@ -20,6 +20,9 @@ class TensorInfo:
     name: str
     datatype: str
     shape: tuple[int, ...]
+    # The model's declared dimensions, symbols kept ("N"): what ties an output's size to the
+    # inputs' (serving.limits). Empty when the model does not declare them.
+    dims: tuple[int | str | None, ...] = ()
 
 
 @dataclass

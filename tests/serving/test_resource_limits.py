@@ -1,0 +1,120 @@
+"""What a request may make the server hold: tensors whose declared shapes claim more than their
+bytes (a zero dimension carries no data whatever the others are), outputs predicted from the
+inputs' shapes, and the answers a stream keeps for a client that does not read them.
+
+One server with a 1 MiB message limit, so that every bound is small and reached quickly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from lite.format import GraphBuilder, save
+
+from .conftest import identity_model, start_server
+
+MIB = 1024 * 1024
+TIMEOUT = 10.0
+
+
+def matmul_model(path: Path) -> None:
+    """a [N, K] @ b [K, M] -> y [N, M]: empty inputs (K = 0) make a full output of zeros."""
+    builder = GraphBuilder("matmul")
+    a = builder.input("a", np.float32, ["N", "K"])
+    b = builder.input("b", np.float32, ["K", "M"])
+    builder.output(builder.node("MatMul", [a, b], outputs=["y"]), np.float32, ["N", "M"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save(builder.build(), str(path))
+
+
+@pytest.fixture(scope="module")
+def limited_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("limits-repository")
+    matmul_model(root / "matmul" / "1" / "model.lite")
+    identity_model(root / "dynamic" / "1" / "model.lite", shape=("N", "M"))
+    server = start_server(root, "--max-message-bytes", str(MIB))
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def stub(limited_server):
+    with grpc.insecure_channel(limited_server.address) as channel:
+        yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+def request(model: str, **shapes: list[int]) -> service_pb2.ModelInferRequest:
+    """Inputs of the given shapes, filled with ones (no bytes at all when a dimension is 0)."""
+    message = service_pb2.ModelInferRequest(model_name=model)
+    for name, shape in shapes.items():
+        message.inputs.add(name=name, datatype="FP32", shape=shape)
+        message.raw_input_contents.append(b"" if 0 in shape else np.ones(shape, np.float32).tobytes())
+    return message
+
+
+def peak_resident_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM line")
+
+
+def refusal(stub, message: service_pb2.ModelInferRequest) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(message, timeout=TIMEOUT)
+    return info.value
+
+
+# ----- declared shapes ---------------------------------------------------------------------------
+
+
+def test_an_answer_predicted_larger_than_a_message_is_refused_before_the_model_runs(stub):
+    # 2 x 16 bytes of shapes and no data; the product would be 1024 x 512 floats, 2 MiB.
+    message = request("matmul", a=[1024, 0], b=[0, 512])
+    assert message.ByteSize() < 64
+    error = refusal(stub, message)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "the answer would hold 2097152 bytes of output data" in error.details()
+    assert "output 'y'" in error.details() and f"max_message_bytes {MIB}" in error.details()
+
+
+def test_an_output_predicted_beyond_the_element_limit_is_refused_even_when_not_answered(limited_server, stub):
+    peak = peak_resident_kb(limited_server.process.pid)
+    message = request("matmul", a=[1 << 13, 0], b=[0, 1 << 13])  # 2**26 floats: 256 MiB
+    message.outputs.add(name="y").parameters["classification"].int64_param = 1  # answers one string per row
+    error = refusal(stub, message)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "output 'y' (declared ['N', 'M']) would have 67108864 elements" in error.details()
+    assert f"limit is {MIB} elements per tensor" in error.details()
+    assert peak_resident_kb(limited_server.process.pid) - peak < 16 * 1024  # none of the 256 MiB was made
+
+
+@pytest.mark.parametrize(("shape", "code", "words"), [
+    ([2**31, 0], grpc.StatusCode.INVALID_ARGUMENT, "dimension 2147483648 is larger than 2147483647"),
+    ([2**63 - 1, 0], grpc.StatusCode.INVALID_ARGUMENT, "is larger than 2147483647"),
+    ([2 * MIB, 0], grpc.StatusCode.RESOURCE_EXHAUSTED,
+     f"2097152 elements counting its non-zero dimensions; the server's limit is {MIB} elements per tensor"),
+    ([1024, 0, 1025], grpc.StatusCode.RESOURCE_EXHAUSTED, "1049600 elements counting its non-zero dimensions"),
+], ids=["2**31", "int64-max", "twice-the-limit", "three-dims"])
+def test_an_empty_input_that_claims_too_many_elements_is_refused(stub, shape, code, words):
+    error = refusal(stub, request("dynamic", INPUT0=shape))
+    assert error.code() == code
+    assert "input 'INPUT0'" in error.details() and words in error.details(), error.details()
+
+
+def test_requests_within_the_limits_are_served(stub):
+    response = stub.ModelInfer(request("matmul", a=[2, 3], b=[3, 4]), timeout=TIMEOUT)
+    assert list(response.outputs[0].shape) == [2, 4]
+    y = np.frombuffer(response.raw_output_contents[0], np.float32)
+    np.testing.assert_array_equal(y, np.full(8, 3.0, np.float32))
+    for shape in ([MIB, 0], [0, 5], [256, 512]):  # at the limit, empty, half a message of data
+        response = stub.ModelInfer(request("dynamic", INPUT0=shape), timeout=TIMEOUT)
+        assert list(response.outputs[0].shape) == shape
+    response = stub.ModelInfer(request("matmul", a=[256, 0], b=[0, 256]), timeout=TIMEOUT)  # 256 KiB of zeros
+    assert not np.frombuffer(response.raw_output_contents[0], np.float32).any()
