@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from lite.errors import InvalidInputError
+from lite.errors import InvalidInputError, ModelFormatError
 from lite.format import ir, load as load_model
 from lite.format.dtypes import DataType, storage_dtype
 from lite.custom_ops import CustomOps
@@ -60,8 +60,12 @@ class Model:
     @classmethod
     def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
              threads: int | None = None, custom_ops: CustomOps | None = None, *, engine: str | None = None,
-             batch_sizes: Sequence[int] | None = None, **options: Any) -> Model:
+             batch_sizes: Sequence[int] | None = None, memory_map: bool = True, **options: Any) -> Model:
         """Load and verify a .lite model and bind it to an engine.
+
+        A path is memory-mapped: weights are views of the file, never copied. Such a file must
+        not be rewritten in place while the model is loaded (rename a new file over it instead);
+        ``memory_map=False`` reads it into private memory, after which the file may change freely.
 
         ``device``: ``"numpy"`` (the edge engine, always available), ``"cpu"`` / ``"cuda"`` /
         ``"tensorrt"`` (ONNX Runtime execution providers, when installed) or ``"auto"`` (CUDA if
@@ -100,9 +104,12 @@ class Model:
             raise ValueError(f"threads must be a positive integer or None; got {threads!r}")
         if batch_sizes is not None and engine != "auto":
             raise TypeError("batch_sizes applies to engine='auto' (it declares the batch sizes to tune for)")
-        model = load_model(source)
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         identity = None if in_memory else _file_identity(source)
+        model = load_model(source) if in_memory else load_model(source, memory_map=memory_map)
+        if not in_memory and _file_identity(source) != identity:
+            # Caches are keyed on the identity: never file these weights under another file's name.
+            raise ModelFormatError(f"{source} changed while it was loaded; load it again once it is written")
         if engine is None:
             bound = _engine_for(model, device, threads, custom_ops, options, identity)
         else:
@@ -241,7 +248,10 @@ def _check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tupl
 
 def _file_identity(path: str | os.PathLike) -> str:
     """Names the weights of a file for caches: its real path, size, modification time and inode."""
-    stat = os.stat(path)
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"model file not found: {path}") from err
     return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
 
 

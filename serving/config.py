@@ -120,15 +120,35 @@ class ModelConfig:
         return tuple(sorted({*powers, self.max_batch_size}))
 
 
+MAX_CONFIG_BYTES = 1 << 20
+_MAX_INT = 2**31 - 1  # every integer setting; Python's int() would take any number of digits
+# Warm-up runs on zero inputs before a model is READY: bounded, so a typo cannot exhaust memory
+# or hold the model back for hours.
+_MAX_WARMUP_BATCH = 4096
+_MAX_WARMUP_COUNT = 1000
+
+
 def read_config(model_dir: Path) -> ModelConfig:
     """The model's config file, or defaults when it has none."""
     path = model_dir / CONFIG_FILE
     if not path.is_file():
         return ModelConfig()
+    if path.resolve().parent != model_dir.resolve():
+        # Read nothing through it: its errors would show another file's content.
+        raise ConfigError(f"{path}: a link to a file outside the model's folder; copy the file instead")
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConfigError(f"{path}: not readable JSON ({err})") from err
+        with path.open("rb") as handle:
+            text = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from err
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a model config is a few lines of JSON")
+    try:
+        raw = json.loads(text.decode("utf-8"))
+    except RecursionError as err:
+        raise ConfigError(f"{path}: JSON nested too deeply to be a model config") from err
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError, and integers of thousands of digits
+        raise ConfigError(f"{path}: not readable JSON ({str(err)[:200]})") from err
     return parse_config(raw, str(path))
 
 
@@ -180,7 +200,7 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
         threads=_int(raw, "threads", where, None, minimum=0),
         device=device,
         version_policy=_version_policy(raw.get("version_policy"), f"{where}: version_policy"),
-        warmup=_warmup(raw.get("warmup"), f"{where}: warmup"),
+        warmup=_warmup(raw.get("warmup"), max_batch_size, f"{where}: warmup"),
         input_names=_renames(raw.get("inputs", {}), f"{where}: inputs"),
         output_names=_renames(raw.get("outputs", {}), f"{where}: outputs"),
         preprocessing=preprocessing,
@@ -190,12 +210,14 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
     )
 
 
-def _int(raw: dict, key: str, where: str, default: int | None, minimum: int) -> int | None:
+def _int(raw: dict, key: str, where: str, default: int | None, minimum: int,
+         maximum: int = _MAX_INT) -> int | None:
     if key not in raw:
         return default
     value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        shown = repr(value) if not isinstance(value, int) or abs(value) < 10**20 else f"an integer of {len(str(value))} digits"
+        raise ConfigError(f"{where}: {key} must be an integer >= {minimum} and <= {maximum}, got {shown}")
     return value
 
 
@@ -204,7 +226,7 @@ def _dynamic_batching(raw: Any, where: str) -> DynamicBatching:
         return DynamicBatching()
     if not isinstance(raw, dict) or set(raw) - {"max_queue_delay_us", "preferred_batch_sizes", "pad_batches"}:
         raise ConfigError(
-            f"{where}: expected {{max_queue_delay_us, preferred_batch_sizes, pad_batches}}, got {raw!r}"
+            f"{where}: expected {{max_queue_delay_us, preferred_batch_sizes, pad_batches}}, got {str(raw)[:200]}"
         )
     sizes = raw.get("preferred_batch_sizes", [])
     if not isinstance(sizes, list) or not all(isinstance(s, int) and s > 0 for s in sizes):
@@ -233,17 +255,20 @@ def _version_policy(raw: Any, where: str) -> VersionPolicy:
         isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
     ):
         return VersionPolicy(specific=tuple(value))
-    raise ConfigError(f"{where}: invalid policy {raw!r}")
+    raise ConfigError(f"{where}: invalid policy {str(raw)[:200]}")
 
 
-def _warmup(raw: Any, where: str) -> Warmup | None:
+def _warmup(raw: Any, max_batch_size: int, where: str) -> Warmup | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or set(raw) - {"batch_size", "count"}:
-        raise ConfigError(f"{where}: expected {{batch_size, count}}, got {raw!r}")
+        raise ConfigError(f"{where}: expected {{batch_size, count}}, got {str(raw)[:200]}")
+    size = raw.get("batch_size", 1)
+    if max_batch_size > 0 and isinstance(size, int) and size > max_batch_size:
+        raise ConfigError(f"{where}: batch_size {size} exceeds the model's max_batch_size {max_batch_size}")
     return Warmup(
-        batch_size=_int(raw, "batch_size", where, 1, minimum=1),
-        count=_int(raw, "count", where, 1, minimum=1),
+        batch_size=_int(raw, "batch_size", where, 1, minimum=1, maximum=_MAX_WARMUP_BATCH),
+        count=_int(raw, "count", where, 1, minimum=1, maximum=_MAX_WARMUP_COUNT),
     )
 
 

@@ -96,6 +96,11 @@ class ModelManager:
                 self._failures[name] = str(err)
                 log.error("model %s: load failed: %s", name, err)
                 raise
+            except Exception as err:  # a defect or an exhausted resource in one model never stops the others
+                failure = ModelLoadError(f"model {name}: load failed: {type(err).__name__}: {str(err)[:500]}")
+                self._failures[name] = str(failure)
+                log.error("model %s: load failed", name, exc_info=err)
+                raise failure from err
             self._failures.pop(name, None)
             self._unloaded.discard(name)
 
@@ -151,6 +156,7 @@ class ModelManager:
             metrics=self.metrics,
             inline_us=self.settings.inline_execution_us,
             stamp=stamp,
+            memory_map=self.settings.map_model_files,
         )
 
     # ----- startup, polling, shutdown ------------------------------------------------------------

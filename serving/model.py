@@ -92,9 +92,10 @@ class ServedModel:
     @classmethod
     def load(cls, name: str, version: int, path: Path, config: ModelConfig, *, device: str, instances: int,
              max_queue_size: int, metrics: Metrics, inline_us: int = 0, stamp: tuple = (),
-             threads: int = 0) -> ServedModel:
+             threads: int = 0, memory_map: bool = False) -> ServedModel:
         """``device`` as lite.Model.load takes it ("auto": CUDA, else ONNX Runtime CPU, else numpy);
-        ``threads`` intra-op threads for ONNX Runtime (0: its default)."""
+        ``threads`` intra-op threads for ONNX Runtime (0: its default); ``memory_map``: map the
+        file instead of reading it into private memory (see ``Settings.map_model_files``)."""
         options: dict = {}
         if config.engine is not None:
             options["engine"] = config.engine
@@ -109,7 +110,8 @@ class ServedModel:
         # and one GPU runs one execution at a time anyway. Elsewhere, ``instances`` threads.
         home = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-v{version}")
         try:
-            model = home.submit(lite.Model.load, path, device=device, threads=threads or None, **options).result()
+            model = home.submit(lite.Model.load, path, device=device, threads=threads or None,
+                                memory_map=memory_map, **options).result()
         except (lite.LiteError, OSError, ValueError, TypeError) as err:
             home.shutdown(wait=False)
             raise ModelLoadError(f"model {name} version {version}: cannot load {path}: {err}") from err
@@ -174,12 +176,15 @@ class ServedModel:
         if self.config.warmup is not None:
             runs.append((self.config.warmup.batch_size, self.config.warmup.count))
         for batch_size, count in runs:
-            feed = self._zero_inputs(batch_size)
-            for _ in range(count):
-                try:
+            try:
+                feed = self._zero_inputs(batch_size)
+                for _ in range(count):
                     self._model.predict(feed)
-                except Exception as err:  # an engine may fail in any way; say which model and why
-                    raise ModelLoadError(f"model {self.name} version {self.version}: warmup failed: {err}") from err
+            except Exception as err:  # an engine may fail in any way (MemoryError too); say which model and why
+                raise ModelLoadError(
+                    f"model {self.name} version {self.version}: warmup at batch size {batch_size} failed: "
+                    f"{type(err).__name__}: {err}"
+                ) from err
 
     def start(self) -> None:
         self._drained = asyncio.Event()

@@ -32,6 +32,10 @@ class Settings:
     device: str = "auto"
     models: tuple[str, ...] = ()  # load only these at startup; empty: every model in the repository
     poll_interval_s: float = 0.0  # > 0: rescan the repository and reload what changed
+    # Model files are read into private memory, so that a file copied over in place (cp) never
+    # faults a loaded model or changes its weights; true: memory-map them (shared pages, no copy),
+    # for repositories whose files are only ever replaced by rename or mounted read-only.
+    map_model_files: bool = False
     repository_control: bool = True  # RepositoryModelLoad / Unload allowed
     max_message_bytes: int = 64 * MIB
     # The most elements a request's tensor may claim (the product of its non-zero dimensions: an

@@ -2,7 +2,8 @@
 
 A path is memory-mapped read-only and each constant becomes a read-only ``np.frombuffer`` view
 of the map, so loading costs the same for a 1 MB and a 1 GB model and the pages are shared
-between processes. Everything is checked before use: the structure by
+between processes (or, with ``memory_map=False``, read once into private memory, for files that
+may be rewritten in place while loaded). Everything is checked before use: the structure by
 :mod:`lite.format.verifier`, then the semantics here (indices in range, sizes equal to shape ×
 dtype, quantization parameters consistent with the quantized axis, one producer per tensor,
 nodes in execution order, no cycles between graphs). Any violation is a
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +37,61 @@ _MAX_ELEMENTS = 1 << 48
 _GRANULARITY_PER_TENSOR, _GRANULARITY_PER_AXIS, _GRANULARITY_PER_BLOCK = 0, 1, 2
 
 
-def load(source: str | os.PathLike | bytes | bytearray | memoryview) -> ir.Model:
-    """Read and verify a .lite model from a path (memory-mapped) or from bytes."""
+def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, memory_map: bool = True) -> ir.Model:
+    """Read and verify a .lite model from a path or from bytes.
+
+    A path is memory-mapped (``memory_map=True``): weights are views of the file, shared between
+    processes, and the file must not be rewritten in place while the model is in use (a shorter
+    file faults the process on its next read of a page past the end; a rewritten one changes the
+    weights under it). Replace such files by renaming a new file over them. ``memory_map=False``
+    reads the file into private memory once: the model is then independent of the file, and a
+    file that changes while it is read is refused.
+    """
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _Reader(memoryview(source).cast("B"), "<bytes>").model()
     path = Path(source)
     try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size == 0:
-                raise ModelFormatError(f"{path}: the file is empty, not a .lite model")
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError as err:
         raise FileNotFoundError(f"model file not found: {path}") from err
     except IsADirectoryError as err:
         raise ModelFormatError(f"{path} is a directory, not a .lite model file") from err
-    return _Reader(memoryview(mapped), str(path)).model()
+    before = os.fstat(descriptor)
+    if not stat.S_ISREG(before.st_mode):
+        os.close(descriptor)
+        if stat.S_ISDIR(before.st_mode):
+            raise ModelFormatError(f"{path} is a directory, not a .lite model file")
+        raise ModelFormatError(f"{path} is not a regular file (a pipe, socket or device): give a .lite file")
+    with os.fdopen(descriptor, "rb", buffering=0) as handle:
+        if before.st_size == 0:
+            raise ModelFormatError(f"{path}: the file is empty, not a .lite model")
+        if memory_map:
+            buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        else:
+            buffer = _read_private(handle, path, before)
+    return _Reader(memoryview(buffer), str(path)).model()
+
+
+def _read_private(handle: Any, path: Path, before: os.stat_result) -> mmap.mmap:
+    """The whole file in anonymous memory (page-aligned, like a mapping), checked unchanged."""
+    buffer = mmap.mmap(-1, before.st_size)
+    view, filled = memoryview(buffer), 0
+    while filled < before.st_size:
+        count = handle.readinto(view[filled:])
+        if not count:
+            break
+        filled += count
+    view.release()
+    after = os.fstat(handle.fileno())
+    changed = (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns)
+    if filled != before.st_size or changed:
+        buffer.close()
+        raise ModelFormatError(
+            f"{path} changed while it was read ({before.st_size:,} bytes, then {after.st_size:,}): "
+            "it is being written; load it again once the writer is done (write to another name and rename)"
+        )
+    return buffer
 
 
 class _Reader:

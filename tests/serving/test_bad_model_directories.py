@@ -1,0 +1,70 @@
+"""One bad model directory never keeps the server from serving the others.
+
+Each directory below once made ``lite serve`` exit at startup (RecursionError, ValueError,
+MemoryError, format errors on the default device). Now each is reported UNAVAILABLE with its
+reason in the repository index, the server starts, and the good model serves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from .conftest import identity_model, start_server, write_config
+
+pytestmark = pytest.mark.timeout(120)
+
+BAD = {
+    "deep": "nested too deeply",
+    "huge_integer": "not readable JSON",
+    "warmup_too_big": "exceeds the model's max_batch_size",
+    "warmup_absurd": "batch_size must be an integer >= 1 and <= 4096",
+    "oversized_config": "larger than",
+    "corrupt": "cannot load",
+    "linked_config": "outside the model's folder",
+}
+
+
+@pytest.fixture(scope="module")
+def bad_repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad_repository")
+    identity_model(root / "good" / "1" / "model.lite")
+    for name in BAD:
+        identity_model(root / name / "1" / "model.lite")
+    (root / "deep" / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    (root / "huge_integer" / "config.json").write_text('{"max_batch_size": ' + "9" * 5000 + "}")
+    write_config(root / "warmup_too_big", {"max_batch_size": 8, "warmup": {"batch_size": 2**40}})
+    write_config(root / "warmup_absurd", {"warmup": {"batch_size": 2**40}})
+    (root / "oversized_config" / "config.json").write_text('{"max_batch_size": 1' + " " * (2 << 20) + "}")
+    model = root / "corrupt" / "1" / "model.lite"
+    data = bytearray(model.read_bytes())
+    for i in range(40, len(data), 7):
+        data[i] ^= 0x5A
+    model.write_bytes(bytes(data))
+    secret = root.parent / "secret.json"
+    secret.write_text(json.dumps({"db_password": "hunter2"}))
+    os.symlink(secret, root / "linked_config" / "config.json")
+    return root
+
+
+def test_the_good_model_serves_and_each_bad_one_is_reported_with_its_reason(bad_repository):
+    import tritonclient.grpc as grpcclient
+
+    server = start_server(bad_repository)
+    try:
+        with grpcclient.InferenceServerClient(server.address) as client:
+            assert client.is_server_ready()
+            request = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+            request.set_data_from_numpy(np.ones((1, 16), np.float32))
+            assert client.infer("good", [request]).as_numpy("OUTPUT0").sum() == 16
+            index = {m.name: m for m in client.get_model_repository_index().models}
+    finally:
+        assert server.stop() == 0
+    assert index["good"].state == "READY"
+    for name, reason in BAD.items():
+        assert index[name].state == "UNAVAILABLE", name
+        assert reason in index[name].reason, (name, index[name].reason)
+    assert "db_password" not in "".join(server.logs) + index["linked_config"].reason
