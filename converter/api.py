@@ -44,6 +44,7 @@ from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_nodes
 from converter.verify import compare, onnxruntime_available, random_inputs, run_onnxruntime
 from lite.atomic import atomic_path
+from lite.errors import LiteError
 from lite.format import ir as lite_ir
 
 OUTPUT_FORMATS = (".lite", ".onnx")
@@ -380,10 +381,17 @@ def _verify(original, model: ir.Model, exported, path: Path, suffix: str, fp16_i
     if suffix == ".lite":
         engine = _lite_engine()
     if engine is not None:
-        outputs = engine(path, feeds)
         name = "lite.Model (numpy engine)"
+        try:
+            outputs = engine(path, feeds)
+        except (LiteError, MemoryError) as err:
+            raise VerificationError(
+                f"the converted model fails on the random verification inputs in {name} ({err}); "
+                "convert with verify=False (--no-verify) to skip the comparison"
+            ) from err
     else:
-        outputs = run_onnxruntime(exported if exported is not None else to_onnx(model), feeds)
+        outputs = run_onnxruntime(exported if exported is not None else to_onnx(model), feeds,
+                                  what="the converted model")
         name = "onnxruntime (ONNX export of the converted graph)"
     return compare(reference, outputs, name, rtol)
 

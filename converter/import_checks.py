@@ -201,6 +201,9 @@ def checked_numpy(tensor: ir.TensorProtocol) -> object:
     dims = list(tensor.shape)
     if len(dims) > MAX_RANK or any(not isinstance(d, int) or d < 0 for d in dims):
         raise ModelImportError(f"{where}: a tensor's dims are at most {MAX_RANK} sizes >= 0; the model is damaged")
+    if isinstance(tensor, ir.serde.TensorProtoTensor) and math.prod(dims) and not _holds_data(tensor.raw):
+        # onnx_ir would hand back zeros of the declared dims: 4 TiB for dims [2**40].
+        raise ModelImportError(f"{where}: declares {math.prod(dims):,} elements but holds no data; the model is damaged")
     try:
         array = tensor.numpy()
     # onnx_ir raises ValueError for a byte or value count that does not fit the dims, and fails an
@@ -210,3 +213,10 @@ def checked_numpy(tensor: ir.TensorProtocol) -> object:
     if array.size != math.prod(dims):
         raise ModelImportError(f"{where}: holds {array.size} elements, its dims need {math.prod(dims)}")
     return array
+
+
+_VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+def _holds_data(proto: onnx.TensorProto) -> bool:
+    return proto.HasField("raw_data") or any(len(getattr(proto, field)) for field in _VALUE_FIELDS)

@@ -87,18 +87,34 @@ def random_inputs(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return feeds
 
 
-def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2) -> dict[str, np.ndarray]:
+def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2,
+                    what: str = "the original model") -> dict[str, np.ndarray]:
+    """Run ``proto`` in ONNX Runtime (CPU); raise :class:`VerificationError` naming ``what`` if it
+    cannot be loaded or run (e.g. a node asks for more memory than there is)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: a failure is reported once, as VerificationError
     compatible = make_ort_compatible(_copy(proto))
-    session = ort.InferenceSession(compatible.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    wanted = {i.name for i in session.get_inputs()}
-    results = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    try:
+        session = ort.InferenceSession(compatible.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        wanted = {i.name for i in session.get_inputs()}
+        results = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    # onnxruntime's errors (Fail, InvalidArgument, InvalidGraph, ...) derive from Exception only.
+    except Exception as err:  # includes MemoryError
+        raise VerificationError(
+            f"ONNX Runtime cannot run {what} on the random verification inputs ({_first_line(err)}); "
+            "convert with verify=False (--no-verify) to skip the comparison"
+        ) from err
     return dict(zip(names, results))
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    text = lines[0] if lines else type(err).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], engine: str, rtol: float) -> Verification:

@@ -55,6 +55,7 @@ class PassContext:
     warnings: list[str] = field(default_factory=list)
     max_folded_bytes: int = 1 << 20  # constant folding never materializes a larger new weight...
     max_folded_growth: float = 2.0  # ...that is also this many times larger than its inputs
+    max_folded_elements: int = 64 << 20  # nor evaluates a node whose outputs would hold more
     names: set[str] = field(default_factory=set)  # value names in use (see model_names)
 
     def unique_name(self, base: str) -> str:

@@ -17,7 +17,11 @@ Two kinds of node fold:
 Declines: non-deterministic ops (Random*, Bernoulli, Multinomial), ops with subgraphs, custom
 domains, outputs that are not tensors, and results that would add a large new weight (more than
 ``PassContext.max_folded_bytes`` and ``max_folded_growth`` times the inputs) — folding
-``ConstantOfShape`` of a big shape would only bloat the file.
+``ConstantOfShape`` of a big shape would only bloat the file. Before evaluating a node, the size
+of its outputs is computed from its inputs (:mod:`converter.passes.output_size`): a node whose
+outputs would exceed ``PassContext.max_folded_elements``, or whose size cannot be known, is not
+evaluated at all (a model is untrusted input: ``Range(0, 1e10)`` would allocate 80 GB). Declined
+nodes stay in the graph, and the report says why.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from converter.passes.base import (
     opset_version,
     replace_output,
 )
+from converter.passes.output_size import predicted_elements
 
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
 # Ops never worth folding: they describe I/O or control flow rather than values.
@@ -143,8 +148,17 @@ def _evaluate(
         return None, None
     if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
         return None, "has a subgraph"
+    proto, feeds = _reference_node(node)
+    sizes, unknown = predicted_elements(proto, feeds, opset)
+    if sizes is None:
+        return None, unknown
+    if sum(sizes) > context.max_folded_elements:
+        return None, (
+            f"its outputs would hold {sum(sizes):,} elements, more than constant folding evaluates "
+            f"({context.max_folded_elements:,})"
+        )
     try:
-        outputs = _run_reference(node, opset)
+        outputs = _run_reference(proto, feeds, opset)
     except Exception as err:  # noqa: BLE001 (onnx.reference raises anything; the node just stays)
         return None, f"the reference implementation could not evaluate it ({type(err).__name__}: {err})"
     if any(not isinstance(out, np.ndarray) for out in outputs):
@@ -156,16 +170,20 @@ def _evaluate(
     return outputs, None
 
 
-def _run_reference(node: ir.Node, opset: int) -> list[np.ndarray]:
+def _reference_node(node: ir.Node) -> tuple[onnx.NodeProto, dict[str, np.ndarray]]:
+    """The node alone as a NodeProto reading inputs ``i0, i1, ...``, and their constant values."""
     names = [f"i{k}" if value is not None else "" for k, value in enumerate(node.inputs)]
     feeds = {names[k]: constant(value) for k, value in enumerate(node.inputs) if value is not None}
-    outs = [f"o{k}" for k in range(len(node.outputs))]
     proto = onnx.NodeProto()
     proto.op_type = node.op_type
     proto.input.extend(names)
-    proto.output.extend(outs)
+    proto.output.extend(f"o{k}" for k in range(len(node.outputs)))
     for attr in node.attributes.values():
         proto.attribute.append(ir.serde.serialize_attribute(attr))
+    return proto, feeds
+
+
+def _run_reference(proto: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray]:
     evaluator = ReferenceEvaluator(proto, opsets={"": opset})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
