@@ -5,6 +5,8 @@ and back; a REST front end could do the same.
 
 from __future__ import annotations
 
+import asyncio
+
 import lite
 
 from .errors import ModelNotReadyError, RepositoryControlDisabledError
@@ -32,6 +34,8 @@ class DataPlane:
         self.settings = settings
         self.started = False  # startup models loaded
         self.stopping = False  # SIGTERM received: draining
+        self._in_flight = 0  # infer calls past the checks, not yet answered
+        self._idle: asyncio.Event | None = None  # while draining: set once none is in flight
         self._limits = RequestLimits(settings.tensor_elements_limit, settings.max_message_bytes)
 
     # ----- health and metadata ----------------------------------------------------------------
@@ -70,7 +74,26 @@ class DataPlane:
             raise ModelNotReadyError("the server is starting: its models are still loading; retry shortly")
         model = self.manager.get(request.model_name, request.model_version)
         self._limits.check(model, request.inputs, request.outputs)
-        return await model.infer(request)
+        self._in_flight += 1
+        try:
+            return await model.infer(request)
+        finally:
+            self._in_flight -= 1
+            if self._idle is not None and not self._in_flight:
+                self._idle.set()
+
+    async def drain(self, timeout: float) -> bool:
+        """Refuse new requests from now on (UNAVAILABLE) and wait, up to ``timeout`` seconds, for
+        the ones in flight to be answered; whether they all were."""
+        self.stopping = True
+        self._idle = asyncio.Event()
+        if not self._in_flight:
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def statistics(self, name: str = "", version: str = "") -> list[StatisticsSnapshot]:
         if not name:

@@ -1,12 +1,14 @@
 """Assemble and run the server: gRPC (inference, health, reflection), metrics, signals.
 
-Shutdown (SIGTERM or SIGINT): health turns NOT_SERVING, the server stops accepting calls and
-gives the ones in flight ``grace_period_s`` to finish, then the models drain and close.
+Shutdown (SIGTERM or SIGINT): health turns NOT_SERVING, new requests are answered UNAVAILABLE
+while the ones in flight get up to ``grace_period_s`` to finish, then gRPC stops and the models
+close (:meth:`Server.stop`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import signal
@@ -31,6 +33,9 @@ from .servicer import InferenceServicer
 log = logging.getLogger("serving.server")
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
+# After the drain, what gRPC's own stop gives the answers still being written: the models are
+# idle by then, so this only has to cover sending, not computing.
+_SEND_GRACE_S = 2.0
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
@@ -53,6 +58,7 @@ class Server:
         self.port = 0
         self.metrics_port = 0
         self._grpc: grpc.aio.Server | None = None  # listening once started
+        self._servicer: InferenceServicer | None = None
         self._http = None
         self._stopped = asyncio.Event()
 
@@ -70,7 +76,8 @@ class Server:
                 ("grpc.so_reuseport", int(self._gate is not None)),
             ],
         )
-        add_inference_service(InferenceServicer(self.dataplane, settings.stream_concurrency), self._grpc)
+        self._servicer = InferenceServicer(self.dataplane, settings.stream_concurrency)
+        add_inference_service(self._servicer, self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
         if settings.reflection:
             names = (
@@ -116,19 +123,36 @@ class Server:
             ) from err
 
     async def stop(self) -> None:
+        """Drain, then stop. The gRPC server keeps running while the requests in flight finish, so
+        a call that arrives meanwhile is answered UNAVAILABLE ("shutting down") at once: stopping
+        gRPC first would cancel calls that arrive as it stops (CANCELLED), and a call caught in
+        its shutdown could be held for the whole grace period. Streams stop reading, answer what
+        they have read, and end with UNAVAILABLE. Only then does gRPC stop; by that time no
+        model is running for anyone, and it gives the answers being sent ``_SEND_GRACE_S``."""
         if self._stopped.is_set():
             return
-        log.info("shutting down", extra={"grace_period_s": self.settings.grace_period_s})
-        self.dataplane.stopping = True
+        grace = self.settings.grace_period_s
+        log.info("shutting down", extra={"grace_period_s": grace})
+        deadline = asyncio.get_running_loop().time() + grace
         await self.health.enter_graceful_shutdown()
+        if self._servicer is not None:
+            self._servicer.close_streams()
+        drained = await self.dataplane.drain(grace)
+        if self._servicer is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._servicer.streams_closed(), self._left(deadline))
         if self._grpc is not None:
-            await self._grpc.stop(self.settings.grace_period_s)
+            await self._grpc.stop(min(self._left(deadline), _SEND_GRACE_S) if drained else 0)
         await self.manager.close()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
         self._stopped.set()
         log.info("stopped")
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        return max(0.0, deadline - asyncio.get_running_loop().time())
 
     async def wait(self) -> None:
         await self._stopped.wait()

@@ -16,7 +16,7 @@ import grpc
 from .._generated import inference_pb2 as pb
 from .._generated import inference_pb2_grpc as pb_grpc
 from ..dataplane import DataPlane
-from ..errors import ServingError
+from ..errors import ModelNotReadyError, ServingError
 from . import converters
 from .decoding import Undecodable
 from .status import status_of
@@ -48,6 +48,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, dataplane: DataPlane, stream_concurrency: int) -> None:
         self._dataplane = dataplane
         self._stream_concurrency = stream_concurrency
+        self._streams: set[InferStream] = set()
+        self._closing = False
+        self._no_streams: asyncio.Event | None = None  # set when closing and no stream is left
 
     @_answer_errors
     async def ServerLive(self, request, context):
@@ -86,53 +89,33 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return converters.from_response(response, inference.parameters)
 
     async def ModelStreamInfer(self, request_iterator, context) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Requests of one stream run concurrently (up to ``stream_concurrency``); each answer
-        carries its request's id, so the client matches them up."""
-        answers: asyncio.Queue = asyncio.Queue()
-        slots = asyncio.Semaphore(self._stream_concurrency)
-        running: set[asyncio.Task] = set()
-
-        async def answer(request: pb.ModelInferRequest) -> None:
-            try:
-                inference = converters.to_request(request, context.time_remaining())
-                response = await self._dataplane.infer(inference)
-                out = pb.ModelStreamInferResponse(
-                    infer_response=converters.from_response(response, inference.parameters)
-                )
-            except ServingError as err:
-                out = _stream_error(request, str(err))
-            except Exception as err:  # a bug costs this request, not the stream
-                log.exception("stream request failed")
-                out = _stream_error(request, f"internal error: {type(err).__name__}: {err}")
-            finally:
-                slots.release()
-            await answers.put(out)
-
-        async def read() -> None:
-            try:
-                async for request in request_iterator:
-                    if isinstance(request, Undecodable):
-                        raise request.error()  # the stream's framing is lost: end the whole call
-                    await slots.acquire()
-                    task = asyncio.get_running_loop().create_task(answer(request))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                await asyncio.gather(*running, return_exceptions=True)
-            finally:
-                await answers.put(None)  # a failed reader must not leave the writer waiting
-
-        reader = asyncio.get_running_loop().create_task(read())
+        """Requests of one stream run concurrently; each answer carries its request's id, so the
+        client matches them up. See :class:`InferStream` for the bounds and for shutdown."""
+        stream = InferStream(self._dataplane, request_iterator, context, self._stream_concurrency)
+        if self._closing:
+            stream.close()
+        self._streams.add(stream)
         try:
-            while (out := await answers.get()) is not None:
-                yield out
-            try:
-                await reader  # surfaces an error of the request stream itself
-            except ServingError as err:
-                await context.abort(status_of(err), str(err))
+            async for answer in stream.answers():
+                yield answer
         finally:
-            reader.cancel()
-            for task in list(running):
-                task.cancel()
+            self._streams.discard(stream)
+            if not self._streams and self._no_streams is not None:
+                self._no_streams.set()
+
+    def close_streams(self) -> None:
+        """Shutdown: every stream, open or opened from now on, stops reading requests and ends
+        (UNAVAILABLE) once the answers of the requests it has read are sent."""
+        self._closing = True
+        self._no_streams = asyncio.Event()
+        if not self._streams:
+            self._no_streams.set()
+        for stream in self._streams:
+            stream.close()
+
+    async def streams_closed(self) -> None:
+        if self._no_streams is not None:
+            await self._no_streams.wait()
 
     @_answer_errors
     async def RepositoryIndex(self, request, context):
@@ -147,6 +130,100 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(self, request, context):
         await self._dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
+
+
+class InferStream:
+    """One ModelStreamInfer call.
+
+    Its requests run concurrently, but at most ``limit`` of them are held at once: a request is
+    held from the moment it is read until its answer is handed to gRPC. While ``limit`` are
+    held, no further request is read, so a client that sends without reading its answers is
+    held back by HTTP/2 flow control instead of making the server keep every answer.
+
+    ``close`` (shutdown) stops the reading; the answers of requests already read still go out,
+    then the stream ends with UNAVAILABLE, so the client knows to go elsewhere.
+    """
+
+    def __init__(self, dataplane: DataPlane, requests: AsyncIterator, context, limit: int) -> None:
+        self._dataplane = dataplane
+        self._requests = requests
+        self._context = context
+        self._slots = asyncio.Semaphore(limit)
+        self._answers: asyncio.Queue = asyncio.Queue()  # never more than ``limit`` (plus the end mark)
+        self._held = 0  # requests read whose answers are not yet handed to gRPC
+        self._running: set[asyncio.Task] = set()
+        self._reader: asyncio.Task | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def answers(self) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        # Whichever way the reader ends (even cancelled before it ran), the writer learns of it.
+        self._reader.add_done_callback(lambda _: self._answers.put_nowait(_END))
+        if self._closed:
+            self._reader.cancel()
+        try:
+            reading = True
+            while reading or self._held:
+                out = await self._answers.get()
+                if out is _END:
+                    reading = False
+                    continue
+                yield out
+                self._held -= 1
+                self._slots.release()
+            await self._end()
+        finally:
+            self._reader.cancel()
+            for task in list(self._running):
+                task.cancel()
+
+    async def _end(self) -> None:
+        """End the call: an error of the request stream itself, or shutdown, becomes its status."""
+        if self._reader.cancelled():  # only close() cancels it before the writer is done
+            err: BaseException | None = ModelNotReadyError(
+                "the server is shutting down: this stream takes no more requests; send them to another server"
+            )
+        else:
+            err = self._reader.exception()
+        if isinstance(err, ServingError):
+            await self._context.abort(status_of(err), str(err))
+        elif err is not None:
+            raise err
+
+    async def _read(self) -> None:
+        iterator = aiter(self._requests)
+        while True:
+            await self._slots.acquire()  # before reading: a full stream reads nothing more
+            try:
+                request = await anext(iterator)
+            except StopAsyncIteration:
+                return
+            if isinstance(request, Undecodable):
+                raise request.error()  # the stream's framing is lost: end the whole call
+            self._held += 1
+            task = asyncio.get_running_loop().create_task(self._answer(request))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _answer(self, request: pb.ModelInferRequest) -> None:
+        try:
+            inference = converters.to_request(request, self._context.time_remaining())
+            response = await self._dataplane.infer(inference)
+            out = pb.ModelStreamInferResponse(infer_response=converters.from_response(response, inference.parameters))
+        except ServingError as err:
+            out = _stream_error(request, str(err))
+        except Exception as err:  # a bug costs this request, not the stream
+            log.exception("stream request failed")
+            out = _stream_error(request, f"internal error: {type(err).__name__}: {err}")
+        self._answers.put_nowait(out)
+
+
+_END = object()  # the reader is done: no request will be read any more
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

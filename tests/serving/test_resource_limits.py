@@ -7,6 +7,7 @@ One server with a 1 MiB message limit, so that every bound is small and reached 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import grpc
@@ -20,6 +21,7 @@ from .conftest import identity_model, start_server
 
 MIB = 1024 * 1024
 TIMEOUT = 10.0
+STREAM_LIMIT = 2  # requests one stream may hold (running, or answered and not yet sent)
 
 
 def matmul_model(path: Path) -> None:
@@ -37,7 +39,7 @@ def limited_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("limits-repository")
     matmul_model(root / "matmul" / "1" / "model.lite")
     identity_model(root / "dynamic" / "1" / "model.lite", shape=("N", "M"))
-    server = start_server(root, "--max-message-bytes", str(MIB))
+    server = start_server(root, "--max-message-bytes", str(MIB), "--stream-concurrency", str(STREAM_LIMIT))
     yield server
     server.stop()
 
@@ -118,3 +120,53 @@ def test_requests_within_the_limits_are_served(stub):
         assert list(response.outputs[0].shape) == shape
     response = stub.ModelInfer(request("matmul", a=[256, 0], b=[0, 256]), timeout=TIMEOUT)  # 256 KiB of zeros
     assert not np.frombuffer(response.raw_output_contents[0], np.float32).any()
+
+
+# ----- streams ---------------------------------------------------------------------------------------
+
+
+def inference_count(stub, model: str) -> int:
+    response = stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name=model), timeout=TIMEOUT)
+    return sum(s.inference_count for s in response.model_stats)
+
+
+def settled_count(stub, model: str, quiet: float = 0.5, limit: float = 10.0) -> int:
+    """The model's inference count once it stopped changing for ``quiet`` seconds."""
+    deadline = time.monotonic() + limit
+    count, since = inference_count(stub, model), time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = inference_count(stub, model)
+        if now != count:
+            count, since = now, time.monotonic()
+    return count
+
+
+def test_a_stream_whose_client_does_not_read_stops_taking_requests(stub):
+    """Each request is 40 bytes and answers 512 KiB; the client sends 60 and reads nothing. The
+    server answers what the connection's flow-control window takes, holds STREAM_LIMIT more, and
+    reads no further until the client reads; then every request is answered."""
+    before = inference_count(stub, "matmul")
+    sent = 60
+
+    def requests():
+        for index in range(sent):
+            message = request("matmul", a=[256, 0], b=[0, 512])
+            message.id = str(index)
+            yield message
+
+    answers = stub.ModelStreamInfer(requests(), timeout=60)
+    try:
+        held_back = settled_count(stub, "matmul") - before
+        # Without the bound all 60 ran at once, their 30 MiB of answers queued in the server.
+        assert held_back < sent // 2, f"{held_back} of {sent} requests ran while the client read nothing"
+        ids = set()
+        for answer in answers:
+            assert not answer.error_message, answer.error_message
+            assert list(answer.infer_response.outputs[0].shape) == [256, 512]
+            ids.add(answer.infer_response.id)
+            if len(ids) == sent:
+                break
+        assert ids == {str(i) for i in range(sent)}
+    finally:
+        answers.cancel()

@@ -1,0 +1,146 @@
+"""Graceful shutdown (SIGTERM): requests in flight finish, calls that arrive meanwhile are answered
+UNAVAILABLE at once by the server itself, and open streams end instead of holding the shutdown
+for the whole grace period. Each test owns its server."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from .conftest import identity_model, slow_model, start_server
+
+GRACE_S = 20  # long, so that a call or stream held for the whole grace period shows
+
+
+@pytest.fixture()
+def repository(tmp_path):
+    slow_model(tmp_path / "slow" / "1" / "model.lite")
+    identity_model(tmp_path / "identity" / "1" / "model.lite")
+    return tmp_path
+
+
+def slow_request(rows: int = 1024) -> service_pb2.ModelInferRequest:
+    message = service_pb2.ModelInferRequest(model_name="slow", id="slow")
+    message.inputs.add(name="X", datatype="FP32", shape=[rows, 512])
+    message.raw_input_contents.append(np.ones((rows, 512), np.float32).tobytes())
+    return message
+
+
+def small_request() -> service_pb2.ModelInferRequest:
+    message = service_pb2.ModelInferRequest(model_name="identity", id="small")
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    message.raw_input_contents.append(np.ones((1, 16), np.float32).tobytes())
+    return message
+
+
+def requests(metrics_port: int, model: str) -> tuple[float, float]:
+    """Requests of ``model`` in flight (queued or running) and succeeded, from the metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    pending = done = 0.0
+    for line in text.splitlines():
+        if f'model="{model}"' not in line:
+            continue
+        if line.startswith("lite_inference_pending_requests{"):
+            pending = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("lite_inference_requests_total{") and 'outcome="success"' in line:
+            done = float(line.rsplit(" ", 1)[1])
+    return pending, done
+
+
+def pending(metrics_port: int, model: str) -> float:
+    return requests(metrics_port, model)[0]
+
+
+def all_arrived_some_queued(metrics_port: int, count: int) -> bool:
+    waiting, done = requests(metrics_port, "slow")
+    return waiting >= 2 and waiting + done >= count
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def test_calls_during_shutdown_are_unavailable_at_once_and_calls_in_flight_finish(repository):
+    server = start_server(repository, "--grace-period-s", str(GRACE_S))
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            stub.ModelInfer(small_request(), timeout=10)
+            in_flight = [stub.ModelInfer.future(slow_request(), timeout=60) for _ in range(6)]
+            wait_for(lambda: all_arrived_some_queued(server.metrics_port, len(in_flight)))
+            server.process.terminate()  # SIGTERM
+            refusals = []
+            while not all(call.done() for call in in_flight):  # new calls while the slow ones still run
+                # The slow calls run one at a time: while two are unanswered, the server is surely
+                # still draining (after the last, it may already have stopped).
+                draining = sum(not call.done() for call in in_flight) >= 2
+                started = time.monotonic()
+                with pytest.raises(grpc.RpcError) as info:
+                    stub.ModelInfer(small_request(), timeout=10)
+                refusals.append((info.value.code(), info.value.details(), time.monotonic() - started, draining))
+                time.sleep(0.01)
+            for call in in_flight:
+                assert list(call.result().outputs[0].shape) == [1024, 512]
+        assert server.process.wait(GRACE_S) == 0
+    finally:
+        server.stop()
+    assert all(code == grpc.StatusCode.UNAVAILABLE for code, _, _, _ in refusals), refusals
+    assert all(seconds < 2 for _, _, seconds, _ in refusals), refusals
+    # While it drains the server itself answers, and says why: it has not stopped listening.
+    during_drain = [details for _, details, _, draining in refusals if draining]
+    assert during_drain, "the calls in flight finished before any new call was made"
+    assert all("shutting down" in details for details in during_drain), during_drain
+
+
+def test_open_streams_answer_what_they_hold_then_end_unavailable_without_holding_the_shutdown(repository):
+    server = start_server(repository, "--grace-period-s", str(GRACE_S))
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            busy_requests: queue.Queue = queue.Queue()
+            idle_requests: queue.Queue = queue.Queue()
+            busy = stub.ModelStreamInfer(iter(busy_requests.get, None), timeout=60)
+            idle = stub.ModelStreamInfer(iter(idle_requests.get, None), timeout=60)
+            idle_requests.put(small_request())
+            assert next(idle).infer_response.id == "small"  # open, answered, now idle
+            busy_requests.put(slow_request())
+            wait_for(lambda: pending(server.metrics_port, "slow") >= 1)
+            started = time.monotonic()
+            server.process.terminate()  # SIGTERM
+            answers, ends = {}, {}
+
+            def drain(name: str, stream) -> None:
+                try:
+                    for answer in stream:
+                        answers[name] = answer
+                except grpc.RpcError as err:
+                    ends[name] = (err.code(), err.details())
+
+            readers = [threading.Thread(target=drain, args=item) for item in (("busy", busy), ("idle", idle))]
+            for reader in readers:
+                reader.start()
+            for reader in readers:
+                reader.join(GRACE_S + 5)
+            code = server.process.wait(GRACE_S)
+            elapsed = time.monotonic() - started
+            busy_requests.put(None)
+            idle_requests.put(None)
+    finally:
+        server.stop()
+    assert code == 0
+    assert not answers["busy"].error_message and answers["busy"].infer_response.id == "slow"
+    for name in ("busy", "idle"):
+        assert ends[name][0] == grpc.StatusCode.UNAVAILABLE, ends
+        assert "shutting down" in ends[name][1]
+    assert elapsed < GRACE_S / 2, f"shutdown took {elapsed:.1f} s of the {GRACE_S} s grace period"
