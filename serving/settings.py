@@ -29,6 +29,9 @@ class Settings:
     host: str = "0.0.0.0"
     port: int = 8001
     metrics_port: int = 8002  # 0: no metrics endpoint
+    # Where the metrics endpoint listens; empty: ``host``. It asks for the same token and client
+    # certificate as the gRPC port; 127.0.0.1 keeps it off the network altogether.
+    metrics_host: str = ""
     device: str = "auto"
     models: tuple[str, ...] = ()  # load only these at startup; empty: every model in the repository
     poll_interval_s: float = 0.0  # > 0: rescan the repository and reload what changed

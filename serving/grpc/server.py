@@ -24,6 +24,7 @@ from ..dataplane import DataPlane
 from ..errors import ListenError
 from ..manager import ModelManager
 from ..metrics import Metrics
+from ..metrics_http import start_metrics_server
 from ..repository import ModelRepository
 from ..settings import Settings
 from .auth import BearerTokenInterceptor
@@ -170,16 +171,21 @@ class Server:
         )
 
     def _start_metrics(self) -> None:
-        if self.settings.metrics_port == 0:
+        """The metrics port asks for the credentials the gRPC port asks for (serving.metrics_http)."""
+        settings = self.settings
+        if settings.metrics_port == 0:
             return
-        from prometheus_client import start_http_server
-
-        tls = {}
-        if self.settings.tls_cert is not None:
-            tls = {"certfile": str(self.settings.tls_cert), "keyfile": str(self.settings.tls_key)}
-        self._http, _ = start_http_server(
-            self.settings.metrics_port, addr=self.settings.host, registry=self.metrics.registry, **tls
-        )
+        host = settings.metrics_host or settings.host
+        try:
+            self._http = start_metrics_server(
+                self.metrics.registry, host, settings.metrics_port, token=settings.token,
+                certificate=settings.tls_cert, key=settings.tls_key, client_ca=settings.tls_client_ca,
+            )
+        except OSError as err:
+            raise ListenError(
+                f"cannot serve metrics on {host}:{settings.metrics_port} ({err.strerror or err}): the port is in use "
+                "or the host is not an address of this machine; choose another --metrics-port / --metrics-host"
+            ) from err
         self.metrics_port = self._http.server_port
 
 

@@ -12,8 +12,11 @@ import datetime
 import ipaddress
 import os
 import queue
+import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -317,5 +320,67 @@ def test_a_token_file_with_a_final_newline_serves_that_token(repository, tmp_pat
         np.testing.assert_array_equal(infer_ones(client, headers), np.ones((1, 16), np.float32))
         assert refused(lambda: infer_ones(client)).status() == "StatusCode.UNAUTHENTICATED"
         client.close()
+    finally:
+        server.stop()
+
+
+# ----- the metrics endpoint -----------------------------------------------------------------------
+
+
+def scrape(port: int, headers: dict | None = None, scheme: str = "http", context: ssl.SSLContext | None = None,
+           host: str = "127.0.0.1") -> tuple[int, str]:
+    """Status and body of GET /metrics."""
+    url = f"{scheme}://{host}:{port}/metrics"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=TIMEOUT,
+                                    context=context) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@pytest.mark.parametrize("headers", [
+    None,
+    {"Authorization": "Bearer wrong-token"},
+    {"Authorization": TOKEN},
+], ids=["missing", "wrong", "no-scheme"])
+def test_metrics_need_the_bearer_token_when_calls_do(token_server, headers):
+    status, body = scrape(token_server.metrics_port, headers)
+    assert status == 401
+    assert "bearer token" in body and "identity" not in body
+
+
+def test_metrics_answer_the_right_bearer_token(token_server):
+    status, body = scrape(token_server.metrics_port, {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200
+    assert "lite_models_loaded" in body
+
+
+def test_metrics_need_a_client_certificate_under_mutual_tls(pki, repository):
+    server = start_server(repository, "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key),
+                          "--tls-client-ca", str(pki.ca.cert))
+    try:
+        anonymous = ssl.create_default_context(cafile=str(pki.ca.cert))
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+            scrape(server.metrics_port, scheme="https", context=anonymous)
+        stranger = ssl.create_default_context(cafile=str(pki.ca.cert))
+        stranger.load_cert_chain(str(pki.rogue_client.cert), str(pki.rogue_client.key))
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+            scrape(server.metrics_port, scheme="https", context=stranger)
+        trusted = ssl.create_default_context(cafile=str(pki.ca.cert))
+        trusted.load_cert_chain(str(pki.client.cert), str(pki.client.key))
+        status, body = scrape(server.metrics_port, scheme="https", context=trusted)
+        assert status == 200 and "lite_models_loaded" in body
+    finally:
+        server.stop()
+
+
+def test_metrics_host_binds_the_metrics_endpoint_apart_from_the_grpc_port(repository):
+    server = start_server(repository, "--metrics-host", "127.0.0.2")  # another loopback address
+    try:
+        status, _ = scrape(server.metrics_port, host="127.0.0.2")
+        assert status == 200
+        with pytest.raises(urllib.error.URLError):
+            scrape(server.metrics_port)  # 127.0.0.1, where gRPC listens
     finally:
         server.stop()

@@ -1,0 +1,72 @@
+"""The Prometheus endpoint (``GET /metrics`` on the metrics port), protected as the gRPC port is.
+
+The metrics name every model and how it is used, so when the gRPC port asks for credentials the
+metrics port asks for the same ones: the bearer token (``Authorization: Bearer <token>``, which
+Prometheus sends with ``authorization: {credentials_file: ...}`` in its scrape config) and, with
+mutual TLS, a client certificate from the same CA. Without either it answers anyone who can reach
+``metrics_host`` (by default the gRPC ``host``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # scrapes are not worth a log line each
+        pass
+
+
+def start_metrics_server(registry: CollectorRegistry, host: str, port: int, *, token: str = "",
+                         certificate: Path | None = None, key: Path | None = None,
+                         client_ca: Path | None = None) -> WSGIServer:
+    """Serve ``registry`` on ``host:port`` in a daemon thread; the server (``shutdown`` stops it).
+
+    ``token``: every request must carry it as a bearer token. ``certificate``/``key``: HTTPS;
+    with ``client_ca``, only clients presenting a certificate that CA signed get through."""
+    app = make_wsgi_app(registry)
+    if token:
+        app = _require_token(app, token)
+    server = make_server(host, port, app, _Server6 if ":" in host else _Server, handler_class=_QuietHandler)
+    if certificate is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(certificate), str(key))
+        if client_ca is not None:
+            context.load_verify_locations(str(client_ca))
+            context.verify_mode = ssl.CERT_REQUIRED
+        # The handshake happens in the request's own thread: a client that connects and stays
+        # silent must not block the thread that accepts connections.
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
+def _require_token(app: Callable, token: str) -> Callable:
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                            ("WWW-Authenticate", 'Bearer realm="metrics"')])
+        return [b"missing or invalid bearer token (header 'Authorization: Bearer <token>')\n"]
+
+    return guarded
