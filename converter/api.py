@@ -21,6 +21,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx.external_data_helper
 import onnx_ir as ir
@@ -42,8 +43,9 @@ from converter.quantize.pipeline import quantize_model
 from converter.quantize.report import QuantizedConversionReport
 from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_nodes
-from converter.verify import compare, onnxruntime_available, random_inputs, run_onnxruntime
+from converter.verify import Verification, onnxruntime_available, run_onnxruntime, verify_conversion
 from lite.atomic import atomic_path
+from lite.compare import Tolerance
 from lite.errors import LiteError
 from lite.format import ir as lite_ir
 
@@ -128,6 +130,8 @@ def convert(
     optimize: bool = True,
     report_path: str | os.PathLike | None = None,
     rtol: float | None = None,
+    atol: float | None = None,
+    verify_data: Any = None,
     network: str | None = None,
     network_input_shape: Sequence[int] | None = None,
     dec_key: bytes | None = None,
@@ -155,10 +159,15 @@ def convert(
     ``onnx.ModelProto`` has no folder: ``external_data_dir`` names the folder its external data
     is in; without it such a model's external data is refused (:class:`ModelImportError`).
 
-    ``verify=None`` verifies when onnxruntime is installed. Raises :class:`UnsupportedOpsError`
-    listing every node the runtime cannot run (unless ``allow_custom``), and
-    :class:`VerificationError` when outputs differ by more than ``rtol`` (default 1e-4, or 1e-2
-    with fp16 weights); in both cases no output file is left behind.
+    ``verify=None`` verifies when onnxruntime is installed (:mod:`converter.verify`): on inputs
+    planned from the graph, or on ``verify_data`` (a .npz file, a folder in the calibration
+    format, or an iterable of input dicts). Raises :class:`UnsupportedOpsError` listing every
+    node the runtime cannot run (unless ``allow_custom``), and :class:`VerificationError` when an
+    output differs by more than ``rtol`` of its peak (default 1e-4, or 1e-2 with fp16 weights),
+    ``atol`` (default 1e-6, or 1e-3) and the reference's own spread, naming the first node that
+    diverges; in both cases no output file is left behind. When the check cannot run (ONNX
+    Runtime cannot load or run the original on any inputs it can make), the output is written
+    and ``report.verification`` says ``skipped`` and why.
 
     Quantization (docs/quantization.md): ``quant`` is ``"int8"`` (static; needs
     ``calibration_data``: a folder of .npy/.npz files or images, or an iterable of arrays),
@@ -180,6 +189,9 @@ def convert(
     if verify is None:
         verify = onnxruntime_available() and (quant_config is None or quant == "fp16")
     rtol = rtol if rtol is not None else (1e-2 if fp16 else 1e-4)
+    atol = atol if atol is not None else (1e-3 if fp16 else 1e-6)
+    if not (rtol >= 0 and atol >= 0):  # also refuses NaN
+        raise InvalidOptionError(f"verification tolerances are >= 0; got rtol {rtol}, atol {atol}")
     options = _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, allow_custom)
     if quant_config is not None:
         options["quant"] = quant_config.to_dict()
@@ -233,14 +245,14 @@ def convert(
         with atomic_path(output) as temporary:
             exported = _write(imported, report, temporary, suffix, options, allow_custom, quantize)
             if verify:
-                report.verification = _verify(original, imported.model, exported, temporary, suffix, fp16_io, rtol)
-                if not report.verification.passed:
-                    worst = max(report.verification.outputs, key=lambda o: o.max_rel)
-                    raise VerificationError(
-                        f"converted model differs from the original: output {worst.name!r} max relative error "
-                        f"{worst.max_rel:.3g} > rtol {rtol:g} (max abs {worst.max_abs:.3g}, cosine {worst.cosine:.6f}); "
-                        "see the report, retry with optimize=False (--no-optimize) to locate the pass, or raise --rtol"
-                    )
+                report.verification = verification = _verify(
+                    original, imported.model, exported, temporary, suffix, fp16_io, Tolerance(rtol, atol),
+                    input_shapes, verify_data,
+                )
+                if verification.skipped:
+                    report.warnings.append(f"verification skipped: {verification.reason}")
+                elif not verification.passed:
+                    raise VerificationError(_failure_message(verification))
     except BaseException:
         report.seconds = time.perf_counter() - started
         if report_path is not None:
@@ -369,31 +381,72 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
     return inlined
 
 
-def _verify(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, rtol: float):
+def _verify(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, tolerance: Tolerance,
+            input_shapes, verify_data) -> Verification:
     signature = exported if exported is not None else ir.to_proto(_interface_only(model))
-    feeds = random_inputs(signature)
-    if fp16_io:
-        reference_feeds = {k: v.astype("float32") if v.dtype.kind == "f" else v for k, v in feeds.items()}
-    else:
-        reference_feeds = feeds
-    reference = run_onnxruntime(original, reference_feeds)
-    engine = None
-    if suffix == ".lite":
-        engine = _lite_engine()
+    input_dtypes = None
+    if fp16_io:  # the converted model takes float16 where the original takes float32
+        input_dtypes = {value.name: onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+                        for value in signature.graph.input if value.type.HasField("tensor_type")}
+    engine = _lite_engine() if suffix == ".lite" else None
     if engine is not None:
         name = "lite.Model (numpy engine)"
-        try:
-            outputs = engine(path, feeds)
-        except (LiteError, MemoryError) as err:
-            raise VerificationError(
-                f"the converted model fails on the random verification inputs in {name} ({err}); "
-                "convert with verify=False (--no-verify) to skip the comparison"
-            ) from err
+
+        def run(feeds):
+            try:
+                return engine(path, feeds)
+            except (LiteError, MemoryError) as err:
+                raise VerificationError(
+                    f"the converted model fails in {name} on inputs the original runs on ({err})"
+                ) from err
     else:
-        outputs = run_onnxruntime(exported if exported is not None else to_onnx(model), feeds,
-                                  what="the converted model")
+        converted = exported if exported is not None else to_onnx(model)
         name = "onnxruntime (ONNX export of the converted graph)"
-    return compare(reference, outputs, name, rtol)
+
+        def run(feeds):
+            return run_onnxruntime(converted, feeds, what="the converted model")
+
+    samples = _verify_samples(verify_data, original) if verify_data is not None else None
+    verification = verify_conversion(original, run, name, tolerance, input_shapes=input_shapes,
+                                     verify_data=samples, input_dtypes=input_dtypes)
+    if not verification.passed and not verification.skipped and engine is not None and verification.feeds:
+        from converter.divergence import first_divergence
+        from lite.format import load
+
+        feeds = {k: v.astype(input_dtypes[k]) if input_dtypes and k in input_dtypes else v
+                 for k, v in verification.feeds.items()}
+        verification.divergence = first_divergence(original, load(path), feeds, verification.tolerance)
+    return verification
+
+
+def _verify_samples(source: Any, original: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+    """The first sample of ``verify_data`` as a batch of one, in the original's input types."""
+    from converter.quantize.data import InputSpec, batches
+
+    initializers = {init.name for init in original.graph.initializer}
+    specs = []
+    for value in original.graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        tensor = value.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
+        specs.append(InputSpec(value.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)), shape))
+    for batch in batches(source, specs, batch_size=1, limit=1):
+        return [batch.feeds]
+    raise InvalidOptionError(f"verify data {source!r} holds no sample")
+
+
+def _failure_message(verification: Verification) -> str:
+    message = f"converted model differs from the original on {verification.inputs}: {verification.reason}"
+    divergence = verification.divergence or {}
+    if divergence.get("node"):
+        message += (f". First diverging node: {divergence['node']} ({divergence['op_type']}), tensor "
+                    f"{divergence['tensor']!r}, computed in the converted model by {divergence['converted_as']}: "
+                    f"{divergence['error']}")
+    elif divergence.get("note"):
+        message += f". {divergence['note']}"
+    return message + ("; see the report, convert with optimize=False (--no-optimize) to tell whether an "
+                      "optimization pass is the cause, or give --rtol/--atol")
 
 
 def _interface_only(model: ir.Model) -> ir.Model:

@@ -47,7 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     verify = parser.add_mutually_exclusive_group()
     verify.add_argument("--verify", dest="verify", action="store_true", default=None, help="compare with ONNX Runtime (default when installed)")
     verify.add_argument("--no-verify", dest="verify", action="store_false", help="skip the numerical comparison")
-    parser.add_argument("--rtol", type=float, default=None, help="verification tolerance (default 1e-4; 1e-2 with --fp16)")
+    parser.add_argument("--rtol", type=float, default=None,
+                        help="verification tolerance, relative to each output's peak (default 1e-4; 1e-2 with --fp16)")
+    parser.add_argument("--atol", type=float, default=None,
+                        help="verification's absolute floor, for outputs near zero (default 1e-6; 1e-3 with --fp16)")
+    parser.add_argument("--verify-data", metavar="FILE.npz|DIR", default=None,
+                        help="verify on these inputs (a .npz of input arrays, or a folder as for --calib) "
+                             "instead of inputs synthesized from the graph")
     parser.add_argument("--allow-custom", action="store_true", help="keep unsupported ops as custom nodes instead of failing")
     parser.add_argument("--no-optimize", dest="optimize", action="store_false", help="translate only; run no passes")
     parser.add_argument("--report", metavar="REPORT.json", help="write the full conversion report as JSON")
@@ -111,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
             optimize=args.optimize,
             report_path=args.report,
             rtol=args.rtol,
+            atol=args.atol,
+            verify_data=args.verify_data,
             **_quantization_arguments(args),
             network=args.network,
             network_input_shape=network_shape,

@@ -106,12 +106,16 @@ class ConversionReport:
         if self.custom_ops:
             lines.append(f"  custom ops kept: {len(self.custom_ops)} ({', '.join(sorted({o for _, o, _ in self.custom_ops}))})")
         if self.verification:
-            worst = max(self.verification.outputs, key=lambda o: o.max_rel, default=None)
-            status = "ok" if self.verification.passed else "FAILED"
-            if worst is not None:
+            verification = self.verification
+            worst = verification.worst()
+            if verification.skipped:
+                pass  # said once, among the warnings
+            elif worst is not None:
+                status = "ok" if verification.passed else "FAILED"
                 lines.append(
-                    f"  verify ({self.verification.engine}): {status}  max abs {worst.max_abs:.3g}  "
-                    f"max rel {worst.max_rel:.3g} (rtol {self.verification.rtol:g})  cosine {worst.cosine:.6f}"
+                    f"  verify ({verification.engine}): {status}  max abs {worst.max_abs:.3g}  "
+                    f"max rel {worst.max_rel:.3g} (rtol {verification.rtol:g}, atol {verification.tolerance.atol:g})  "
+                    f"cosine {worst.cosine:.6f}"
                 )
         for warning in self.warnings:
             lines.append(f"  warning: {warning}")

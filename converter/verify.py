@@ -1,18 +1,28 @@
 """Check a conversion numerically: the original model in ONNX Runtime vs the converted one.
 
-Both run on the same random inputs (fixed seed; standard normal floats, small non-negative
-integers, random booleans; symbolic dims set to 1, or 2 for the ``batch`` dim that
-``--dynamic-batch`` introduces). The converted model runs in ``lite.Model`` (numpy engine) when the runtime is
-available and the output is .lite, otherwise as its ONNX export in ONNX Runtime. For every output
-the report gives the largest absolute error, the largest error relative to the output's largest
-magnitude, and the cosine similarity; verification fails when the relative error exceeds
-``rtol``.
+The check helps; it never blocks a conversion it could not carry out:
+
+1. **Inputs** the original accepts: the caller's samples (``verify_data``), else inputs planned
+   from the graph (:mod:`converter.verification_inputs`), in rounds of growing size until ONNX
+   Runtime runs the original on them.
+2. **The reference's own spread**: the original also runs with ONNX Runtime's graph
+   optimizations off; how far its outputs move between the two levels is noise no conversion
+   can be asked to beat, and widens the tolerance for that output (:class:`lite.compare.Tolerance`).
+3. **The comparison** (:mod:`lite.compare`): IEEE-aware, relative to each output's peak with an
+   absolute floor.
+
+When ONNX Runtime cannot load the original, cannot run it on any planned inputs, or an input has
+a type no random data stands for, the verification is *skipped* with the reason, and the
+conversion stands. A converted model that fails where the original ran, or differs beyond the
+tolerance, *fails* it: then :mod:`converter.divergence` names the first node whose output
+differs.
 
 onnxruntime is imported only here, and only when verification runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,35 +31,51 @@ import onnx
 
 from converter.errors import VerificationError
 from converter.onnx_export import make_ort_compatible
+from converter.verification_inputs import UnsynthesizableInputError, plans
+from converter.verification_inputs import feeds as planned_feeds
+from lite.compare import OutputError, Tolerance, compare_outputs, spread_of
 
-
-@dataclass
-class OutputError:
-    name: str
-    max_abs: float
-    max_rel: float
-    cosine: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "max_abs": self.max_abs, "max_rel": self.max_rel, "cosine": self.cosine}
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
 @dataclass
 class Verification:
     engine: str  # what ran the converted model
-    rtol: float
+    tolerance: Tolerance
     outputs: list[OutputError] = field(default_factory=list)
+    status: str = PASSED
+    reason: str | None = None  # why it was skipped or failed
+    inputs: str = ""  # which inputs it ran on
+    divergence: dict[str, Any] | None = None  # the first node whose output differs (failures)
+    feeds: dict[str, np.ndarray] | None = field(default=None, repr=False)  # the inputs it ran on
 
     @property
     def passed(self) -> bool:
-        return all(o.max_rel <= self.rtol for o in self.outputs)
+        return self.status == PASSED
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == SKIPPED
+
+    @property
+    def rtol(self) -> float:
+        return self.tolerance.rtol
+
+    def worst(self) -> OutputError | None:
+        failing = [o for o in self.outputs if not o.within(self.tolerance)]
+        return failing[0] if failing else max(self.outputs, key=lambda o: o.max_rel, default=None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
-            "rtol": self.rtol,
+            "status": self.status,
             "passed": self.passed,
+            "reason": self.reason,
+            "inputs": self.inputs,
+            "tolerance": self.tolerance.to_dict(),
+            "rtol": self.tolerance.rtol,
             "outputs": [o.to_dict() for o in self.outputs],
+            "divergence": self.divergence,
         }
 
 
@@ -88,27 +114,41 @@ def random_inputs(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
 
 
 def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2,
-                    what: str = "the original model") -> dict[str, np.ndarray]:
+                    what: str = "the original model", optimize: bool = True) -> dict[str, np.ndarray]:
     """Run ``proto`` in ONNX Runtime (CPU); raise :class:`VerificationError` naming ``what`` if it
     cannot be loaded or run (e.g. a node asks for more memory than there is)."""
-    import onnxruntime as ort
+    return _Reference(proto, threads, what, optimize).run(feeds)
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.log_severity_level = 4  # fatal only: a failure is reported once, as VerificationError
-    compatible = make_ort_compatible(_copy(proto))
-    try:
-        session = ort.InferenceSession(compatible.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        wanted = {i.name for i in session.get_inputs()}
-        results = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
-    # onnxruntime's errors (Fail, InvalidArgument, InvalidGraph, ...) derive from Exception only.
-    except Exception as err:  # includes MemoryError
-        raise VerificationError(
-            f"ONNX Runtime cannot run {what} on the random verification inputs ({_first_line(err)}); "
-            "convert with verify=False (--no-verify) to skip the comparison"
-        ) from err
-    return dict(zip(names, results))
+
+class _Reference:
+    """An ONNX Runtime session of a model; its errors are :class:`VerificationError` naming ``what``."""
+
+    def __init__(self, proto: onnx.ModelProto, threads: int = 2, what: str = "the original model",
+                 optimize: bool = True) -> None:
+        import onnxruntime as ort
+
+        self.what = what
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 4  # fatal only: a failure is reported once, as VerificationError
+        if not optimize:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            compatible = make_ort_compatible(_copy(proto))
+            self.session = ort.InferenceSession(compatible.SerializeToString(), options,
+                                                providers=["CPUExecutionProvider"])
+        # onnxruntime's errors (Fail, InvalidArgument, InvalidGraph, ...) derive from Exception only.
+        except Exception as err:  # includes MemoryError
+            raise VerificationError(f"ONNX Runtime cannot load {what} ({_first_line(err)})") from err
+        self.names = [o.name for o in self.session.get_outputs()]
+        self.wanted = {i.name for i in self.session.get_inputs()}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            results = self.session.run(self.names, {k: v for k, v in feeds.items() if k in self.wanted})
+        except Exception as err:  # noqa: BLE001 - see __init__
+            raise VerificationError(f"ONNX Runtime cannot run {self.what} on these inputs ({_first_line(err)})") from err
+        return dict(zip(self.names, results))
 
 
 def _first_line(err: BaseException) -> str:
@@ -117,33 +157,70 @@ def _first_line(err: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], engine: str, rtol: float) -> Verification:
-    verification = Verification(engine, rtol)
-    for name, expected in reference.items():
-        if name not in actual:
-            raise VerificationError(f"output {name!r} of the original model is missing from the converted model")
-        got = np.asarray(actual[name])
-        expected = np.asarray(expected)
-        if got.shape != expected.shape:
-            raise VerificationError(f"output {name!r}: shape {got.shape} after conversion, {expected.shape} before")
-        verification.outputs.append(_errors(name, expected, got))
+RunConverted = Callable[[dict[str, np.ndarray]], Mapping[str, Any]]
+
+
+def verify_conversion(original: onnx.ModelProto, run_converted: RunConverted, engine: str, tolerance: Tolerance, *,
+                      input_shapes: dict[str, list[int | str]] | None = None,
+                      verify_data: list[dict[str, np.ndarray]] | None = None,
+                      input_dtypes: dict[str, np.dtype] | None = None) -> Verification:
+    """Compare ``run_converted`` with ONNX Runtime on ``original`` (see the module docstring).
+
+    ``input_dtypes``: the converted model's input types where they differ from the original's
+    (``fp16_io``); the reference gets the same values in its own types.
+    """
+    verification = Verification(engine, tolerance)
+    try:
+        reference = _Reference(original)
+        feeds, expected, verification.inputs = _accepted_inputs(reference, original, input_shapes, verify_data)
+    except (VerificationError, UnsynthesizableInputError) as err:
+        verification.status, verification.reason = SKIPPED, str(err)
+        return verification
+    verification.feeds = feeds
+    verification.tolerance = tolerance = _with_spread(tolerance, original, feeds, expected)
+    converted_feeds = {name: value.astype(input_dtypes[name]) if input_dtypes and name in input_dtypes else value
+                       for name, value in feeds.items()}
+    try:
+        actual = run_converted(converted_feeds)
+    except VerificationError as err:
+        verification.status, verification.reason = FAILED, str(err)
+        return verification
+    verification.outputs = compare_outputs(expected, actual)
+    failing = [o for o in verification.outputs if not o.within(tolerance)]
+    if failing:
+        verification.status = FAILED
+        verification.reason = "; ".join(o.describe(tolerance) for o in failing[:3])
     return verification
 
 
-def _errors(name: str, expected: np.ndarray, got: np.ndarray) -> OutputError:
-    if expected.dtype.kind not in "fc" and got.dtype.kind not in "fc":
-        mismatch = float(np.count_nonzero(expected != got))
-        return OutputError(name, mismatch, mismatch, 1.0 if mismatch == 0 else 0.0)
-    a = expected.astype(np.float64).reshape(-1)
-    b = got.astype(np.float64).reshape(-1)
-    if a.size == 0:
-        return OutputError(name, 0.0, 0.0, 1.0)
-    max_abs = float(np.max(np.abs(a - b)))
-    magnitude = float(np.max(np.abs(a)))
-    max_rel = max_abs / magnitude if magnitude > 0 else max_abs
-    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-    cosine = float(np.dot(a, b) / norms) if norms > 0 else (1.0 if max_abs == 0 else 0.0)
-    return OutputError(name, max_abs, max_rel, cosine)
+def _accepted_inputs(reference: _Reference, original: onnx.ModelProto, input_shapes, verify_data):
+    """Inputs the original runs on, its outputs, and a description; VerificationError when none."""
+    if verify_data:
+        feeds = verify_data[0]
+        return feeds, reference.run(feeds), "the samples given (verify data)"
+    errors = []
+    for plan in plans(original, input_shapes):
+        feeds = planned_feeds(plan)
+        try:
+            return feeds, reference.run(feeds), f"synthesized: {plan.description}"
+        except VerificationError as err:
+            errors.append(f"{plan.description}: {err}")
+    shown = "; ".join(errors[-2:]) if errors else "the model has no inputs to synthesize"
+    raise VerificationError(
+        f"ONNX Runtime cannot run the original model on any synthesized inputs ({shown}). Give real inputs with "
+        "--verify-data FILE.npz|DIR (verify_data=), or sizes with --input-shape NAME:D0,D1,..."
+    )
+
+
+def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, feeds, expected) -> Tolerance:
+    """``tolerance`` widened by how far ONNX Runtime moves between its optimization levels."""
+    if tolerance.spread is not None:
+        return tolerance
+    try:
+        unoptimized = _Reference(original, optimize=False).run(feeds)
+    except VerificationError:
+        return tolerance
+    return Tolerance(tolerance.rtol, tolerance.atol, spread_of(expected, unoptimized), tolerance.spread_factor)
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:

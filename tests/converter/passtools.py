@@ -56,3 +56,12 @@ def bn_params(channels: int, seed: int = 0) -> dict[str, np.ndarray]:
         "mean": r.normal(0, 0.5, channels).astype(np.float32),
         "var": r.uniform(0.5, 2.0, channels).astype(np.float32),
     }
+
+
+def scale_last_conv(model: ir.Model, context) -> PassResult:
+    """A deliberately wrong rewrite, for the tests of failed verification: the last Conv's
+    weight grows by 5 %."""
+    conv = [node for node in model.graph if node.op_type == "Conv"][-1]
+    weight = conv.inputs[1]
+    weight.const_value = ir.tensor(weight.const_value.numpy() * 1.05, name=weight.name)
+    return PassResult("scale_last_conv", changed=1)

@@ -1,0 +1,249 @@
+"""Inputs for verifying a conversion: ones the original model accepts, read from the graph.
+
+Random data with every unknown dimension set to 1 is rejected by most real models (a reflect
+Pad needs two elements, a strided Conv front end hundreds of samples, a Gather of token type ids
+indices below the table's two rows). So the inputs are planned from the graph:
+
+- **sizes**: a dimension fixed by the model stays; one named by the caller (``input_shapes``)
+  takes that size; one shared by name takes one size everywhere; a leading batch dimension is 1
+  (2 for ``batch``, the name ``--dynamic-batch`` gives); the others get sizes by their role,
+  in rounds of growing size (images 64, then 224, then 640 pixels; token sequences 8, 32, 128;
+  audio 4000, then 16000 samples), so a model that rejects small inputs is retried with larger;
+- **values**: integers that reach a Gather's indices (through Cast, Unsqueeze, Reshape...) lie
+  in ``[0, rows)`` of what they index; divisors, OneHot depths and Resize scales or sizes are
+  positive; masks are ones; lengths are the sequence's size; other integers lie in [0, 4),
+  floats are standard normal, booleans random, strings short words.
+
+:func:`plans` yields the rounds; :func:`feeds` makes one round's arrays.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+# Ops whose output carries the same indices as their first input (values, possibly reshaped).
+_PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose",
+                 "Slice", "Tile", "Concat", "Clip", "Add"}
+_WORDS = ("the", "model", "reads", "short", "words", "and", "numbers", "like", "these")
+_SIZES = (  # per round: image side, sequence length, audio samples, anything else
+    {"image": 64, "sequence": 8, "audio": 4000, "other": 8},
+    {"image": 224, "sequence": 32, "audio": 16000, "other": 16},
+    {"image": 640, "sequence": 128, "audio": 16000, "other": 32},
+)
+
+
+class UnsynthesizableInputError(ValueError):
+    """An input of a type random data cannot stand for (bfloat16, float8, 4-bit, ...)."""
+
+
+@dataclass
+class _Value:
+    """What the graph says about one input's values."""
+
+    low: int = 0
+    high: int | None = None  # exclusive; None: no bound from the graph
+    positive: bool = False
+    ones: bool = False
+    length_of: str | None = None  # a symbolic dimension whose size this input holds
+
+
+@dataclass
+class InputPlan:
+    """Shapes (with sizes) for every input, and what their values must satisfy."""
+
+    shapes: dict[str, list[int]]
+    dtypes: dict[str, np.dtype]
+    values: dict[str, _Value] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)  # symbolic dimension -> size
+    description: str = ""
+
+
+def plans(proto: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None) -> Iterator[InputPlan]:
+    """Rounds of input plans, smallest first; raises :class:`UnsynthesizableInputError` when an
+    input has a type no random data can stand for."""
+    graph = proto.graph
+    initializers = {init.name for init in graph.initializer}
+    inputs = [value for value in graph.input if value.name not in initializers]
+    dtypes = {value.name: _dtype(value) for value in inputs}
+    values = _value_hints(proto, [value.name for value in inputs])
+    seen: set[tuple] = set()
+    for round_sizes in _SIZES:
+        sizes: dict[str, int] = {}
+        shapes = {value.name: _shape(value, dtypes[value.name], round_sizes, sizes, (input_shapes or {}).get(value.name))
+                  for value in inputs}
+        key = tuple(tuple(shape) for shape in shapes.values())
+        if key in seen:
+            continue
+        seen.add(key)
+        shown = ", ".join(f"{name}{shape}" for name, shape in shapes.items())
+        yield InputPlan(shapes, dtypes, values, sizes, shown)
+
+
+def feeds(plan: InputPlan, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays following ``plan``."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, shape in plan.shapes.items():
+        dtype, hint = plan.dtypes[name], plan.values.get(name, _Value())
+        arrays[name] = _array(rng, dtype, shape, hint, plan.sizes)
+    return arrays
+
+
+def _dtype(value: onnx.ValueInfoProto) -> np.dtype:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise UnsynthesizableInputError(f"input {value.name!r} is a {kind or 'value of unknown type'}, not a tensor")
+    elem_type = value.type.tensor_type.elem_type
+    if elem_type == onnx.TensorProto.STRING:
+        return np.dtype(object)
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError) as err:
+        raise UnsynthesizableInputError(f"input {value.name!r} has element type {elem_type}") from err
+    if dtype.kind not in "fiub" or dtype.itemsize == 0 or dtype.name not in np.sctypeDict:
+        name = onnx.TensorProto.DataType.Name(elem_type).lower()
+        raise UnsynthesizableInputError(f"input {value.name!r} is {name}, for which no random data can be made")
+    return dtype
+
+
+def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, int], sizes: dict[str, int],
+           given: list[int | str] | None) -> list[int]:
+    dims = list(value.type.tensor_type.shape.dim)
+    if given is not None and len(given) == len(dims):
+        dims = [onnx.TensorShapeProto.Dimension(dim_value=g) if isinstance(g, int) else
+                onnx.TensorShapeProto.Dimension(dim_param=g) for g in given]
+    shape = []
+    for axis, dim in enumerate(dims):
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            shape.append(dim.dim_value)
+            continue
+        param = dim.dim_param if dim.HasField("dim_param") else ""
+        if param and param in sizes:
+            shape.append(sizes[param])
+            continue
+        size = _size(param, axis, len(dims), dtype, round_sizes)
+        if param:
+            sizes[param] = size
+        shape.append(size)
+    return shape
+
+
+def _size(param: str, axis: int, rank: int, dtype: np.dtype, round_sizes: dict[str, int]) -> int:
+    """A size for an unknown dimension, by its name and position."""
+    lowered = param.lower()
+    if lowered == "batch":
+        return 2
+    if (axis == 0 and rank >= 2) or re.fullmatch(r"(batch.*|n|b|bs|num_?batch.*)", lowered):
+        return 1
+    if dtype.kind == "f" and rank >= 3 and axis >= rank - 2:
+        return round_sizes["image"] if rank == 4 else round_sizes["audio"] // 10
+    if dtype.kind == "f" and rank <= 2:
+        return round_sizes["audio"]
+    if dtype.kind in "iu" or re.search(r"seq|len|token|time", lowered):
+        return round_sizes["sequence"]
+    return round_sizes["other"]
+
+
+def _array(rng: np.random.Generator, dtype: np.dtype, shape: list[int], hint: _Value,
+           sizes: dict[str, int]) -> np.ndarray:
+    if dtype.kind == "O":
+        return rng.choice(np.array(_WORDS, dtype=object), size=shape)
+    if dtype.kind == "b":
+        return np.ones(shape, bool) if hint.ones else rng.integers(0, 2, size=shape).astype(bool)
+    if hint.ones:
+        return np.ones(shape, dtype)
+    if hint.length_of is not None and hint.length_of in sizes:
+        return np.full(shape, sizes[hint.length_of], dtype)
+    if dtype.kind == "f":
+        if hint.positive:
+            return rng.uniform(1.0, 2.0, size=shape).astype(dtype)
+        return rng.standard_normal(shape).astype(dtype)
+    low = max(hint.low, 1 if hint.positive else 0)
+    high = hint.high if hint.high is not None else 4
+    high = max(high, low + 1)
+    if dtype.kind == "u":
+        low = max(low, 0)
+    return rng.integers(low, high, size=shape).astype(dtype)
+
+
+def _value_hints(proto: onnx.ModelProto, names: list[str]) -> dict[str, _Value]:
+    graph = proto.graph
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for slot, value in enumerate(node.input):
+            readers.setdefault(value, []).append((node, slot))
+    dims = _known_dims(proto)
+    hints = {}
+    for name in names:
+        hint = _Value()
+        lowered = name.lower()
+        if "mask" in lowered:
+            hint.ones = True
+        for node, slot in _uses(name, readers):
+            _apply_use(hint, node, slot, dims)
+        if re.search(r"(^|_)(len|lens|length|lengths)$", lowered):
+            hint.length_of = _first_symbolic(graph, exclude=name)
+        hints[name] = hint
+    return hints
+
+
+def _uses(name: str, readers: dict[str, list[tuple[onnx.NodeProto, int]]]) -> Iterator[tuple[onnx.NodeProto, int]]:
+    """The nodes that read ``name``'s values, looking through ops that only move them."""
+    pending, visited = [name], {name}
+    while pending:
+        value = pending.pop()
+        for node, slot in readers.get(value, []):
+            yield node, slot
+            if node.op_type in _PASS_THROUGH and slot == 0 and node.domain in ("", "ai.onnx"):
+                for output in node.output:
+                    if output and output not in visited and len(visited) < 64:
+                        visited.add(output)
+                        pending.append(output)
+
+
+def _apply_use(hint: _Value, node: onnx.NodeProto, slot: int, dims: dict[str, list[int | None]]) -> None:
+    op = node.op_type
+    if op in ("Gather", "GatherElements") and slot == 1:
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        shape = dims.get(node.input[0])
+        if shape and -len(shape) <= axis < len(shape) and shape[axis]:
+            rows = shape[axis]
+            hint.high = rows if hint.high is None else min(hint.high, rows)
+        elif hint.high is None:
+            hint.high = 2  # an unknown table: its smallest plausible size
+    elif (op in ("Mod", "Div") and slot == 1) or (op == "OneHot" and slot == 1):
+        hint.positive = True
+    elif op == "Resize" and slot in (2, 3):
+        hint.positive = True
+    elif op in ("Range", "ConstantOfShape", "Tile") or (op in ("Reshape", "Expand") and slot == 1):
+        hint.positive = True
+
+
+def _known_dims(proto: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """Static shapes of initializers, Constant outputs and declared values."""
+    dims: dict[str, list[int | None]] = {init.name: list(init.dims) for init in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attribute in node.attribute:
+                if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
+                    dims[node.output[0]] = list(attribute.t.dims)
+    for value in (*proto.graph.value_info, *proto.graph.input):
+        if value.name not in dims and value.type.HasField("tensor_type"):
+            dims[value.name] = [d.dim_value if d.HasField("dim_value") else None
+                                for d in value.type.tensor_type.shape.dim]
+    return dims
+
+
+def _first_symbolic(graph: onnx.GraphProto, exclude: str) -> str | None:
+    for value in graph.input:
+        if value.name == exclude or not value.type.HasField("tensor_type"):
+            continue
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if axis > 0 and dim.HasField("dim_param") and dim.dim_param:
+                return dim.dim_param
+    return None

@@ -1,0 +1,129 @@
+"""Comparing a model's outputs with a reference: one definition for verification, tuning and bench.
+
+IEEE values are compared as values: a NaN where the reference has a NaN agrees, as do equal
+infinities; a NaN or an infinity on one side only never does. Finite elements are judged
+against the output's largest finite magnitude (``rtol``) with an absolute floor (``atol``), so
+that an output of magnitude 1e-7 is not failed for a 3e-8 difference that float32 arithmetic
+makes anyway, and against ``spread``: how far the reference moves by itself (for example between
+ONNX Runtime's optimization levels), which no conversion can be asked to beat. Integer and
+boolean outputs must be equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``rtol``: of the output's largest finite magnitude; ``atol``: absolute floor; ``spread``
+    (per output name): how much the reference itself varies, allowed times ``spread_factor``."""
+
+    rtol: float = 1e-4
+    atol: float = 1e-6
+    spread: Mapping[str, float] | None = None
+    spread_factor: float = 2.0
+
+    def allowed(self, name: str, magnitude: float) -> float:
+        """The largest absolute difference accepted on output ``name`` of that magnitude."""
+        spread = (self.spread or {}).get(name, 0.0) * self.spread_factor
+        return max(self.atol, self.rtol * magnitude, spread)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rtol": self.rtol, "atol": self.atol, "spread_factor": self.spread_factor,
+                "spread": dict(self.spread or {})}
+
+
+@dataclass
+class OutputError:
+    """How one output differs from its reference."""
+
+    name: str
+    max_abs: float  # over elements finite on both sides
+    max_rel: float  # max_abs over the reference's largest finite magnitude
+    cosine: float
+    magnitude: float = 0.0
+    mismatched_special: int = 0  # NaN or infinity on one side but not the other (or unequal infinities)
+    mismatched_values: int = 0  # integer/boolean outputs: elements that differ
+    problem: str | None = None  # shapes or presence differ: no element-wise comparison was possible
+
+    def within(self, tolerance: Tolerance) -> bool:
+        if self.problem is not None or self.mismatched_special or self.mismatched_values:
+            return False
+        return self.max_abs <= tolerance.allowed(self.name, self.magnitude)
+
+    def describe(self, tolerance: Tolerance) -> str:
+        """One line: what differs, and by how much against what was allowed."""
+        if self.problem is not None:
+            return f"output {self.name!r}: {self.problem}"
+        if self.mismatched_special:
+            return f"output {self.name!r}: {self.mismatched_special} elements are NaN or infinite on one side only"
+        if self.mismatched_values:
+            return f"output {self.name!r}: {self.mismatched_values} integer/boolean elements differ"
+        return (f"output {self.name!r}: max abs error {self.max_abs:.3g} (relative {self.max_rel:.3g} of its peak "
+                f"{self.magnitude:.3g}) > allowed {tolerance.allowed(self.name, self.magnitude):.3g}; "
+                f"cosine {self.cosine:.6f}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "max_abs": self.max_abs, "max_rel": self.max_rel, "cosine": self.cosine,
+                "magnitude": self.magnitude, "mismatched_special": self.mismatched_special,
+                "mismatched_values": self.mismatched_values, "problem": self.problem}
+
+
+def output_error(name: str, expected: Any, got: Any) -> OutputError:
+    """How ``got`` differs from ``expected`` (arrays of one output)."""
+    a, b = np.asarray(expected), np.asarray(got)
+    if a.shape != b.shape:
+        return OutputError(name, np.inf, np.inf, 0.0, problem=f"shape {list(b.shape)}, the reference's {list(a.shape)}")
+    if a.dtype.kind not in "fc" and b.dtype.kind not in "fc":
+        if a.dtype.kind in "OUS" or b.dtype.kind in "OUS":
+            differing = int(sum(x != y for x, y in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist())))
+        else:
+            differing = int(np.count_nonzero(a != b))
+        return OutputError(name, float(differing), float(differing), 1.0 if not differing else 0.0,
+                           mismatched_values=differing)
+    a64, b64 = _real(a), _real(b)
+    finite_a, finite_b = np.isfinite(a64), np.isfinite(b64)
+    both = finite_a & finite_b
+    special = ~(finite_a & finite_b)
+    agree_special = (np.isnan(a64) & np.isnan(b64)) | ((a64 == b64) & ~finite_a)
+    mismatched_special = int(np.count_nonzero(special & ~agree_special))
+    if not both.any():
+        return OutputError(name, 0.0, 0.0, 1.0, mismatched_special=mismatched_special)
+    x, y = a64[both], b64[both]
+    max_abs = float(np.max(np.abs(x - y)))
+    magnitude = float(np.max(np.abs(x)))
+    max_rel = max_abs / magnitude if magnitude > 0 else max_abs
+    norms = float(np.linalg.norm(x) * np.linalg.norm(y))
+    cosine = float(np.dot(x, y) / norms) if norms > 0 else (1.0 if max_abs == 0 else 0.0)
+    return OutputError(name, max_abs, max_rel, cosine, magnitude, mismatched_special)
+
+
+def compare_outputs(expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[OutputError]:
+    """One :class:`OutputError` per output of ``expected`` (a missing output is a problem)."""
+    errors = []
+    for name, reference in expected.items():
+        if name not in got:
+            errors.append(OutputError(name, np.inf, np.inf, 0.0, problem="missing"))
+        else:
+            errors.append(output_error(name, reference, got[name]))
+    return errors
+
+
+def spread_of(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, float]:
+    """Per output, the largest finite difference between two runs of the reference."""
+    spread = {}
+    for error in compare_outputs(first, second):
+        if error.problem is None and np.isfinite(error.max_abs):
+            spread[error.name] = error.max_abs
+    return spread
+
+
+def _real(array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind == "c":
+        return np.concatenate([array.real.reshape(-1), array.imag.reshape(-1)]).astype(np.float64)
+    return array.astype(np.float64).reshape(-1)

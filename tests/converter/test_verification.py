@@ -1,0 +1,127 @@
+"""Verification helps instead of blocking: inputs the model accepts, IEEE-aware comparison with a
+floor and the reference's own spread, skipped (not failed) when the check cannot run, and a
+genuine mismatch names the first diverging node."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from passtools import make_model, rng, scale_last_conv
+
+import converter
+from converter import api, cli
+from converter.errors import InvalidOptionError, VerificationError
+from converter.passes import DEFAULT_PASSES
+
+pytest.importorskip("onnxruntime")
+
+
+def _two_convs():
+    return make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 3, 8, 8] input) => (float[N, 4, 8, 8] output) {
+            h1 = Conv <pads: ints = [1, 1, 1, 1]> (input, w1)
+            r1 = Relu (h1)
+            h2 = Conv <pads: ints = [1, 1, 1, 1]> (r1, w2)
+            s = Softmax <axis: int = 1> (h2)
+            output = Mul (s, s)
+        }""",
+        w1=rng().normal(size=(4, 3, 3, 3)).astype(np.float32),
+        w2=rng().normal(size=(4, 4, 3, 3)).astype(np.float32),
+    )
+
+
+@pytest.fixture()
+def buggy_pass(monkeypatch):
+    monkeypatch.setattr(api, "DEFAULT_PASSES", (*DEFAULT_PASSES, scale_last_conv))
+
+
+def test_a_genuine_mismatch_fails_naming_the_first_diverging_node(buggy_pass, tmp_path):
+    output, report_path = tmp_path / "m.lite", tmp_path / "r.json"
+    with pytest.raises(VerificationError, match="First diverging node") as caught:
+        converter.convert(_two_convs(), output, report_path=report_path)
+    assert "tensor 'h2'" in str(caught.value)
+    assert not output.exists()
+    verification = json.loads(report_path.read_text())["verification"]
+    assert verification["status"] == "failed" and verification["passed"] is False
+    divergence = verification["divergence"]
+    # h1 is not compared: the converted model's h1 is the fused Conv+Relu, a different value
+    assert divergence["tensor"] == "h2" and divergence["op_type"] == "Conv"
+
+
+def test_the_converted_model_keeps_agreeing_without_the_bug(tmp_path):
+    report = converter.convert(_two_convs(), tmp_path / "m.lite")
+    assert report.verification.passed and report.verification.status == "passed"
+    assert "synthesized" in report.verification.inputs
+
+
+def test_inputs_are_sized_for_a_reflect_pad_and_indexed_within_the_table(tmp_path):
+    """Size 1 breaks a reflect Pad and ids in [0, 4) overrun a 2-row table: both used to abort."""
+    model = make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 3, H, W] image, int64[N, T] token_type_ids) => (float[N, 3, H2, W2] padded, float[N, T, 5] embedded) {
+            padded = Pad <mode: string = "reflect"> (image, pads)
+            embedded = Gather (table, token_type_ids)
+        }""",
+        pads=np.array([0, 0, 2, 2, 0, 0, 2, 2], np.int64),
+        table=rng().normal(size=(2, 5)).astype(np.float32),
+    )
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+
+
+def test_verification_is_skipped_not_failed_when_no_input_can_be_synthesized(tmp_path, capsys):
+    """A bfloat16 input: the output is written, the command succeeds, and the report says why."""
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    path = tmp_path / "bf16.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    output = tmp_path / "m.lite"
+    assert cli.main(["convert", str(path), "-o", str(output)]) == 0
+    assert output.exists()
+    printed = capsys.readouterr().out
+    assert "verification skipped" in printed and "bfloat16" in printed
+    report = converter.convert(path, output)
+    assert report.verification.skipped and "bfloat16" in report.verification.reason
+
+
+def test_nan_where_the_reference_has_nan_agrees(tmp_path):
+    """Pow of a negative base to a fractional power is NaN on both sides."""
+    model = make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 8] x) => (float[N, 8] y) { y = Pow (x, e) }""",
+        e=np.array(0.5, np.float32),
+    )
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.passed
+
+
+def test_the_absolute_floor_keeps_tiny_outputs_from_failing(tmp_path):
+    """Sigmoid far in its tail: outputs near 1e-9 where float32 arithmetic differs in relative terms."""
+    model = make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 8] x) => (float[N, 8] y) { s = Sub (x, shift)
+            y = Sigmoid (s) }""",
+        shift=np.array(20.0, np.float32),
+    )
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+    assert report.verification.tolerance.atol == 1e-6
+
+
+def test_verify_data_replaces_synthesized_inputs(tmp_path):
+    samples = tmp_path / "samples.npz"
+    np.savez(samples, input=rng().normal(size=(2, 3, 8, 8)).astype(np.float32))
+    report = converter.convert(_two_convs(), tmp_path / "m.lite", verify_data=str(samples))
+    assert report.verification.passed and report.verification.inputs == "the samples given (verify data)"
+
+
+def test_negative_tolerances_are_refused(tmp_path):
+    with pytest.raises(InvalidOptionError, match="tolerances"):
+        converter.convert(_two_convs(), tmp_path / "m.lite", rtol=-1.0)

@@ -1,0 +1,50 @@
+"""lite.compare: IEEE-aware output comparison with a relative tolerance, a floor and a spread."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lite.compare import Tolerance, compare_outputs, output_error, spread_of
+
+
+def test_nan_where_the_reference_has_nan_and_equal_infinities_agree():
+    reference = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    error = output_error("y", reference, reference.copy())
+    assert error.within(Tolerance()) and error.max_abs == 0 and error.mismatched_special == 0
+
+
+def test_nan_or_infinity_on_one_side_only_fails():
+    reference = np.array([np.nan, 2.0, np.inf, 1.0])
+    for got in ([1.0, 2.0, np.inf, 1.0], [np.nan, np.nan, np.inf, 1.0], [np.nan, 2.0, -np.inf, 1.0]):
+        error = output_error("y", reference, np.array(got))
+        assert error.mismatched_special == 1 and not error.within(Tolerance(rtol=1.0, atol=1.0))
+
+
+def test_the_absolute_floor_accepts_float32_noise_on_tiny_outputs():
+    reference = np.array([5.7e-7, 1e-9], np.float64)
+    got = reference + np.array([3.33e-8, 0.0])
+    error = output_error("score", reference, got)
+    assert error.max_rel > 0.05  # relative to its peak the difference looks large...
+    assert error.within(Tolerance(rtol=1e-4, atol=1e-6))  # ...but is below the floor
+    assert not error.within(Tolerance(rtol=1e-4, atol=1e-9))
+
+
+def test_the_reference_spread_widens_the_tolerance_for_that_output_only():
+    reference = {"a": np.array([1.0, 2.0]), "b": np.array([1.0, 2.0])}
+    moved = {"a": np.array([1.05, 2.0]), "b": np.array([1.0, 2.0])}
+    spread = spread_of(reference, moved)
+    assert spread == {"a": 0.050000000000000044, "b": 0.0}
+    candidate = {"a": np.array([1.08, 2.0]), "b": np.array([1.08, 2.0])}
+    tolerance = Tolerance(rtol=1e-4, spread=spread)
+    verdicts = {e.name: e.within(tolerance) for e in compare_outputs(reference, candidate)}
+    assert verdicts == {"a": True, "b": False}
+
+
+def test_integer_outputs_must_be_equal_and_shapes_must_match():
+    assert not output_error("i", np.array([1, 2]), np.array([1, 3])).within(Tolerance(rtol=1.0))
+    assert output_error("i", np.array([1, 2]), np.array([1, 2])).within(Tolerance())
+    assert "shape" in output_error("x", np.zeros((2, 3)), np.zeros((3, 2))).describe(Tolerance())
+    (missing,) = compare_outputs({"y": np.zeros(2)}, {})
+    assert missing.problem == "missing" and not missing.within(Tolerance())
+    strings = output_error("s", np.array(["a", "b"], object), np.array(["a", "c"], object))
+    assert strings.mismatched_values == 1
