@@ -33,7 +33,7 @@ from converter.errors import (
     UnsupportedOpsError,
     VerificationError,
 )
-from converter.importer import ImportedModel, ModelSource, apply_input_shapes, import_onnx
+from converter.importer import ImportedModel, ModelSource, apply_input_shapes, check_model_file, import_onnx
 from converter.lower import lower_model
 from converter.mindspore import import_mindspore, is_mindspore_source
 from converter.onnx_export import serialize, to_onnx
@@ -276,6 +276,8 @@ def _import_source(
 ) -> tuple[ImportedModel, onnx.ModelProto | None, list[str]]:
     """Dispatch on the input format: ONNX, or MindSpore (.mindir; .ckpt with a network), which is
     translated to ONNX first (returned too: the reference that verification runs)."""
+    if isinstance(model, (str, os.PathLike)):
+        check_model_file(Path(model))
     if is_mindspore_source(model, network):
         if not isinstance(model, (str, os.PathLike)):
             raise InvalidOptionError("MindSpore inputs are converted from a file path (.mindir, .ckpt)")

@@ -58,7 +58,7 @@ def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None
         folder = check_external_data(model, external_data_dir, what)
         return ImportedModel(_inline_functions(model, what), what, _sha256(source), len(source), folder)
     path = Path(source)
-    _check_model_file(path)
+    check_model_file(path)
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as err:  # onnx raises DecodeError, OSError, ValueError... name the file
@@ -69,20 +69,21 @@ def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None
     return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder)
 
 
-def _check_model_file(path: Path) -> None:
-    """A regular, non-empty file: a FIFO would block the read forever, a device never end."""
+def check_model_file(path: Path) -> None:
+    """Raise :class:`ModelImportError` unless ``path`` is a regular, non-empty file: reading a
+    FIFO would block until something writes to it, reading a device might never end."""
     try:
         mode = path.stat()
     except FileNotFoundError as err:
-        raise ModelImportError(f"{path}: no such file; pass the path of an .onnx model") from err
+        raise ModelImportError(f"{path}: no such file; pass the path of a model file") from err
     except OSError as err:
         raise ModelImportError(f"{path}: cannot read it ({err.strerror})") from err
     if stat.S_ISDIR(mode.st_mode):
-        raise ModelImportError(f"{path} is a directory; pass the path of an .onnx model file")
+        raise ModelImportError(f"{path} is a directory; pass the path of a model file")
     if not stat.S_ISREG(mode.st_mode):
-        raise ModelImportError(f"{path} is not a regular file (a pipe, socket or device); pass an .onnx model file")
+        raise ModelImportError(f"{path} is not a regular file (a pipe, socket or device); pass a model file")
     if mode.st_size == 0:
-        raise ModelImportError(f"{path}: the file is empty, not an ONNX model")
+        raise ModelImportError(f"{path}: the file is empty, not a model")
 
 
 def _parse(data: bytes, what: str) -> onnx.ModelProto:

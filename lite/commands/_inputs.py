@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lite.commands._model_file import regular_file
 from lite.errors import InvalidInputError
 from lite.model import Model, TensorSpec
 
@@ -32,6 +33,7 @@ def read_inputs(model: Model, pairs: list[str]) -> dict[str, np.ndarray]:
         file = Path(path)
         if not file.exists():
             raise FileNotFoundError(f"--input {pair!r}: file {file} does not exist")
+        regular_file(file, "a .npy/.npz file")
         try:
             loaded = np.load(file, allow_pickle=False)
         except ValueError as err:

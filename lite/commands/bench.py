@@ -27,6 +27,7 @@ import numpy as np
 
 from lite.atomic import atomic_write
 from lite.commands._inputs import parse_shape_overrides, random_inputs, read_inputs
+from lite.commands._model_file import load_checked
 from lite.engines import PRECISIONS
 from lite.model import DEVICES, Model
 
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give a .lite file to measure, or --grpc ADDR --model NAME for a served model")
     if args.loops < 1 or args.warmup < 0 or args.batch < 1:
         raise ValueError("--loops and --batch must be >= 1 and --warmup >= 0")
+    load_checked(args.model)  # refuses what the engines would fail on with a traceback
     if args.autotune is not None:
         model = autotune(args)
     else:

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from lite.atomic import atomic_path, atomic_write
-from lite.format import ir, load
+from lite.commands._model_file import load_checked
+from lite.format import ir
 from lite.format.dtypes import DataType
 
 
@@ -171,7 +172,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model = load(args.model)
+    model = load_checked(args.model)
     summary = summarize(model, args.model)
     print(json.dumps(summary, indent=2) if args.json else render_text(summary))
     if args.graph:

@@ -10,6 +10,7 @@ import numpy as np
 
 from lite.atomic import atomic_write
 from lite.commands._inputs import read_inputs
+from lite.commands._model_file import load_checked
 from lite.model import DEVICES, Model
 
 
@@ -24,6 +25,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    load_checked(args.model)  # refuses what the engines would fail on with a traceback
     model = Model.load(args.model, device=args.device)
     outputs = model.predict(read_inputs(model, args.input))
     if args.output_dir:

@@ -1,11 +1,13 @@
-"""The `lite` command: inspect, errors without tracebacks, contributed subcommands."""
+"""The `lite` command: inspect, errors without tracebacks (damaged models, pipes), contributed subcommands."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from lite.cli import main
@@ -13,7 +15,7 @@ from tests.lite.test_model import matmul_model
 
 
 def run_lite(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lite.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "lite.cli", *args], check=False, capture_output=True, text=True)
 
 
 def test_inspect_table(tmp_path, capsys):
@@ -67,3 +69,87 @@ def test_help_lists_commands():
     assert result.returncode == 0
     for command in ("inspect", "convert", "serve", "quickstart"):
         assert command in result.stdout
+
+
+def _damaged_model(tmp_path, opset: int = 21, **attributes):
+    """The MatMul model of matmul_model, with extra attributes on the MatMul node."""
+    from lite.format import GraphBuilder, save
+
+    b = GraphBuilder("mm", opset=opset)
+    x = b.input("x", np.float32, [1, 4])
+    w = b.constant("w", np.arange(8, dtype=np.float32).reshape(4, 2))
+    y = b.node("MatMul", [x, w], outputs=["y"], **attributes)
+    b.output(y, np.float32, [1, 2])
+    path = tmp_path / "damaged.lite"
+    save(b.build(), path)
+    return path
+
+
+def _damaged_models():
+    from lite.format import ir
+
+    string, integer = ir.AttributeType.STRING, ir.AttributeType.INT
+    return {
+        "opset 2**40": ({"opset": 1 << 40}, "opset version 1099511627776"),
+        "opset 0": ({"opset": 0}, "opset version 0"),
+        "activation is an INT": ({"fused_activation": ir.Attribute(integer, 3)}, "fused_activation is INT"),
+        "activation not UTF-8": ({"fused_activation": b"\xff\xfe"}, "not UTF-8"),
+        "unknown activation": ({"fused_activation": "Gelu9"}, "unknown fused activation"),
+        "params of a STRING": ({"fused_activation": "Clip", "fused_activation_params": ir.Attribute(string, b"xx")},
+                               "fused_activation_params is STRING"),
+        "too few params": ({"fused_activation": "Clip", "fused_activation_params": [1.0]}, "takes 2 parameters, got 1"),
+        "params alone": ({"fused_activation_params": [1.0]}, "without fused_activation"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_damaged_models()))
+@pytest.mark.parametrize("command", [["run"], ["inspect", "--graph", "GRAPH"], ["bench", "--loops", "1", "--warmup", "0"]])
+def test_damaged_opsets_and_fused_activations_are_one_line_errors(tmp_path, capsys, case, command):
+    options, expected = _damaged_models()[case]
+    opset = options.pop("opset", 21)
+    path = _damaged_model(tmp_path, opset=opset, **options)
+    arguments = [str(tmp_path / "g.dot") if a == "GRAPH" else a for a in command[1:]]
+    if command[0] == "run":
+        np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))
+        arguments += ["-i", str(tmp_path / "x.npy")]
+    assert main([command[0], str(path), *arguments]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"lite {command[0]}: error: ") and err.count("\n") == 1 and expected in err, err
+
+
+def test_damaged_model_gives_no_traceback_from_the_command_line(tmp_path):
+    path = _damaged_model(tmp_path, opset=1 << 40)
+    result = run_lite("run", str(path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("lite run: error: ") and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", [["inspect"], ["run"], ["bench", "--loops", "1"], ["run", "INPUT"]])
+def test_pipes_are_refused_without_blocking(tmp_path, capsys, command):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    if command[-1] == "INPUT":  # a model that loads, and an --input that is a pipe
+        arguments = ["run", str(matmul_model(tmp_path)), "-i", f"x={fifo}"]
+    else:
+        arguments = [command[0], str(fifo), *command[1:]]
+    assert main(arguments) == 1
+    err = capsys.readouterr().err
+    assert "not a regular file" in err and err.count("\n") == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["empty", "pipe", "directory"])
+def test_convert_refuses_empty_files_pipes_and_folders(tmp_path, capsys, kind):
+    source = tmp_path / "model.onnx"
+    if kind == "empty":
+        source.write_bytes(b"")
+    elif kind == "pipe":
+        os.mkfifo(source)
+    else:
+        source.mkdir()
+    assert main(["convert", str(source), "-o", str(tmp_path / "out.lite")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lite convert: error: ") and err.count("\n") == 1
+    assert {"empty": "empty", "pipe": "not a regular file", "directory": "directory"}[kind] in err
+    assert not (tmp_path / "out.lite").exists()
