@@ -1,0 +1,35 @@
+"""What other exporters write, converted with default options."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from passtools import rng
+
+import converter
+import lite
+
+pytest.importorskip("onnxruntime")
+
+
+def _paddle_like_conv() -> onnx.ModelProto:
+    """paddle2onnx declares dynamic sizes as -1: x is [-1, 3, -1, -1]."""
+    weight = numpy_helper.from_array(rng().normal(size=(8, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "paddle_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, -1, -1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 8, -1, -1])], [weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+
+
+def test_minus_one_dimensions_are_unknown_sizes(tmp_path):
+    report = converter.convert(_paddle_like_conv(), tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+    model = lite.Model.load(tmp_path / "m.lite", device="numpy")
+    (spec,) = model.inputs
+    assert spec.shape[1] == 3 and not isinstance(spec.shape[0], int) and not isinstance(spec.shape[2], int)
+    x = rng().normal(size=(2, 3, 10, 12)).astype(np.float32)
+    assert model(x).shape == (2, 8, 10, 12)
