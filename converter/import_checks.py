@@ -184,6 +184,11 @@ def _check_shape(value: ir.Value, where: str, what: str) -> None:
     if len(value.shape) > MAX_RANK:
         raise ModelImportError(f"{what}: {where} has rank {len(value.shape)}, more than {MAX_RANK}")
     if any(isinstance(dim, int) and dim < 0 for dim in value.shape.dims):
+        if value.const_value is not None:
+            raise ModelImportError(
+                f"{what}: {where} has shape {value.shape} with a negative dimension; "
+                "a weight's dimensions are sizes >= 0"
+            )
         # -1 is how some exporters (PaddlePaddle's paddle2onnx) write "unknown size": read it so.
         value.shape = ir.Shape([None if isinstance(dim, int) and dim < 0 else dim for dim in value.shape.dims])
     for dim in value.shape.dims:
