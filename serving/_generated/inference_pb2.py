@@ -7,17 +7,18 @@
 """Generated protocol buffer code."""
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
-from google.protobuf import runtime_version as _runtime_version
+import re as _re
+from google.protobuf import __version__ as _protobuf_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-_runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC,
-    7,
-    35,
-    1,
-    '',
-    'inference.proto'
-)
+# scripts/generate.py replaced protoc 7.35.1's runtime check, which refuses every protobuf
+# older than 7.35.1: this code runs on protobuf 5.26.1 and newer (docs/serving.md).
+PROTOBUF_MINIMUM = (5, 26, 1)
+if tuple(int(part) for part in _re.findall(r'\d+', _protobuf_version)[:3]) < PROTOBUF_MINIMUM:
+  raise ImportError(
+      f'inference.proto: the generated code needs protobuf>=5.26.1, but protobuf {_protobuf_version}'
+      ' is installed; pip install "protobuf>=5.26.1,<8"'
+  )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()

@@ -6,6 +6,7 @@ from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
+PROTOBUF_MINIMUM: tuple[int, int, int]
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Version(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
