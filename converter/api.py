@@ -43,10 +43,16 @@ from converter.quantize.pipeline import quantize_model
 from converter.quantize.report import QuantizedConversionReport
 from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_nodes
-from converter.verify import Verification, onnxruntime_available, run_onnxruntime, verify_conversion
+from converter.verify import (
+    InputsRejectedError,
+    Verification,
+    onnxruntime_available,
+    run_onnxruntime,
+    verify_conversion,
+)
 from lite.atomic import atomic_path
 from lite.compare import Tolerance
-from lite.errors import LiteError
+from lite.errors import KernelError, LiteError
 from lite.format import ir as lite_ir
 
 OUTPUT_FORMATS = (".lite", ".onnx")
@@ -249,6 +255,7 @@ def convert(
                     original, imported.model, exported, temporary, suffix, fp16_io, Tolerance(rtol, atol),
                     input_shapes, verify_data,
                 )
+                report.warnings.extend(f"verification: {note}" for note in verification.notes)
                 if verification.skipped:
                     report.warnings.append(f"verification skipped: {verification.reason}")
                 elif not verification.passed:
@@ -327,6 +334,13 @@ def _write(
         _write_bytes(temporary, serialize(exported))
         return exported
     unsupported = unsupported_nodes(lite_model)
+    if unsupported and not allow_custom and _all_onnxruntime_contrib(unsupported):
+        report.warnings.append(
+            f"{len(unsupported)} node(s) of ONNX Runtime's com.microsoft domain "
+            f"({', '.join(sorted({op for _, op, _ in unsupported}))}) have no numpy kernel: the model runs on "
+            "lite's ONNX Runtime engines (device='cpu' or 'cuda'), not on the numpy engine"
+        )
+        allow_custom = True
     if unsupported and not allow_custom:
         listing = "\n".join(f"  {name}: {op} — {reason}" for name, op, reason in unsupported)
         raise UnsupportedOpsError(
@@ -397,6 +411,12 @@ def _verify(original, model: ir.Model, exported, path: Path, suffix: str, fp16_i
         def run(feeds):
             try:
                 return engine(path, feeds)
+            except KernelError as err:
+                if err.node is not None and _reads_an_input(path, err.node):
+                    raise InputsRejectedError(f"{name} refuses them where ONNX Runtime ran the original: {err}") from err
+                raise VerificationError(
+                    f"the converted model fails in {name} on inputs the original runs on ({err})"
+                ) from err
             except (LiteError, MemoryError) as err:
                 raise VerificationError(
                     f"the converted model fails in {name} on inputs the original runs on ({err})"
@@ -411,7 +431,8 @@ def _verify(original, model: ir.Model, exported, path: Path, suffix: str, fp16_i
     samples = _verify_samples(verify_data, original) if verify_data is not None else None
     verification = verify_conversion(original, run, name, tolerance, input_shapes=input_shapes,
                                      verify_data=samples, input_dtypes=input_dtypes)
-    if not verification.passed and not verification.skipped and engine is not None and verification.feeds:
+    verification.engine = getattr(engine, "engine_name", None) or verification.engine
+    if verification.status == "failed" and engine is not None and verification.feeds:
         from converter.divergence import first_divergence
         from lite.format import load
 
@@ -419,6 +440,20 @@ def _verify(original, model: ir.Model, exported, path: Path, suffix: str, fp16_i
                  for k, v in verification.feeds.items()}
         verification.divergence = first_divergence(original, load(path), feeds, verification.tolerance)
     return verification
+
+
+def _all_onnxruntime_contrib(unsupported: list[tuple[str, str, str]]) -> bool:
+    """Whether every unsupported node is one of ONNX Runtime's own ops (com.microsoft), which
+    lite's ONNX Runtime engines run."""
+    return all(reason.startswith("no kernel for com.microsoft::") for _, _, reason in unsupported)
+
+
+def _reads_an_input(path: Path, node: lite_ir.Node) -> bool:
+    """Whether ``node`` reads one of the model's inputs directly (its kernel judged those values)."""
+    from lite.format import load
+
+    main = load(path).main
+    return bool(set(node.inputs) & set(main.inputs))
 
 
 def _verify_samples(source: Any, original: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
@@ -473,7 +508,12 @@ def _lite_engine():
         return None
 
     def run(path: Path, feeds):
-        model = model_class.load(str(path), device="numpy")
+        try:
+            model = model_class.load(str(path), device="numpy")
+        except lite.UnsupportedOpError:
+            # ONNX Runtime's own ops kept in the model: lite's ONNX Runtime engine runs them
+            model = model_class.load(str(path), device="cpu", cache_dir=None)
+            run.engine_name = "lite.Model (ONNX Runtime engine: the numpy engine has no kernel for some nodes)"
         outputs = model.predict(feeds)
         if isinstance(outputs, dict):
             return outputs

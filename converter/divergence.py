@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from lite.compare import Tolerance, output_error
+from lite.errors import LiteError
 from lite.format import ir as lite_ir
 
 _MAX_TENSORS = 4000  # intermediate tensors compared at most (the first ones in node order)
@@ -46,7 +47,7 @@ def first_divergence(original: onnx.ModelProto, converted: lite_ir.Model, feeds:
         expected = _Reference(_with_outputs(original, names, converted_names), what="the original model",
                               optimize=False).run(feeds)
         actual = NumpyEngine(with_outputs(converted, names)).run(feeds)
-    except (VerificationError, MemoryError, ValueError) as err:
+    except (VerificationError, LiteError, MemoryError, ValueError) as err:
         return {"node": None, "note": f"the intermediate tensors could not be compared ({err})"}
     agreeing = 0
     for node, name in shared:

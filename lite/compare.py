@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+_ROUNDING_STEPS = 4  # a few units in the last place of the output's type: rounding, not error
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -28,10 +30,15 @@ class Tolerance:
     spread: Mapping[str, float] | None = None
     spread_factor: float = 2.0
 
-    def allowed(self, name: str, magnitude: float) -> float:
-        """The largest absolute difference accepted on output ``name`` of that magnitude."""
+    def allowed(self, name: str, magnitude: float, dtype: np.dtype | None = None) -> float:
+        """The largest absolute difference accepted on output ``name`` of that magnitude; an output
+        of a narrow float type (float16: 3 significant digits) is never held to less than a few
+        of its own rounding steps."""
         spread = (self.spread or {}).get(name, 0.0) * self.spread_factor
-        return max(self.atol, self.rtol * magnitude, spread)
+        rtol = self.rtol
+        if dtype is not None and np.dtype(dtype).kind == "f":
+            rtol = max(rtol, _ROUNDING_STEPS * float(np.finfo(dtype).eps))
+        return max(self.atol, rtol * magnitude, spread)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rtol": self.rtol, "atol": self.atol, "spread_factor": self.spread_factor,
@@ -50,11 +57,12 @@ class OutputError:
     mismatched_special: int = 0  # NaN or infinity on one side but not the other (or unequal infinities)
     mismatched_values: int = 0  # integer/boolean outputs: elements that differ
     problem: str | None = None  # shapes or presence differ: no element-wise comparison was possible
+    dtype: np.dtype | None = None  # the reference's element type
 
     def within(self, tolerance: Tolerance) -> bool:
         if self.problem is not None or self.mismatched_special or self.mismatched_values:
             return False
-        return self.max_abs <= tolerance.allowed(self.name, self.magnitude)
+        return self.max_abs <= tolerance.allowed(self.name, self.magnitude, self.dtype)
 
     def describe(self, tolerance: Tolerance) -> str:
         """One line: what differs, and by how much against what was allowed."""
@@ -65,13 +73,14 @@ class OutputError:
         if self.mismatched_values:
             return f"output {self.name!r}: {self.mismatched_values} integer/boolean elements differ"
         return (f"output {self.name!r}: max abs error {self.max_abs:.3g} (relative {self.max_rel:.3g} of its peak "
-                f"{self.magnitude:.3g}) > allowed {tolerance.allowed(self.name, self.magnitude):.3g}; "
+                f"{self.magnitude:.3g}) > allowed {tolerance.allowed(self.name, self.magnitude, self.dtype):.3g}; "
                 f"cosine {self.cosine:.6f}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "max_abs": self.max_abs, "max_rel": self.max_rel, "cosine": self.cosine,
                 "magnitude": self.magnitude, "mismatched_special": self.mismatched_special,
-                "mismatched_values": self.mismatched_values, "problem": self.problem}
+                "mismatched_values": self.mismatched_values, "problem": self.problem,
+                "dtype": None if self.dtype is None else np.dtype(self.dtype).name}
 
 
 def output_error(name: str, expected: Any, got: Any) -> OutputError:
@@ -100,7 +109,8 @@ def output_error(name: str, expected: Any, got: Any) -> OutputError:
     max_rel = max_abs / magnitude if magnitude > 0 else max_abs
     norms = float(np.linalg.norm(x) * np.linalg.norm(y))
     cosine = float(np.dot(x, y) / norms) if norms > 0 else (1.0 if max_abs == 0 else 0.0)
-    return OutputError(name, max_abs, max_rel, cosine, magnitude, mismatched_special)
+    dtype = a.dtype if a.dtype.kind == "f" else None
+    return OutputError(name, max_abs, max_rel, cosine, magnitude, mismatched_special, dtype=dtype)
 
 
 def compare_outputs(expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[OutputError]:

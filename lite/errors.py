@@ -32,7 +32,10 @@ class EngineUnavailableError(LiteError, RuntimeError):
 
 
 class KernelError(LiteError, RuntimeError):
-    """A kernel failed while running a node; the message names the node and op type."""
+    """A kernel failed while running a node; the message names the node and op type, and
+    ``node`` (when the engine knows it) is the :class:`lite.format.ir.Node` itself."""
+
+    node = None
 
 
 class PreprocessingError(LiteError, ValueError):

@@ -82,11 +82,16 @@ def _long_vector(model: ir.Model) -> str | None:
 
 def _refuse_negative_dims(model: ir.Model) -> None:
     """ONNX's inference computes sizes without bounds checks (a kernel larger than its padded input
-    gives a negative spatial size); such a node can never run, and no later pass may fold the size."""
+    gives a negative spatial size); such a node can never run, and no later pass may fold the size.
+    In a subgraph the node may be on a branch the model never takes at these shapes (an If whose
+    other branch handles them), so there the size is only forgotten."""
     for graph in all_graphs(model):
         for node in graph:
             for value in node.outputs:
                 if value.shape is not None and any(isinstance(d, int) and d < 0 for d in value.shape):
+                    if graph is not model.graph:
+                        value.shape = None
+                        continue
                     raise PassError(
                         f"infer_shapes: {describe(node)} gives {value.name!r} the shape {value.shape}, with a "
                         "negative dimension: the node cannot run on the model's input shapes; check its "

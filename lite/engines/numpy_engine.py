@@ -255,14 +255,19 @@ class NumpyEngine:
         try:
             result = step.fn(*args, **kwargs)
         except LiteError as err:
-            raise type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}") from err
+            named = type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}")
+            if isinstance(named, KernelError):
+                named.node = step.node
+            raise named from err
         except Exception as err:  # a kernel failed on these inputs: name the node, keep the cause
             shapes = ", ".join("-" if a is None else f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}"
                                for a in args)
-            raise KernelError(
+            failed = KernelError(
                 f"node {step.node.name!r} ({step.node.op_type}) failed on inputs [{shapes}]: "
                 f"{type(err).__name__}: {err}"
-            ) from err
+            )
+            failed.node = step.node
+            raise failed from err
         if not isinstance(result, tuple):
             result = (result,)  # one value; a list is one value too (a sequence)
         for index, value in zip(step.outputs, result):

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from lite.errors import KernelError
-from lite.ops.erf import erf
+from lite.ops.erf import erf, erf_float32
 from lite.ops.registry import kernel
 
 
@@ -132,6 +132,13 @@ def Tanh(input):
 def Gelu(X, *, approximate="none"):
     X = np.asarray(X)
     if approximate == "none":
+        if X.dtype.kind == "f" and X.dtype.itemsize <= 4:
+            narrow = X.astype(np.float32, copy=False)
+            gate = erf_float32(narrow * np.float32(1 / math.sqrt(2)))
+            gate += np.float32(1.0)
+            gate *= narrow
+            gate *= np.float32(0.5)
+            return _like(gate, X)
         wide = X.astype(np.float64)
         return _like(0.5 * wide * (1 + erf(wide / math.sqrt(2))), X)
     if approximate == "tanh":

@@ -9,6 +9,17 @@ numpy has no erf, so it is evaluated here in float64 to about 1e-15 absolute err
   evaluated bottom-up at a fixed depth, and ``erf(x) = sign(x) * (1 - erfc(|x|))``.
 
 Term counts were chosen by comparing with ``math.erf`` on a dense grid over [-7, 7].
+
+That costs about a hundred array passes per element, and GELU models spent three quarters of
+their time in it. float32 (and narrower) inputs take a float32 path of about forty passes:
+
+- ``|x| < 0.5``: the Maclaurin series ``2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1))`` to
+  n = 6 (the next term is below 1e-9 of the value);
+- otherwise ``1 - erfc(|x|)`` with the Chebyshev fit of erfc in ``t = 1/(1 + |x|/2)`` from
+  Numerical Recipes (section 6.2, fractional error below 1.2e-7).
+
+Against ``math.erf`` on 2 million points over [-8, 8] and 20,000 down to 1e-30 it is within 3.3
+float32 ulps (relative error 3.7e-7), the accuracy of float32 kernels elsewhere.
 """
 
 from __future__ import annotations
@@ -23,6 +34,10 @@ _SERIES_LIMIT = 2.0
 _SERIES_TERMS = 30
 _FRACTION_DEPTH = 40
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_MACLAURIN = [_TWO_OVER_SQRT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7)]
+_ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+             1.48851587, -0.82215223, 0.17087277)
+_MACLAURIN_LIMIT = 0.5
 
 
 def erf(x: np.ndarray) -> np.ndarray:
@@ -53,7 +68,39 @@ def _erfc_fraction(x: np.ndarray) -> np.ndarray:
     return np.exp(-x * x) / (math.sqrt(math.pi) * denominator)
 
 
+def erf_float32(x: np.ndarray) -> np.ndarray:
+    """erf of ``x`` in float32 arithmetic (see the module docstring)."""
+    x = np.asarray(x, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # the series of a large |x| is computed, then not used
+        return _erf_float32(x)
+
+
+def _erf_float32(x: np.ndarray) -> np.ndarray:
+    magnitude = np.abs(x)
+    t = magnitude * np.float32(0.5)
+    t += np.float32(1.0)
+    np.reciprocal(t, out=t)
+    fit = np.full_like(t, np.float32(_ERFC_FIT[-1]))
+    for coefficient in reversed(_ERFC_FIT[:-1]):
+        fit *= t
+        fit += np.float32(coefficient)
+    fit -= magnitude * magnitude
+    np.exp(fit, out=fit)
+    fit *= t  # erfc(|x|)
+    far = np.subtract(np.float32(1.0), fit, out=fit)
+    np.copysign(far, x, out=far)
+    square = x * x
+    near = np.full_like(x, np.float32(_MACLAURIN[-1]))
+    for coefficient in reversed(_MACLAURIN[:-1]):
+        near *= square
+        near += np.float32(coefficient)
+    near *= x
+    return np.where(magnitude < np.float32(_MACLAURIN_LIMIT), near, far)
+
+
 @kernel("Erf", since=9)
 def Erf(input):
     input = np.asarray(input)
+    if input.dtype.kind == "f" and input.dtype.itemsize <= 4:
+        return erf_float32(input).astype(input.dtype, copy=False)
     return erf(input).astype(input.dtype, copy=False)

@@ -378,3 +378,17 @@ def test_mod_float_python_semantics_28():
     b = np.array([2.0, -2.0, np.inf, np.inf, 5.0], dtype=F32)
     (result,) = check("Mod", [a, b], {"fmod": 0}, opset=28)
     assert result.tolist() == [0.5, -0.5, 3.0, np.inf, 0.0]
+
+
+def test_float32_erf_is_within_a_few_ulps_of_math_erf():
+    import math
+
+    from lite.ops.erf import erf_float32
+
+    x = np.concatenate([np.linspace(-8, 8, 200_001), np.geomspace(1e-30, 1, 2000), -np.geomspace(1e-30, 1, 2000),
+                        [0.0, -0.0, np.inf, -np.inf]]).astype(np.float32)
+    expected = np.array([math.erf(float(v)) for v in x])
+    got = erf_float32(x).astype(np.float64)
+    ulps = np.abs(got - expected) / np.spacing(np.abs(expected).astype(np.float32)).astype(np.float64)
+    assert ulps.max() <= 4, x[ulps.argmax()]
+    assert np.isnan(erf_float32(np.array([np.nan], np.float32)))[0]
