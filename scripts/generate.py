@@ -86,7 +86,8 @@ def _protoc(source: Path, package: Path, with_grpc: bool) -> None:
         text = grpc_file.read_text().replace(f"import {stem}_pb2 as", f"from . import {stem}_pb2 as")
         grpc_file.write_text(HEADER.format(source=source.name) + _lower_grpcio_check(text, grpc_file.name))
     messages = package / f"{stem}_pb2.py"
-    messages.write_text(HEADER.format(source=source.name) + _lower_protobuf_check(messages.read_text(), source.name))
+    checked = _lower_protobuf_check(messages.read_text(), source.name)
+    messages.write_text(HEADER.format(source=source.name) + checked)
     stubs = package / f"{stem}_pb2.pyi"
     stubs.write_text(HEADER.format(source=source.name) + _declare_protobuf_minimum(stubs.read_text()))
     init = package / "__init__.py"
@@ -138,7 +139,8 @@ def _lower_protobuf_check(text: str, source: str) -> str:
 
 def _declare_protobuf_minimum(stubs: str) -> str:
     declaration = "PROTOBUF_MINIMUM: tuple[int, int, int]\n"
-    return stubs.replace("\nDESCRIPTOR: _descriptor.FileDescriptor\n", f"\n{declaration}DESCRIPTOR: _descriptor.FileDescriptor\n", 1)
+    descriptor = "\nDESCRIPTOR: _descriptor.FileDescriptor\n"
+    return stubs.replace(descriptor, f"\n{declaration}{descriptor[1:]}", 1)
 
 
 _GRPC_CHECK = re.compile(r"GRPC_GENERATED_VERSION = '(?P<version>[\d.]+)'\n")
@@ -150,8 +152,8 @@ def _lower_grpcio_check(text: str, module: str) -> str:
         sys.exit(f"{module}: the gRPC plugin's version check has an unexpected form; update _GRPC_CHECK")
     minimum = ".".join(map(str, GRPCIO_MINIMUM))
     replacement = (
-        f"# scripts/generate.py lowered this from {match['version']} (the grpcio-tools that wrote this file)\n"
-        f"# to the oldest grpcio these stubs run on (docs/serving.md).\n"
+        f"# scripts/generate.py lowered this from {match['version']} (the grpcio-tools that wrote this\n"
+        f"# file) to the oldest grpcio these stubs run on (docs/serving.md).\n"
         f"GRPC_GENERATED_VERSION = '{minimum}'\n"
     )
     return text[:match.start()] + replacement + text[match.end():]
