@@ -457,10 +457,14 @@ def _reads_an_input(path: Path, node: lite_ir.Node) -> bool:
 
 
 def _verify_samples(source: Any, original: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
-    """The first sample of ``verify_data`` as a batch of one, in the original's input types."""
+    """``verify_data`` as the model's inputs: a .npz file holds them whole (one array per input
+    name, any shapes the model takes); a folder or an iterable holds samples in the calibration
+    format, of which the first becomes a batch of one."""
     from converter.quantize.data import InputSpec, batches
 
     initializers = {init.name for init in original.graph.initializer}
+    if isinstance(source, (str, os.PathLike)) and Path(source).suffix.lower() == ".npz" and Path(source).is_file():
+        return [_npz_inputs(Path(source), original, initializers)]
     specs = []
     for value in original.graph.input:
         if value.name in initializers or not value.type.HasField("tensor_type"):
@@ -471,6 +475,24 @@ def _verify_samples(source: Any, original: onnx.ModelProto) -> list[dict[str, np
     for batch in batches(source, specs, batch_size=1, limit=1):
         return [batch.feeds]
     raise InvalidOptionError(f"verify data {source!r} holds no sample")
+
+
+def _npz_inputs(path: Path, original: onnx.ModelProto, initializers: set[str]) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError) as err:
+        raise InvalidOptionError(f"verify data {path}: not a readable .npz file ({err})") from err
+    feeds = {}
+    for value in original.graph.input:
+        if value.name in initializers:
+            continue
+        if value.name not in arrays:
+            raise InvalidOptionError(f"verify data {path}: no array named {value.name!r}; it holds {sorted(arrays)}")
+        elem_type = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type) if elem_type else None
+        feeds[value.name] = arrays[value.name] if dtype is None else arrays[value.name].astype(dtype, copy=False)
+    return feeds
 
 
 def _failure_message(verification: Verification) -> str:

@@ -191,9 +191,17 @@ def _check_shape(value: ir.Value, where: str, what: str) -> None:
             )
         # -1 is how some exporters (PaddlePaddle's paddle2onnx) write "unknown size": read it so.
         value.shape = ir.Shape([None if isinstance(dim, int) and dim < 0 else dim for dim in value.shape.dims])
+    if any(_unknown_by_name(dim) for dim in value.shape.dims):
+        # paddle2onnx also names unknown sizes "?" (x: [-1, 3, ?, ?]); a name shared by two axes
+        # would tie their sizes together, which "?" never means.
+        value.shape = ir.Shape([None if _unknown_by_name(dim) else dim for dim in value.shape.dims])
     for dim in value.shape.dims:
         if isinstance(dim, ir.SymbolicDim):
             _text(dim.value, f"{where}: a dimension name", what)
+
+
+def _unknown_by_name(dim: object) -> bool:
+    return isinstance(dim, ir.SymbolicDim) and dim.value in ("?", "-1", "unk", "unknown")
 
 
 def checked_numpy(tensor: ir.TensorProtocol) -> object:

@@ -5,7 +5,8 @@ Pad needs two elements, a strided Conv front end hundreds of samples, a Gather o
 indices below the table's two rows). So the inputs are planned from the graph:
 
 - **sizes**: a dimension fixed by the model stays; one named by the caller (``input_shapes``)
-  takes that size; one shared by name takes one size everywhere; a leading batch dimension is 1
+  takes that size (a declared 0 stays 0: ONNX Runtime holds inputs to their declared sizes); one
+  shared by name takes one size everywhere; a leading batch dimension is 1
   (2 for ``batch``, the name ``--dynamic-batch`` gives); the others get sizes by their role,
   in rounds of growing size (images 64, then 224, then 640 pixels; token sequences 8, 32, 128;
   audio 4000, then 16000 samples), so a model that rejects small inputs is retried with larger;
@@ -119,7 +120,7 @@ def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, i
                 onnx.TensorShapeProto.Dimension(dim_param=g) for g in given]
     shape = []
     for axis, dim in enumerate(dims):
-        if dim.HasField("dim_value") and dim.dim_value > 0:
+        if dim.HasField("dim_value") and dim.dim_value >= 0:  # ONNX Runtime holds inputs to declared sizes, 0 too
             shape.append(dim.dim_value)
             continue
         param = dim.dim_param if dim.HasField("dim_param") else ""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from converter.errors import VerificationError
+from converter.errors import InvalidOptionError, VerificationError
 from converter.onnx_export import make_ort_compatible
 from converter.verification_inputs import UnsynthesizableInputError, plans
 from converter.verification_inputs import feeds as planned_feeds
@@ -269,7 +269,10 @@ def _accepted_inputs(reference: _Reference, original: onnx.ModelProto, input_sha
     """Inputs the original runs on, its outputs, and a description; VerificationError when none."""
     if verify_data:
         feeds = verify_data[0]
-        return feeds, reference.run(feeds), "the samples given (verify data)"
+        try:
+            return feeds, reference.run(feeds), "the samples given (verify data)"
+        except VerificationError as err:  # the caller's own inputs: their mistake to fix, not a skip
+            raise InvalidOptionError(f"verify data: {err}") from err
     errors = []
     for plan in plans(original, input_shapes):
         feeds = planned_feeds(plan)

@@ -92,3 +92,26 @@ def compare_outputs(name, got, expected):
         np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
     else:
         np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+# The default `lite convert` path: optimization passes and verification on. A case that passes
+# above must also convert here: verification may be skipped (ONNX Runtime cannot run it, or the
+# inputs it can make are outside what the case accepts) but must never fail a correct conversion.
+NODE_RUNNABLE = [name for name in RUNNABLE if "/" not in name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NODE_RUNNABLE)
+def test_case_through_the_default_convert_path(name, tmp_path):
+    pytest.importorskip("onnxruntime", reason="verification needs onnxruntime (the ort extra)")
+    import converter
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = converter.convert(load_case(name).model, tmp_path / "m.lite")
+    assert report.verification is not None and report.verification.status in ("passed", "skipped")
+
+
+def test_goal_of_1600_node_cases_through_the_default_path_is_met():
+    # test_case_through_the_default_convert_path asserts each of these, so this bound is real.
+    assert len(NODE_RUNNABLE) >= 1600

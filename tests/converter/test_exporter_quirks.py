@@ -10,6 +10,7 @@ from passtools import rng
 
 import converter
 import lite
+from lite.format import to_bytes
 
 pytest.importorskip("onnxruntime")
 
@@ -56,3 +57,14 @@ def test_onnx_runtime_contrib_ops_convert_and_run_on_onnx_runtime(tmp_path):
     np.testing.assert_allclose(got, 0.5 * x @ weight.T, rtol=1e-5)
     with pytest.raises(lite.UnsupportedOpError, match="FusedMatMul"):
         lite.Model.load(tmp_path / "m.lite", device="numpy")
+
+
+def test_a_question_mark_names_no_size():
+    """paddle2onnx writes [-1, 3, ?, ?]: the two "?" axes are independent unknown sizes."""
+    proto = _paddle_like_conv()
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "?", "?"
+    model = lite.Model.load(to_bytes(converter.convert_model(proto)), device="numpy")
+    x = rng().normal(size=(1, 3, 48, 192)).astype(np.float32)
+    assert model(x).shape == (1, 8, 48, 192)
+

@@ -122,6 +122,33 @@ def test_verify_data_replaces_synthesized_inputs(tmp_path):
     assert report.verification.passed and report.verification.inputs == "the samples given (verify data)"
 
 
+def test_verify_data_holds_whole_inputs_scalars_included(tmp_path):
+    """A .npz holds each input as the model takes it: a 0-d rate, a state with the batch on axis 1."""
+    model = make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 4] x, float[2, N, 3] state, int64 sr) => (float[N, 4] y, float[2, N, 3] s2) {
+            rate = Cast <to: int = 1> (sr)
+            y = Mul (x, rate)
+            s2 = Add (state, rate)
+        }"""
+    )
+    samples = tmp_path / "samples.npz"
+    np.savez(samples, x=np.ones((3, 4), np.float32), state=np.zeros((2, 3, 3), np.float32), sr=np.array(16000))
+    report = converter.convert(model, tmp_path / "m.lite", verify_data=str(samples))
+    assert report.verification.passed
+
+
+def test_verify_data_the_original_rejects_is_an_option_error(tmp_path):
+    samples = tmp_path / "samples.npz"
+    np.savez(samples, input=np.zeros((1, 5, 8, 8), np.float32))  # 5 channels where the model takes 3
+    with pytest.raises(InvalidOptionError, match="verify data"):
+        converter.convert(_two_convs(), tmp_path / "m.lite", verify_data=str(samples))
+    missing = tmp_path / "missing.npz"
+    np.savez(missing, other=np.zeros(3, np.float32))
+    with pytest.raises(InvalidOptionError, match="no array named 'input'"):
+        converter.convert(_two_convs(), tmp_path / "m.lite", verify_data=str(missing))
+
+
 def test_negative_tolerances_are_refused(tmp_path):
     with pytest.raises(InvalidOptionError, match="tolerances"):
         converter.convert(_two_convs(), tmp_path / "m.lite", rtol=-1.0)
