@@ -6,7 +6,7 @@ import warnings
 
 from . import inference_pb2 as inference__pb2
 
-# scripts/generate.py lowered this from 1.85.1 (the grpcio-tools that wrote this
+# scripts/generate.py lowered this from 1.81.1 (the grpcio-tools that wrote this
 # file) to the oldest grpcio these stubs run on (docs/serving.md).
 GRPC_GENERATED_VERSION = '1.66.2'
 GRPC_VERSION = grpc.__version__
