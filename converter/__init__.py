@@ -5,7 +5,6 @@ Pipeline: ``importer`` (ONNX → onnx_ir) → ``passes`` (ordered, each reportin
 .onnx output. ``verify`` compares against ONNX Runtime on the original.
 """
 
-from converter.api import convert, convert_model, converter_version, optimize_model
 from converter.errors import (
     ConverterError,
     ExportError,
@@ -15,9 +14,26 @@ from converter.errors import (
     UnsupportedOpsError,
     VerificationError,
 )
-from converter.report import ConversionReport
 
-__version__ = converter_version()
+# The pipeline imports onnx and onnx_ir (with sympy): loaded on first use, so that the `lite`
+# command and code that only needs the errors do not pay for it.
+_LAZY = {"convert": "converter.api", "convert_model": "converter.api", "converter_version": "converter.api",
+         "optimize_model": "converter.api", "ConversionReport": "converter.report"}
+
+
+def __getattr__(name: str):
+    if name == "__version__":
+        from converter.api import converter_version
+
+        return converter_version()
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'converter' has no attribute {name!r}")
+
 
 __all__ = [
     "ConversionReport",

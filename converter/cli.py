@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from converter.api import convert
 from converter.errors import ConverterError, InvalidOptionError, UnsupportedOpsError, VerificationError
-from converter.importer import parse_input_shape
+
+# The converter itself (onnx, onnx_ir) is imported by the handler: `lite --help` and `lite convert
+# --help` do not pay for it.
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -102,6 +103,9 @@ def _quantization_arguments(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from converter.api import convert
+    from converter.importer import parse_input_shape
+
     try:
         model, network_shape, texts = _source(args)
         shapes = dict(parse_input_shape(text) for text in texts)

@@ -4,65 +4,117 @@ The runtime owns the entry point and its own subcommands (``inspect``, ``run``, 
 Packages above it (converter, serving, train) contribute theirs through the ``lite.commands``
 entry-point group declared in ``pyproject.toml``: each entry point names a ``register(subparsers)``
 function that adds an argparse subparser and sets ``handler=fn(args) -> int``. The runtime
-never imports those packages; a command whose package cannot be imported (its extra is not
-installed) still shows up and says which extra to install.
+never imports those packages.
+
+Start-up stays at the cost of ``import lite``: only the command being run is loaded. ``lite
+--help`` lists the contributed commands from :data:`CONTRIBUTED` without importing them, and
+whether each is usable is read from what is installed (``importlib.util.find_spec``, which
+imports nothing): a command whose extra is missing says, in one line, which extra to install.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from lite import __version__
 from lite.errors import LiteError
 
-# Commands contributed by other packages, and the extra that provides each.
+
+@dataclass(frozen=True)
+class Contributed:
+    """A command another package contributes: the extra that installs it, modules that extra
+    brings (all must be importable for the command to work), and its one-line help."""
+
+    extra: str
+    needs: tuple[str, ...]
+    help: str
+
+
 CONTRIBUTED = {
-    "convert": "convert",
-    "serve": "serve",
-    "quickstart": "all",
+    "convert": Contributed("convert", ("onnx", "onnx_ir"),
+                           "convert an ONNX or MindSpore model to .lite (or an optimized .onnx)"),
+    "serve": Contributed("serve", ("grpc", "google.protobuf", "grpc_health", "grpc_reflection"),
+                         "serve a model repository over KServe v2 gRPC"),
+    "quickstart": Contributed("all", ("onnx", "onnxruntime", "grpc", "sklearn", "tritonclient"),
+                              "train, convert, run and serve a digits model end to end"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with the full subparser of ``command`` only (None: of none)."""
     parser = argparse.ArgumentParser(prog="lite", description="Convert, inspect, run, benchmark and serve .lite models.")
     parser.add_argument("--version", action="version", version=f"lite {__version__}")
+    parser.unavailable = {}  # command -> what running it prints, for commands whose extra is missing
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     from lite.commands import bench, inspect, run
 
-    for command in (inspect, run, bench):
-        command.register(subparsers)
+    for module in (inspect, run, bench):
+        module.register(subparsers)
     registered = set(subparsers.choices)
     for entry in sorted(entry_points(group="lite.commands"), key=lambda e: e.name):
         if entry.name in registered:
             continue
-        try:
-            entry.load()(subparsers)
-        except ImportError as err:
-            _add_unavailable(subparsers, entry.name, CONTRIBUTED.get(entry.name, "all"), err)
         registered.add(entry.name)
-    for name, extra in CONTRIBUTED.items():
+        known = CONTRIBUTED.get(entry.name)
+        missing = [name for name in known.needs if not _installed(name)] if known else []
+        if missing:
+            _add_unavailable(parser, subparsers, entry.name, known.extra, f"missing: {', '.join(missing)}")
+        elif known is not None and entry.name != command:
+            _add_placeholder(subparsers, entry.name, known.help)
+        else:
+            try:
+                entry.load()(subparsers)
+            except ImportError as err:
+                _add_unavailable(parser, subparsers, entry.name, known.extra if known else "all", str(err))
+    for name, known in CONTRIBUTED.items():
         if name not in registered:
-            _add_unavailable(subparsers, name, extra, None)
+            _add_unavailable(parser, subparsers, name, known.extra, "not installed")
     return parser
 
 
-def _add_unavailable(subparsers, name: str, extra: str, error: ImportError | None) -> None:
-    reason = f" ({error})" if error else ""
-    parser = subparsers.add_parser(name, help=f"(not installed: pip install 'lite-toolchain[{extra}]')", add_help=False)
-    parser.add_argument("rest", nargs=argparse.REMAINDER)
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or broken
+        return False
 
-    def handler(args: argparse.Namespace) -> int:
-        print(f"lite {name}: this command needs the '{extra}' extra: pip install 'lite-toolchain[{extra}]'{reason}",
-              file=sys.stderr)
+
+def _add_placeholder(subparsers, name: str, help_text: str) -> None:
+    """Lists ``name`` in ``lite --help`` without importing its package (never parsed: a run of
+    ``name`` builds the parser again with its real subparser)."""
+    subparsers.add_parser(name, help=help_text, add_help=False)
+
+
+def _add_unavailable(parser: argparse.ArgumentParser, subparsers, name: str, extra: str, reason: str) -> None:
+    """Lists ``name`` as not installed; running it, whatever its arguments, prints one line
+    naming the extra (:func:`main` looks in ``parser.unavailable`` before parsing)."""
+    subparsers.add_parser(name, help=f"(not installed: pip install 'lite-toolchain[{extra}]')", add_help=False)
+
+    def unavailable() -> int:
+        print(f"lite {name}: this command needs the '{extra}' extra ({reason}): "
+              f"pip install 'lite-toolchain[{extra}]'", file=sys.stderr)
         return 2
 
-    parser.set_defaults(handler=handler)
+    parser.unavailable[name] = unavailable
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the top-level
+    options take no values)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_of(argv)
+    parser = build_parser(command)
+    unavailable = getattr(parser, "unavailable", {}).get(command)
+    if unavailable is not None:
+        return unavailable()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

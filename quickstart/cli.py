@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("quickstart", help="train, convert, run and serve a digits model end to end")
     parser.add_argument("--workdir", default="lite-quickstart", help="directory for the artifacts (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the data order (default: %(default)s)")
     parser.add_argument("--no-serve", action="store_true", help="skip the gRPC server step")
     parser.set_defaults(handler=run)
 
