@@ -7,7 +7,7 @@
 ARG VARIANT=cpu
 
 FROM python:3.11-slim AS base-cpu
-ENV LITE_ORT_PACKAGE=onnxruntime==1.31.1
+ENV LITE_ORT_PACKAGE=onnxruntime==1.32.0
 
 FROM nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04 AS base-cuda
 # The distribution's Python: its package version moves with the base image, which is pinned.
@@ -26,10 +26,12 @@ COPY lite ./lite
 COPY converter ./converter
 COPY serving ./serving
 COPY train ./train
-# The project itself, and ONNX Runtime pinned through LITE_ORT_PACKAGE above.
+# The project itself, ONNX Runtime pinned through LITE_ORT_PACKAGE above, and onnx, with which
+# lite's ONNX Runtime engine writes the models it hands ONNX Runtime (the ort/gpu extras' pair).
+# tests/test_deploy.py runs this exact line in a fresh virtual environment and serves a model.
 # hadolint ignore=DL3013
 RUN python3 -m venv "$VIRTUAL_ENV" \
-    && pip install --no-cache-dir ".[serve]" "$LITE_ORT_PACKAGE" \
+    && pip install --no-cache-dir ".[serve]" "onnx>=1.17,<2" "$LITE_ORT_PACKAGE" \
     && useradd --create-home --uid 10001 lite
 USER 10001
 WORKDIR /home/lite

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -323,6 +324,8 @@ def _best_device(model: ir.Model) -> str:
     try:
         import onnxruntime
     except ImportError:
+        return "numpy"
+    if importlib.util.find_spec("onnx") is None:  # the ONNX Runtime engine writes its models with onnx
         return "numpy"
     available = onnxruntime.get_available_providers()
     if "CUDAExecutionProvider" in available:

@@ -187,3 +187,16 @@ def test_a_cuda_session_that_fell_back_to_the_cpu_is_refused():
     with pytest.raises(lite.EngineUnavailableError, match="fell back to the CPU"):
         _check_provider(FellBack(), SessionConfig(device="cuda"))
     _check_provider(FellBack(), SessionConfig(device="cpu"))
+
+
+def test_without_onnx_the_onnx_runtime_engine_is_unavailable_and_auto_runs_numpy(monkeypatch):
+    """lite's ONNX Runtime engine writes ONNX with the onnx package: without it, device='cpu' is a
+    typed refusal naming the extra (it used to be a ModuleNotFoundError at the first cold load),
+    and device='auto' falls back to the numpy engine."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnx" else real(name, *a))
+    with pytest.raises(lite.EngineUnavailableError, match=r"onnx.*lite-toolchain\[ort\]"):
+        lite.Model.load(cnn("Relu", []), device="cpu", cache_dir=None)
+    assert lite.Model.load(cnn("Relu", [])).device == "numpy"

@@ -11,6 +11,7 @@ version and the machine, because an optimized CPU graph may use instructions of 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -128,6 +129,12 @@ def import_onnxruntime(device: str):
         raise EngineUnavailableError(
             f"device {device!r} needs ONNX Runtime: pip install 'lite-toolchain[{extra}]'"
         ) from err
+    if importlib.util.find_spec("onnx") is None:
+        extra = "gpu" if device in ("cuda", "tensorrt") else "ort"
+        raise EngineUnavailableError(
+            f"device {device!r}: lite's ONNX Runtime engine hands ONNX Runtime the model as ONNX, written with the "
+            f"onnx package, which is not installed: pip install 'lite-toolchain[{extra}]' (or pip install onnx)"
+        )
     provider = _PROVIDERS[device]
     if device != "cpu" and hasattr(onnxruntime, "preload_dlls"):
         # onnxruntime-gpu finds CUDA/cuDNN from the nvidia-* wheels (or torch) only when asked to.
