@@ -9,7 +9,7 @@ import asyncio
 
 import lite
 
-from .errors import ModelNotReadyError, RepositoryControlDisabledError
+from .errors import ModelNotFoundError, ModelNotReadyError, RepositoryControlDisabledError
 from .limits import RequestLimits
 from .manager import ModelManager
 from .model import PLATFORM, ServedModel
@@ -47,7 +47,14 @@ class DataPlane:
         return self.started and not self.stopping
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        return self.manager.get(name, version).state == "READY" and not self.stopping
+        """Whether the model (version) can serve now. A model that is unknown, unloaded or failed
+        to load is simply not ready, as Triton answers (tritonclient's is_model_ready() expects
+        a boolean, not NOT_FOUND); a malformed name or version is still INVALID_ARGUMENT."""
+        try:
+            model = self.manager.get(name, version)
+        except ModelNotFoundError:
+            return False
+        return model.state == "READY" and not self.stopping
 
     def server_metadata(self) -> tuple[str, str, tuple[str, ...]]:
         return self.settings.server_name, lite.__version__, EXTENSIONS

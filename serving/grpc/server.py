@@ -2,7 +2,9 @@
 
 Shutdown (SIGTERM or SIGINT): health turns NOT_SERVING, new requests are answered UNAVAILABLE
 while the ones in flight get up to ``grace_period_s`` to finish, then gRPC stops and the models
-close (:meth:`Server.stop`).
+close (:meth:`Server.stop`). An execution still running then (a model that never finishes) cannot
+be interrupted, and its thread would keep the process alive: :func:`serve` ends the process
+``_HARD_STOP_MARGIN_S`` after the grace period whatever is still running.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 
 import grpc
 from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from .._generated import inference_pb2 as pb
 from ..dataplane import DataPlane
@@ -29,6 +32,7 @@ from ..repository import ModelRepository
 from ..settings import Settings
 from .auth import BearerTokenInterceptor
 from .decoding import add_inference_service
+from .reflection import enable_reflection
 from .servicer import InferenceServicer
 
 log = logging.getLogger("serving.server")
@@ -38,6 +42,11 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 # idle by then, so this only has to cover sending, not computing.
 _SEND_GRACE_S = 2.0
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+# After the grace period, what the shutdown gets to finish (stop gRPC, send the last answers,
+# close the models) before the process exits without waiting for executions still running.
+_HARD_STOP_MARGIN_S = 3.0
+# The exit status of a process ended that way (a clean shutdown exits 0).
+HARD_STOP_EXIT_CODE = 1
 
 
 class Server:
@@ -81,12 +90,8 @@ class Server:
         add_inference_service(self._servicer, self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
         if settings.reflection:
-            names = (
-                pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            )
-            reflection.enable_server_reflection(names, self._grpc)
+            enable_reflection((pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+                               health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self._grpc)
         if self._gate is None:  # listen while loading: health says NOT_SERVING until ready
             self._bind()
             await self.health.set("", NOT_SERVING)
@@ -200,5 +205,25 @@ async def serve(settings: Settings, gate: Callable[[asyncio.Event], Awaitable[bo
         await server.start()
         await stop.wait()
     finally:
+        _exit_after(settings.grace_period_s + _HARD_STOP_MARGIN_S)
         await server.stop()
     return 0
+
+
+def _exit_after(seconds: float) -> None:
+    """End the process ``seconds`` from now unless it has exited by itself.
+
+    A thread running engine code (a Loop that never ends, ONNX Runtime's run) cannot be stopped,
+    and both the event loop's executor and the interpreter wait for their threads at exit: without
+    this a server asked to stop would run on for as long as they do. A daemon thread keeps
+    running while the interpreter waits for those, and does not hold up a clean exit."""
+
+    def hard_stop() -> None:
+        log.error("grace period over with executions still running; exiting without waiting for them",
+                  extra={"after_s": seconds})
+        logging.shutdown()
+        os._exit(HARD_STOP_EXIT_CODE)
+
+    timer = threading.Timer(seconds, hard_stop)
+    timer.daemon = True
+    timer.start()

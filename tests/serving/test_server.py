@@ -236,15 +236,32 @@ def test_grpc_health_for_server_and_each_model(server):
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_reflection_lists_the_services(server):
-    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_reflection_lists_the_services(server, version):
+    """grpcurl asks grpc.reflection.v1 first; older tools ask v1alpha. The messages are the same
+    on the wire, so v1alpha's classes call the v1 method too."""
+    from grpc_reflection.v1alpha import reflection_pb2
 
     with grpc.insecure_channel(server.address) as channel:
-        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        request = reflection_pb2.ServerReflectionRequest(list_services="")
-        response = next(stub.ServerReflectionInfo(iter([request])))
-    names = {service.name for service in response.list_services_response.service}
-    assert {"inference.GRPCInferenceService", "grpc.health.v1.Health"} <= names
+        call = channel.stream_stream(
+            f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        listing = next(call(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+        symbol = reflection_pb2.ServerReflectionRequest(file_containing_symbol="inference.GRPCInferenceService")
+        described = next(call(iter([symbol]), timeout=10))
+    names = {service.name for service in listing.list_services_response.service}
+    assert {"inference.GRPCInferenceService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection"} <= names
+    assert described.file_descriptor_response.file_descriptor_proto
+
+
+def test_model_ready_is_false_for_unknown_models_and_versions(client):
+    """As Triton answers: tritonclient's is_model_ready() used to raise on NOT_FOUND."""
+    assert client.is_model_ready("identity")
+    assert not client.is_model_ready("no-such-model")
+    assert not client.is_model_ready("identity", "7")
 
 
 def test_prometheus_metrics(client, server):
