@@ -64,6 +64,19 @@ def describe_source(source: DataSource) -> str:
     return f"<{type(source).__name__}>"
 
 
+def is_image_folder(source: DataSource) -> bool:
+    """Whether ``source`` is a path whose samples are images (no .npy/.npz arrays beside them)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False
+    path = Path(source)
+    if path.is_file():
+        return path.suffix.lower() in IMAGE_EXTENSIONS
+    if not path.is_dir():
+        return False
+    suffixes = {p.suffix.lower() for p in path.rglob("*") if p.is_file()}
+    return bool(suffixes & set(IMAGE_EXTENSIONS)) and not suffixes & set(ARRAY_EXTENSIONS)
+
+
 def samples(source: DataSource, inputs: list[InputSpec], spec: dict[str, Any] | None = None) -> Iterator[Sample]:
     """Every sample of ``source``, lazily."""
     if isinstance(source, (str, os.PathLike)):

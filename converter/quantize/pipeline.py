@@ -14,8 +14,8 @@ from typing import Any
 
 from converter.quantize.calibrate import collect_stats, ranges
 from converter.quantize.config import QuantConfig
-from converter.quantize.data import DataSource, batches
-from converter.quantize.errors import AccuracyBudgetError, QuantizationOptionError
+from converter.quantize.data import DataSource, batches, is_image_folder
+from converter.quantize.errors import AccuracyBudgetError, CalibrationDataError, QuantizationOptionError
 from converter.quantize.evaluate import EvalSet
 from converter.quantize.preprocessing import METADATA_KEY, bind_spec, read_spec
 from converter.quantize.progress import ProgressCallback, resolve
@@ -45,6 +45,7 @@ def quantize_model(
     report_progress = resolve(progress)
     spec = read_spec(preprocessing)
     inputs = input_specs(model)
+    spec, spec_note = _image_preprocessing(spec, model, (calibration_data, eval_data))
     if spec:
         bind_spec(spec, [(i.name, i.dtype, i.shape) for i in inputs])  # fail early on a bad spec
     if config.max_accuracy_drop is not None and eval_data is None:
@@ -53,6 +54,8 @@ def quantize_model(
         )
     engine = engine if engine != "auto" else ("ort" if onnxruntime_available() else "numpy")
     report = QuantizationReport(mode=config.mode, options=config.to_dict(), calibration_engine=engine)
+    if spec_note:
+        report.warnings.append(spec_note)
     build = _builder(model, config, calibration_data, spec, report, report_progress, engine)
 
     quantized = build(None, ())
@@ -114,3 +117,26 @@ def _builder(model, config: QuantConfig, calibration_data, spec, report: Quantiz
 def _layers(model: lite_ir.Model, quantized: QuantizedGraph) -> list[tuple[str, str]]:
     op_of = {node.name: node.op_type for node in model.main.nodes}
     return [(name, op_of.get(name, "")) for name in quantized.quantized if op_of.get(name) in LAYER_OPS]
+
+
+def _image_preprocessing(spec: dict[str, Any], model: lite_ir.Model, sources) -> tuple[dict[str, Any], str | None]:
+    """The spec that prepares image folders, and a note when it came from the model.
+
+    Without one, images would be fed as raw pixels, unlike anything the model saw in training:
+    calibrated on those, a digits LeNet lost a third of its accuracy with no warning. So an image
+    folder needs ``--preprocess`` or the model's own ``preprocessing`` metadata.
+    """
+    if spec:
+        return spec, None
+    images = [source for source in sources if source is not None and is_image_folder(source)]
+    if not images:
+        return spec, None
+    stored = model.metadata.get(METADATA_KEY)
+    if stored:
+        return read_spec(stored), "calibration images prepared as the model's own 'preprocessing' metadata says"
+    raise CalibrationDataError(
+        f"{images[0]} holds images, and neither --preprocess nor the model's 'preprocessing' metadata says how "
+        "to turn them into inputs (size, mean and std, scale, layout): calibrated on raw pixels, int8 loses "
+        "much of the model's accuracy. Pass --preprocess SPEC (preprocessing=..., see docs/quantization.md) "
+        "or a folder of prepared .npy/.npz arrays"
+    )

@@ -115,3 +115,36 @@ def test_cli_quantizes_with_calibration_folder_and_stores_preprocessing(lenet_on
     report = json.loads((tmp_path / "report.json").read_text())["quantization"]
     assert report["options"]["calibration_method"] == "percentile" and report["budget_met"]
     assert main(["convert", lenet_onnx, "-o", str(tmp_path / "x.lite"), "--quant", "int8"]) == 2
+
+
+def _image_folder(folder, images) -> None:
+    from PIL import Image
+
+    folder.mkdir()
+    for index, image in enumerate(images[:16]):
+        Image.fromarray((image[0] * 255).clip(0, 255).astype(np.uint8)).save(folder / f"{index}.png")
+
+
+def test_calibration_images_without_preprocessing_are_refused(lenet_onnx, digits32, tmp_path):
+    """Raw pixels (0-255) calibrate a model trained on normalized inputs into a much worse one,
+    silently: an image folder needs --preprocess or the model's own preprocessing metadata."""
+    from converter.quantize.errors import CalibrationDataError
+
+    (x, _), _ = digits32
+    _image_folder(tmp_path / "images", x)
+    with pytest.raises(CalibrationDataError, match="--preprocess"):
+        converter.convert(lenet_onnx, tmp_path / "q.lite", quant="int8", calibration_data=str(tmp_path / "images"))
+    assert not (tmp_path / "q.lite").exists()
+
+
+def test_calibration_images_take_the_models_preprocessing_metadata(lenet_onnx, digits32, tmp_path):
+    from converter.quantize.config import QuantConfig
+    from converter.quantize.pipeline import quantize_model
+
+    (x, _), _ = digits32
+    _image_folder(tmp_path / "images", x)
+    model = converter.convert_model(lenet_onnx)
+    model.metadata["preprocessing"] = json.dumps({"resize": 32, "crop": 32, "color": "L", "mean": [0.0],
+                                                  "std": [1.0]})
+    _, report = quantize_model(model, QuantConfig(calibration_size=16), calibration_data=str(tmp_path / "images"))
+    assert any("'preprocessing' metadata" in warning for warning in report.warnings)
