@@ -7,7 +7,7 @@
 Dynamic batching turns N single-image executions into one execution of N images. Its throughput
 gain over one execution per request is at most ``t(1) / (t(b) / b)`` for the best batch ``b``:
 the engine's time for one image over its time per image in a batch (the server's own per-request
-work, the same either way, only lowers the ratio). Issue 9 asks 2x for ResNet-18 on the CPU with 32
+work, the same either way, only lowers the ratio). The target is 2x for ResNet-18 on the CPU with 32
 single-image clients; this script measures that bound for each engine on the model
 bench/serving_batching.py serves (ResNet-18 from tests/converter/models.py, random weights,
 converted with a dynamic batch dimension).
@@ -100,7 +100,7 @@ def main() -> int:
             single = times.get(1)
             if single is not None:
                 print(f"{engine:12s} most dynamic batching can gain: {single / (times[best] / best):.2f}x "
-                      f"(batch {best}; issue 9 asks 2x)")
+                      f"(batch {best}; the target is 2x)")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Conversion time and peak memory for a ~100 MB model (ResNet-50 with BatchNormalization).
 
-Targets (issue 3): ≤ 5 s on 2 cores, peak memory ≤ 2.5× the model size. The conversion runs in a
+Targets: ≤ 5 s on 2 cores, peak memory ≤ 2.5× the model size. The conversion runs in a
 fresh process; peak memory is that process's peak RSS (VmHWM) minus its RSS after imports (the cost of
 the conversion itself). Verification is off: it is a separate check, not the conversion.
 

@@ -5,7 +5,7 @@
 - optimized: the dynamo exporter's own optimization (BatchNormalization folded), the best form;
 - converted: ``lite convert original.onnx -o converted.onnx``.
 
-Targets (issue 3): converted ≥ 1.35× faster than original, and ≤ 1.03× the optimized form's time.
+Targets: converted ≥ 1.35× faster than original, and ≤ 1.03× the optimized form's time.
 Real exports are used when torch and onnxscript are installed (``--source torch``), otherwise the
 same graphs built with onnx.helper (tests/converter/models.py).
 

@@ -15,7 +15,7 @@ Configurations, each in its own process:
   .lite; ``ort_int8`` and ``ov_int8`` (f32 hint for the float parts) run the .onnx,
   ``lite_int8`` the .lite with ``engine="auto", precision="exact"``.
 
-Targets (issue 11, CPU): lite_exact <= 1.0x min(ort_fp32, ov_fp32); lite_bf16 <= 1.0x ov_bf16;
+Targets: lite_exact <= 1.0x min(ort_fp32, ov_fp32); lite_bf16 <= 1.0x ov_bf16;
 lite_int8 <= 1.0x min(ort_int8, ov_int8); a second process start with warm caches reaches full
 speed within 2 s.
 
@@ -23,7 +23,7 @@ Method. The machine's 2 cores are shared with other work, whose load changes fro
 second, so the configurations are measured *interleaved*: one long-lived process per
 configuration (engine loaded once), and ``--cycles`` cycles in which each process in turn (in a
 fresh random order every cycle) runs untimed calls for ``--discard`` seconds (the previous
-process's threads may still be spinning: ~0.3 s, see shared/reference/environment-facts.md) and
+process's threads may still be spinning: ONNX Runtime's workers spin ~0.3 s after a run) and
 then ``--calls`` timed calls, reporting their median. All configurations of one
 cycle are measured within about a second of each other, so the per-cycle ratios (lite over its
 peer) cancel most of the outside load; the report gives per-configuration medians with their

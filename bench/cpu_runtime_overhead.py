@@ -12,7 +12,7 @@ A second measure isolates the layer itself: `model.predict(feeds)` and a direct 
 session lite built, alternating call by call, so both see the same machine load (the figure to
 trust on a shared machine).
 
-Target (issue 5): lite ≤ 1.05× the raw session's time.
+Target: lite ≤ 1.05× the raw session's time.
 """
 
 from __future__ import annotations

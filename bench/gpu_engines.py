@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ResNet-50 fp16 on one GPU: lite's torch engine against torch.compile and ONNX Runtime (issue 11 §1).
+"""ResNet-50 fp16 on one GPU: lite's torch engine against torch.compile and ONNX Runtime.
 
 The network is torchvision's ResNet-50 with random weights, exported with the legacy exporter
 and converted as bench/gpu_resnet50.py does (``convert_model(fp16=True, fp16_io=True,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""256 concurrent single-image gRPC clients against ``lite serve`` on one GPU (issue 11).
+"""256 concurrent single-image gRPC clients against ``lite serve`` on one GPU.
 
 ResNet-50 (torchvision definition, random weights) converted with ``--fp16 --fp16-io
 --dynamic-batch`` is served with dynamic batching (``max_batch_size`` 256, batches padded to

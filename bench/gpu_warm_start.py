@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A warm start of the torch engine with artifacts compiled ahead of time (issue 11).
+"""A warm start of the torch engine with artifacts compiled ahead of time.
 
 ResNet-50 fp16 (torchvision definition, random weights; converted with ``--fp16 --fp16-io``)
 runs on ``lite.Model.load(..., engine="torch", device="cuda", precision="fp16")`` (compiled

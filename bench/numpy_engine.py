@@ -11,7 +11,7 @@ Both networks are built with onnx.helper (tests/converter/models.py, ``legacy`` 
 The machine is shared and small, so every measurement runs in a fresh process of its own (BLAS
 and ORT thread pools never overlap), engines alternate round by round, and the table gives the
 median over rounds with the spread (min-max), the ratio of medians and the ratio of the best
-rounds. Targets (issue 4 §2): ResNet-18 within 2.0x of ONNX Runtime, MobileNetV2 within 2.5x.
+rounds. Targets: ResNet-18 within 2.0x of ONNX Runtime, MobileNetV2 within 2.5x.
 ``--memory`` adds the lifetime bound against what a steady-state run holds (the engine's arena
 plus everything allocated outside it). ``--profile`` adds where the numpy engine's time goes: per
 kind of node (convolutions split into depthwise, pointwise and the rest), the median over runs,

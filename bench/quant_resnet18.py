@@ -11,9 +11,9 @@ as the dynamo exporter writes it) and the same calibration data:
 - ort:   ``onnxruntime.quantization.quantize_static`` (QDQ, QUInt8/QInt8, per channel, MinMax),
          run by a plain InferenceSession.
 
-Targets (issue 6): int8 ≥ 2.5× faster than fp32; int8 within 5% of ort. Each measurement runs in a
-fresh process (spinning ORT worker threads from another session would slow it, see
-shared/reference/environment-facts.md); the median over ``--calls`` calls after a warm-up is
+Targets: int8 ≥ 2.5× faster than fp32; int8 within 5% of ort. Each measurement runs in a
+fresh process (ONNX Runtime's worker threads keep spinning ~0.3 s after a run, and another
+session's would slow it); the median over ``--calls`` calls after a warm-up is
 reported, and the processes alternate for ``--rounds`` rounds.
 
     python bench/quant_resnet18.py [--rounds 3] [--calls 60] [--calib-size 16]

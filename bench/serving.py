@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Serving benchmark (issue 9, acceptance): lite serve vs a bare grpc.aio echo server (the floor)
+"""Serving benchmark: lite serve vs a bare grpc.aio echo server (the floor)
 and MLServer 1.7 (the peer), all serving an FP32 [1,16] identity model to tritonclient aio
 clients on loopback, side by side in one run on the same machine.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Dynamic batching acceptance (issue 9): ResNet-18 on CPU, 32 concurrent single-image clients,
+"""Dynamic batching acceptance: ResNet-18 on CPU, 32 concurrent single-image clients,
 the same server with dynamic batching on and off, side by side in one run.
 
     python bench/serving_batching.py [--image-size 224] [--clients 32] [--rounds 3] [--duration 10]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a small request's time goes in lite serve, against the bare grpc.aio floor (issue 9).
+"""Where a small request's time goes in lite serve, against the bare grpc.aio floor.
 
     python bench/serving_overhead.py [--rounds 4] [--duration 3] [--steps-only]
         [--server floor --server floor:spin=40 --server floor:loop=uvloop --server lite

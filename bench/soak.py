@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak test (issue 10, section 3): ResNet-18 with dynamic batching at concurrency 64.
+"""Soak test: ResNet-18 with dynamic batching at concurrency 64.
 
     python bench/soak.py --minutes 10            # the full run (make soak)
     python bench/soak.py --seconds 60 --json r.json   # the CI variant (tests/serving/test_soak.py)

@@ -1,5 +1,5 @@
 """kill -9 in the middle of a write leaves the old file or the complete new one, never a part
-(issue 10, section 5): ``lite convert``, ``train.save_checkpoint``, and copying a new model
+: ``lite convert``, ``train.save_checkpoint``, and copying a new model
 version into a served repository, at least 50 kills each at random moments.
 
 Each kill must be cheap, so a *zygote* process imports everything once and forks a child per

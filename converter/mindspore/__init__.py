@@ -7,7 +7,7 @@
   a network built from ``module:Callable`` with the train core, exported to ONNX in memory;
 * :func:`import_mindspore`: the dispatch ``converter.convert`` uses, by file extension.
 
-Format facts: ../shared/reference/mindspore-formats.md §1 (MINDIR), §2 (.ckpt).
+Format facts: MindSpore's ``mind_ir.proto`` (MINDIR) and ``checkpoint.proto`` (.ckpt), kept in schema/.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ that never raise (:func:`add_inference_service`), instead of the generated
 ``add_GRPCInferenceServiceServicer_to_server`` plus an interceptor that would swap the
 deserializer on every call: a grpc.aio server interceptor is a coroutine per RPC and takes the
 server off its registered-method path, which cost about a tenth of the throughput on small
-requests (measured with the interceptor switched on and off; docs/benchmarks.md, issue 9).
+requests (measured with the interceptor switched on and off; docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The one place where serving errors become gRPC status codes.
 
 Codes follow Triton's mapping where it has one (INVALID_ARG -> INVALID_ARGUMENT, NOT_FOUND,
-UNAVAILABLE, UNSUPPORTED -> UNIMPLEMENTED, INTERNAL); see
-../shared/reference/kserve-v2-grpc.md, "Errors".
+UNAVAILABLE, UNSUPPORTED -> UNIMPLEMENTED, INTERNAL), Triton's ``TRITONSERVER_Error`` codes as its
+gRPC frontend reports them.
 """
 
 from __future__ import annotations

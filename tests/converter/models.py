@@ -1,6 +1,6 @@
 """ResNet-18 and MobileNetV2 as ONNX graphs, in the shapes real exporters write, built without torch.
 
-Each network comes in four *styles*, one per exporter (see shared/reference/environment-facts.md):
+Each network comes in four *styles*, one per exporter, as PyTorch 2.13's exporters write them:
 
 ``legacy``
     ``torch.onnx.export(..., dynamo=False)``: opset 17, Conv without bias → BatchNormalization,

@@ -1,4 +1,4 @@
-"""Issue 3 acceptance: ResNet-18 and MobileNetV2 in each exporter's shape convert cleanly.
+"""Acceptance: ResNet-18 and MobileNetV2 in each exporter's shape convert cleanly.
 
 After conversion no BatchNormalization, Identity, Dropout or Shape→Expand bias chain remains,
 and outputs match ONNX Runtime on the original within 1e-4 (relative to the output's scale).

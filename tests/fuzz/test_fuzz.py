@@ -1,4 +1,4 @@
-"""The CI-sized fuzz run: 5,000 mutated inputs per format, zero findings (issue 10, section 1).
+"""The CI-sized fuzz run: 5,000 mutated inputs per format, zero findings.
 
 The full run is ``make fuzz`` (100,000 per format, see docs/reliability.md); this one uses the
 same harness (worker processes under an address-space cap, a 2 s per-input deadline) with a

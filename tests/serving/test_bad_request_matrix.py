@@ -1,4 +1,4 @@
-"""The bad-request matrix (issue 10, section 2): malformed requests of every kind, each answered
+"""The bad-request matrix: malformed requests of every kind, each answered
 with its status code and a precise message, against one server that must keep serving correct
 results and not grow its resident memory by more than 5 % over the whole matrix.
 

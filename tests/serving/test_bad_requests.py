@@ -1,5 +1,5 @@
 """Every class of bad request gets its status code and a precise message, and the server keeps
-serving afterwards (issue 9, section 7)."""
+serving afterwards."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reload under load (issue 10, section 4): while 32 clients send requests continuously, a new
+"""Reload under load: while 32 clients send requests continuously, a new
 version is copied in and loaded (RepositoryModelLoad with ``version_policy: {"latest": 1}``: the
 new version is loaded, requests switch to it, the old one drains and is unloaded), 20 times.
 Zero failed requests, and every answer comes from a version that was loaded while it was in

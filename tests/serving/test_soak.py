@@ -1,4 +1,4 @@
-"""The CI variant of the soak (issue 10, section 3): 60 s at concurrency 64 against ResNet-18
+"""The CI variant of the soak: 60 s at concurrency 64 against ResNet-18
 with dynamic batching, through bench/soak.py (``make soak`` runs the full 10 minutes)."""
 
 from __future__ import annotations

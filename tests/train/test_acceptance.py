@@ -1,4 +1,4 @@
-"""Issue 7 acceptance: digits accuracy and time, checkpoint and ONNX parity, step time vs PyTorch."""
+"""Acceptance: digits accuracy and time, checkpoint and ONNX parity, step time vs PyTorch."""
 
 from __future__ import annotations
 

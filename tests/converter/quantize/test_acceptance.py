@@ -1,4 +1,4 @@
-"""Issue 6 acceptance: digits networks lose <= 0.5 pp in int8, int8 is at least as accurate as
+"""Acceptance: digits networks lose <= 0.5 pp in int8, int8 is at least as accurate as
 ONNX Runtime's quantize_static, and the accuracy-budget fallback repairs an outlier layer."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_int8_static_loses_at_most_half_a_point(network, request, tmp_path, digi
     assert evaluation.drop <= 0.5 and evaluation.top1_agreement >= 0.99
     assert report.quantization.sensitivity  # per-layer sensitivity came with the eval data
     # The weights shrink 4x and format 2.0 stores each QDQ group as one tensor (lite.format.qdq):
-    # LeNet-5 3.66x, this ResNet 3.59x. Issue 6 asks 3.8x, which these two cannot reach: the int8
+    # LeNet-5 3.66x, this ResNet 3.59x. The target is 3.8x, which these two cannot reach: the int8
     # file must also hold what the float file does not (a float32 scale per output channel for the
     # weights and for the int32 biases: 1.8 kB / 2.8 kB), and the parts both files share (graph,
     # names, metadata: 3.4 kB / 5.3 kB of the float file) weigh 3.8x as much against the int8
