@@ -6,14 +6,25 @@ https://onnx.ai/onnx/operators/onnx__Loop.html
 final carried values, then each scan output stacked over iterations along a new axis 0. An
 omitted ``M`` means no trip limit and an omitted ``cond`` means true (both omitted: loop until
 the body's condition turns false).
+
+A loop the model does not bound (no trip count, or one larger than :data:`MAX_ITERATIONS`, and a
+condition that stays true) would run forever and hold whatever runs it (a server's worker
+thread cannot be interrupted): past :data:`MAX_ITERATIONS` iterations the kernel raises
+:class:`~lite.errors.KernelError` instead.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from lite.errors import UnsupportedOpError
+from lite.errors import KernelError, UnsupportedOpError
 from lite.ops.registry import kernel
+
+# Generous for real models (decoding, NMS and beam-search loops run thousands of iterations, not
+# millions) while bounding a runaway one: each iteration runs the body through the engine (about
+# 30 us for a one-node body), so the bound is reached within a minute of CPU rather than never.
+# Raise it here for a model that truly needs more.
+MAX_ITERATIONS = 1_000_000
 
 
 @kernel("Loop", since=1)
@@ -26,6 +37,13 @@ def Loop(M, cond, *v_initial, body=None, output_count=None):
     scanned: list[list[np.ndarray]] = []
     iteration = 0
     while keep_going and (trip_limit is None or iteration < trip_limit):
+        if iteration == MAX_ITERATIONS:
+            limit = "no trip count" if trip_limit is None else f"a trip count of {trip_limit}"
+            raise KernelError(
+                f"Loop: still running after {MAX_ITERATIONS:,} iterations ({limit}, and the condition stayed "
+                "true); the body never stops the loop. Give the Loop a trip count or a condition that turns "
+                "false (lite.ops.loop.MAX_ITERATIONS is the bound)"
+            )
         outputs = body(np.array(iteration, dtype=np.int64), np.array(keep_going), *carried)
         if len(outputs) < 1 + len(carried):
             raise UnsupportedOpError(

@@ -219,9 +219,8 @@ def _exit_after(seconds: float) -> None:
     running while the interpreter waits for those, and does not hold up a clean exit."""
 
     def hard_stop() -> None:
-        log.error("grace period over with executions still running; exiting without waiting for them",
-                  extra={"after_s": seconds})
-        logging.shutdown()
+        log.error("still running after the grace period (an execution that does not finish); exiting "
+                  "without waiting for it", extra={"after_s": seconds})
         os._exit(HARD_STOP_EXIT_CODE)
 
     timer = threading.Timer(seconds, hard_stop)

@@ -5,6 +5,7 @@ for the whole grace period. Each test owns its server."""
 from __future__ import annotations
 
 import queue
+import subprocess
 import threading
 import time
 import urllib.request
@@ -13,6 +14,8 @@ import grpc
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from tests.lite.engines.models import endless_loop
 
 from .conftest import identity_model, slow_model, start_server
 
@@ -144,3 +147,37 @@ def test_open_streams_answer_what_they_hold_then_end_unavailable_without_holding
         assert ends[name][0] == grpc.StatusCode.UNAVAILABLE, ends
         assert "shutting down" in ends[name][1]
     assert elapsed < GRACE_S / 2, f"shutdown took {elapsed:.1f} s of the {GRACE_S} s grace period"
+
+
+def test_an_execution_that_never_finishes_does_not_outlive_the_grace_period(tmp_path):
+    """A model whose Loop never ends holds its worker thread; after SIGTERM the server exits
+    anyway, once the grace period (and the small margin to send answers) is over."""
+    grace_s = 2
+    path = tmp_path / "endless" / "1" / "model.lite"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(endless_loop())
+    server = start_server(tmp_path, "--grace-period-s", str(grace_s))
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            message = small_request()
+            message.model_name = "endless"
+            call = stub.ModelInfer.future(message, timeout=120)
+            wait_for(lambda: pending(server.metrics_port, "endless") >= 1)
+            time.sleep(0.5)  # the execution has started and is looping
+            started = time.monotonic()
+            server.process.terminate()  # SIGTERM
+            try:
+                code = server.process.wait(grace_s + 10)
+            except subprocess.TimeoutExpired:
+                code = None
+            elapsed = time.monotonic() - started
+            with pytest.raises(grpc.RpcError) as info:
+                call.result(timeout=10)
+    finally:
+        server.stop()
+    assert code is not None, f"the server still ran {elapsed:.0f} s after SIGTERM (grace period {grace_s} s)"
+    assert code == 1  # serving.grpc.server.HARD_STOP_EXIT_CODE: not a clean shutdown
+    assert grace_s <= elapsed < grace_s + 6, elapsed
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert any("still running after the grace period" in line for line in server.logs), server.logs[-5:]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite.format import GraphBuilder, to_bytes
+from lite.format import GraphBuilder, ir, to_bytes
 
 
 def cnn(batch: int | str = "N", seed: int = 0) -> bytes:
@@ -79,3 +79,22 @@ def one_node(op: str, inputs: list, outputs: int = 1, opset: int = 17, **attribu
     for name in (result if isinstance(result, tuple) else (result,)):
         b.output(name)
     return b.build(), feeds
+
+
+def endless_loop(shape: tuple = ("N", 16), name_in: str = "INPUT0", name_out: str = "OUTPUT0") -> bytes:
+    """``OUTPUT0 = Loop(<no trip count>, <no condition>, INPUT0)`` whose body passes its condition
+    (true) and the value through: the loop never ends by itself."""
+    b = GraphBuilder("endless", opset=17)
+    x = b.input(name_in, np.float32, list(shape))
+    y = b.node("Loop", ["", "", x], outputs=[name_out], name="endless_loop",
+               body=ir.Attribute(ir.AttributeType.GRAPH, 1))
+    b.output(y, np.float32, list(shape))
+    model = b.build()
+    body = GraphBuilder("body")
+    body.input("iteration", np.int64, [])
+    cond = body.input("cond_in", np.bool_, [])
+    value = body.input("value_in", np.float32, list(shape))
+    body.output(body.node("Identity", [cond], outputs=["cond_out"]), np.bool_, [])
+    body.output(body.node("Identity", [value], outputs=["value_out"]), np.float32, list(shape))
+    model.graphs.append(body.graph)
+    return to_bytes(model)

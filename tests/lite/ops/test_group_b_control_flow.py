@@ -9,7 +9,11 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+import lite
+import lite.ops.loop
+from lite.errors import KernelError
 from lite.ops import KERNELS
+from tests.lite.engines.models import endless_loop
 
 F = TensorProto.FLOAT
 
@@ -164,3 +168,26 @@ def test_scan_8_batches_and_sequence_lens():
     final, ys = KERNELS.select("Scan", "", 8).fn(None, states, xs, body=body, num_scan_inputs=1)
     np.testing.assert_allclose(final, xs.sum(axis=1))
     np.testing.assert_allclose(ys, np.cumsum(xs, axis=1) * 2)
+
+
+@pytest.mark.parametrize("trip_count", [None, 2**62])
+def test_loop_whose_condition_stays_true_stops_at_the_iteration_bound(monkeypatch, trip_count):
+    monkeypatch.setattr(lite.ops.loop, "MAX_ITERATIONS", 50)
+    runs = []
+
+    def endless_body(iteration, cond, value):
+        runs.append(int(iteration))
+        return [np.array(True), value]
+
+    M = None if trip_count is None else np.array(trip_count, dtype=np.int64)
+    with pytest.raises(KernelError, match="still running after 50 iterations"):
+        KERNELS.select("Loop", "", 17).fn(M, None, np.zeros(2, np.float32), body=endless_body, output_count=1)
+    assert runs == list(range(50))
+
+
+def test_an_endless_loop_in_a_model_is_a_kernel_error_naming_the_node(monkeypatch):
+    monkeypatch.setattr(lite.ops.loop, "MAX_ITERATIONS", 1000)
+    model = lite.Model.load(endless_loop(), device="numpy")
+    with pytest.raises(KernelError, match=r"node 'endless_loop' \(Loop\).*1,000 iterations \(no trip count") as info:
+        model.predict({"INPUT0": np.ones((1, 16), np.float32)})
+    assert info.value.node.name == "endless_loop"
