@@ -6,7 +6,8 @@ between processes (or, with ``memory_map=False``, read once into private memory,
 may be rewritten in place while loaded). Everything is checked before use: the structure by
 :mod:`lite.format.verifier`, then the semantics here (indices in range, sizes equal to shape ×
 dtype, quantization parameters consistent with the quantized axis, one producer per tensor,
-nodes in execution order, no cycles between graphs). Any violation is a
+nodes in execution order, no cycles between graphs, opset versions that are version numbers,
+fused activations the engines know with the right parameters). Any violation is a
 :class:`~lite.errors.ModelFormatError` naming the graph, node or tensor.
 
 Tensors stored with implied QDQ nodes (format 2.0, :mod:`lite.format.qdq`) are checked, then
@@ -30,11 +31,14 @@ from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
 from lite.format.qdq import ImpliedQdq, expand, implied_problem
 from lite.format.verifier import verify_flatbuffer
 from lite.format.writer import ALIGNMENT
+from lite.ops import fused_activation
 
 SUPPORTED_MAJOR = ir.FORMAT_VERSION[0]
 # Larger products cannot describe a real tensor; refusing them keeps arithmetic bounded.
 _MAX_ELEMENTS = 1 << 48
 _GRANULARITY_PER_TENSOR, _GRANULARITY_PER_AXIS, _GRANULARITY_PER_BLOCK = 0, 1, 2
+# ONNX opset versions are positive and fit a C int (onnx.defs.get_schema takes one).
+MAX_OPSET_VERSION = (1 << 31) - 1
 
 
 def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, memory_map: bool = True) -> ir.Model:
@@ -130,7 +134,13 @@ class _Reader:
             domain = self.text(entry["domain"], "opset_imports.domain")
             if domain in opsets:
                 raise self.fail(f"opset domain {domain!r} is imported twice")
-            opsets[domain] = entry["version"]
+            version_number = entry["version"]
+            if not 1 <= version_number <= MAX_OPSET_VERSION:
+                raise self.fail(
+                    f"opset version {version_number} of domain {domain or 'ai.onnx'!r} is not a version number "
+                    f"(1 to {MAX_OPSET_VERSION}); the file is damaged"
+                )
+            opsets[domain] = version_number
         metadata: dict[str, str] = {}
         for entry in root["metadata"] or []:
             key = self.text(entry["key"], "metadata.key")
@@ -334,6 +344,8 @@ class _Reader:
             if attribute_name in attributes:
                 raise self.fail(f"{where}: attribute {attribute_name!r} appears twice")
             attributes[attribute_name] = self.attribute(attribute, f"{where} attribute {attribute_name!r}", graph_count)
+        if fused_activation.ATTRIBUTE in attributes or fused_activation.PARAMS_ATTRIBUTE in attributes:
+            self.check_fused_activation(attributes, where)
         return ir.Node(
             op_type=op_type,
             domain=self.text(table["domain"], f"{where} domain"),
@@ -377,6 +389,32 @@ class _Reader:
         else:
             raise self.fail(f"{where}: attribute type is UNDEFINED")
         return ir.Attribute(kind, value)
+
+    def check_fused_activation(self, attributes: dict[str, ir.Attribute], where: str) -> None:
+        """A fused activation (:mod:`lite.ops.fused_activation`) is a known name, as STRING, with
+        FLOATS parameters of its count: the engines and the ONNX lowering index them unchecked."""
+        kind = attributes.get(fused_activation.ATTRIBUTE)
+        if kind is None:
+            raise self.fail(f"{where}: has {fused_activation.PARAMS_ATTRIBUTE} without {fused_activation.ATTRIBUTE}")
+        if kind.type != ir.AttributeType.STRING:
+            raise self.fail(
+                f"{where}: {fused_activation.ATTRIBUTE} is {kind.type.name}, expected a STRING naming the activation"
+            )
+        try:
+            name = bytes(kind.value).decode()
+        except UnicodeDecodeError:
+            raise self.fail(f"{where}: {fused_activation.ATTRIBUTE} is not UTF-8 text; the file is damaged") from None
+        params_attribute = attributes.get(fused_activation.PARAMS_ATTRIBUTE)
+        params: list[float] = []
+        if params_attribute is not None:
+            if params_attribute.type != ir.AttributeType.FLOATS:
+                raise self.fail(
+                    f"{where}: {fused_activation.PARAMS_ATTRIBUTE} is {params_attribute.type.name}, expected FLOATS"
+                )
+            params = [float(value) for value in params_attribute.value]
+        reason = fused_activation.check(name, params)
+        if reason is not None:
+            raise self.fail(f"{where}: {reason}; the file is damaged")
 
     # -- whole-graph checks ---------------------------------------------------------------------
     def check_implied(self, graph: ir.Graph, implied: dict[int, ImpliedQdq], where: str) -> None:

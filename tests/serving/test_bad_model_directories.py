@@ -1,7 +1,8 @@
 """One bad model directory never keeps the server from serving the others.
 
 Each directory below once made ``lite serve`` exit at startup (RecursionError, ValueError,
-MemoryError, format errors on the default device). Now each is reported UNAVAILABLE with its
+MemoryError, format errors on the default device) or failed to load with an untyped error (damaged
+fused activations or opset imports). Now each is reported UNAVAILABLE with its
 reason in the repository index, the server starts, and the good model serves.
 """
 
@@ -12,6 +13,8 @@ import os
 
 import numpy as np
 import pytest
+
+from lite.format import GraphBuilder, to_bytes
 
 from .conftest import identity_model, start_server, write_config
 
@@ -25,7 +28,25 @@ BAD = {
     "oversized_config": "larger than",
     "corrupt": "cannot load",
     "linked_config": "outside the model's folder",
+    "unknown_activation": "unknown fused activation 'Gelu9'",
+    "activation_not_utf8": "fused_activation is not UTF-8",
+    "activation_params": "fused activation Clip takes 2 parameters, got 1",
+    "opset_2_40": "opset version 1099511627776",
 }
+# Model files whose structure is sound but whose semantics the engines cannot take.
+DAMAGED = {
+    "unknown_activation": {"fused_activation": "Gelu9"},
+    "activation_not_utf8": {"fused_activation": b"\xff\xfe"},
+    "activation_params": {"fused_activation": "Clip", "fused_activation_params": [1.0]},
+    "opset_2_40": {"opset": 1 << 40},
+}
+
+
+def damaged_identity_model(path, opset: int = 21, **attributes) -> None:
+    b = GraphBuilder("identity", opset=opset)
+    x = b.input("INPUT0", np.float32, ["N", 16])
+    b.output(b.node("Identity", [x], outputs=["OUTPUT0"], **attributes), np.float32, ["N", 16])
+    path.write_bytes(to_bytes(b.build()))
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +65,8 @@ def bad_repository(tmp_path_factory):
     for i in range(40, len(data), 7):
         data[i] ^= 0x5A
     model.write_bytes(bytes(data))
+    for name, damage in DAMAGED.items():
+        damaged_identity_model(root / name / "1" / "model.lite", **damage)
     secret = root.parent / "secret.json"
     secret.write_text(json.dumps({"db_password": "hunter2"}))
     os.symlink(secret, root / "linked_config" / "config.json")
