@@ -134,6 +134,10 @@ class AutoEngine:
             if engine.name not in names:
                 names.append(engine.name)
         self.name = "|".join(names)
+        self.kind = "auto"
+        placements = {engine.placement for _, engine in self.buckets}
+        self.placement = placements.pop() if len(placements) == 1 else "mixed"
+        self.on_gpu = any(engine.on_gpu for _, engine in self.buckets)
         self._single = self.buckets[0][1] if len(names) == 1 else None
 
     def engine_for(self, batch: int | None) -> Any:
@@ -147,6 +151,10 @@ class AutoEngine:
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         engine = self._single or self.engine_for(_batch_of(feeds))
         return engine.run(feeds)
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "auto", "buckets": [{"batch": size, "engine": engine.name} for size, engine in self.buckets],
+                "decision": self.decision}
 
 
 def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int | None = None,

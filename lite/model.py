@@ -22,8 +22,8 @@ from lite.format import ir, load as load_model
 from lite.format.dtypes import DataType, storage_dtype
 from lite.custom_ops import CustomOps
 from lite.device_arrays import device_array_spec, is_device_array
+from lite.engines.base import DEVICES
 
-DEVICES = ("auto", "numpy", "cpu", "cuda", "tensorrt")
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,11 @@ class Model:
     @property
     def device(self) -> str:
         return self.engine.name
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the engine computes on a GPU (its ``placement`` is cuda or tensorrt)."""
+        return self.engine.on_gpu
 
     def predict(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Run the model. ``inputs`` maps every input name to an array (lists are converted)."""
@@ -295,21 +300,18 @@ def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: C
             except OrtRejected:
                 # "auto" means the best engine that runs the model: the numpy engine runs them all.
                 return _engine_for(model, "numpy", threads, custom_ops, {}, identity)
+    from lite.engines import EngineRequest, create_engine, default_cache_dir
+
     if device == "numpy":
         if options:
             raise TypeError(f"options {', '.join(sorted(options))} apply to ONNX Runtime devices, not to device='numpy'")
-        from lite.engines.numpy_engine import NumpyEngine
-
-        return NumpyEngine(model, custom_ops)
-    from lite.engines.ort.engine import OrtEngine
-    from lite.engines.ort.sessions import SessionConfig
-
-    try:
-        config = SessionConfig(device=device, threads=threads, weights_identity=identity, **options)
-    except TypeError as err:
-        names = ", ".join(f for f in SessionConfig.__dataclass_fields__ if f not in ("device", "threads", "weights_identity"))
-        raise TypeError(f"unknown engine option ({err}); valid options: {names}") from None
-    return OrtEngine(model, device, custom_ops=custom_ops, options=config)
+        return create_engine("numpy", model, EngineRequest(device="cpu", threads=threads, custom_ops=custom_ops))
+    # A device of ONNX Runtime's: its options (precision among them, in ONNX Runtime's terms) pass through.
+    options = dict(options)
+    cache_dir = options.pop("cache_dir", default_cache_dir())
+    request = EngineRequest(device=device, threads=threads, custom_ops=custom_ops, identity=identity,
+                            cache_dir=cache_dir, options=options)
+    return create_engine("onnxruntime", model, request)
 
 
 def _best_device(model: ir.Model) -> str:

@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lite.engines import ENGINES
+from lite.engines.base import DEVICES
+
 from .errors import ConfigError
 
 CONFIG_FILE = "config.json"
@@ -45,7 +48,7 @@ _KEYS = {
     "max_batch_size", "dynamic_batching", "max_queue_size", "instance_count", "threads", "device",
     "version_policy", "warmup", "inputs", "outputs", "preprocessing", "engine", "precision", "engine_options",
 }
-ENGINE_NAMES = ("auto", "numpy", "onnxruntime", "openvino", "torch")  # lite.engines.ENGINES and "auto"
+ENGINE_NAMES = ("auto", *ENGINES)
 PRECISIONS = ("exact", "fp16", "bf16")
 
 
@@ -168,8 +171,8 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
         if too_big:
             raise ConfigError(f"{where}: preferred_batch_sizes {too_big} exceed max_batch_size {max_batch_size}")
     device = raw.get("device")
-    if device is not None and device not in ("auto", "numpy", "cpu", "cuda"):
-        raise ConfigError(f"{where}: device {device!r}; expected auto, numpy, cpu or cuda")
+    if device is not None and device not in DEVICES:
+        raise ConfigError(f"{where}: device {str(device)[:40]!r}; expected one of {', '.join(DEVICES)}")
     engine = raw.get("engine")
     if engine is not None and engine not in ENGINE_NAMES:
         raise ConfigError(f"{where}: engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}")

@@ -45,6 +45,7 @@ class ServedModel:
         self.version = str(version)
         self.config = config
         self.device = device  # the engine the runtime chose: numpy, cpu, cuda or tensorrt
+        self.on_gpu = model.on_gpu  # the engine's typed placement, not a parse of its name
         self.instances = instances
         self.max_queue_size = max_queue_size
         self.stamp = stamp  # what this version was loaded from (file, mtime, size, config)
@@ -55,7 +56,8 @@ class ServedModel:
         self._metrics.pending = self._pending_requests
         self._labels = labels_of(model.metadata)
         self._preprocess = (
-            ImagePreprocessing.from_model(model.metadata, model.inputs) if config.preprocessing == "image" else None
+            ImagePreprocessing.from_model(model.metadata, model.inputs, config.max_batch_size)
+            if config.preprocessing == "image" else None
         )
         self._served_to_model = {config.input_names.get(s.name, s.name): s.name for s in model.inputs}
         self._model_to_served = {s.name: config.output_names.get(s.name, s.name) for s in model.outputs}
@@ -70,10 +72,10 @@ class ServedModel:
         self._merge_executor: ThreadPoolExecutor | None = None
         if config.dynamic_batching is not None:
             pad = config.dynamic_batching.pad_batches
-            if pad or (pad is None and _on_gpu(device)):
+            if pad or (pad is None and self.on_gpu):
                 self.pad_to = config.padded_batch_sizes()
             allocate = None
-            if _on_gpu(device):  # merge the next batch, into pinned memory, while the GPU runs this one
+            if self.on_gpu:  # merge the next batch, into pinned memory, while the GPU runs this one
                 self._merge_executor = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-v{version}-merge")
                 allocate = pinned_allocator(f"{name}:{version}")
             self._scheduler: DirectScheduler | DynamicBatcher = DynamicBatcher(
@@ -115,7 +117,7 @@ class ServedModel:
         except (lite.LiteError, OSError, ValueError, TypeError) as err:
             home.shutdown(wait=False)
             raise ModelLoadError(f"model {name} version {version}: cannot load {path}: {err}") from err
-        on_gpu = _on_gpu(model.device)
+        on_gpu = model.on_gpu
         make = functools.partial(cls, name, version, model, config, device=model.device, instances=instances,
                                  max_queue_size=max_queue_size, metrics=metrics, stamp=stamp)
         try:
@@ -274,12 +276,13 @@ class ServedModel:
                         f"for {name!r})"
                     )
                 rows = array.shape[0]
-        if self.config.max_batch_size > 0:
-            if not 1 <= rows <= self.config.max_batch_size:
-                raise InvalidRequestError(
-                    f"model {self.name}: batch size {rows} is outside 1..{self.config.max_batch_size} "
-                    "(max_batch_size)"
-                )
+        if self._preprocess is not None:
+            images = inputs[self.config.input_names.get(self._preprocess.input_name, self._preprocess.input_name)]
+            self._preprocess.check_count(images.size)
+        if self.config.max_batch_size > 0 and not 1 <= rows <= self.config.max_batch_size:
+            raise InvalidRequestError(
+                f"model {self.name}: batch size {rows} is outside 1..{self.config.max_batch_size} (max_batch_size)"
+            )
         for wanted in request.outputs:
             if wanted.name not in self._output_names:
                 raise InvalidRequestError(
@@ -359,12 +362,6 @@ def outcome_of(err: BaseException) -> str:
         return "cancelled"
     name = type(err).__name__.removesuffix("Error")
     return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_") or "error"
-
-
-def _on_gpu(device: str) -> bool:
-    """Whether an engine name (``lite.Model.device``) runs on a GPU: cuda, tensorrt, torch-cuda,
-    or an autotuned set of such names joined by "|"."""
-    return any(part in ("cuda", "tensorrt") or part.endswith("-cuda") for part in device.split("|"))
 
 
 def _engine_description(model: lite.Model) -> str:

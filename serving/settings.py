@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from lite.engines.base import DEVICES
+
 from .errors import ConfigError
 from .eventloop import CHOICES as EVENT_LOOPS
 
@@ -90,8 +92,8 @@ class Settings:
         if self.metrics_port and self.metrics_port + self.workers - 1 > 65535:
             raise ConfigError(f"metrics_port {self.metrics_port} + {self.workers} workers: worker i serves metrics "
                               "on metrics_port + i, which must stay within 65535")
-        if self.device not in ("auto", "numpy", "cpu", "cuda"):
-            raise ConfigError(f"device {self.device!r}: expected auto, numpy, cpu or cuda")
+        if self.device not in DEVICES:
+            raise ConfigError(f"device {self.device!r}: expected one of {', '.join(DEVICES)}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together: give both or neither")
         if self.tls_client_ca is not None and self.tls_cert is None:

@@ -62,11 +62,7 @@ class Runner:
 
 
 def _make_engine(model: lite_ir.Model, engine: str, threads: int | None) -> Any:
-    if engine == "numpy":
-        from lite.engines.numpy_engine import NumpyEngine
+    from lite.engines import EngineRequest, create_engine
 
-        return NumpyEngine(model)
-    from lite.engines.ort.engine import OrtEngine
-    from lite.engines.ort.sessions import SessionConfig
-
-    return OrtEngine(model, "cpu", options=SessionConfig(device="cpu", threads=threads, cache_dir=None))
+    request = EngineRequest(device="cpu", threads=threads, cache_dir=None)
+    return create_engine("numpy" if engine == "numpy" else "onnxruntime", model, request)

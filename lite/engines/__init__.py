@@ -132,7 +132,7 @@ def create_onnxruntime_engine(model: ir.Model, request: EngineRequest) -> Any:
         device = offered[0] if offered else "cpu"
     options = dict(request.options)
     options.setdefault("cache_dir", request.cache_dir)
-    if request.precision is not None:
+    if request.precision is not None and "precision" not in options:  # else ONNX Runtime's own setting, as given
         wanted = _ORT_PRECISION[request.precision]
         options["precision"] = "fp32" if device == "cpu" and wanted == "fp16" else wanted
     try:

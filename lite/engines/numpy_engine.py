@@ -89,6 +89,9 @@ class NumpyEngine:
     """Executes an :class:`ir.Model` with numpy kernels."""
 
     name = "numpy"
+    kind = "numpy"
+    placement = "cpu"
+    on_gpu = False
 
     def __init__(self, model: ir.Model, custom_ops: KernelRegistry | None = None) -> None:
         self.model = model
@@ -194,6 +197,9 @@ class NumpyEngine:
                      kernel_applies_activation=activation is not None and kernel.wants_fused_activation,
                      wants_allocate=kernel.wants_allocate, custom=custom,
                      prepare=None if custom else kernel.prepare)
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "numpy", "nodes": len(self.model.main.nodes)}
 
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray], observer: Observer | None = None) -> dict[str, np.ndarray]:

@@ -175,7 +175,7 @@ def model_config(model: ServedModel) -> pb.ModelConfigResponse:
         instance_group=[pb.ModelInstanceGroup(
             name=f"{model.name}_0",
             count=model.instances,
-            kind=_GPU if model.device in ("cuda", "tensorrt") else pb.ModelInstanceGroup.KIND_CPU,
+            kind=_GPU if model.on_gpu else pb.ModelInstanceGroup.KIND_CPU,
         )],
         default_model_filename="model.lite",
     )

@@ -47,6 +47,7 @@ class FakeEngine:
 
         self.inner = NumpyEngine(model)
         self.name = name
+        self.kind, self.placement, self.on_gpu = "numpy", "cpu", False  # lite.engines.base.Engine
         self.delay = delay
         self.corrupt = corrupt
         self.memo = {}

@@ -95,6 +95,9 @@ class OpenVinoEngine:
     """Runs a whole model with OpenVINO on the CPU. Thread-safe: one infer request per caller."""
 
     name = "openvino"
+    kind = "openvino"
+    placement = "cpu"
+    on_gpu = False
 
     def __init__(self, model: ir.Model, *, precision: str = "exact", threads: int | None = None,
                  cache_dir: str | Path | None = None, weights_identity: str | None = None,

@@ -83,6 +83,9 @@ class OrtEngine:
                  custom_ops: KernelRegistry | None = None, options: sessions.SessionConfig | None = None) -> None:
         self.model = model
         self.name = device
+        self.kind = "onnxruntime"
+        self.placement = device
+        self.on_gpu = device != "cpu"
         self.custom_ops = custom_ops
         config = options or sessions.SessionConfig(device=device, threads=threads)
         self.config = config

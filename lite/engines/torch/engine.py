@@ -106,6 +106,9 @@ class TorchEngine:
         if precision == "fp16" and not on_gpu:
             raise ValueError("precision='fp16' needs device='cuda': the CPU computes in float32")
         self.name = f"torch-{self.device.type}"
+        self.kind = "torch"
+        self.placement = self.device.type
+        self.on_gpu = on_gpu
         self.model = model
         self.custom_ops = custom_ops
         half = on_gpu and (precision == "fp16" or (precision == "auto" and has_half_weights(model)))
