@@ -31,7 +31,14 @@ from lite.errors import PreprocessingError
 
 METADATA_KEY = "preprocessing"
 KEYS = ("resize", "crop", "center_crop", "scale", "mean", "std", "layout", "color", "input")
-MAX_IMAGE_PIXELS = 40_000_000  # a decoded image beyond this is refused (decompression bombs)
+# A decoded image beyond this is refused, from the size in its header before any pixel is decoded
+# (decompression bombs: a few KB of PNG can declare a 50,000 x 50,000 image). 40 Mpx covers camera
+# photos; Pillow's own limit is about twice as large.
+MAX_IMAGE_PIXELS = 40_000_000
+# What encoded bytes (a request to the server) may be: the two formats the spec promises. Pillow
+# opens dozens of formats; each is a decoder an untrusted request could reach, and some cost far
+# more CPU per byte than PNG or JPEG. Files on disk (calibration sets) may be any format Pillow reads.
+ENCODED_FORMATS = ("PNG", "JPEG")
 
 
 def read_spec(spec: str | os.PathLike | dict[str, Any] | None) -> dict[str, Any]:
@@ -109,11 +116,13 @@ class ImagePreprocessing:
         return json.dumps(self.raw, sort_keys=True)
 
     def from_bytes(self, data: bytes) -> np.ndarray:
-        """An encoded PNG/JPEG image -> the model's input layout (no batch dimension)."""
-        return self.prepare(self._open(io.BytesIO(data), "the image"))
+        """An encoded PNG/JPEG image (:data:`ENCODED_FORMATS`) -> the model's input layout (no
+        batch dimension)."""
+        return self.prepare(self._open(io.BytesIO(data), "the image", ENCODED_FORMATS))
 
     def from_file(self, path: str | os.PathLike) -> np.ndarray:
-        return self.prepare(self._open(path, str(path)))
+        """An image file of any format Pillow reads -> the model's input layout."""
+        return self.prepare(self._open(path, str(path), None))
 
     def prepare(self, image) -> np.ndarray:
         """A decoded PIL image -> resized, center-cropped, scaled, normalized, laid out."""
@@ -127,21 +136,29 @@ class ImagePreprocessing:
         planes = pixels.transpose(2, 0, 1) if self.layout == "NCHW" else pixels
         return np.ascontiguousarray(planes).astype(self.dtype, copy=False)
 
-    def _open(self, source, label: str):
+    def _open(self, source, label: str, formats: tuple[str, ...] | None):
         try:
             from PIL import Image, UnidentifiedImageError
         except ImportError as err:
             raise PreprocessingError("decoding images needs Pillow: pip install pillow") from err
+        what = f"a decodable {'/'.join(formats)} image" if formats else "a decodable image"
         try:
-            image = Image.open(source)
+            image = Image.open(source, formats=formats)  # reads the header only
             width, height = image.size
             if width * height > MAX_IMAGE_PIXELS:
-                raise PreprocessingError(f"{label}: {width}x{height} exceeds the {MAX_IMAGE_PIXELS} pixel limit")
+                raise PreprocessingError(
+                    f"{label}: {width}x{height} is {width * height:,} pixels, over the limit of "
+                    f"{MAX_IMAGE_PIXELS:,} pixels per image; send a smaller image"
+                )
             return image.convert("L" if self.color == "L" else "RGB")
         except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
             if isinstance(err, PreprocessingError):
                 raise
-            raise PreprocessingError(f"{label}: not a decodable PNG/JPEG image ({err})") from err
+            if isinstance(err, UnidentifiedImageError):  # its message names only the stream object
+                reason = f"only {', '.join(formats)} are accepted" if formats else "unknown format"
+            else:
+                reason = str(err)
+            raise PreprocessingError(f"{label}: not {what} ({reason})") from err
 
     def _resize(self, image):
         from PIL import Image

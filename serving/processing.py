@@ -4,7 +4,11 @@ Pre-processing (config ``"preprocessing": "image"``) lets clients send encoded P
 each image goes through the model's ``preprocessing`` metadata spec (decode, resize, center crop,
 scale, normalize, layout), implemented once in :mod:`lite.preprocessing` and shared with the
 converter's calibration. Here its errors become the server's: a bad spec is a ConfigError, a bad
-image an InvalidRequestError.
+image (not PNG or JPEG, or over ``lite.preprocessing.MAX_IMAGE_PIXELS`` by its header) an
+InvalidRequestError. A request carries at most ``max_batch_size`` images, or
+:data:`MAX_IMAGES_UNBATCHED` for a model without batching: more is a ResourceExhaustedError, before
+any is decoded. Decoding is the costly part of such a request (a few KB of PNG can decode to tens
+of megapixels), so both bounds together bound the CPU one request can take.
 
 Post-processing is Triton's ``classification`` parameter on a requested output: the top-k
 classes as BYTES strings ``"score:index:label"`` (``label`` from the ``labels`` metadata, a JSON
@@ -21,27 +25,47 @@ import numpy as np
 from lite.errors import PreprocessingError
 from lite.preprocessing import ImagePreprocessing as _Spec
 
-from .errors import ConfigError, InvalidRequestError
+from .errors import ConfigError, InvalidRequestError, ResourceExhaustedError
+
+# Images one request may carry to a model that does not batch (its image input takes any number):
+# a few, as a client sending several photos at once would; each may be up to MAX_IMAGE_PIXELS.
+MAX_IMAGES_UNBATCHED = 8
+
 
 @dataclass(frozen=True)
 class ImagePreprocessing:
     """The model's image preprocessing (``lite.preprocessing``) with the server's error types."""
 
     spec: _Spec
+    max_batch_size: int = 0  # 0: the model does not batch
 
     @property
     def input_name(self) -> str:
         return self.spec.input_name
 
     @classmethod
-    def from_model(cls, metadata: dict[str, str], inputs: list) -> ImagePreprocessing:
+    def from_model(cls, metadata: dict[str, str], inputs: list, max_batch_size: int = 0) -> ImagePreprocessing:
+        """``max_batch_size`` (0: the model does not batch) bounds the images of one request."""
         try:
-            return cls(_Spec.from_metadata(metadata, inputs))
+            spec = _Spec.from_metadata(metadata, inputs)
         except PreprocessingError as err:
             raise ConfigError(f"model metadata 'preprocessing': {err}") from err
+        return cls(spec, max_batch_size)
+
+    def check_count(self, count: int) -> None:
+        """Refuse a request of more images than one request may carry, before any is decoded."""
+        if self.max_batch_size > 0:
+            most, limit = self.max_batch_size, "the model's max_batch_size"
+        else:
+            most, limit = MAX_IMAGES_UNBATCHED, "the limit for a model without batching"
+        if count > most:
+            raise ResourceExhaustedError(
+                f"{count} images in one request; at most {most} ({limit}): send them in several requests"
+            )
 
     def __call__(self, images: np.ndarray) -> np.ndarray:
-        """Encoded images (object array of bytes, one per batch item) -> the model's input."""
+        """Encoded images (object array of bytes, one per batch item) -> the model's input; the
+        request was checked with :meth:`check_count` when it came in."""
         planes = []
         for index, item in enumerate(images.reshape(-1)):
             if not isinstance(item, (bytes, bytearray)):

@@ -53,3 +53,14 @@ def test_undecodable_bytes_are_a_preprocessing_error():
     spec = ImagePreprocessing.from_spec({}, INPUTS)
     with pytest.raises(lite.PreprocessingError, match="not a decodable PNG/JPEG"):
         spec.from_bytes(b"not an image")
+
+
+def test_encoded_bytes_must_be_png_or_jpeg_while_files_may_be_any_format(tmp_path):
+    Image = pytest.importorskip("PIL.Image", reason="decoding needs Pillow")
+    spec = ImagePreprocessing.from_spec({}, INPUTS)
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buffer, format="GIF")
+    with pytest.raises(lite.PreprocessingError, match=r"not a decodable PNG/JPEG image \(only PNG, JPEG are accepted\)"):
+        spec.from_bytes(buffer.getvalue())
+    (tmp_path / "image.gif").write_bytes(buffer.getvalue())  # a calibration set on disk
+    assert spec.from_file(tmp_path / "image.gif").shape == (3, 4, 4)

@@ -7,7 +7,10 @@ One server with a 1 MiB message limit, so that every bound is small and reached 
 
 from __future__ import annotations
 
+import io
+import struct
 import time
+import zlib
 from pathlib import Path
 
 import grpc
@@ -17,7 +20,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from lite.format import GraphBuilder, save
 
-from .conftest import identity_model, start_server
+from .conftest import identity_model, image_model, start_server, write_config
 
 MIB = 1024 * 1024
 TIMEOUT = 10.0
@@ -39,6 +42,10 @@ def limited_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("limits-repository")
     matmul_model(root / "matmul" / "1" / "model.lite")
     identity_model(root / "dynamic" / "1" / "model.lite", shape=("N", "M"))
+    image_model(root / "image" / "1" / "model.lite")
+    write_config(root / "image", {"preprocessing": "image"})  # no batching: any number of images
+    image_model(root / "image_batched" / "1" / "model.lite")
+    write_config(root / "image_batched", {"preprocessing": "image", "max_batch_size": 4})
     server = start_server(root, "--max-message-bytes", str(MIB), "--stream-concurrency", str(STREAM_LIMIT))
     yield server
     server.stop()
@@ -170,3 +177,78 @@ def test_a_stream_whose_client_does_not_read_stops_taking_requests(stub):
         assert ids == {str(i) for i in range(sent)}
     finally:
         answers.cancel()
+
+
+# ----- encoded images ----------------------------------------------------------------------------
+
+
+def encoded(image_format: str, size: tuple[int, int] = (8, 8)) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (255, 0, 0)).save(buffer, format=image_format)
+    return buffer.getvalue()
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A small PNG whose header declares ``width`` x ``height`` (its pixel data is for 1 x 1)."""
+    data = bytearray(encoded("PNG", (1, 1)))
+    header = b"IHDR" + struct.pack(">II", width, height) + bytes(data[24:29])
+    data[12:29] = header
+    data[29:33] = struct.pack(">I", zlib.crc32(header))
+    return bytes(data)
+
+
+def image_request(model: str, images: list[bytes]):
+    import tritonclient.grpc as grpcclient
+
+    tensor = grpcclient.InferInput("IMAGE", [len(images)], "BYTES")
+    tensor.set_data_from_numpy(np.array(images, dtype=object))
+    return model, [tensor]
+
+
+def image_refusal(server, model: str, images: list[bytes]):
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    with grpcclient.InferenceServerClient(server.address) as client, pytest.raises(InferenceServerException) as info:
+        client.infer(*image_request(model, images), client_timeout=TIMEOUT)
+    return info.value
+
+
+def test_png_and_jpeg_images_are_served(limited_server):
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(limited_server.address) as client:
+        for model in ("image", "image_batched"):
+            result = client.infer(*image_request(model, [encoded("PNG"), encoded("JPEG")]), client_timeout=TIMEOUT)
+            assert result.as_numpy("MEAN").shape == (2, 3, 1, 1)
+
+
+@pytest.mark.parametrize("image_format", ["GIF", "BMP", "TIFF", "WEBP"])
+def test_images_in_other_formats_are_refused_before_decoding(limited_server, image_format):
+    err = image_refusal(limited_server, "image", [encoded("PNG"), encoded(image_format)])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "image 1: the image: not a decodable PNG/JPEG image (only PNG, JPEG are accepted)" in err.message()
+
+
+def test_an_image_declaring_too_many_pixels_is_refused_from_its_header(limited_server):
+    started = time.monotonic()
+    err = image_refusal(limited_server, "image", [png_declaring(8000, 8000)])
+    assert time.monotonic() - started < 2
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "8000x8000 is 64,000,000 pixels, over the limit of 40,000,000 pixels per image" in err.message()
+
+
+def test_a_request_of_more_images_than_allowed_is_refused_before_any_is_decoded(limited_server):
+    png = encoded("PNG")
+    err = image_refusal(limited_server, "image", [png] * 9)
+    assert err.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert "9 images in one request; at most 8 (the limit for a model without batching)" in err.message()
+    err = image_refusal(limited_server, "image_batched", [png] * 5)
+    assert err.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert "5 images in one request; at most 4 (the model's max_batch_size)" in err.message()
+    # Many small bombs: the count is refused before the first is looked at.
+    started = time.monotonic()
+    err = image_refusal(limited_server, "image", [png_declaring(6000, 6000)] * 200)
+    assert err.status() == "StatusCode.RESOURCE_EXHAUSTED" and time.monotonic() - started < 2
