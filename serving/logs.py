@@ -26,12 +26,33 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message key=value ...``: the fields JSON lines carry (model, engine,
+    port...), as text."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        fields = [f"{key}={_text(value)}" for key, value in vars(record).items() if key not in _STANDARD]
+        if not fields:
+            return text
+        head, newline, rest = text.partition("\n")  # a traceback stays below the first line
+        return f"{head} {' '.join(fields)}{newline}{rest}"
+
+
+def _text(value: object) -> str:
+    shown = value if isinstance(value, str) else json.dumps(value, default=str)
+    return json.dumps(shown) if not shown or any(c.isspace() or c in '"=' for c in shown) else shown
+
+
 def configure_logging(level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

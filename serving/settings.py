@@ -142,6 +142,43 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
+# The help text of each setting's flag (lite serve --help); every field has one.
+HELP = {
+    "repository": "the model repository: DIR/<model>/<version>/model.lite, with an optional DIR/<model>/config.json",
+    "host": "address to listen on for gRPC",
+    "port": "gRPC port (KServe v2 / Open Inference Protocol, health, reflection)",
+    "metrics_port": "Prometheus metrics port (0: no metrics endpoint)",
+    "metrics_host": "address the metrics endpoint listens on (empty: the gRPC host)",
+    "device": "default device of every model: auto, numpy, cpu, cuda or tensorrt (config.json may override)",
+    "models": "load this model at startup (repeatable)",
+    "poll_interval_s": "rescan the repository every N seconds and load, reload or unload what changed (0: never)",
+    "map_model_files": "memory-map model files instead of reading them into memory; only for repositories whose "
+                       "files are replaced by rename or mounted read-only",
+    "repository_control": "allow the RepositoryModelLoad/Unload calls",
+    "max_message_bytes": "largest gRPC message, request or answer, in bytes",
+    "max_tensor_elements": "most elements one request's input or output may hold (0: derived from "
+                           "--max-message-bytes)",
+    "max_queue_size": "requests queued per model version before RESOURCE_EXHAUSTED (config.json may override)",
+    "instance_count": "executions of one model version at once (config.json may override)",
+    "threads": "intra-op threads of each ONNX Runtime session (0: ONNX Runtime's default)",
+    "inline_execution_us": "run executions shorter than this on the event loop instead of a thread (0: never)",
+    "workers": "server processes sharing the port, each with its own copy of every model",
+    "event_loop": "auto (uvloop when installed), uvloop or asyncio",
+    "grace_period_s": "on SIGTERM, seconds left to requests in flight before the server stops",
+    "stream_concurrency": "requests of one stream in flight at once (the stream reads no more until one is answered)",
+    "tls_cert": "server certificate (PEM); with --tls-key, the server speaks TLS",
+    "tls_key": "the certificate's private key (PEM)",
+    "tls_client_ca": "CA certificate (PEM) that client certificates must chain to: mutual TLS",
+    "auth_token": "bearer token every call must carry (better given by LITE_AUTH_TOKEN or --auth-token-file)",
+    "auth_token_file": "file holding the bearer token every call must carry",
+    "auth_exempt_health": "answer grpc.health.v1 without the token (Kubernetes probes)",
+    "reflection": "answer gRPC server reflection (v1 and v1alpha)",
+    "log_level": "debug, info, warning or error",
+    "log_format": "json (one object a line) or text",
+    "server_name": "the name ServerMetadata answers",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per field; every default is None so that unset flags leave env/defaults alone."""
     for f in fields(Settings):
@@ -152,15 +189,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.type in ("bool",):
             parser.add_argument(
                 flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
-                help=f"env {env}{shown}",
+                help=f"{HELP[f.name]}; env {env}{shown}",
             )
         elif f.name == "models":
             parser.add_argument(
                 "--model", dest="models", action="append", default=None,
-                help=f"load this model at startup (repeatable); env {env} (comma-separated)",
+                help=f"{HELP[f.name]}; env {env} (comma-separated)",
             )
         else:
-            parser.add_argument(flag, dest=f.name, default=None, help=f"env {env}{shown}")
+            parser.add_argument(flag, dest=f.name, default=None, help=f"{HELP[f.name]}; env {env}{shown}")
 
 
 def _parse(f: dataclasses.Field, raw: object) -> object:

@@ -28,14 +28,22 @@ import numpy as np
 from lite.atomic import atomic_write
 from lite.commands._inputs import parse_shape_overrides, random_inputs, read_inputs
 from lite.commands._model_file import load_checked
-from lite.engines import PRECISIONS
+from lite.compare import compare_outputs
+from lite.engines import ENGINES, PRECISIONS
 from lite.model import DEVICES, Model
+
+ENGINE_CHOICES = ("auto", *ENGINES)
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="measure latency, throughput, memory; profile; compare engines")
     parser.add_argument("model", nargs="?", help="path to a .lite file (or use --grpc)")
-    parser.add_argument("--device", default="auto", choices=DEVICES)
+    parser.add_argument("--device", default="auto", choices=DEVICES,
+                        help="where to run: auto (the best available), numpy (the numpy engine), or an ONNX Runtime "
+                             "device (cpu, cuda, tensorrt); default auto")
+    parser.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
+                        help="measure this engine (numpy, onnxruntime, openvino, torch; auto: the autotuned choice); "
+                             "default: the engine --device names")
     parser.add_argument("--batch", type=int, default=1, help="size of symbolic leading dimensions (default 1)")
     parser.add_argument("--shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE", help="real inputs (.npy/.npz)")
@@ -51,7 +59,7 @@ def register(subparsers) -> None:
                              "(comma separated; default --batch), record the fastest per batch size as "
                              "Model.load(engine='auto') reuses it, then time the choice")
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
-                        help="precision policy for --autotune (default exact)")
+                        help="precision policy for --autotune and --engine: exact, fp16 or bf16 (default: exact for --autotune, the model's own for --engine)")
     served = parser.add_argument_group("a model behind a server (plug-in, e.g. the 'serve' extra)")
     served.add_argument("--grpc", metavar="ADDR", help="load-test a KServe v2 gRPC server (host:port)")
     served.add_argument("--model", dest="served_model", metavar="NAME", help="the served model's name")
@@ -77,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     if args.autotune is not None:
         model = autotune(args)
     else:
-        model = Model.load(args.model, device=args.device, threads=args.threads)
+        options = {"precision": args.precision} if args.engine is not None and args.precision else {}
+        model = Model.load(args.model, device=args.device, threads=args.threads, engine=args.engine, **options)
     feeds = read_inputs(model, args.input) if args.input else random_inputs(model, args.batch, parse_shape_overrides(args.shape))
     batch = next(iter(feeds.values())).shape[0] if feeds and next(iter(feeds.values())).ndim else 1
     results: dict[str, Any] = {"model": args.model, "device": model.device, "batch": int(batch),
@@ -244,16 +253,14 @@ def print_profile(result: dict[str, Any]) -> None:
 
 
 def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Per output: the largest error and cosine (lite.compare, IEEE-aware), and top-1 agreement
+    along the last axis for score-like outputs."""
     outputs = {}
-    for name, expected in reference.items():
-        a = np.asarray(expected, dtype=np.float64)
-        b = np.asarray(candidate[name], dtype=np.float64)
-        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
-        norm = np.linalg.norm(flat_a) * np.linalg.norm(flat_b)
-        cosine = float(flat_a @ flat_b / norm) if norm else float(np.array_equal(flat_a, flat_b))
+    for error in compare_outputs(reference, candidate):
+        a, b = np.asarray(reference[error.name]), np.asarray(candidate.get(error.name))
         top1 = None
-        if a.ndim >= 2 and a.shape[-1] > 1:
+        if error.problem is None and a.ndim >= 2 and a.shape[-1] > 1 and a.dtype.kind in "fiu":
             top1 = float(np.mean(a.argmax(axis=-1) == b.argmax(axis=-1)))
-        outputs[name] = {"max_abs_error": float(np.max(np.abs(a - b))) if a.size else 0.0, "cosine": cosine,
-                         "top1_agreement": top1}
+        outputs[error.name] = {"max_abs_error": error.max_abs, "cosine": error.cosine, "top1_agreement": top1,
+                               "nan_or_inf_mismatches": error.mismatched_special, "problem": error.problem}
     return {"outputs": outputs}

@@ -11,7 +11,10 @@ import numpy as np
 from lite.atomic import atomic_write
 from lite.commands._inputs import read_inputs
 from lite.commands._model_file import load_checked
+from lite.engines import ENGINES
 from lite.model import DEVICES, Model
+
+ENGINE_CHOICES = ("auto", *ENGINES)
 
 
 def register(subparsers) -> None:
@@ -20,13 +23,18 @@ def register(subparsers) -> None:
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE",
                         help="an input as NAME=file.npy (repeat), a bare file.npy for single-input models, or a .npz")
     parser.add_argument("--output-dir", "-o", metavar="DIR", help="write each output to DIR/NAME.npy")
-    parser.add_argument("--device", default="auto", choices=DEVICES)
+    parser.add_argument("--device", default="auto", choices=DEVICES,
+                        help="where to run: auto (the best available), numpy (the numpy engine), or an ONNX Runtime "
+                             "device (cpu, cuda, tensorrt); default auto")
+    parser.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
+                        help="run on this engine (auto: the fastest measured, as lite bench --autotune records it); "
+                             "default: the engine --device names")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     load_checked(args.model)  # refuses what the engines would fail on with a traceback
-    model = Model.load(args.model, device=args.device)
+    model = Model.load(args.model, device=args.device, engine=args.engine)
     outputs = model.predict(read_inputs(model, args.input))
     if args.output_dir:
         folder = Path(args.output_dir)

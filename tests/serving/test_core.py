@@ -398,3 +398,17 @@ def test_merge_buffers_serve_smaller_batches_from_larger_buffers_and_replace_sma
     pool.release(larger, {})
     assert made == [8, 16] and pool.get(sample, 2)["x"] is larger["x"]
     assert len(pool.get(sample, 2)["x"]) == 2 and made == [8, 16, 2]  # the pool held only one
+
+
+def test_text_logs_keep_the_fields_json_logs_carry():
+    import logging
+
+    from serving.logs import JsonFormatter, TextFormatter
+
+    record = logging.makeLogRecord({"name": "serving.model", "levelname": "INFO", "levelno": 20,
+                                    "msg": "model loaded", "model": "resnet", "engine": "cpu", "port": 8001,
+                                    "models": ["a:1", "b:1"], "reason": "two words"})
+    text = TextFormatter().format(record)
+    assert "serving.model: model loaded model=resnet engine=cpu port=8001 " in text
+    assert 'reason="two words"' in text and 'models="[\\"a:1\\", \\"b:1\\"]"' in text
+    assert json.loads(JsonFormatter().format(record))["engine"] == "cpu"
