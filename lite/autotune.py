@@ -342,9 +342,8 @@ def agreement(expected: Mapping[str, Any], got: Mapping[str, Any], tolerance: fl
         if error.mismatched_special:
             return float("inf"), f"output {name!r}: NaN or infinity where the numpy engine has numbers (or the reverse)"
         reference = np.asarray(expected[name])
-        if reference.dtype.kind not in "fc":  # integer or boolean
-            size = max(reference.size, 1)
-            mismatched = error.mismatched_values / size
+        if reference.dtype.kind not in "fc":  # integer or boolean: compared as values, whatever got's type
+            mismatched = float(np.mean(reference != np.asarray(got[name]))) if reference.size else 0.0
             worst = max(worst, mismatched)
             allowed = 0.0 if tolerance <= TOLERANCES["exact"] else 0.01
             if mismatched > allowed:
