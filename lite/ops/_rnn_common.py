@@ -21,7 +21,8 @@ from lite.errors import UnsupportedOpError
 _ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
     "Relu": (lambda x, a, b: np.maximum(x, 0), None, None),
     "Tanh": (lambda x, a, b: np.tanh(x), None, None),
-    "Sigmoid": (lambda x, a, b: 1.0 / (1.0 + np.exp(-x)), None, None),
+    # sigmoid(x) = (1 + tanh(x/2)) / 2: one transcendental, and no overflow of exp(-x) for x << 0
+    "Sigmoid": (lambda x, a, b: 0.5 * np.tanh(0.5 * x) + 0.5, None, None),
     "Affine": (lambda x, a, b: a * x + b, 1.0, 0.0),
     "LeakyRelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, None),
     "ThresholdedRelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, None),

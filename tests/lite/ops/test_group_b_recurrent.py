@@ -95,3 +95,16 @@ def test_lstm_custom_activations_and_old_opset():
     values = inputs("LSTM", bias=False)
     attributes = {"hidden_size": 6, "activations": ["HardSigmoid", "Tanh", "Softsign"]}
     check_against_onnxruntime("LSTM", values, attributes, opset=7, output_count=3)
+
+
+def test_saturated_gates_give_no_overflow_warning():
+    """Sigmoid as (1 + tanh(x/2)) / 2: exp(-x) overflowed float32 for x << 0 and warned."""
+    import warnings
+
+    from lite.ops.lstm import LSTM
+
+    x, w, r, b, *_ = inputs("LSTM")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, y_h, y_c = LSTM(x * 1e4, w, r, b, hidden_size=6)
+    assert np.isfinite(y).all() and np.isfinite(y_c).all()
