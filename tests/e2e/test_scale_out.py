@@ -57,7 +57,7 @@ def test_round_robin_client_survives_a_replica_restart(tmp_path):
                 served[0] += 1
             except Exception as err:  # every failure is recorded; the test wants none
                 status = getattr(err, "status", lambda: None)()
-                message = getattr(err, "message", lambda: str(err))()
+                message = err.message() if hasattr(err, "message") else str(err)
                 failures.append(f"{type(err).__name__} {status}: {message}")
 
     sender = threading.Thread(target=send)

@@ -68,7 +68,7 @@ def test_lists_are_converted_to_the_model_dtype():
 def test_symbolic_dimensions_must_agree_across_inputs():
     b = GraphBuilder("add")
     x = b.input("a", np.float32, ["N", 2])
-    y = b.input("b", np.float32, ["N", 2])
+    b.input("b", np.float32, ["N", 2])  # shares N with "a" but feeds nothing
     b.output(b.node("MatMul", [x, b.constant("w", np.eye(2, dtype=np.float32))]), np.float32, ["N", 2])
     model = lite.Model.load(to_bytes(b.build()))
     with pytest.raises(lite.InvalidInputError, match="dimension 'N' is 3 on input 'b' axis 0 but 2"):

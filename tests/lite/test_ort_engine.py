@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import lite
-from lite.format import GraphBuilder, save, to_bytes
+from lite.format import GraphBuilder, to_bytes
 
 ort = pytest.importorskip("onnxruntime", reason="the ONNX Runtime engine needs onnxruntime (the ort extra)")
 onnx = pytest.importorskip("onnx", reason="lowering to ONNX needs onnx (the ort extra)")
