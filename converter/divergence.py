@@ -34,11 +34,18 @@ def first_divergence(original: onnx.ModelProto, converted: lite_ir.Model, feeds:
     converted_names = {tensor.name: tensor for tensor in graph.tensors if tensor.data is None}
     producers = {graph.tensors[i].name: node for node in graph.nodes for i in node.outputs if i >= 0}
     outputs = {value.name for value in original.graph.output}
-    # A name means the same value on both sides when the same kind of node computes it; a fused
-    # node's output may carry the name of either of the nodes it replaced, so only the model's
-    # outputs are compared there.
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in original.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    # A name means the same value on both sides when the same kind of node computes it and every
+    # node that reads it in the original still exists in the converted model. A fold or fusion
+    # moves a later node's work into this one (Conv + BatchNormalization: the Conv keeps its name
+    # and computes the normalized values), which the missing reader gives away.
     shared = [(node, name) for node in original.graph.node for name in node.output
-              if name in converted_names and (name in outputs or _same_computation(node, producers.get(name)))]
+              if name in converted_names
+              and (name in outputs or (_same_computation(node, producers.get(name))
+                                       and _readers_kept(readers.get(name, []), converted_names)))]
     shared = shared[:_MAX_TENSORS]
     if not shared:
         return {"node": None, "note": "no intermediate tensor of the original kept its name in the converted model"}
@@ -80,6 +87,10 @@ def _with_outputs(proto: onnx.ModelProto, names: list[str], tensors: dict[str, l
         else:
             copy.graph.output.append(onnx.helper.make_tensor_value_info(name, int(tensors[name].dtype), None))
     return copy
+
+
+def _readers_kept(readers: list[onnx.NodeProto], converted_names) -> bool:
+    return all(output in converted_names for reader in readers for output in reader.output if output)
 
 
 def _same_computation(original: onnx.NodeProto, converted: lite_ir.Node | None) -> bool:

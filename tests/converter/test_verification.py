@@ -152,3 +152,30 @@ def test_verify_data_the_original_rejects_is_an_option_error(tmp_path):
 def test_negative_tolerances_are_refused(tmp_path):
     with pytest.raises(InvalidOptionError, match="tolerances"):
         converter.convert(_two_convs(), tmp_path / "m.lite", rtol=-1.0)
+
+
+def test_a_tensor_whose_reader_was_folded_away_is_not_blamed(monkeypatch, tmp_path):
+    """Conv → BatchNormalization folds into one Conv that keeps the Conv's output name but
+    computes the normalized values: that name must not be compared with the original's."""
+    from converter import api
+
+    monkeypatch.setattr(api, "DEFAULT_PASSES", (*DEFAULT_PASSES, scale_last_conv))
+    model = make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 3, 8, 8] input) => (float[N, 4, 8, 8] output) {
+            h1 = Conv <pads: ints = [1, 1, 1, 1]> (input, w1)
+            b1 = BatchNormalization (h1, gamma, beta, mean, var)
+            h2 = Conv <pads: ints = [1, 1, 1, 1]> (b1, w2)
+            s = Softmax <axis: int = 1> (h2)
+            output = Mul (s, s)
+        }""",
+        w1=rng().normal(size=(4, 3, 3, 3)).astype(np.float32),
+        gamma=np.full(4, 1.5, np.float32), beta=np.full(4, 0.1, np.float32),
+        mean=np.full(4, 0.2, np.float32), var=np.full(4, 2.0, np.float32),
+        w2=rng().normal(size=(4, 4, 3, 3)).astype(np.float32),
+    )
+    report_path = tmp_path / "r.json"
+    with pytest.raises(VerificationError):
+        converter.convert(model, tmp_path / "m.lite", report_path=report_path)
+    divergence = json.loads(report_path.read_text())["verification"]["divergence"]
+    assert divergence["tensor"] == "h2", divergence  # not h1, which the fold changed on purpose
