@@ -24,6 +24,7 @@ from converter.quantize.report import QuantizationReport
 from converter.quantize.runner import input_specs, onnxruntime_available
 from converter.quantize.sensitivity import fallback, layer_sensitivity
 from converter.quantize.static import QuantizedGraph, quantize_static
+from converter.quantize.unfuse import unfuse_activations
 from converter.quantize.weights import quantize_dynamic, quantize_weights_only
 from lite.format import ir as lite_ir
 
@@ -46,6 +47,9 @@ def quantize_model(
     spec = read_spec(preprocessing)
     inputs = input_specs(model)
     spec, spec_note = _image_preprocessing(spec, model, (calibration_data, eval_data))
+    unfused: list[str] = []
+    if config.mode == "int8":  # before calibration: the pre-activation tensors get measured ranges
+        model, unfused = unfuse_activations(model)
     if spec:
         bind_spec(spec, [(i.name, i.dtype, i.shape) for i in inputs])  # fail early on a bad spec
     if config.max_accuracy_drop is not None and eval_data is None:
@@ -56,6 +60,9 @@ def quantize_model(
     report = QuantizationReport(mode=config.mode, options=config.to_dict(), calibration_engine=engine)
     if spec_note:
         report.warnings.append(spec_note)
+    if unfused:
+        report.warnings.append(f"{len(unfused)} layer(s) with a HardSwish, SiLU, Sigmoid or similar fused activation "
+                               "run in int8 with the activation in float between them")
     build = _builder(model, config, calibration_data, spec, report, report_progress, engine)
 
     quantized = build(None, ())

@@ -1,0 +1,75 @@
+"""Fused activations no integer kernel applies, written out as their own nodes before int8.
+
+A Conv whose fused activation is HardSwish, SiLU (x·sigmoid(x)), Sigmoid, HardSigmoid, LeakyRelu
+or Tanh used to stay in float (no integer kernel clamps to those curves), and with it most of
+MobileNetV3 and EfficientNet. Quantized as ONNX Runtime's tools do, the layer runs in integer and
+the activation runs between its DequantizeLinear and the next QuantizeLinear::
+
+    before:  x ─► Conv[fused HardSwish] ─► y                      (float)
+    after:   x ─► Q/DQ ─► Conv ─► y_pre ─► Q/DQ ─► HardSwish ─► y (Conv in int8)
+
+Relu and Clip stay fused: the integer kernel reproduces them by clamping
+(:mod:`converter.quantize.quantizers`). The rewrite runs before calibration, so the new
+pre-activation tensor gets its own measured range.
+"""
+
+from __future__ import annotations
+
+from converter.quantize.graph import GraphEditor
+from lite.format import ir as lite_ir
+from lite.ops import fused_activation
+
+LAYERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+_CLAMPING = {"Relu", "Clip"}
+
+
+def unfuse_activations(model: lite_ir.Model) -> tuple[lite_ir.Model, list[str]]:
+    """``model`` with the non-clamping fused activations of its layers as separate nodes, and the
+    names of the layers rewritten (``model`` itself is not modified)."""
+    graph = GraphEditor(model)
+    rewritten = []
+    for node in graph.nodes:
+        name = _fused(node)
+        if node.op_type not in LAYERS or node.domain not in ("", "ai.onnx") or name is None or name in _CLAMPING:
+            continue
+        params = list(node.attributes[fused_activation.PARAMS_ATTRIBUTE].value) \
+            if fused_activation.PARAMS_ATTRIBUTE in node.attributes else []
+        output = node.outputs[0]
+        tensor = graph.tensor(output)
+        before = graph.add_tensor(f"{tensor.name}_before_{name.lower()}", tensor.dtype, tensor.shape)
+        node.outputs[0] = before
+        node.attributes = {key: value for key, value in node.attributes.items()
+                           if key not in (fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE)}
+        graph.producer[before] = node
+        graph.place_after_producer(before, _activation_nodes(graph, name, params, before, output, node.name))
+        rewritten.append(node.name)
+    if not rewritten:
+        return model, []
+    return graph.finish(), rewritten
+
+
+def _fused(node: lite_ir.Node) -> str | None:
+    attribute = node.attributes.get(fused_activation.ATTRIBUTE)
+    if attribute is None:
+        return None
+    value = attribute.value
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _activation_nodes(graph: GraphEditor, name: str, params: list[float], source: int, target: int,
+                      layer: str) -> list[lite_ir.Node]:
+    """The ONNX nodes computing fused activation ``name`` from ``source`` into ``target``."""
+    float_attribute = lite_ir.AttributeType.FLOAT
+    if name == "Silu":  # x · sigmoid(x): ONNX has no single op for it before opset 24
+        gate = graph.add_tensor(f"{graph.tensor(target).name}_gate", graph.tensor(source).dtype,
+                                graph.tensor(source).shape)
+        return [graph.new_node("Sigmoid", [source], [gate], f"{layer}/Sigmoid"),
+                graph.new_node("Mul", [source, gate], [target], f"{layer}/Mul")]
+    attributes = {}
+    if name == "LeakyRelu":
+        attributes = {"alpha": lite_ir.Attribute(float_attribute, float(params[0]))}
+    elif name == "HardSigmoid":
+        attributes = {"alpha": lite_ir.Attribute(float_attribute, float(params[0])),
+                      "beta": lite_ir.Attribute(float_attribute, float(params[1]))}
+    return [graph.new_node(name, [source], [target], f"{layer}/{name}", attributes)]
+
