@@ -30,7 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FORMATS = ("lite", "onnx", "mindir", "ckpt")
+LOADER_FORMATS = ("lite", "onnx", "mindir", "ckpt")
+SURFACE_FORMATS = ("lite-path", "lite-run", "lite-cli")  # the .lite files through more than the loader
+FORMATS = LOADER_FORMATS + SURFACE_FORMATS
 STARTUP_TIMEOUT_S = 180.0  # imports and warm-up of a worker on a loaded machine
 
 
@@ -146,7 +148,7 @@ class _Chunk:
             self.report.slowest_ms = max(self.report.slowest_ms, elapsed_ms)
             if outcome == "ok":
                 self.report.outcomes["ok"] += 1
-            elif outcome.startswith("E "):
+            elif outcome.startswith(("E ", "O ")):
                 self.report.outcomes[outcome[2:]] += 1
             else:
                 detail = json.loads(outcome[2:])
@@ -270,13 +272,13 @@ def replay(fmt: str, seed: int, index: int, save: Path | None) -> int:
     chosen, data = target.generate(seed, index)
     if save is not None:
         save.mkdir(parents=True, exist_ok=True)
-        path = save / f"{fmt}-{seed}-{index}.{fmt}"
+        path = save / f"{fmt}-{seed}-{index}.{fmt.split('-')[0]}"
         path.write_bytes(data)
         print(f"wrote {path} ({len(data)} bytes, from seed {chosen.name!r})")
     started = time.perf_counter()
     try:
-        target.run(data, chosen.options)
-        print(f"ok in {(time.perf_counter() - started) * 1000:.1f} ms")
+        label = target.run(data, chosen.options)
+        print(f"{label or 'ok'} in {(time.perf_counter() - started) * 1000:.1f} ms")
     except target.expected as err:
         print(f"documented error {type(err).__name__} in {(time.perf_counter() - started) * 1000:.1f} ms: {err}")
     return 0
@@ -284,8 +286,8 @@ def replay(fmt: str, seed: int, index: int, save: Path | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--format", action="append", choices=(*FORMATS, "all"),
-                        help="format to fuzz (repeatable; default all)")
+    parser.add_argument("--format", action="append", choices=(*FORMATS, "all", "loaders", "surfaces"),
+                        help="format to fuzz (repeatable; 'loaders' and 'surfaces' name the two groups; default all)")
     parser.add_argument("--count", type=int, default=100_000, help="inputs per format (default 100000)")
     parser.add_argument("--seed", type=int, default=0, help="run seed: the inputs are a function of (seed, index)")
     parser.add_argument("--start", type=int, default=0, help="first input index")
@@ -297,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", type=int, metavar="INDEX", help="run one input in this process")
     parser.add_argument("--save", type=Path, metavar="DIR", help="with --replay: write the input to DIR")
     args = parser.parse_args(argv)
-    formats = list(FORMATS) if not args.format or "all" in args.format else list(dict.fromkeys(args.format))
+    groups = {"all": FORMATS, "loaders": LOADER_FORMATS, "surfaces": SURFACE_FORMATS}
+    named = [fmt for name in (args.format or ["all"]) for fmt in groups.get(name, (name,))]
+    formats = list(dict.fromkeys(named))
 
     if args.replay is not None:
         return replay(formats[0], args.seed, args.replay, args.save)

@@ -7,7 +7,8 @@ Each input's outcome is one line on stdout, written as soon as the input finishe
 reads them with a deadline, so a hang or a hard crash is attributed to the next index.
 
 Protocol (stdout, one line each): ``ready <VmSize kB>``; ``<index> <ms> ok``,
-``<index> <ms> E <ErrorClass>`` (a documented error), ``<index> <ms> X <json>`` (anything else,
+``<index> <ms> E <ErrorClass>`` (a documented error), ``<index> <ms> O <label>`` (a target that
+names its outcomes, e.g. one per engine), ``<index> <ms> X <json>`` (anything else,
 with the traceback); ``done <maxrss kB>``.
 """
 
@@ -64,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         seed, data = target.generate(args.seed, index)
         started = time.perf_counter()
         try:
-            target.run(data, seed.options)
-            outcome = "ok"
+            label = target.run(data, seed.options)
+            outcome = "ok" if label is None else f"O {label}"
         except target.expected as err:
             outcome = f"E {type(err).__name__}"
         except KeyboardInterrupt:
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome = "X " + json.dumps(detail)
         elapsed = (time.perf_counter() - started) * 1000
         now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        if now - peak > args.input_peak_mb * 1024 and outcome[0] != "X":
+        if target.peak_check and now - peak > args.input_peak_mb * 1024 and outcome[0] != "X":
             # The cap stops huge allocations; this catches the ones under it: no input of a few
             # hundred kB needs tens of MB unless a field sized the allocation.
             detail = {"seed": seed.name, "error": f"MemoryError: peak RSS grew by {(now - peak) // 1024} MiB "
