@@ -137,6 +137,7 @@ class _Reference:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
             compatible = make_ort_compatible(_copy(proto))
+            _unique_node_names(compatible.graph)
             self.session = ort.InferenceSession(compatible.SerializeToString(), options,
                                                 providers=["CPUExecutionProvider"])
         # onnxruntime's errors (Fail, InvalidArgument, InvalidGraph, ...) derive from Exception only.
@@ -151,6 +152,22 @@ class _Reference:
         except Exception as err:  # noqa: BLE001 - see __init__
             raise VerificationError(f"ONNX Runtime cannot run {self.what} on these inputs ({_first_line(err)})") from err
         return dict(zip(self.names, results))
+
+
+def _unique_node_names(graph: onnx.GraphProto, taken: set[str] | None = None) -> None:
+    """Rename repeated node names (ONNX allows them, ONNX Runtime refuses to load them; names
+    change nothing a node computes), in subgraphs too."""
+    taken = set() if taken is None else taken
+    for node in graph.node:
+        if node.name:
+            name, suffix = node.name, 1
+            while name in taken:
+                name, suffix = f"{node.name}__{suffix}", suffix + 1
+            node.name = name
+            taken.add(name)
+        for attribute in node.attribute:
+            for subgraph in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs):
+                _unique_node_names(subgraph, taken)
 
 
 def _first_line(err: BaseException) -> str:

@@ -68,3 +68,15 @@ def test_a_question_mark_names_no_size():
     x = rng().normal(size=(1, 3, 48, 192)).astype(np.float32)
     assert model(x).shape == (1, 8, 48, 192)
 
+
+
+def test_repeated_node_names_convert_and_are_verified(tmp_path):
+    """ONNX allows two nodes one name (some exporters write them); ONNX Runtime refuses such a
+    file, so the reference it runs gets unique names, and the check still runs."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="n"), helper.make_node("Neg", ["a"], ["b"], name="n"),
+             helper.make_node("Sigmoid", ["b"], ["y"], name="")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    report = converter.convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+                               tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.reason
