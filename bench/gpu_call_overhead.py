@@ -34,9 +34,9 @@ def per_call_us(fn, sync, n=300):
 
 def main() -> None:
     import torch
+    from gpu_resnet50 import export  # the same network and exports as bench/gpu_resnet50.py
 
     import lite
-    from gpu_resnet50 import export  # the same network and exports as bench/gpu_resnet50.py
     from converter import convert_model
     from lite.format import save
 

@@ -33,7 +33,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -94,9 +93,9 @@ def engine_throughput(lite_path: Path, batch: int, seconds: float) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
+    from gpu_resnet50 import timed
 
     import lite
-    from gpu_resnet50 import timed
 
     def measure() -> dict:
         model = lite.Model.load(lite_path, device="cuda", cache_dir=None)
@@ -170,8 +169,9 @@ def main() -> int:
         server = subprocess.Popen([sys.executable, "-c", FLOOR, str(port)], env=env, cwd=ROOT,
                                   stderr=subprocess.PIPE, text=True)
     else:
-        from converter import convert_model
         from gpu_resnet50 import export
+
+        from converter import convert_model
         from lite.format import save
 
         workdir = Path(tempfile.mkdtemp())

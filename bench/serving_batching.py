@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "converter"))
 from servers import free_port, start_lite_serve, stop, wait_ready  # noqa: E402 - bench/servers.py
+
 ON, OFF = "resnet18_batching", "resnet18"
 
 

@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from servers import free_port, start_lite_serve, stop, wait_ready  # noqa: E402 - bench/servers.py
+
 MODEL = "resnet18"
 
 

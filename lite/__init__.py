@@ -8,6 +8,8 @@ The base install needs only numpy and flatbuffers; importing ``lite`` never impo
 onnxruntime or grpc.
 """
 
+from lite.custom_ops import CustomOps
+from lite.device_arrays import DeviceArray, pinned_empty
 from lite.errors import (
     EngineUnavailableError,
     InvalidInputError,
@@ -17,8 +19,6 @@ from lite.errors import (
     PreprocessingError,
     UnsupportedOpError,
 )
-from lite.custom_ops import CustomOps
-from lite.device_arrays import DeviceArray, pinned_empty
 from lite.model import Model, TensorSpec
 
 __version__ = "0.1.0"

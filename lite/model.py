@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from lite.errors import InvalidInputError, ModelFormatError
-from lite.format import ir, load as load_model
-from lite.format.dtypes import DataType, storage_dtype
 from lite.custom_ops import CustomOps
 from lite.device_arrays import device_array_spec, is_device_array
 from lite.engines.base import DEVICES
-
+from lite.errors import InvalidInputError, ModelFormatError
+from lite.format import ir
+from lite.format import load as load_model
+from lite.format.dtypes import DataType, storage_dtype
 
 
 @dataclass(frozen=True)

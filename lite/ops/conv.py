@@ -34,7 +34,14 @@ from lite.errors import UnsupportedOpError
 from lite.ops import _wide_im2col as wide_im2col
 from lite.ops import _winograd as winograd
 from lite.ops import fused_activation as activations
-from lite.ops._conv_common import compute_dtype, output_shape, pad_input, resolve_pads, spatial_defaults, windows
+from lite.ops._conv_common import (
+    compute_dtype,
+    output_shape,
+    pad_input,
+    resolve_pads,
+    spatial_defaults,
+    windows,
+)
 from lite.ops._depthwise import depthwise_channels_last, depthwise_taps
 from lite.ops._layout import channels_last_order, empty_channels_last, is_channels_last
 from lite.ops.registry import kernel

@@ -5,7 +5,6 @@ https://onnx.ai/onnx/operators/onnx__ConvInteger.html
 
 from __future__ import annotations
 
-
 from lite.ops._quant_common import centered, to_int32
 from lite.ops.conv import Conv
 from lite.ops.registry import kernel

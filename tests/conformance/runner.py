@@ -22,7 +22,6 @@ import lite
 from converter import convert_model
 from lite.format import load, to_bytes
 
-
 DATA_SETS = ("simple", "pytorch-converted", "pytorch-operator")
 
 

@@ -28,8 +28,14 @@ import torch
 from lite.device_arrays import is_device_array
 from lite.engines import has_half_weights
 from lite.engines.partition import numpy_part, split
-from lite.engines.torch.compiler import (MODES, AotCompiled, check_inductor_options, compile_module, configure_cache,
-                                         uses_cuda_graphs)
+from lite.engines.torch.compiler import (
+    MODES,
+    AotCompiled,
+    check_inductor_options,
+    compile_module,
+    configure_cache,
+    uses_cuda_graphs,
+)
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
 from lite.errors import EngineUnavailableError, UnsupportedOpError
 from lite.format import ir

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tests.lite.ops._reference import check_against_onnxruntime, check_against_reference, kernel_outputs
 
 rng = np.random.default_rng(7)
