@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lite.format.dtypes import bfloat16_to_float32, float32_to_bfloat16
-from tests.lite.ops._group_c import check, normal, rng, run_kernel
+from tests.lite.ops._checks_domains import check, normal, rng, run_kernel
 
 
 def attention_inputs(batch=2, q_heads=4, kv_heads=4, q_len=3, kv_len=5, head=8, v_head=8, four_d=True):

@@ -1,4 +1,4 @@
-"""Checks shared by the group A kernel tests (elementwise, reductions, shape, indexing).
+"""Checks shared by the kernel tests of the core ops (elementwise, reductions, shape, indexing).
 
 Wraps :mod:`tests.lite.ops._reference` for what these ops need beyond it: TENSOR attributes
 (given as numpy arrays; onnx.reference gets a TensorProto, the kernel the array) and string

@@ -1,4 +1,4 @@
-"""Checks shared by the group C kernel tests (attention, losses, signal, sequences, strings, ml).
+"""Checks shared by the kernel tests of attention, losses, signal, sequences, strings and ai.onnx.ml.
 
 Adds to :mod:`tests.lite.ops._reference` what these ops need: a domain other than ai.onnx
 (``ai.onnx.ml``, ``ai.onnx.preview``), TENSOR attributes (a TensorProto for onnx.reference, the
@@ -14,7 +14,7 @@ import numpy as np
 from onnx.reference import ReferenceEvaluator
 
 from lite.ops import KERNELS
-from tests.lite.ops._group_a import as_proto_attributes, assert_matches, read_only
+from tests.lite.ops._checks_core import as_proto_attributes, assert_matches, read_only
 from tests.lite.ops._reference import one_node_model
 
 RTOL = 1e-5

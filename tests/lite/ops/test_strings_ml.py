@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.lite.ops._group_c import check, normal, rng, run_kernel
+from tests.lite.ops._checks_domains import check, normal, rng, run_kernel
 
 ML = "ai.onnx.ml"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.lite.ops._group_c import check, normal, rng, run_kernel
+from tests.lite.ops._checks_domains import check, normal, rng, run_kernel
 
 
 @pytest.mark.parametrize("inverse,onesided,channels", [(0, 0, 1), (0, 0, 2), (0, 1, 1), (1, 0, 2), (1, 1, 2)])

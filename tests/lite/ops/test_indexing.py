@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lite.errors import KernelError
-from tests.lite.ops._group_a import check
+from tests.lite.ops._checks_core import check
 from tests.lite.ops._reference import check_against_onnxruntime, kernel_outputs
 
 rng = np.random.default_rng(9)

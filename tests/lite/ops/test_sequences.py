@@ -7,7 +7,7 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 from lite.errors import KernelError
-from tests.lite.ops._group_c import normal, run_kernel
+from tests.lite.ops._checks_domains import normal, run_kernel
 from tests.lite.ops._reference import one_node_model
 
 

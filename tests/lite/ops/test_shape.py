@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto
 
 from lite.errors import KernelError
-from tests.lite.ops._group_a import check
+from tests.lite.ops._checks_core import check
 from tests.lite.ops._reference import check_against_onnxruntime, kernel_outputs
 
 rng = np.random.default_rng(5)
