@@ -20,8 +20,7 @@ from lite.errors import (
     UnsupportedOpError,
 )
 from lite.model import Model, TensorSpec
-
-__version__ = "0.1.0"
+from lite.version import __version__
 
 __all__ = [
     "CustomOps",

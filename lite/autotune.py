@@ -41,14 +41,15 @@ from typing import Any
 
 import numpy as np
 
-import lite
 from lite.atomic import atomic_write
 from lite.compare import compare_outputs
 from lite.device_arrays import device_array_spec, is_device_array
 from lite.engines import ENGINES, PRECISIONS, EngineRequest, create_engine, default_precision, engine_versions
-from lite.errors import LiteError
+from lite.errors import InvalidInputError, LiteError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType
+from lite.signature import TensorSpec, concrete_shape, file_identity, random_array
+from lite.version import __version__
 
 # Largest error allowed against the numpy engine, relative to the largest magnitude of the
 # output: float32 reassociation stays far below 1e-3; bf16 keeps 8 significant bits (~0.4% a
@@ -87,7 +88,7 @@ def _is_quantized(model: ir.Model) -> bool:
 
 def hardware_fingerprint() -> dict[str, Any]:
     """The CPU (model, flags, usable cores) and NVIDIA GPUs, read without importing any engine."""
-    from lite import cpu
+    from lite.cpu import signature as cpu_signature
 
     gpus = []
     root = Path("/proc/driver/nvidia/gpus")
@@ -99,7 +100,7 @@ def hardware_fingerprint() -> dict[str, Any]:
                 continue
             gpus.append(line.partition(":")[2].strip())
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu.signature(), "cores": cores, "gpus": gpus, "system": platform.system()}
+    return {"cpu": cpu_signature(), "cores": cores, "gpus": gpus, "system": platform.system()}
 
 
 def candidates(device: str) -> list[tuple[str, str]]:
@@ -164,7 +165,7 @@ def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int |
          engines: Sequence[str] | None = None) -> AutoEngine:
     """Measure (or reuse the recorded decision) and return an :class:`AutoEngine`.
 
-    ``identity`` names the model for the decision file (``lite.model._file_identity`` for a
+    ``identity`` names the model for the decision file (``lite.signature.file_identity`` for a
     file, a content hash for bytes); ``cache_dir`` None measures every time and records nothing;
     ``engines`` limits the candidates to these engine names.
     """
@@ -175,7 +176,7 @@ def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int |
     pairs = [p for p in candidates(device) if engines is None or p[0] in engines]
     if not pairs:
         raise ValueError(f"no engine of {', '.join(engines or ENGINES)} runs on device {device!r}")
-    fingerprint = {"format": DECISION_FORMAT, "model": identity, "lite": lite.__version__,
+    fingerprint = {"format": DECISION_FORMAT, "model": identity, "lite": __version__,
                    "versions": engine_versions(), "hardware": hardware_fingerprint()}
     settings = {"device": device, "threads": threads, "precision": policy, "batch_sizes": buckets,
                 "engines": [_label(*p) for p in pairs]}
@@ -203,9 +204,7 @@ def model_identity(source: Any) -> str:
     """The identity decisions are keyed on: the file's (path, size, mtime, inode), or a content hash."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return "sha256:" + hashlib.sha256(source).hexdigest()
-    from lite.model import _file_identity
-
-    return _file_identity(source)
+    return file_identity(source)
 
 
 def _buckets(model: ir.Model, batch_sizes: Sequence[int] | None) -> list[int | None]:
@@ -288,7 +287,7 @@ def _measure_bucket(model: ir.Model, batch: int | None, built: dict[str, Any], r
                     tolerance: float, timing: Timing) -> dict[str, Any]:
     try:
         feeds = _random_feeds(model, batch or 1)
-    except lite.InvalidInputError as err:
+    except InvalidInputError as err:
         # Nothing to measure with (strings, untyped inputs): the numpy engine runs every model.
         if "numpy" not in built:
             raise
@@ -315,7 +314,7 @@ def _measure_bucket(model: ir.Model, batch: int | None, built: dict[str, Any], r
         agreeing.append(label)
     scores = _time_alternating({label: built[label] for label in agreeing}, feeds, timing, entries)
     if not scores:
-        raise lite.UnsupportedOpError(
+        raise UnsupportedOpError(
             f"no engine runs this model within tolerance at batch {batch}: "
             + "; ".join(f"{label}: {entry.get('rejected')}" for label, entry in entries.items())
         )
@@ -357,16 +356,13 @@ def agreement(expected: Mapping[str, Any], got: Mapping[str, Any], tolerance: fl
 
 
 def _random_feeds(model: ir.Model, batch: int) -> dict[str, np.ndarray]:
-    from lite.commands._inputs import concrete_shape, random_array
-    from lite.model import TensorSpec
-
     rng = np.random.default_rng(0)
     graph = model.main
     feeds = {}
     for index in graph.inputs:
         spec = TensorSpec.of(graph.tensors[index])
         if graph.tensors[index].dtype in (DataType.UNDEFINED, DataType.STRING):
-            raise lite.InvalidInputError(f"input {spec.name!r} is untyped or holds strings: no random inputs for it")
+            raise InvalidInputError(f"input {spec.name!r} is untyped or holds strings: no random inputs for it")
         feeds[spec.name] = random_array(spec, concrete_shape(spec, batch), rng)
     return feeds
 

@@ -20,8 +20,8 @@ import sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-from lite import __version__
 from lite.errors import LiteError
+from lite.version import __version__
 
 
 @dataclass(frozen=True)

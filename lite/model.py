@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,27 +22,8 @@ from lite.engines.base import DEVICES
 from lite.errors import InvalidInputError, ModelFormatError
 from lite.format import ir
 from lite.format import load as load_model
-from lite.format.dtypes import DataType, storage_dtype
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Name, element type and shape of a model input or output.
-
-    ``shape`` holds ints for fixed dimensions, strings for symbolic ones (``"N"``) and None for
-    unknown ones; it is None when even the rank is unknown. ``dtype`` is the numpy type arrays
-    must have (None when the model does not say).
-    """
-
-    name: str
-    dtype: np.dtype | None
-    shape: tuple[int | str | None, ...] | None
-    kind: str = "tensor"  # "tensor", "sequence" (a list of arrays) or "optional" (an array or None)
-
-    @classmethod
-    def of(cls, tensor: ir.Tensor, kind: str = "tensor") -> TensorSpec:
-        dtype = None if tensor.dtype == DataType.UNDEFINED else storage_dtype(tensor.dtype)
-        return cls(tensor.name, dtype, tensor.shape, kind)
+from lite.format.dtypes import DataType
+from lite.signature import TensorSpec, file_identity
 
 
 class Model:
@@ -106,9 +86,9 @@ class Model:
         if batch_sizes is not None and engine != "auto":
             raise TypeError("batch_sizes applies to engine='auto' (it declares the batch sizes to tune for)")
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
-        identity = None if in_memory else _file_identity(source)
+        identity = None if in_memory else file_identity(source)
         model = load_model(source) if in_memory else load_model(source, memory_map=memory_map)
-        if not in_memory and _file_identity(source) != identity:
+        if not in_memory and file_identity(source) != identity:
             # Caches are keyed on the identity: never file these weights under another file's name.
             raise ModelFormatError(f"{source} changed while it was loaded; load it again once it is written")
         if engine is None:
@@ -250,15 +230,6 @@ def _check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tupl
                 raise InvalidInputError(
                     f"dimension {dim!r} is {size} on input {spec.name!r} axis {axis} but {first[0]} on {first[1]}"
                 )
-
-
-def _file_identity(path: str | os.PathLike) -> str:
-    """Names the weights of a file for caches: its real path, size, modification time and inode."""
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"model file not found: {path}") from err
-    return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
 
 
 def _named_engine(model: ir.Model, engine: str, source: Any, device: str, threads: int | None,

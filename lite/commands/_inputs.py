@@ -8,7 +8,8 @@ import numpy as np
 
 from lite.commands._model_file import regular_file
 from lite.errors import InvalidInputError
-from lite.model import Model, TensorSpec
+from lite.model import Model
+from lite.signature import concrete_shape, random_array
 
 
 def parse_shape_overrides(values: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -58,20 +59,3 @@ def random_inputs(model: Model, batch: int, shapes: dict[str, tuple[int, ...]], 
         shape = shapes.get(spec.name) or (shapes.get("") if len(model.inputs) == 1 else None) or concrete_shape(spec, batch)
         feeds[spec.name] = random_array(spec, shape, rng)
     return feeds
-
-
-def concrete_shape(spec: TensorSpec, batch: int) -> tuple[int, ...]:
-    if spec.shape is None:
-        raise InvalidInputError(f"input {spec.name!r} has unknown rank; give its shape with --shape {spec.name}:D1,D2,...")
-    return tuple(d if isinstance(d, int) else (batch if axis == 0 else 1) for axis, d in enumerate(spec.shape))
-
-
-def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    dtype = spec.dtype or np.dtype(np.float32)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
-    if dtype.kind in "iu":
-        return rng.integers(0, 10, shape).astype(dtype)
-    raise InvalidInputError(f"cannot make random data for input {spec.name!r} of dtype {dtype}; pass it with --input")

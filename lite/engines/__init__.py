@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+# Engine-wide facts live in lite.engines.base (engines import them from there, not from this
+# package, which imports the engines): re-exported here for callers.
+from lite.engines.base import default_cache_dir as default_cache_dir
+from lite.engines.base import default_precision
+from lite.engines.base import has_half_weights as has_half_weights
 from lite.format import ir
 
 # Precision policies, most exact first: the least precise arithmetic an engine may use
@@ -55,28 +59,6 @@ ENGINES: dict[str, EngineEntry] = {
     "openvino": EngineEntry("lite.engines.openvino:create_engine", ("openvino",), ("cpu",)),
     "torch": EngineEntry("lite.engines.torch:create_engine", ("torch",), ("cuda",)),
 }
-
-
-def default_cache_dir() -> Path:
-    """The cache root of every engine: ``$XDG_CACHE_HOME/lite`` or ``~/.cache/lite``.
-
-    Every engine's caches live below it (ONNX Runtime sessions, OpenVINO models, Inductor
-    artifacts, autotuning decisions).
-    """
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lite"
-
-
-def has_half_weights(model: ir.Model) -> bool:
-    """True when the model stores float16 weights (it was converted with ``lite convert --fp16``)."""
-    return any(t.is_constant and t.dtype == ir.DataType.FLOAT16 for t in model.main.tensors)
-
-
-def default_precision(model: ir.Model) -> str:
-    """The policy a caller who names none gets: the one the model was converted for. ``"fp16"``
-    for a model that stores float16 weights (GPU engines compute in float16; CPU engines, which
-    have few float16 kernels, in float32), else ``"exact"``."""
-    return "fp16" if has_half_weights(model) else "exact"
 
 
 def create_engine(name: str, model: ir.Model, request: EngineRequest) -> Any:

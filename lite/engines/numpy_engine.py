@@ -29,7 +29,7 @@ import numpy as np
 from lite.engines.arena import BufferPool
 from lite.errors import KernelError, LiteError, ModelFormatError, UnsupportedOpError
 from lite.format import ir
-from lite.format.dtypes import DataType, bfloat16_to_float32, is_subbyte, unpack_subbyte
+from lite.format.values import attribute_value, tensor_value
 from lite.ops import KERNELS, KernelRegistry, fused_activation
 from lite.ops.registry import normalize_domain
 
@@ -44,16 +44,6 @@ Observer = Callable[[ir.Node, float, list[Any]], None]
 _ENGINE_ATTRIBUTES = {fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE}
 # Attributes of old opsets that never change results (consumed_inputs was a memory hint before opset 6).
 _IGNORED_ATTRIBUTES = {"consumed_inputs"}
-
-
-def tensor_value(tensor: ir.Tensor) -> np.ndarray:
-    """The logical value of a constant: sub-byte types unpacked, bfloat16 widened to float32."""
-    data = tensor.data
-    if is_subbyte(tensor.dtype):
-        return unpack_subbyte(data, tensor.dtype, tuple(tensor.shape))
-    if tensor.dtype == DataType.BFLOAT16:
-        return bfloat16_to_float32(data)
-    return data
 
 
 @dataclass
@@ -179,11 +169,11 @@ class NumpyEngine:
             if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
                 graph_attributes[name] = attribute.value
             else:
-                attributes[name] = _attribute_value(attribute)
+                attributes[name] = attribute_value(attribute)
         if fused_activation.ATTRIBUTE in node.attributes:
-            kind = _attribute_value(node.attributes[fused_activation.ATTRIBUTE])
+            kind = attribute_value(node.attributes[fused_activation.ATTRIBUTE])
             params_attribute = node.attributes.get(fused_activation.PARAMS_ATTRIBUTE)
-            params = tuple(_attribute_value(params_attribute)) if params_attribute else ()
+            params = tuple(attribute_value(params_attribute)) if params_attribute else ()
             reason = fused_activation.check(kind, params)
             if reason:
                 problems.append(f"{label}: {reason}")
@@ -359,19 +349,4 @@ def _contiguous(value: Any) -> Any:
     """``value`` in C order: a kernel's channels-last view becomes an ordinary array."""
     if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
         return np.ascontiguousarray(value)
-    return value
-
-
-def _attribute_value(attribute: ir.Attribute) -> Any:
-    kind, value = attribute.type, attribute.value
-    if kind == ir.AttributeType.STRING:
-        return value.decode("utf-8", errors="surrogateescape")
-    if kind == ir.AttributeType.STRINGS:
-        return [v.decode("utf-8", errors="surrogateescape") for v in value]
-    if kind == ir.AttributeType.TENSOR:
-        return tensor_value(value)
-    if kind == ir.AttributeType.TENSORS:
-        return [tensor_value(t) for t in value]
-    if kind in (ir.AttributeType.INTS, ir.AttributeType.FLOATS):
-        return list(value)
     return value

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from lite import cpu
+from lite.cpu import signature as cpu_signature
 from lite.format import ir
 
 _ALIGNMENT = 64
-_SOURCES = ("ort/lower.py", "openvino/cache.py")
+_SOURCES = ("ort/lower.py", "openvino/cache.py", "../format/values.py")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def model_entry(model: ir.Model, cache_dir: Path, weights_identity: str | None, 
 
 
 def compiled_dir(cache_dir: Path, version: str) -> Path:
-    folder = cache_dir / "openvino" / "compiled" / hashlib.sha256(repr((version, cpu.signature())).encode()).hexdigest()[:16]
+    folder = cache_dir / "openvino" / "compiled" / hashlib.sha256(repr((version, cpu_signature())).encode()).hexdigest()[:16]
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from lite import cpu
+from lite.cpu import int8_products_saturate
 from lite.device_arrays import is_device_array
-from lite.engines import has_half_weights
+from lite.engines.base import has_half_weights
 from lite.engines.ort import sessions
 from lite.engines.ort.cuda import CudaRunner, torch_stream
 from lite.engines.ort.graph import lowering_fingerprint, node_name
@@ -91,7 +91,7 @@ class OrtEngine:
         self.config = config
         self.compute_precision = "fp16" if self._half_compute() else "as stored"
         # x86 CPUs without VNNI saturate in ONNX Runtime's U8S8 kernels: give them U8U8 (exact).
-        self.unsigned_weights = device == "cpu" and cpu.int8_products_saturate()
+        self.unsigned_weights = device == "cpu" and int8_products_saturate()
         if device != "cpu" and config.tf32 is None and self.compute_precision != "fp16":
             config = self.config = dataclasses.replace(config, tf32=False)  # float32 means float32
         # Segments run without CUDA graphs; the graphed session (if any) is built beside them.

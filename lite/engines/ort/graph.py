@@ -22,6 +22,6 @@ def lowering_fingerprint() -> str:
     digest = hashlib.sha256()
     folder = Path(__file__).parent
     for path in (folder / "lower.py", folder / "half.py", folder / "unsigned.py", folder / "graph.py",
-                 folder.parent / "partition.py"):
+                 folder.parent / "partition.py", folder.parents[1] / "format" / "values.py"):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

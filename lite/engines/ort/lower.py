@@ -25,13 +25,13 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper
 
-from lite.engines.numpy_engine import tensor_value
 from lite.engines.ort.graph import node_name
 from lite.engines.partition import reads
 from lite.errors import UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, is_subbyte
 from lite.format.ir import fresh_name
+from lite.format.values import tensor_value
 from lite.ops import fused_activation
 
 MAX_IR_VERSION = 11

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite import cpu
-from lite.engines import default_cache_dir
+from lite.cpu import signature as cpu_signature
+from lite.engines.base import default_cache_dir
 from lite.errors import EngineUnavailableError, KernelError, UnsupportedOpError
 
 if TYPE_CHECKING:  # lowering imports onnx; a warm start from the cache never needs it
@@ -306,5 +306,5 @@ def _digest(model_key: str, ort, config: SessionConfig) -> str:
     """The cache key: the model's key plus everything about the session and the machine."""
     settings = (model_key, config.device, config.threads, config.optimization, config.precision, config.device_id,
                 config.gpu_mem_limit, config.cudnn_conv_algo_search, config.prefer_nhwc, config.cuda_graph,
-                config.fuse_conv_bias, config.tf32, config.cuda_options, ort.__version__, cpu.signature())
+                config.fuse_conv_bias, config.tf32, config.cuda_options, ort.__version__, cpu_signature())
     return hashlib.sha256(repr(settings).encode()).hexdigest()[:32]

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from lite.device_arrays import is_device_array
-from lite.engines import has_half_weights
+from lite.engines.base import has_half_weights
 from lite.engines.partition import numpy_part, split
 from lite.engines.torch.compiler import (
     MODES,
@@ -47,7 +47,7 @@ PRECISIONS = ("auto", "fp32", "fp16")
 
 def default_cache_dir() -> Path:
     """lite's cache root, shared with the other engines' caches."""
-    from lite.engines import default_cache_dir as root
+    from lite.engines.base import default_cache_dir as root
 
     return root()
 

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from torch import fx
 
-from lite.engines.numpy_engine import _attribute_value, tensor_value
 from lite.engines.torch.ops import LOWERINGS, Lowering, apply_activation
 from lite.engines.torch.ops.dtypes import COMPUTE_TYPES, torch_dtype
 from lite.format import ir
 from lite.format.dtypes import DataType
+from lite.format.values import attribute_value, tensor_value
 from lite.ops import fused_activation
 from lite.ops.registry import KernelRegistry, normalize_domain
 
@@ -64,7 +64,7 @@ def unmapped_reason(node: ir.Node, graph: ir.Graph, opset: int, custom_ops: Kern
             continue
         if not entry.accepts(name):
             return f"attribute {name!r}"
-        attributes[name] = _attribute_value(attribute)
+        attributes[name] = attribute_value(attribute)
     if fused_activation.ATTRIBUTE in node.attributes:
         name, params = _activation(node)
         reason = fused_activation.check(name, params)
@@ -84,9 +84,9 @@ def unmapped_reason(node: ir.Node, graph: ir.Graph, opset: int, custom_ops: Kern
 
 
 def _activation(node: ir.Node) -> tuple[str, tuple[float, ...]]:
-    name = _attribute_value(node.attributes[fused_activation.ATTRIBUTE])
+    name = attribute_value(node.attributes[fused_activation.ATTRIBUTE])
     params = node.attributes.get(fused_activation.PARAMS_ATTRIBUTE)
-    return name, tuple(_attribute_value(params)) if params else ()
+    return name, tuple(attribute_value(params)) if params else ()
 
 
 def _output(result: Any, position: int) -> Any:
@@ -185,7 +185,7 @@ class _Builder:
         inputs = list(node.inputs)
         while inputs and inputs[-1] < 0:
             inputs.pop()
-        kwargs = {name: _attribute_value(a) for name, a in node.attributes.items() if name not in _ENGINE_ATTRIBUTES}
+        kwargs = {name: attribute_value(a) for name, a in node.attributes.items() if name not in _ENGINE_ATTRIBUTES}
         activation = _activation(node) if fused_activation.ATTRIBUTE in node.attributes else None
         engine = {"float_type": self.policy.float_type, "device": self.policy.device, "opset": self.opset,
                   "output_count": len(node.outputs), "fused_activation": activation}

@@ -1,0 +1,66 @@
+"""A model's signature, and what callers derive from it without loading an engine.
+
+:class:`TensorSpec` (name, element type, shape of an input or output), :func:`file_identity`
+(what caches key a model file on) and random inputs that fit a signature (:func:`concrete_shape`,
+:func:`random_array`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
+them without importing the model class, and nothing imports in a circle.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from lite.errors import InvalidInputError
+from lite.format import ir
+from lite.format.dtypes import DataType, storage_dtype
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, element type and shape of a model input or output.
+
+    ``shape`` holds ints for fixed dimensions, strings for symbolic ones (``"N"``) and None for
+    unknown ones; it is None when even the rank is unknown. ``dtype`` is the numpy type arrays
+    must have (None when the model does not say).
+    """
+
+    name: str
+    dtype: np.dtype | None
+    shape: tuple[int | str | None, ...] | None
+    kind: str = "tensor"  # "tensor", "sequence" (a list of arrays) or "optional" (an array or None)
+
+    @classmethod
+    def of(cls, tensor: ir.Tensor, kind: str = "tensor") -> TensorSpec:
+        dtype = None if tensor.dtype == DataType.UNDEFINED else storage_dtype(tensor.dtype)
+        return cls(tensor.name, dtype, tensor.shape, kind)
+
+
+def file_identity(path: str | os.PathLike) -> str:
+    """Names the weights of a file for caches: its real path, size, modification time and inode."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"model file not found: {path}") from err
+    return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+
+
+def concrete_shape(spec: TensorSpec, batch: int) -> tuple[int, ...]:
+    """``spec``'s shape with a symbolic leading dimension set to ``batch`` and the others to 1."""
+    if spec.shape is None:
+        raise InvalidInputError(f"input {spec.name!r} has unknown rank; give its shape with --shape {spec.name}:D1,D2,...")
+    return tuple(d if isinstance(d, int) else (batch if axis == 0 else 1) for axis, d in enumerate(spec.shape))
+
+
+def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Random values of ``spec``'s type: standard normal floats, integers in [0, 10), booleans."""
+    dtype = spec.dtype or np.dtype(np.float32)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "iu":
+        return rng.integers(0, 10, shape).astype(dtype)
+    raise InvalidInputError(f"cannot make random data for input {spec.name!r} of dtype {dtype}; pass it with --input")

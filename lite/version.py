@@ -1,0 +1,3 @@
+"""The toolchain's version (pyproject.toml's), importable without importing the runtime."""
+
+__version__ = "0.1.0"
