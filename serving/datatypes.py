@@ -76,11 +76,14 @@ def datatype_of(dtype: np.dtype) -> str:
 
 
 def element_count(shape: Sequence[int], what: str) -> int:
-    """Product of a request shape, rejecting negative dimensions."""
+    """Product of a request shape, rejecting negative dimensions and ones above MAX_DIMENSION
+    (a zero elsewhere in the shape makes the product 0, but numpy still refuses such a shape)."""
     count = 1
     for dim in shape:
         if dim < 0:
             raise InvalidRequestError(f"{what}: shape {list(shape)} has a negative dimension")
+        if dim > MAX_DIMENSION:
+            raise dimension_too_large(shape, dim, what)
         count *= dim
     return count
 
