@@ -190,11 +190,17 @@ class _PoolState:
             if best_total is None or total < best_total:
                 best, best_total = offsets, total
         self.plan = [None] * len(self.sizes)
+        self.lingering = {}
+        try:
+            self.arena = np.empty(max(best_total or 0, 1), dtype=np.uint8)
+        except MemoryError:
+            # The run itself fitted, one buffer at a time; the arena, all at once, does not. Run
+            # without one (every request a fresh buffer) rather than fail after the work is done.
+            self.arena = self.arena_view = None
+            return
         for index, offset_and_size in best.items():
             self.plan[index] = offset_and_size
-        self.arena = np.empty(max(best_total or 0, 1), dtype=np.uint8)
         self.arena_view = memoryview(self.arena)
-        self.lingering = {}
 
 
 def _place(intervals: list[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:

@@ -166,3 +166,27 @@ def test_pinned_empty_needs_a_cuda_library_and_says_so():
     else:  # a machine with CUDA: a writable numpy array of the asked shape and type
         assert array.shape == (2, 3) and array.dtype == np.float16 and array.flags.writeable
         array[:] = 1
+
+
+def test_an_arena_too_large_to_allocate_does_not_fail_a_finished_run(monkeypatch):
+    """After a run the numpy engine plans one arena for the next; when that allocation fails the
+    run's outputs are still returned and later runs use fresh buffers (a bare MemoryError once
+    escaped predict here)."""
+    from lite.engines import arena
+
+    from tests.lite.engines.models import cnn
+
+    model = lite.Model.load(cnn(), device="numpy")
+    real_empty = np.empty
+
+    def refuse_arenas(shape, dtype=float, *args, **kwargs):
+        if np.dtype(dtype) == np.uint8 and np.prod(shape) > 1:
+            raise MemoryError("refused for the test")
+        return real_empty(shape, dtype, *args, **kwargs)
+
+    data = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    expected = model(data)  # planned once already, before the arena allocation fails
+    monkeypatch.setattr(arena.np, "empty", refuse_arenas)
+    model.engine.pool = arena.BufferPool()  # a fresh plan to make: the next run records, then plans
+    for _ in range(3):
+        np.testing.assert_allclose(model(data), expected, rtol=1e-6)
