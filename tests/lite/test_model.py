@@ -173,14 +173,13 @@ def test_an_arena_too_large_to_allocate_does_not_fail_a_finished_run(monkeypatch
     run's outputs are still returned and later runs use fresh buffers (a bare MemoryError once
     escaped predict here)."""
     from lite.engines import arena
-
     from tests.lite.engines.models import cnn
 
     model = lite.Model.load(cnn(), device="numpy")
     real_empty = np.empty
 
     def refuse_arenas(shape, dtype=float, *args, **kwargs):
-        if np.dtype(dtype) == np.uint8 and np.prod(shape) > 1:
+        if sys._getframe(1).f_code.co_name == "replan":  # the arena only, not the kernels' buffers
             raise MemoryError("refused for the test")
         return real_empty(shape, dtype, *args, **kwargs)
 
