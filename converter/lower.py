@@ -33,7 +33,7 @@ from converter.errors import ExportError
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType, storage_dtype
 
-VALUE_TYPES_KEY = "lite.value_types"
+VALUE_TYPES_KEY = lite_ir.VALUE_TYPES_KEY
 
 
 def lower_model(model: ir.Model, metadata: dict[str, str] | None = None) -> lite_ir.Model:

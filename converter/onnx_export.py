@@ -6,7 +6,7 @@ leave:
 
 - fused activations are expanded back into their own nodes (``Conv → Relu`` ...), since
   ``fused_activation`` is a .lite attribute no ONNX schema has; ORT fuses them again itself;
-- the model is stamped IR ≤ 13 and default-domain opset ≤ 26 (what ORT 1.31 accepts). Lowering
+- the model is stamped IR ≤ 11 and default-domain opset ≤ 26 (what ONNX Runtime 1.31 and 1.32 accept). Lowering
   the opset stamp is only done when no op in the model changed between the two versions (so the
   stamp is the only difference); otherwise ``onnx.version_converter`` converts it, and if that
   fails the export stops with a clear error.

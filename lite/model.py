@@ -152,13 +152,12 @@ class Model:
         return {spec.name: _check_input(spec, inputs[spec.name], bound) for spec in specs}
 
 
-VALUE_TYPES_KEY = "lite.value_types"
 
 
 def _value_kinds(model: ir.Model) -> dict[str, str]:
     """Main-graph values of ONNX sequence or optional type, from the ``lite.value_types`` metadata."""
     try:
-        described = json.loads(model.metadata.get(VALUE_TYPES_KEY, "{}")).get("0", {})
+        described = json.loads(model.metadata.get(ir.VALUE_TYPES_KEY, "{}")).get("0", {})
     except (ValueError, AttributeError):
         return {}
     kinds = {}

@@ -20,5 +20,6 @@ class QuantizationError(ConverterError, RuntimeError):
     """The graph could not be quantized (e.g. a calibrated tensor never received a value)."""
 
 
-class AccuracyBudgetError(ConverterError, ArithmeticError):
-    """``max_accuracy_drop`` needs evaluation data (``--eval``) to be checked."""
+class AccuracyBudgetError(QuantizationOptionError):
+    """``max_accuracy_drop`` needs evaluation data (``--eval``) to be checked: an option error
+    (the CLI exits 2 for it, as for every bad option)."""

@@ -27,6 +27,9 @@ from lite.format.dtypes import DataType
 Dim = Union[int, str, None]
 
 FORMAT_VERSION = (2, 0)  # the version written; readers read 1.x and 2.x (docs/format.md)
+# Metadata key of the types of sequence and optional values (the tensor table holds only their
+# element type): JSON {graph index: {value name: "seq(tensor(float))", ...}}, written by the converter.
+VALUE_TYPES_KEY = "lite.value_types"
 
 
 class AttributeType(IntEnum):

@@ -42,7 +42,6 @@ PRECISIONS = ("exact", "bf16")
 _HINTS = {"exact": "f32", "bf16": "bf16"}
 # Domains OpenVINO's ONNX frontend reads (it implements part of com.microsoft).
 _DOMAINS = {"", "ai.onnx", "com.microsoft"}
-_VALUE_TYPES_KEY = "lite.value_types"
 
 
 class OpenVinoRejected(UnsupportedOpError):
@@ -74,7 +73,7 @@ def check_supported(model: ir.Model, custom_ops: Any = None) -> None:
             raise OpenVinoRejected(f"tensor {tensor.name!r} holds strings, which OpenVINO does not run; "
                                    "use engine='numpy' or engine='onnxruntime'")
     try:
-        described = json.loads(model.metadata.get(_VALUE_TYPES_KEY, "{}"))
+        described = json.loads(model.metadata.get(ir.VALUE_TYPES_KEY, "{}"))
     except ValueError:
         described = {}
     if any(described.values()):

@@ -4,7 +4,7 @@ The .lite node set *is* ONNX's, so lowering is one node to one node, except:
 
 - fused activations (``fused_activation`` attribute) become the activation node again, in the
   forms ONNX Runtime fuses back into its own kernels (Conv+Relu, Conv+Clip, Gemm+Relu, ...);
-- the model is stamped with the IR version and opset ONNX Runtime 1.31 accepts (IR ≤ 13,
+- the model is stamped with the IR version and opset ONNX Runtime accepts (IR ≤ 11,
   default-domain opset ≤ 26);
 - constants of the main graph become *external* initializers: the ONNX model holds only their
   name, type and shape, and the arrays (views of the memory-mapped .lite file) are handed to
@@ -35,7 +35,6 @@ from lite.format.values import tensor_value
 from lite.ops import fused_activation
 
 MAX_IR_VERSION = 11
-VALUE_TYPES_KEY = "lite.value_types"  # sequence/optional types of values (see lite.model)
 MAX_DEFAULT_OPSET = 26
 # Weights handed to ONNX Runtime in place (numpy-backed OrtValues, no copy). Only data-like
 # types of some size: ONNX Runtime reads small integer tensors (Reshape shapes, Slice starts,
@@ -53,7 +52,7 @@ class Lowered:
 
 
 def make_ort_compatible(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """Stamp ``proto`` with IR ≤ 13 and default-domain opset ≤ 26 (what ONNX Runtime 1.31 loads).
+    """Stamp ``proto`` with IR ≤ 11 and default-domain opset ≤ 26 (what ONNX Runtime 1.31 and 1.32 load).
 
     Lowering only the stamp is exact when no op of the model changed between the two opsets;
     otherwise onnx's version converter rewrites the model, and if it cannot, the error says so.
@@ -147,7 +146,7 @@ class _Lowering:
         self.taken: dict[int, set[str]] = {}
         self.positions: dict[int, dict[int, int]] = {}  # graph -> node -> position
         try:
-            self.value_types = json.loads(model.metadata.get(VALUE_TYPES_KEY, "{}"))
+            self.value_types = json.loads(model.metadata.get(ir.VALUE_TYPES_KEY, "{}"))
         except ValueError:
             self.value_types = {}
         self.added: dict[int, list[TensorProto]] = {}  # initializers lowering adds (Clip bounds)
