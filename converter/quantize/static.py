@@ -36,6 +36,7 @@ from converter.quantize.quantizers import QUANTIZERS, Request
 from converter.quantize.scheme import activation_params, quantize_bias, quantize_weight
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
+from lite.format.qdq import DEQUANTIZE_NODE, DEQUANTIZED, QUANTIZE_NODE, QUANTIZED, SCALE, ZERO_POINT
 
 Range = tuple[float, float]
 
@@ -177,7 +178,7 @@ def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, 
         tensor = graph.tensor(index)
         values, weight_params = quantize_weight(graph.constant(index), axis)
         weight_scales = weight_params.scale
-        quantized = graph.add_constant(f"{tensor.name}_quantized", values, DataType.INT8, weight_params)
+        quantized = graph.add_constant(tensor.name + QUANTIZED, values, DataType.INT8, weight_params)
         node.inputs[slot] = _dequantize_constant(graph, node, quantized, weight_params, tensor)
     if request.bias is None:
         return
@@ -185,7 +186,7 @@ def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, 
     tensor = graph.tensor(index)
     input_params = params[node.inputs[0]]
     values, bias_params = quantize_bias(graph.constant(index), float(input_params.scale[0]), weight_scales)
-    quantized = graph.add_constant(f"{tensor.name}_quantized", values, DataType.INT32, bias_params)
+    quantized = graph.add_constant(tensor.name + QUANTIZED, values, DataType.INT32, bias_params)
     node.inputs[request.bias] = _dequantize_constant(graph, node, quantized, bias_params, tensor)
 
 
@@ -194,14 +195,14 @@ def _dequantize_constant(graph: GraphEditor, reader: lite_ir.Node, quantized: in
     """DQ(quantized) → a float tensor in place of ``original`` for ``reader`` (zero point 0: omitted)."""
     per_axis = params.axis is not None
     scale_array = params.scale if per_axis else np.float32(params.scale[0])
-    scale = graph.add_constant(f"{original.name}_scale", np.asarray(scale_array, np.float32), DataType.FLOAT)
+    scale = graph.add_constant(original.name + SCALE, np.asarray(scale_array, np.float32), DataType.FLOAT)
     zero_dtype = np.int8 if params.bits == 8 else np.int32
     zero_array = np.zeros(params.scale.size, zero_dtype) if per_axis else zero_dtype(0)
-    zero = graph.add_constant(f"{original.name}_zero_point", np.asarray(zero_array),
+    zero = graph.add_constant(original.name + ZERO_POINT, np.asarray(zero_array),
                               DataType.INT8 if params.bits == 8 else DataType.INT32)
-    output = graph.add_tensor(f"{original.name}_dequantized", DataType.FLOAT, original.shape)
+    output = graph.add_tensor(original.name + DEQUANTIZED, DataType.FLOAT, original.shape)
     attributes = {"axis": lite_ir.Attribute(lite_ir.AttributeType.INT, int(params.axis))} if per_axis else {}
-    node = graph.new_node("DequantizeLinear", [quantized, scale, zero], [output], f"{original.name}_DequantizeLinear", attributes)
+    node = graph.new_node("DequantizeLinear", [quantized, scale, zero], [output], original.name + DEQUANTIZE_NODE, attributes)
     graph.place_before(reader, [node])
     return output
 
@@ -215,13 +216,13 @@ def _insert_pairs(graph: GraphEditor, params: dict[int, lite_ir.QuantParams], sh
         quant = params[index]
         # Each pair has its own scale and zero point, even where the values are shared (max
         # pooling): then the .lite writer stores the pair as one annotated tensor (lite.format.qdq).
-        scale = graph.add_constant(f"{tensor.name}_scale", np.float32(quant.scale[0]), DataType.FLOAT)
-        zero = graph.add_constant(f"{tensor.name}_zero_point", np.array(quant.zero_point[0], storage), integer)
+        scale = graph.add_constant(tensor.name + SCALE, np.float32(quant.scale[0]), DataType.FLOAT)
+        zero = graph.add_constant(tensor.name + ZERO_POINT, np.array(quant.zero_point[0], storage), integer)
         readers = graph.readers(index)
-        quantized = graph.add_tensor(f"{tensor.name}_quantized", integer, tensor.shape, quant=quant)
-        dequantized = graph.add_tensor(f"{tensor.name}_dequantized", DataType.FLOAT, tensor.shape)
-        q = graph.new_node("QuantizeLinear", [index, scale, zero], [quantized], f"{tensor.name}_QuantizeLinear")
-        dq = graph.new_node("DequantizeLinear", [quantized, scale, zero], [dequantized], f"{tensor.name}_DequantizeLinear")
+        quantized = graph.add_tensor(tensor.name + QUANTIZED, integer, tensor.shape, quant=quant)
+        dequantized = graph.add_tensor(tensor.name + DEQUANTIZED, DataType.FLOAT, tensor.shape)
+        q = graph.new_node("QuantizeLinear", [index, scale, zero], [quantized], tensor.name + QUANTIZE_NODE)
+        dq = graph.new_node("DequantizeLinear", [quantized, scale, zero], [dequantized], tensor.name + DEQUANTIZE_NODE)
         graph.place_after_producer(index, [q, dq])
         graph.redirect(index, dequantized, readers)
         if graph.is_output(index):
