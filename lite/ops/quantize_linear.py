@@ -29,13 +29,16 @@ def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, output_dtype=0, 
         element_type = 2  # uint8, the spec's default
     low, high, dtype = integer_range("QuantizeLinear", element_type)
     scale = broadcast_parameter("QuantizeLinear", y_scale, x.shape, axis, block_size)
-    if precision:
-        if precision not in _FLOAT_PRECISIONS:
-            raise UnsupportedOpError(f"QuantizeLinear: precision {precision} is not supported")
-        kind = _FLOAT_PRECISIONS[precision]
-        scaled = x.astype(kind) / scale.astype(kind)
-    else:
-        scaled = x / scale
+    # x / scale may overflow to ±inf for a tiny scale: saturation below clamps it to the integer
+    # range, as the spec says, so the overflow is expected and not warned about.
+    with np.errstate(over="ignore", divide="ignore"):
+        if precision:
+            if precision not in _FLOAT_PRECISIONS:
+                raise UnsupportedOpError(f"QuantizeLinear: precision {precision} is not supported")
+            kind = _FLOAT_PRECISIONS[precision]
+            scaled = x.astype(kind) / scale.astype(kind)
+        else:
+            scaled = x / scale
     values = np.rint(scaled).astype(np.float64)
     if y_zero_point is not None:
         values = values + broadcast_parameter(

@@ -147,3 +147,14 @@ def test_quantize_linear_precision_attribute():
 def test_dynamic_quantize_linear(scale):
     check_against_reference("DynamicQuantizeLinear", [normal(4, 5) * scale], opset=11, output_count=3)
     check_against_reference("DynamicQuantizeLinear", [np.abs(normal(4, 5))], opset=11, output_count=3)
+
+
+def test_quantize_linear_saturates_an_overflowing_division_without_warning():
+    import warnings
+
+    from lite.ops.quantize_linear import QuantizeLinear_13
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = QuantizeLinear_13(np.array([1e30, -1e30, 1.0], np.float32), np.float32(1e-30), np.uint8(0))
+    np.testing.assert_array_equal(got, [255, 0, 255])
