@@ -44,6 +44,8 @@ _BY_DTYPE[np.dtype(np.bytes_)] = "BYTES"
 
 DATATYPES: tuple[str, ...] = tuple(_BY_NAME)
 MAX_DIMENSION = 2**31 - 1  # of a request's tensor (serving.limits says why)
+MAX_RANK = 32  # numpy's arrays stop at 64 dimensions; no model input has more than a handful
+_MAX_SPAN = 2**62  # numpy refuses shapes whose non-zero dimensions multiply past its index type
 
 # Triton model_config.proto DataType enum values, for ModelConfig answers.
 CONFIG_TYPE: dict[str, int] = {
@@ -76,15 +78,23 @@ def datatype_of(dtype: np.dtype) -> str:
 
 
 def element_count(shape: Sequence[int], what: str) -> int:
-    """Product of a request shape, rejecting negative dimensions and ones above MAX_DIMENSION
-    (a zero elsewhere in the shape makes the product 0, but numpy still refuses such a shape)."""
-    count = 1
+    """Product of a request shape, rejecting what numpy cannot make an array of: more than
+    MAX_RANK dimensions, negative ones, ones above MAX_DIMENSION, or non-zero dimensions whose
+    product passes 2**62 (a zero elsewhere makes the count 0, but numpy still refuses the shape)."""
+    if len(shape) > MAX_RANK:
+        raise InvalidRequestError(f"{what}: shape of rank {len(shape)}; a tensor has at most {MAX_RANK} dimensions")
+    count, nonzero = 1, 1
     for dim in shape:
         if dim < 0:
             raise InvalidRequestError(f"{what}: shape {list(shape)} has a negative dimension")
         if dim > MAX_DIMENSION:
             raise dimension_too_large(shape, dim, what)
         count *= dim
+        nonzero *= dim or 1
+    if nonzero > _MAX_SPAN:
+        raise InvalidRequestError(
+            f"{what}: shape {list(shape)}: its non-zero dimensions multiply past 2**62, more than any array can span"
+        )
     return count
 
 

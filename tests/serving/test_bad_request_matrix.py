@@ -191,6 +191,10 @@ CASES: list[Case] = [
     # Zero elements, one dimension past 2**31 - 1, no contents: once INTERNAL ("array is too big").
     Case("shape-zero-times-huge-no-contents", infer(infer_request(shape=(0, 1 << 62, 1 << 28), raw=None)),
          BAD_REQUEST, ("larger than 2147483647",)),
+    # Found by the structure-aware fuzzer: both once INTERNAL (numpy's ValueError).
+    Case("shape-rank-102", infer(infer_request(shape=(1,) * 102, raw=None)), BAD_REQUEST, ("rank 102",)),
+    Case("shape-zero-times-spanless", infer(_typed("FP32", "fp32_contents", [], shape=(1 << 28,) * 3 + (0, 1))),
+         BAD_REQUEST, ("multiply past 2**62",)),
     Case("shape-rank-1", infer(infer_request(shape=(16,))), BAD_REQUEST, ("shape [16]", "[-1, 16]")),
     Case("shape-rank-3", infer(infer_request(shape=(1, 16, 1))), BAD_REQUEST, ("shape [1, 16, 1]",)),
     Case("shape-scalar", infer(infer_request(shape=(), raw=b"\x00" * 4)), BAD_REQUEST, ("shape []",)),
