@@ -7,12 +7,17 @@ extended at the end so every window is in range, and that extension never counts
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from lite.errors import UnsupportedOpError
+from lite.errors import KernelError, UnsupportedOpError
 from lite.ops._conv_common import TapPlan, output_shape, resolve_pads, spatial_defaults
+
+# Window taps per channel a pooling node may take (output positions x kernel elements): 2**34, a
+# 1024x1024 output under a 128x128 window; real networks stay far below.
+_MAX_TAPS = 1 << 34
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,14 @@ def pool_geometry(
     kernel, strides, dilations = spatial_defaults(op, spatial, kernel_shape, strides, dilations)
     begin, end = resolve_pads(op, auto_pad, pads, spatial, kernel, strides, dilations)
     out = output_shape(spatial, kernel, strides, dilations, begin, end, ceil_mode)
+    taps = math.prod(out) * math.prod(kernel)
+    if taps > _MAX_TAPS:
+        # Spec-valid with auto_pad SAME (the pads grow with the kernel), but the loop over the
+        # window would run for hours: a kernel_shape such as [2**40, 2**31 - 1] is no pooling window.
+        raise KernelError(
+            f"{op}: kernel {list(kernel)} over an output of {list(out)} takes {taps:,} taps per channel, "
+            f"more than {_MAX_TAPS:,}; check the node's kernel_shape"
+        )
     overhang = [
         max(0, (o - 1) * s + (k - 1) * d + 1 - (n + b + e))
         for o, s, k, d, n, b, e in zip(out, strides, kernel, dilations, spatial, begin, end)

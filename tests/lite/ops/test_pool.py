@@ -84,3 +84,16 @@ def test_average_pool_against_onnxruntime_ceil_mode_with_pads():
     attributes = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1,
                   "count_include_pad": 1}
     check_against_onnxruntime("AveragePool", [normal(1, 2, 8, 8)], attributes, opset=19)
+
+
+def test_a_pooling_window_of_absurd_size_is_a_kernel_error_not_hours_of_work():
+    """auto_pad SAME makes any kernel_shape spec-valid (the pads grow with it); a fuzzed
+    [2**40, 2**31 - 1] window made the numpy engine loop for hours."""
+    import pytest
+
+    from lite.errors import KernelError
+    from lite.ops.max_pool import MaxPool
+
+    x = np.zeros((2, 6, 10, 8), np.float32)
+    with pytest.raises(KernelError, match="kernel_shape"):
+        MaxPool(x, kernel_shape=[1 << 40, (1 << 31) - 1], auto_pad="SAME_UPPER", strides=[2, 2])
