@@ -26,24 +26,18 @@ from typing import Any
 import numpy as np
 
 from lite.atomic import atomic_write
+from lite.commands._engine_options import add_engine_options
 from lite.commands._inputs import parse_shape_overrides, random_inputs, read_inputs
 from lite.commands._model_file import load_checked
 from lite.compare import compare_outputs
-from lite.engines import ENGINES, PRECISIONS
+from lite.engines import PRECISIONS
 from lite.model import DEVICES, Model
-
-ENGINE_CHOICES = ("auto", *ENGINES)
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="measure latency, throughput, memory; profile; compare engines")
     parser.add_argument("model", nargs="?", help="path to a .lite file (or use --grpc)")
-    parser.add_argument("--device", default="auto", choices=DEVICES,
-                        help="where to run: auto (the best available), numpy (the numpy engine), or an ONNX Runtime "
-                             "device (cpu, cuda, tensorrt); default auto")
-    parser.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
-                        help="measure this engine (numpy, onnxruntime, openvino, torch; auto: the autotuned choice); "
-                             "default: the engine --device names")
+    add_engine_options(parser)
     parser.add_argument("--batch", type=int, default=1, help="size of symbolic leading dimensions (default 1)")
     parser.add_argument("--shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE", help="real inputs (.npy/.npz)")

@@ -9,12 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from lite.atomic import atomic_write
+from lite.commands._engine_options import add_engine_options
 from lite.commands._inputs import read_inputs
 from lite.commands._model_file import load_checked
-from lite.engines import ENGINES
-from lite.model import DEVICES, Model
-
-ENGINE_CHOICES = ("auto", *ENGINES)
+from lite.model import Model
 
 
 def register(subparsers) -> None:
@@ -23,12 +21,7 @@ def register(subparsers) -> None:
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE",
                         help="an input as NAME=file.npy (repeat), a bare file.npy for single-input models, or a .npz")
     parser.add_argument("--output-dir", "-o", metavar="DIR", help="write each output to DIR/NAME.npy")
-    parser.add_argument("--device", default="auto", choices=DEVICES,
-                        help="where to run: auto (the best available), numpy (the numpy engine), or an ONNX Runtime "
-                             "device (cpu, cuda, tensorrt); default auto")
-    parser.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
-                        help="run on this engine (auto: the fastest measured, as lite bench --autotune records it); "
-                             "default: the engine --device names")
+    add_engine_options(parser)
     parser.set_defaults(handler=run)
 
 

@@ -1,0 +1,166 @@
+"""Verifying a written output against its original (``convert(verify=...)``): the glue between
+the conversion and :mod:`converter.verify`.
+
+The converted file runs on lite's numpy engine (for .lite; on its ONNX Runtime engine when the
+numpy engine has no kernel for some nodes, ONNX Runtime's own ops) or in ONNX Runtime (for .onnx);
+inputs come from ``verify_data`` or are planned from the graph; a failure is located with
+:mod:`converter.divergence` and worded by :func:`failure_message`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from converter.errors import InvalidOptionError, VerificationError
+from converter.onnx_export import to_onnx
+from converter.verify import InputsRejectedError, Verification, run_onnxruntime, verify_conversion
+from lite.compare import Tolerance
+from lite.errors import KernelError, LiteError
+from lite.format import ir as lite_ir
+
+
+def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, tolerance: Tolerance,
+            input_shapes, verify_data) -> Verification:
+    signature = exported if exported is not None else ir.to_proto(_interface_only(model))
+    input_dtypes = None
+    if fp16_io:  # the converted model takes float16 where the original takes float32
+        input_dtypes = {value.name: onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+                        for value in signature.graph.input if value.type.HasField("tensor_type")}
+    engine = _lite_engine() if suffix == ".lite" else None
+    if engine is not None:
+        name = "lite.Model (numpy engine)"
+
+        def run(feeds):
+            try:
+                return engine(path, feeds)
+            except KernelError as err:
+                if err.node is not None and _reads_an_input(path, err.node):
+                    raise InputsRejectedError(f"{name} refuses them where ONNX Runtime ran the original: {err}") from err
+                raise VerificationError(
+                    f"the converted model fails in {name} on inputs the original runs on ({err})"
+                ) from err
+            except (LiteError, MemoryError) as err:
+                raise VerificationError(
+                    f"the converted model fails in {name} on inputs the original runs on ({err})"
+                ) from err
+    else:
+        converted = exported if exported is not None else to_onnx(model)
+        name = "onnxruntime (ONNX export of the converted graph)"
+
+        def run(feeds):
+            return run_onnxruntime(converted, feeds, what="the converted model")
+
+    samples = _verify_samples(verify_data, original) if verify_data is not None else None
+    verification = verify_conversion(original, run, name, tolerance, input_shapes=input_shapes,
+                                     verify_data=samples, input_dtypes=input_dtypes)
+    verification.engine = getattr(engine, "engine_name", None) or verification.engine
+    if verification.status == "failed" and engine is not None and verification.feeds:
+        from converter.divergence import first_divergence
+        from lite.format import load
+
+        feeds = {k: v.astype(input_dtypes[k]) if input_dtypes and k in input_dtypes else v
+                 for k, v in verification.feeds.items()}
+        verification.divergence = first_divergence(original, load(path), feeds, verification.tolerance)
+    return verification
+
+
+def _reads_an_input(path: Path, node: lite_ir.Node) -> bool:
+    """Whether ``node`` reads one of the model's inputs directly (its kernel judged those values)."""
+    from lite.format import load
+
+    main = load(path).main
+    return bool(set(node.inputs) & set(main.inputs))
+
+
+def _verify_samples(source: Any, original: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+    """``verify_data`` as the model's inputs: a .npz file holds them whole (one array per input
+    name, any shapes the model takes); a folder or an iterable holds samples in the calibration
+    format, of which the first becomes a batch of one."""
+    from converter.quantize.data import InputSpec, batches
+
+    initializers = {init.name for init in original.graph.initializer}
+    if isinstance(source, (str, os.PathLike)) and Path(source).suffix.lower() == ".npz" and Path(source).is_file():
+        return [_npz_inputs(Path(source), original, initializers)]
+    specs = []
+    for value in original.graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        tensor = value.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
+        specs.append(InputSpec(value.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)), shape))
+    for batch in batches(source, specs, batch_size=1, limit=1):
+        return [batch.feeds]
+    raise InvalidOptionError(f"verify data {source!r} holds no sample")
+
+
+def _npz_inputs(path: Path, original: onnx.ModelProto, initializers: set[str]) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError) as err:
+        raise InvalidOptionError(f"verify data {path}: not a readable .npz file ({err})") from err
+    feeds = {}
+    for value in original.graph.input:
+        if value.name in initializers:
+            continue
+        if value.name not in arrays:
+            raise InvalidOptionError(f"verify data {path}: no array named {value.name!r}; it holds {sorted(arrays)}")
+        elem_type = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type) if elem_type else None
+        feeds[value.name] = arrays[value.name] if dtype is None else arrays[value.name].astype(dtype, copy=False)
+    return feeds
+
+
+def failure_message(verification: Verification) -> str:
+    message = f"converted model differs from the original on {verification.inputs}: {verification.reason}"
+    divergence = verification.divergence or {}
+    if divergence.get("node"):
+        message += (f". First diverging node: {divergence['node']} ({divergence['op_type']}), tensor "
+                    f"{divergence['tensor']!r}, computed in the converted model by {divergence['converted_as']}: "
+                    f"{divergence['error']}")
+    elif divergence.get("note"):
+        message += f". {divergence['note']}"
+    return message + ("; see the report, convert with optimize=False (--no-optimize) to tell whether an "
+                      "optimization pass is the cause, or give --rtol/--atol")
+
+
+def _interface_only(model: ir.Model) -> ir.Model:
+    graph = ir.Graph(
+        inputs=[ir.val(v.name, v.dtype, v.shape) for v in model.graph.inputs if not v.is_initializer()],
+        outputs=[],
+        nodes=[],
+        opset_imports=dict(model.opset_imports),
+    )
+    return ir.Model(graph, ir_version=model.ir_version)
+
+
+def _lite_engine():
+    """``run(path, feeds)`` on lite's numpy engine (the reference every other engine is checked
+    against), or None when this install has no runtime."""
+    try:
+        import lite
+    except ImportError:
+        return None
+    model_class = getattr(lite, "Model", None)
+    if model_class is None:
+        return None
+
+    def run(path: Path, feeds):
+        try:
+            model = model_class.load(str(path), device="numpy")
+        except lite.UnsupportedOpError:
+            # ONNX Runtime's own ops kept in the model: lite's ONNX Runtime engine runs them
+            model = model_class.load(str(path), device="cpu", cache_dir=None)
+            run.engine_name = "lite.Model (ONNX Runtime engine: the numpy engine has no kernel for some nodes)"
+        outputs = model.predict(feeds)
+        if isinstance(outputs, dict):
+            return outputs
+        return dict(zip([spec.name for spec in model.outputs], outputs))
+
+    return run
