@@ -5,6 +5,7 @@ wired together: ports, probes, pinned images, the volumes they mount."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -15,9 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
 KUBERNETES_VERSION = "1.37.0"
-# The OpenAPI schemas of KServe's CRDs (tests/fixtures/kserve/extract_schemas.py writes them): in the
-# repository's fixtures, or in the shared/ folder that sits beside the checkout.
-KSERVE_SCHEMA_DIRS = (ROOT / "tests" / "fixtures" / "kserve", ROOT.parent / "shared" / "kserve")
+# The OpenAPI schemas of KServe's CRDs (tests/fixtures/kserve/extract_schemas.py writes them into the
+# fixtures folder; LITE_KSERVE_SCHEMAS may name another folder that holds them).
+KSERVE_SCHEMA_DIRS = tuple(Path(folder) for folder in (os.environ.get("LITE_KSERVE_SCHEMAS"),) if folder) + (
+    ROOT / "tests" / "fixtures" / "kserve",)
 KSERVE_SCHEMAS = {
     "InferenceService": "inferenceservice.v1beta1.json",
     "ClusterServingRuntime": "clusterservingruntime.v1alpha1.json",
