@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lite.cli import main
+from tests.lite.damaged_models import damaged_cases, damaged_model
 from tests.lite.test_model import matmul_model
 
 
@@ -71,43 +72,17 @@ def test_help_lists_commands():
         assert command in result.stdout
 
 
-def _damaged_model(tmp_path, opset: int = 21, **attributes):
-    """The MatMul model of matmul_model, with extra attributes on the MatMul node."""
-    from lite.format import GraphBuilder, save
-
-    b = GraphBuilder("mm", opset=opset)
-    x = b.input("x", np.float32, [1, 4])
-    w = b.constant("w", np.arange(8, dtype=np.float32).reshape(4, 2))
-    y = b.node("MatMul", [x, w], outputs=["y"], **attributes)
-    b.output(y, np.float32, [1, 2])
+def _damaged_model(tmp_path, **options):
     path = tmp_path / "damaged.lite"
-    save(b.build(), path)
+    path.write_bytes(damaged_model(**options))
     return path
 
 
-def _damaged_models():
-    from lite.format import ir
-
-    string, integer = ir.AttributeType.STRING, ir.AttributeType.INT
-    return {
-        "opset 2**40": ({"opset": 1 << 40}, "opset version 1099511627776"),
-        "opset 0": ({"opset": 0}, "opset version 0"),
-        "activation is an INT": ({"fused_activation": ir.Attribute(integer, 3)}, "fused_activation is INT"),
-        "activation not UTF-8": ({"fused_activation": b"\xff\xfe"}, "not UTF-8"),
-        "unknown activation": ({"fused_activation": "Gelu9"}, "unknown fused activation"),
-        "params of a STRING": ({"fused_activation": "Clip", "fused_activation_params": ir.Attribute(string, b"xx")},
-                               "fused_activation_params is STRING"),
-        "too few params": ({"fused_activation": "Clip", "fused_activation_params": [1.0]}, "takes 2 parameters, got 1"),
-        "params alone": ({"fused_activation_params": [1.0]}, "without fused_activation"),
-    }
-
-
-@pytest.mark.parametrize("case", list(_damaged_models()))
+@pytest.mark.parametrize("case", list(damaged_cases()))
 @pytest.mark.parametrize("command", [["run"], ["inspect", "--graph", "GRAPH"], ["bench", "--loops", "1", "--warmup", "0"]])
 def test_damaged_opsets_and_fused_activations_are_one_line_errors(tmp_path, capsys, case, command):
-    options, expected = _damaged_models()[case]
-    opset = options.pop("opset", 21)
-    path = _damaged_model(tmp_path, opset=opset, **options)
+    options, expected = damaged_cases()[case]
+    path = _damaged_model(tmp_path, **options)
     arguments = [str(tmp_path / "g.dot") if a == "GRAPH" else a for a in command[1:]]
     if command[0] == "run":
         np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))

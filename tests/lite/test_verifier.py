@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from lite.errors import ModelFormatError
 from lite.format import GraphBuilder, ir, load, to_bytes
 from lite.format.dtypes import DataType
+from tests.lite.damaged_models import damaged_cases, damaged_model
 from tests.lite.strategies import models
 from tests.lite.test_format import tiny_model
 
@@ -143,41 +144,15 @@ def test_scales_must_be_positive():
         load(to_bytes(b.build()))
 
 
-def _damaged_semantics():
-    """A MatMul model with a damaged opset import or fused activation, and what the error says."""
-    string, integer = ir.AttributeType.STRING, ir.AttributeType.INT
-    return {
-        "opset 2**40": ({"opset": 1 << 40}, "opset version 1099511627776 of domain 'ai.onnx' is not a version number"),
-        "opset 0": ({"opset": 0}, "opset version 0"),
-        "activation is an INT": ({"fused_activation": ir.Attribute(integer, 3)}, "fused_activation is INT"),
-        "activation not UTF-8": ({"fused_activation": b"\xff\xfe"}, "fused_activation is not UTF-8"),
-        "unknown activation": ({"fused_activation": "Gelu9"}, "unknown fused activation 'Gelu9'"),
-        "params of a STRING": ({"fused_activation": "Clip", "fused_activation_params": ir.Attribute(string, b"xx")},
-                               "fused_activation_params is STRING"),
-        "too few params": ({"fused_activation": "Clip", "fused_activation_params": [1.0]}, "takes 2 parameters, got 1"),
-        "too many params": ({"fused_activation": "Relu", "fused_activation_params": [1.0]}, "takes 0 parameters, got 1"),
-        "params alone": ({"fused_activation_params": [1.0]}, "without fused_activation"),
-    }
-
-
-def damaged_semantics_model(opset: int = 21, **attributes) -> bytes:
-    b = GraphBuilder("mm", opset=opset)
-    x = b.input("x", np.float32, [1, 4])
-    w = b.constant("w", np.arange(8, dtype=np.float32).reshape(4, 2))
-    y = b.node("MatMul", [x, w], outputs=["y"], name="matmul", **attributes)
-    b.output(y, np.float32, [1, 2])
-    return to_bytes(b.build())
-
-
 @pytest.mark.parametrize("device", ["numpy", "cpu"])
-@pytest.mark.parametrize("case", list(_damaged_semantics()))
+@pytest.mark.parametrize("case", list(damaged_cases()))
 def test_damaged_opsets_and_fused_activations_are_refused_by_every_load(case, device):
     import lite
 
     if device == "cpu":
         pytest.importorskip("onnxruntime")
-    options, expected = _damaged_semantics()[case]
-    data = damaged_semantics_model(**options)
+    options, expected = damaged_cases()[case]
+    data = damaged_model(**options)
     with pytest.raises(ModelFormatError, match=expected) as info:
         lite.Model.load(data, device=device)
     if "opset" not in options:
@@ -189,5 +164,5 @@ def test_damaged_opsets_and_fused_activations_are_refused_by_every_load(case, de
 def test_valid_fused_activations_load():
     for name, params in (("Relu", []), ("Clip", [0.0, 6.0]), ("LeakyRelu", [0.1])):
         extra = {"fused_activation_params": params} if params else {}
-        model = load(damaged_semantics_model(fused_activation=name, **extra))
+        model = load(damaged_model(fused_activation=name, **extra))
         assert bytes(model.main.nodes[0].attributes["fused_activation"].value) == name.encode()

@@ -193,3 +193,20 @@ def client(server):
     client = grpcclient.InferenceServerClient(server.address)
     yield client
     client.close()
+
+
+def request_counts(metrics_port: int, model: str) -> tuple[float, float]:
+    """Requests of ``model`` in flight (queued or running) and succeeded, from the server's
+    Prometheus endpoint."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    pending = done = 0.0
+    for line in text.splitlines():
+        if f'model="{model}"' not in line:
+            continue
+        if line.startswith("lite_inference_pending_requests{"):
+            pending = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("lite_inference_requests_total{") and 'outcome="success"' in line:
+            done = float(line.rsplit(" ", 1)[1])
+    return pending, done

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from lite.format import GraphBuilder, save
 
-from .conftest import identity_model, slow_model, start_server, write_config
+from .conftest import identity_model, request_counts, slow_model, start_server, write_config
 
 
 def ones(client_module, name: str, shape: list[int]):
@@ -250,7 +250,7 @@ def test_sigterm_finishes_in_flight_requests_then_exits(tmp_path):
             # SIGTERM once the server has all three and some still run: a request still on its way
             # when the server stops accepting is refused, which is right but not this test's point.
             def all_arrived_some_running() -> bool:
-                pending, done = _requests(server.metrics_port, "m")
+                pending, done = request_counts(server.metrics_port, "m")
                 return pending >= 1 and pending + done >= 3
 
             await asyncio.to_thread(_wait_for, all_arrived_some_running)
@@ -267,20 +267,6 @@ def test_sigterm_finishes_in_flight_requests_then_exits(tmp_path):
     assert code == 0
     assert all(not isinstance(r, Exception) for r in results), results
     assert any('"shutting down"' in line for line in server.logs)
-
-
-def _requests(metrics_port: int, model: str) -> tuple[float, float]:
-    """Requests of ``model`` in flight and succeeded, from the server's Prometheus endpoint."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    pending = done = 0.0
-    for line in text.splitlines():
-        if f'model="{model}"' not in line:
-            continue
-        if line.startswith("lite_inference_pending_requests{"):
-            pending = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("lite_inference_requests_total{") and 'outcome="success"' in line:
-            done = float(line.rsplit(" ", 1)[1])
-    return pending, done
 
 
 def _arrived(metrics_port: int, model: str, version: str | None = None) -> float:

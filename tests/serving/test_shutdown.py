@@ -8,7 +8,6 @@ import queue
 import subprocess
 import threading
 import time
-import urllib.request
 
 import grpc
 import numpy as np
@@ -17,7 +16,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.lite.engines.models import endless_loop
 
-from .conftest import identity_model, slow_model, start_server
+from .conftest import identity_model, request_counts, slow_model, start_server
 
 GRACE_S = 20  # long, so that a call or stream held for the whole grace period shows
 
@@ -43,26 +42,12 @@ def small_request() -> service_pb2.ModelInferRequest:
     return message
 
 
-def requests(metrics_port: int, model: str) -> tuple[float, float]:
-    """Requests of ``model`` in flight (queued or running) and succeeded, from the metrics."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    pending = done = 0.0
-    for line in text.splitlines():
-        if f'model="{model}"' not in line:
-            continue
-        if line.startswith("lite_inference_pending_requests{"):
-            pending = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("lite_inference_requests_total{") and 'outcome="success"' in line:
-            done = float(line.rsplit(" ", 1)[1])
-    return pending, done
-
-
 def pending(metrics_port: int, model: str) -> float:
-    return requests(metrics_port, model)[0]
+    return request_counts(metrics_port, model)[0]
 
 
 def all_arrived_some_queued(metrics_port: int, count: int) -> bool:
-    waiting, done = requests(metrics_port, "slow")
+    waiting, done = request_counts(metrics_port, "slow")
     return waiting >= 2 and waiting + done >= count
 
 
