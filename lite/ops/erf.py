@@ -18,8 +18,9 @@ their time in it. float32 (and narrower) inputs take a float32 path of about for
 - otherwise ``1 - erfc(|x|)`` with the Chebyshev fit of erfc in ``t = 1/(1 + |x|/2)`` from
   Numerical Recipes (section 6.2, fractional error below 1.2e-7).
 
-Against ``math.erf`` on 2 million points over [-8, 8] and 20,000 down to 1e-30 it is within 3.3
-float32 ulps (relative error 3.7e-7), the accuracy of float32 kernels elsewhere.
+Against ``math.erf`` it stays within 4 float32 ulps, the accuracy of float32 kernels elsewhere
+(``tests/lite/ops/test_elementwise.py`` checks 200,001 points over [-8, 8] and 4,000 down to
+1e-30; the largest error it sees is 3.3 ulps).
 """
 
 from __future__ import annotations
