@@ -41,7 +41,7 @@ from converter.quantize.config import QuantConfig
 from converter.quantize.pipeline import quantize_model
 from converter.quantize.report import QuantizedConversionReport
 from converter.report import ConversionReport, GraphStats
-from converter.support import unsupported_nodes
+from converter.support import unsupported_domains, unsupported_nodes
 from converter.verify import onnxruntime_available
 from converter.verify_output import failure_message, verify_output
 from lite.atomic import atomic_path
@@ -327,7 +327,8 @@ def _write(
         _write_bytes(temporary, serialize(exported))
         return exported
     unsupported = unsupported_nodes(lite_model)
-    if unsupported and not allow_custom and _all_onnxruntime_contrib(unsupported):
+    if unsupported and not allow_custom and unsupported_domains(lite_model) == {"com.microsoft"}:
+        # ONNX Runtime's own ops (its quantizer and optimizer write them): its engines run them.
         report.warnings.append(
             f"{len(unsupported)} node(s) of ONNX Runtime's com.microsoft domain "
             f"({', '.join(sorted({op for _, op, _ in unsupported}))}) have no numpy kernel: the model runs on "
@@ -388,12 +389,6 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
             "pass verify=False (--no-verify) to skip the comparison"
         ) from err
     return inlined
-
-
-def _all_onnxruntime_contrib(unsupported: list[tuple[str, str, str]]) -> bool:
-    """Whether every unsupported node is one of ONNX Runtime's own ops (com.microsoft), which
-    lite's ONNX Runtime engines run."""
-    return all(reason.startswith("no kernel for com.microsoft::") for _, _, reason in unsupported)
 
 
 def _quant_config(quant, calibration_method, calibration_size, per_channel, max_accuracy_drop,

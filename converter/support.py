@@ -19,6 +19,15 @@ _RUNTIME_ATTRIBUTES = {"fused_activation", "fused_activation_params"}
 
 def unsupported_nodes(model: lite_ir.Model, registry: KernelRegistry | None = None) -> list[tuple[str, str, str]]:
     """``(node name, op type, reason)`` for every node no kernel can run."""
+    return [(name, op_type, reason) for name, op_type, reason, _ in _unsupported(model, registry)]
+
+
+def unsupported_domains(model: lite_ir.Model, registry: KernelRegistry | None = None) -> set[str]:
+    """The domains of the nodes no kernel can run ("" for ai.onnx)."""
+    return {domain for _, _, _, domain in _unsupported(model, registry)}
+
+
+def _unsupported(model: lite_ir.Model, registry: KernelRegistry | None) -> list[tuple[str, str, str, str]]:
     if registry is None:
         import lite.ops  # noqa: F401  (importing registers the kernels)
 
@@ -39,13 +48,14 @@ def unsupported_nodes(model: lite_ir.Model, registry: KernelRegistry | None = No
                     if versions
                     else f"no kernel for {qualified}"
                 )
-                found.append((name + where if node.name else name, node.op_type, reason))
+                found.append((name + where if node.name else name, node.op_type, reason, domain))
                 continue
             if _takes_any_keyword(kernel.fn):
                 continue
             extra = sorted(set(node.attributes) - kernel.attribute_names - _RUNTIME_ATTRIBUTES)
             if extra:
-                found.append((name, node.op_type, f"attributes {extra} are not implemented by the {qualified} kernel"))
+                found.append((name, node.op_type, f"attributes {extra} are not implemented by the {qualified} kernel",
+                              domain))
     return found
 
 
