@@ -26,28 +26,31 @@ from lite.format import ir as lite_ir
 
 
 def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, tolerance: Tolerance,
-            input_shapes, verify_data) -> Verification:
+                  input_shapes, verify_data) -> Verification:
+    """Verify the file just written at ``path`` against ``original`` (see the module docstring)."""
     signature = exported if exported is not None else ir.to_proto(_interface_only(model))
     input_dtypes = None
     if fp16_io:  # the converted model takes float16 where the original takes float32
         input_dtypes = {value.name: onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
                         for value in signature.graph.input if value.type.HasField("tensor_type")}
-    engine = _lite_engine() if suffix == ".lite" else None
+    engine = _LiteRunner(path) if suffix == ".lite" else None
     if engine is not None:
-        name = "lite.Model (numpy engine)"
+        name = engine.name
 
         def run(feeds):
             try:
-                return engine(path, feeds)
+                return engine(feeds)
             except KernelError as err:
                 if err.node is not None and _reads_an_input(path, err.node):
-                    raise InputsRejectedError(f"{name} refuses them where ONNX Runtime ran the original: {err}") from err
+                    raise InputsRejectedError(
+                        f"{engine.name} refuses them where ONNX Runtime ran the original: {err}"
+                    ) from err
                 raise VerificationError(
-                    f"the converted model fails in {name} on inputs the original runs on ({err})"
+                    f"the converted model fails in {engine.name} on inputs the original runs on ({err})"
                 ) from err
             except (LiteError, MemoryError) as err:
                 raise VerificationError(
-                    f"the converted model fails in {name} on inputs the original runs on ({err})"
+                    f"the converted model fails in {engine.name} on inputs the original runs on ({err})"
                 ) from err
     else:
         converted = exported if exported is not None else to_onnx(model)
@@ -59,7 +62,8 @@ def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, 
     samples = _verify_samples(verify_data, original) if verify_data is not None else None
     verification = verify_conversion(original, run, name, tolerance, input_shapes=input_shapes,
                                      verify_data=samples, input_dtypes=input_dtypes)
-    verification.engine = getattr(engine, "engine_name", None) or verification.engine
+    if engine is not None:
+        verification.engine = engine.name
     if verification.status == "failed" and engine is not None and verification.feeds:
         from converter.divergence import first_divergence
         from lite.format import load
@@ -140,27 +144,21 @@ def _interface_only(model: ir.Model) -> ir.Model:
     return ir.Model(graph, ir_version=model.ir_version)
 
 
-def _lite_engine():
-    """``run(path, feeds)`` on lite's numpy engine (the reference every other engine is checked
-    against), or None when this install has no runtime."""
-    try:
+class _LiteRunner:
+    """Runs the written .lite file on lite's numpy engine (the reference every other engine is
+    checked against), or on its ONNX Runtime engine when the numpy engine has no kernel for some
+    nodes (ONNX Runtime's own ops kept in the model); ``name`` says which ran it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = "lite.Model (numpy engine)"
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
         import lite
-    except ImportError:
-        return None
-    model_class = getattr(lite, "Model", None)
-    if model_class is None:
-        return None
 
-    def run(path: Path, feeds):
         try:
-            model = model_class.load(str(path), device="numpy")
+            model = lite.Model.load(str(self.path), device="numpy")
         except lite.UnsupportedOpError:
-            # ONNX Runtime's own ops kept in the model: lite's ONNX Runtime engine runs them
-            model = model_class.load(str(path), device="cpu", cache_dir=None)
-            run.engine_name = "lite.Model (ONNX Runtime engine: the numpy engine has no kernel for some nodes)"
-        outputs = model.predict(feeds)
-        if isinstance(outputs, dict):
-            return outputs
-        return dict(zip([spec.name for spec in model.outputs], outputs))
-
-    return run
+            model = lite.Model.load(str(self.path), device="cpu", cache_dir=None)
+            self.name = "lite.Model (ONNX Runtime engine: the numpy engine has no kernel for some nodes)"
+        return model.predict(feeds)
