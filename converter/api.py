@@ -321,7 +321,7 @@ def _write(
     if quantize is not None:
         lite_model = quantize(lite_model)
     if suffix == ".onnx":
-        from lite.engines.ort.lower import lower_model as lower_to_onnx
+        from lite.format.onnx.lower import lower_model as lower_to_onnx
 
         exported = lower_to_onnx(lite_model, external_weights=False).model
         _write_bytes(temporary, serialize(exported))

@@ -1,6 +1,6 @@
 """Write the optimized graph as an ONNX model that ONNX Runtime loads.
 
-This is the runtime's own lowering (``lite.engines.ort.lower``), so ``lite convert -o m.onnx``
+This is the runtime's own lowering (``lite.format.onnx.lower``), so ``lite convert -o m.onnx``
 writes exactly what the ONNX Runtime engine runs. Two things differ from the graph the passes
 leave:
 
@@ -19,9 +19,9 @@ import onnx_ir as ir
 
 from converter.errors import ExportError
 from converter.lower import lower_model
-from lite.engines.ort.lower import lower_model as lower_for_onnx_runtime
-from lite.engines.ort.lower import make_ort_compatible
 from lite.errors import UnsupportedOpError
+from lite.format.onnx.lower import lower_model as lower_for_onnx_runtime
+from lite.format.onnx.lower import make_ort_compatible
 
 __all__ = ["make_ort_compatible", "serialize", "to_onnx"]
 

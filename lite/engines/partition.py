@@ -9,7 +9,7 @@ outputs. :func:`numpy_part` builds the numpy engine of a part.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lite.format import ir
@@ -21,28 +21,6 @@ class Part:
     nodes: list[ir.Node]
     inputs: list[int]  # tensor indices of the main graph
     outputs: list[int]
-
-
-def reads(model: ir.Model, graph: ir.Graph, nodes: Sequence[ir.Node]) -> set[int]:
-    """Indices of ``graph``'s tensors that ``nodes`` read, directly or through their bodies' captures."""
-    index_of = {t.name: i for i, t in enumerate(graph.tensors)}
-    result = set()
-    for node in nodes:
-        result.update(i for i in node.inputs if i >= 0)
-        for attribute in node.attributes.values():
-            if attribute.type == ir.AttributeType.GRAPH:
-                bodies = [attribute.value]
-            elif attribute.type == ir.AttributeType.GRAPHS:
-                bodies = attribute.value
-            else:
-                continue
-            for body_index in bodies:
-                body = model.graphs[body_index]
-                for captured in body.captures:
-                    index = index_of.get(body.tensors[captured].name)
-                    if index is not None:
-                        result.add(index)
-    return result
 
 
 def split(model: ir.Model, on_engine: Callable[[ir.Node], bool]) -> list[Part]:
@@ -65,7 +43,7 @@ def split(model: ir.Model, on_engine: Callable[[ir.Node], bool]) -> list[Part]:
                      list(graph.outputs))]
     needed_later = set(graph.outputs)
     for part in reversed(parts):  # each part's reads are computed once, the later ones accumulated
-        part_reads = reads(model, graph, part.nodes)
+        part_reads = ir.reads(model, graph, part.nodes)
         produced = {i for n in part.nodes for i in n.outputs if i >= 0}
         part.inputs = sorted(i for i in part_reads - produced if not graph.tensors[i].is_constant)
         part.outputs = sorted(produced & needed_later, key=lambda i: (i not in graph.outputs, i))

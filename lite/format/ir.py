@@ -15,6 +15,7 @@ and the engines execute them. They mirror ``schema/model.fbs`` one to one:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Union
@@ -144,3 +145,25 @@ def fresh_name(base: str, taken: set[str]) -> str:
         name = f"{base}_{counter}"
     taken.add(name)
     return name
+
+
+def reads(model: Model, graph: Graph, nodes: Sequence[Node]) -> set[int]:
+    """Indices of ``graph``'s tensors that ``nodes`` read, directly or through their bodies' captures."""
+    index_of = {t.name: i for i, t in enumerate(graph.tensors)}
+    result = set()
+    for node in nodes:
+        result.update(i for i in node.inputs if i >= 0)
+        for attribute in node.attributes.values():
+            if attribute.type == AttributeType.GRAPH:
+                bodies = [attribute.value]
+            elif attribute.type == AttributeType.GRAPHS:
+                bodies = attribute.value
+            else:
+                continue
+            for body_index in bodies:
+                body = model.graphs[body_index]
+                for captured in body.captures:
+                    index = index_of.get(body.tensors[captured].name)
+                    if index is not None:
+                        result.add(index)
+    return result

@@ -11,7 +11,7 @@ onnx = pytest.importorskip("onnx", reason="lowering needs onnx (the ort extra)")
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from lite.engines.ort.half import has_half_weights, to_half_compute  # noqa: E402
-from lite.engines.ort.lower import lower_model  # noqa: E402
+from lite.format.onnx.lower import lower_model  # noqa: E402
 
 
 def fp16_weight_model():

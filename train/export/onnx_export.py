@@ -1,7 +1,7 @@
 """ONNX export by tracing: run the network once on sample inputs while every op records its
 ONNX node (:mod:`train._trace`), then assemble the nodes with ``onnx.helper``.
 
-The model is stamped IR version 8 and opset 17 (ONNX Runtime accepts IR <= 13), the first
+The model is stamped IR version 8 and opset 17 (ONNX Runtime 1.31 and 1.32 load IR ≤ 11), the first
 dimension of every input and output is the symbolic ``batch``, parameters become initializers
 under their MindSpore names (``conv1.weight``), and BatchNormalization stays a node of its own
 (folding it is the converter's job). The network is traced in inference mode.

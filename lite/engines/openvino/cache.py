@@ -27,9 +27,9 @@ import numpy as np
 
 from lite.cpu import signature as cpu_signature
 from lite.format import ir
+from lite.format.onnx.graph import lowering_fingerprint
 
 _ALIGNMENT = 64
-_SOURCES = ("ort/lower.py", "openvino/cache.py", "../format/values.py")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Entry:
 
 
 def lower_for_openvino(model: ir.Model, *, external_weights: bool = True):
-    from lite.engines.ort.lower import lower_model
+    from lite.format.onnx.lower import lower_model
 
     return lower_model(model, external_weights=external_weights)
 
@@ -58,7 +58,9 @@ def model_entry(model: ir.Model, cache_dir: Path, weights_identity: str | None, 
         identity = _hash_lowered(lowered)
     else:
         identity = weights_identity
-    key = hashlib.sha256(repr((identity, _sources_digest(), version)).encode()).hexdigest()[:32]
+    # A change to the lowering (or to this file's layout) must not reuse an old model.onnx.
+    sources = lowering_fingerprint(Path(__file__).resolve())
+    key = hashlib.sha256(repr((identity, sources, version)).encode()).hexdigest()[:32]
     folder = cache_dir / "openvino" / "models" / key
     path = folder / "model.onnx"
     if path.exists() and (folder / "weights.bin").exists():
@@ -115,12 +117,3 @@ def _hash_lowered(lowered: Any) -> str:
         digest.update(name.encode())
         digest.update(memoryview(np.ascontiguousarray(lowered.external[name]).reshape(-1).view(np.uint8)))
     return "sha256:" + digest.hexdigest()
-
-
-def _sources_digest() -> str:
-    # A change to the lowering (or to this file's layout) must not reuse an old model.onnx.
-    digest = hashlib.sha256()
-    engines = Path(__file__).resolve().parents[1]
-    for relative in _SOURCES:
-        digest.update((engines / relative).read_bytes())
-    return digest.hexdigest()[:16]

@@ -1,6 +1,6 @@
 """The OpenVINO engine: the lowered ONNX model compiled by OpenVINO's CPU plugin.
 
-The .lite graph is lowered to ONNX exactly as for ONNX Runtime (:mod:`lite.engines.ort.lower`),
+The .lite graph is lowered to ONNX exactly as for ONNX Runtime (:mod:`lite.format.onnx.lower`),
 written once to the cache (see :mod:`lite.engines.openvino.cache`) and compiled with
 ``Core.compile_model(path)``. With OpenVINO's ``CACHE_DIR`` set, a later process that compiles
 the same path with the same settings imports the compiled blob instead of reading and

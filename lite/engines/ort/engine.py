@@ -1,6 +1,6 @@
 """The ONNX Runtime engine: CPU, CUDA and TensorRT execution providers behind ``lite.Model``.
 
-The .lite graph is lowered to ONNX (:mod:`lite.engines.ort.lower`) and run by an
+The .lite graph is lowered to ONNX (:mod:`lite.format.onnx.lower`) and run by an
 ``InferenceSession``. Nodes ONNX Runtime cannot run (custom ops, ops without an implementation
 in the provider) stay on the numpy engine: the main graph is cut into segments executed in
 order, each an ONNX Runtime session or a numpy plan, with arrays handed from one to the next
@@ -17,6 +17,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,15 +27,19 @@ from lite.device_arrays import is_device_array
 from lite.engines.base import has_half_weights
 from lite.engines.ort import sessions
 from lite.engines.ort.cuda import CudaRunner, torch_stream
-from lite.engines.ort.graph import lowering_fingerprint, node_name
 from lite.engines.partition import Part, numpy_part, split
 from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, from_numpy
+from lite.format.onnx.graph import lowering_fingerprint, node_name
 from lite.ops.registry import KernelRegistry, normalize_domain
 
 _ORT_DOMAINS = {"", "com.microsoft", "ai.onnx.ml"}
 _MAX_REPARTITIONS = 16
+# What this engine does besides lowering (cutting the graph, rewriting the lowered model): a change
+# to them must not reuse a cached session either.
+_HERE = Path(__file__).resolve().parent
+_REWRITES = (_HERE / "half.py", _HERE / "unsigned.py", _HERE.parent / "partition.py")
 
 
 @dataclass
@@ -178,7 +183,7 @@ class OrtEngine:
     def _lower(self, nodes, inputs, outputs, name: str, input_types=None):
         """The ONNX model ONNX Runtime runs for these nodes (imports onnx: only on a cache miss)."""
         from lite.engines.ort.half import to_half_compute
-        from lite.engines.ort.lower import lower_nodes
+        from lite.format.onnx.lower import lower_nodes
 
         lowered = lower_nodes(self.model, nodes, inputs, outputs, name=name, input_types=input_types)
         if self.unsigned_weights:
@@ -192,7 +197,7 @@ class OrtEngine:
         if self.config.weights_identity is None:
             return None
         weights = "uint8 weights" if self.unsigned_weights else "weights as stored"
-        return f"{self.config.weights_identity}|{lowering_fingerprint()}|{self.compute_precision}|{weights}|{part}"
+        return f"{self.config.weights_identity}|{lowering_fingerprint(*_REWRITES)}|{self.compute_precision}|{weights}|{part}"
 
     def _gpu_runner(self) -> CudaRunner | None:
         """IOBinding (and CUDA graph) execution when the whole graph is one ONNX Runtime session."""

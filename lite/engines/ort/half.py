@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from lite.engines.ort.lower import Lowered
+from lite.format.onnx.lower import Lowered
 
 FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
 # (op type, input index) that the ONNX schema types as float32 only.

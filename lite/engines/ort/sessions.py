@@ -29,7 +29,7 @@ from lite.engines.base import default_cache_dir
 from lite.errors import EngineUnavailableError, KernelError, UnsupportedOpError
 
 if TYPE_CHECKING:  # lowering imports onnx; a warm start from the cache never needs it
-    from lite.engines.ort.lower import Lowered
+    from lite.format.onnx.lower import Lowered
 
 _OPTIMIZATION_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
                         "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}

@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from lite.engines.ort.lower import Lowered
 from lite.format.ir import fresh_name
+from lite.format.onnx.lower import Lowered
 
 # op type -> (weight input, weight zero-point input, activation zero-point input)
 _INTEGER_LAYERS = {"QLinearConv": (3, 5, 2), "QLinearMatMul": (3, 5, 2), "ConvInteger": (1, 3, 2),

@@ -16,9 +16,9 @@ from lite.format import GraphBuilder, to_bytes
 ort = pytest.importorskip("onnxruntime", reason="the ONNX Runtime engine needs onnxruntime (the ort extra)")
 onnx = pytest.importorskip("onnx", reason="lowering to ONNX needs onnx (the ort extra)")
 
-from lite.engines.ort.lower import lower_model
 from lite.engines.ort.unsigned import unsigned_weights
 from lite.format import load
+from lite.format.onnx.lower import lower_model
 
 
 def _saturating_conv(activation_type=np.uint8) -> bytes:

@@ -1,4 +1,4 @@
-"""Lowering a .lite graph to an in-memory ONNX model for ONNX Runtime.
+"""Lowering a .lite graph to an in-memory ONNX model (for ONNX Runtime, OpenVINO and ``.onnx`` output).
 
 The .lite node set *is* ONNX's, so lowering is one node to one node, except:
 
@@ -8,8 +8,8 @@ The .lite node set *is* ONNX's, so lowering is one node to one node, except:
   default-domain opset ≤ 26);
 - constants of the main graph become *external* initializers: the ONNX model holds only their
   name, type and shape, and the arrays (views of the memory-mapped .lite file) are handed to
-  the session with ``SessionOptions.add_external_initializers``, so weights are not copied into
-  protobuf.
+  ONNX Runtime's session with ``SessionOptions.add_external_initializers`` (OpenVINO's cache
+  writes them beside the model), so weights are not copied into protobuf.
 
 Quantization parameters on tensors are descriptive; the computation is what the nodes say
 (QuantizeLinear/DequantizeLinear pairs, QLinearConv, ...), so they need no lowering.
@@ -25,12 +25,11 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper
 
-from lite.engines.ort.graph import node_name
-from lite.engines.partition import reads
 from lite.errors import UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, is_subbyte
-from lite.format.ir import fresh_name
+from lite.format.ir import fresh_name, reads
+from lite.format.onnx.graph import node_name
 from lite.format.values import tensor_value
 from lite.ops import fused_activation
 
