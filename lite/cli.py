@@ -1,6 +1,7 @@
 """The ``lite`` command.
 
-The runtime owns the entry point and its own subcommands (``inspect``, ``run``, ``bench``).
+The runtime owns the entry point and its own subcommands (``inspect``, ``run``, ``bench``,
+``compile``).
 Packages above it (converter, serving, train) contribute theirs through the ``lite.commands``
 entry-point group declared in ``pyproject.toml``: each entry point names a ``register(subparsers)``
 function that adds an argparse subparser and sets ``handler=fn(args) -> int``. The runtime
@@ -50,9 +51,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lite {__version__}")
     parser.unavailable = {}  # command -> what running it prints, for commands whose extra is missing
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from lite.commands import bench, inspect, run
+    from lite.commands import bench, compile_model, inspect, run
 
-    for module in (inspect, run, bench):
+    for module in (inspect, run, bench, compile_model):
         module.register(subparsers)
     registered = set(subparsers.choices)
     for entry in sorted(entry_points(group="lite.commands"), key=lambda e: e.name):

@@ -25,6 +25,12 @@ dtypes the user gives, as values or functions of the inputs); ``dtypes`` are nam
 ``"float32"``; ``stream`` and ``extra`` are NULL on the CPU. A non-zero return is an error.
 Attributes named in ``attributes_as_inputs`` are appended to the inputs as 0-d or 1-d arrays,
 as MindSpore passes attributes without a value as trailing arguments.
+
+A CUDA kernel (``library(..., device="cuda")``, built with ``nvcc --shared``) gets device
+pointers and the engine's CUDA stream, as MindSpore's GPU backend passes them: the torch engine
+on CUDA runs it between its compiled segments on the tensors it already holds, outputs allocated
+on the device, no host copy. Elsewhere (the numpy engine, the CPU), the inputs go to the GPU
+through PyTorch or CuPy and the outputs come back (:class:`DeviceKernel`).
 """
 
 from __future__ import annotations
@@ -32,13 +38,14 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lite.errors import KernelError
-from lite.ops.registry import KernelRegistry
+from lite.errors import EngineUnavailableError, KernelError
+from lite.ops.registry import KernelRegistry, normalize_domain
 
 ShapeSpec = Sequence[Sequence[int]] | Callable[..., Sequence[Sequence[int]]]
 DtypeSpec = Sequence[Any] | Callable[..., Sequence[Any]]
@@ -54,8 +61,36 @@ _AOT_SIGNATURE = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(
                   ctypes.c_void_p, ctypes.c_void_p]
 
 
+AOT_DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class DeviceKernel:
+    """A compiled AOT function that works on GPU memory: what an engine needs to call it with
+    device pointers (:meth:`call`), and how to size its outputs (:meth:`output_specs`)."""
+
+    entry: Any
+    label: str
+    output_shapes: ShapeSpec
+    output_dtypes: DtypeSpec
+    attributes_as_inputs: tuple[str, ...]
+
+    def output_specs(self, inputs: Sequence[Any]) -> list[tuple[tuple[int, ...], np.dtype]]:
+        """The outputs' shapes and dtypes for ``inputs`` (anything with ``.shape`` and ``.dtype``)."""
+        return _output_specs(self.label, self.output_shapes, self.output_dtypes, inputs)
+
+    def call(self, pointers: Sequence[int], shapes: Sequence[tuple[int, ...]], dtypes: Sequence[np.dtype],
+             stream: int) -> None:
+        """Run on device buffers (inputs, then outputs) on ``stream`` (a ``cudaStream_t`` as an int)."""
+        _invoke(self.entry, self.label, pointers, shapes, dtypes, stream)
+
+
 class CustomOps(KernelRegistry):
     """Kernels for custom (domain, op type) pairs; they take precedence over built-in kernels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.device_kernels: dict[tuple[str, str], DeviceKernel] = {}
 
     def python(self, op_type: str, *, domain: str = "") -> Callable[[Callable], Callable]:
         """Decorator: register a Python function as the kernel of ``domain::op_type``.
@@ -67,8 +102,13 @@ class CustomOps(KernelRegistry):
 
     def library(self, op_type: str, library: str | os.PathLike, function: str, *, domain: str = "",
                 output_shapes: ShapeSpec, output_dtypes: DtypeSpec,
-                attributes_as_inputs: Sequence[str] = ()) -> None:
-        """Register ``function`` of the shared library ``library`` (AOT signature) for ``domain::op_type``."""
+                attributes_as_inputs: Sequence[str] = (), device: str = "cpu") -> None:
+        """Register ``function`` of the shared library ``library`` (AOT signature) for ``domain::op_type``.
+
+        ``device``: ``"cpu"`` (host pointers, NULL stream) or ``"cuda"`` (device pointers and the
+        engine's CUDA stream; see the module's docstring)."""
+        if device not in AOT_DEVICES:
+            raise ValueError(f"custom op {op_type}: device must be one of {', '.join(AOT_DEVICES)}; got {device!r}")
         path = Path(library)
         try:
             handle = ctypes.CDLL(str(path.resolve() if path.exists() else path))
@@ -81,9 +121,17 @@ class CustomOps(KernelRegistry):
         entry.restype = ctypes.c_int
         entry.argtypes = _AOT_SIGNATURE
         label = f"{domain + '::' if domain else ''}{op_type} ({path.name}:{function})"
-        self.register(op_type, domain=domain)(
-            _aot_kernel(entry, label, output_shapes, output_dtypes, tuple(attributes_as_inputs))
-        )
+        attributes = tuple(attributes_as_inputs)
+        if device == "cuda":
+            kernel = DeviceKernel(entry, label, output_shapes, output_dtypes, attributes)
+            self.register(op_type, domain=domain)(_staged_kernel(kernel))
+            self.device_kernels[(normalize_domain(domain), op_type)] = kernel
+            return
+        self.register(op_type, domain=domain)(_aot_kernel(entry, label, output_shapes, output_dtypes, attributes))
+
+    def device_kernel(self, op_type: str, domain: str) -> DeviceKernel | None:
+        """The CUDA kernel registered for ``domain::op_type``, if any."""
+        return self.device_kernels.get((normalize_domain(domain), op_type))
 
 
 def _attribute_array(value: Any) -> np.ndarray:
@@ -96,35 +144,106 @@ def _attribute_array(value: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def attribute_inputs(label: str, names: Sequence[str], attributes: dict[str, Any]) -> list[np.ndarray]:
+    """The attributes named in ``attributes_as_inputs``, in order, as trailing kernel inputs."""
+    arrays = []
+    for name in names:
+        if name not in attributes:
+            raise KernelError(f"custom op {label}: attribute {name!r} is missing on the node")
+        arrays.append(_attribute_array(attributes[name]))
+    return arrays
+
+
+def _output_specs(label: str, output_shapes: ShapeSpec, output_dtypes: DtypeSpec,
+                  inputs: Sequence[Any]) -> list[tuple[tuple[int, ...], np.dtype]]:
+    shapes = output_shapes(*inputs) if callable(output_shapes) else output_shapes
+    dtypes = output_dtypes(*inputs) if callable(output_dtypes) else output_dtypes
+    if len(shapes) != len(dtypes):
+        raise KernelError(f"custom op {label}: {len(shapes)} output shapes but {len(dtypes)} output dtypes")
+    specs = []
+    for shape, dtype in zip(shapes, dtypes):
+        try:
+            kind = np.dtype(dtype)
+        except TypeError:
+            kind = np.dtype(str(dtype).rsplit(".", 1)[-1])  # torch.float32 and friends
+        specs.append((tuple(int(d) for d in shape), kind))
+    return specs
+
+
+def _invoke(entry, label: str, pointers: Sequence[int], shapes: Sequence[tuple[int, ...]],
+            dtypes: Sequence[np.dtype], stream: int | None) -> None:
+    """Call an AOT function: ``pointers`` are the inputs' then the outputs' buffers."""
+    count = len(pointers)
+    dims = [np.asarray(shape, dtype=np.int64) for shape in shapes]  # kept alive for the call
+    try:
+        names = [_AOT_DTYPE_NAMES[np.dtype(d)].encode() for d in dtypes]
+    except KeyError as err:
+        raise KernelError(f"custom op {label}: dtype {err.args[0]} cannot be passed to an AOT kernel") from None
+    params = (ctypes.c_void_p * count)(*pointers)
+    ndims = (ctypes.c_int * count)(*[len(shape) for shape in shapes])
+    shape_pointers = (ctypes.POINTER(ctypes.c_int64) * count)(
+        *[d.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for d in dims]
+    )
+    dtype_names = (ctypes.c_char_p * count)(*names)
+    status = entry(count, params, ndims, shape_pointers, dtype_names, stream, None)
+    if status != 0:
+        raise KernelError(f"custom op {label} returned error code {status}")
+
+
 def _aot_kernel(entry, label: str, output_shapes: ShapeSpec, output_dtypes: DtypeSpec,
                 attributes_as_inputs: tuple[str, ...]) -> Callable:
     def kernel(*inputs: np.ndarray, **attributes: Any) -> tuple[np.ndarray, ...]:
         arrays = [np.ascontiguousarray(x) for x in inputs]
-        for name in attributes_as_inputs:
-            if name not in attributes:
-                raise KernelError(f"custom op {label}: attribute {name!r} is missing on the node")
-            arrays.append(_attribute_array(attributes[name]))
-        shapes = output_shapes(*inputs) if callable(output_shapes) else output_shapes
-        dtypes = output_dtypes(*inputs) if callable(output_dtypes) else output_dtypes
-        if len(shapes) != len(dtypes):
-            raise KernelError(f"custom op {label}: {len(shapes)} output shapes but {len(dtypes)} output dtypes")
-        outputs = [np.empty(tuple(int(d) for d in shape), dtype=np.dtype(dtype)) for shape, dtype in zip(shapes, dtypes)]
+        arrays += attribute_inputs(label, attributes_as_inputs, attributes)
+        specs = _output_specs(label, output_shapes, output_dtypes, inputs)
+        outputs = [np.empty(shape, dtype=dtype) for shape, dtype in specs]
         buffers = arrays + outputs
-        count = len(buffers)
-        dims = [np.asarray(b.shape, dtype=np.int64) for b in buffers]  # kept alive for the call
-        try:
-            names = [_AOT_DTYPE_NAMES[b.dtype].encode() for b in buffers]
-        except KeyError as err:
-            raise KernelError(f"custom op {label}: dtype {err.args[0]} cannot be passed to an AOT kernel") from None
-        params = (ctypes.c_void_p * count)(*[b.ctypes.data for b in buffers])
-        ndims = (ctypes.c_int * count)(*[b.ndim for b in buffers])
-        shape_pointers = (ctypes.POINTER(ctypes.c_int64) * count)(
-            *[d.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for d in dims]
-        )
-        dtype_names = (ctypes.c_char_p * count)(*names)
-        status = entry(count, params, ndims, shape_pointers, dtype_names, None, None)
-        if status != 0:
-            raise KernelError(f"custom op {label} returned error code {status}")
+        _invoke(entry, label, [b.ctypes.data for b in buffers], [b.shape for b in buffers],
+                [b.dtype for b in buffers], None)
         return tuple(outputs)
 
     return kernel
+
+
+def _staged_kernel(kernel: DeviceKernel) -> Callable:
+    """A CUDA kernel for host arrays: inputs copied to the GPU (PyTorch), outputs copied back.
+    Engines on CUDA call :meth:`DeviceKernel.call` on device tensors instead."""
+    def run(*inputs: np.ndarray, **attributes: Any) -> tuple[np.ndarray, ...]:
+        try:
+            import torch
+        except ImportError as err:
+            raise EngineUnavailableError(f"custom op {kernel.label} is a CUDA kernel: running it on host arrays "
+                                         "needs PyTorch with a GPU (pip install torch)") from err
+        if not torch.cuda.is_available():
+            raise EngineUnavailableError(f"custom op {kernel.label} is a CUDA kernel and PyTorch sees no CUDA GPU")
+        arrays = [np.ascontiguousarray(x) for x in inputs]
+        arrays += attribute_inputs(kernel.label, kernel.attributes_as_inputs, attributes)
+        return tuple(t.cpu().numpy() for t in run_device_kernel(kernel, [torch.from_numpy(a).cuda() for a in arrays],
+                                                                 inputs))
+
+    return run
+
+
+def run_device_kernel(kernel: DeviceKernel, tensors: Sequence[Any], shape_inputs: Sequence[Any]) -> list[Any]:
+    """Run ``kernel`` on CUDA torch ``tensors`` (the inputs, attributes appended) on the current
+    stream; outputs are allocated on the same device. ``shape_inputs`` are what the output
+    shape and dtype functions see (the node's inputs, without attributes)."""
+    import torch
+
+    device = tensors[0].device
+    tensors = [t.contiguous() for t in tensors]
+    outputs = [torch.empty(shape, dtype=_torch_dtype(torch, dtype), device=device)
+               for shape, dtype in kernel.output_specs(shape_inputs)]
+    buffers = [*tensors, *outputs]
+    stream = torch.cuda.current_stream(device).cuda_stream
+    kernel.call([b.data_ptr() for b in buffers], [tuple(b.shape) for b in buffers],
+                [_numpy_dtype(b.dtype) for b in buffers], stream)
+    return outputs
+
+
+def _torch_dtype(torch: Any, dtype: np.dtype) -> Any:
+    return getattr(torch, "bool" if dtype == np.bool_ else dtype.name)
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    return np.dtype(str(dtype).rsplit(".", 1)[-1])

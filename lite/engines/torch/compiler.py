@@ -42,6 +42,12 @@ from torch.fx.experimental.proxy_tensor import make_fx
 log = logging.getLogger("lite.engines.torch")
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# What a call at a new input shape gets while its artifact is not in the cache (docs/runtime.md):
+# "best" compiles it first (minutes with max-autotune); "fast" never compiles, running the
+# lowered module op by op (replayed from a CUDA graph on CUDA); "background" answers from the
+# fast configuration at once and swaps the compiled artifact in when a background thread has
+# made it.
+STARTUP_POLICIES = ("background", "fast", "best")
 CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 _cache_lock = threading.Lock()
 
@@ -131,9 +137,22 @@ class AotCompiled:
     """
 
     def __init__(self, module: torch.nn.Module, mode: str, folder: Path | None, *, cuda_graphs: bool,
-                 options: Mapping[str, Any] | None = None) -> None:
+                 options: Mapping[str, Any] | None = None, startup: str = "best", package: Any = None,
+                 call_lock: threading.Lock | None = None) -> None:
+        if startup not in STARTUP_POLICIES:
+            raise ValueError(f"startup must be one of {', '.join(STARTUP_POLICIES)}; got {startup!r}")
         self.module = module
         self.mode = mode
+        self.startup = startup
+        self.package = package  # a precompiled.Package, or None
+        # Held around every call of a CUDA-graph runner (the engine's lock): a swapped-in
+        # artifact is captured under it, so no replay of this segment runs during the capture.
+        self.call_lock = call_lock or threading.Lock()
+        self.tiers: dict[tuple, str] = {}  # signature -> "fast" | "compiling" | "best" | "fast (upgrade failed)"
+        self.upgrade_errors: dict[tuple, str] = {}
+        self._pending: list[tuple[tuple, tuple[torch.Tensor, ...]]] = []
+        self._upgrader: threading.Thread | None = None
+        self._upgrades_done = threading.Condition()
         settings = dict(torch._inductor.list_mode_options(mode))
         settings.pop("triton.cudagraphs", None)  # graphs are captured here, around the artifact
         # No coordinate-descent tuning of kernel launch parameters: a kernel loaded from a saved
@@ -152,20 +171,23 @@ class AotCompiled:
         self.aot_declined: str | None = None  # why an artifact could not be made
         self.reloaded: list[str] = []  # artifacts found unloadable and compiled again (their reasons)
         self.uncompiled: list[list[tuple]] = []  # input shapes past the compile limit, run uncompiled
+        self.artifact_keys: list[str] = []  # the artifacts this segment loaded or compiled (lite compile packs them)
         self._lifted, self._weights = lift_weights(module)
         self._jit: Callable | None = None
         self._lock = threading.Lock()
 
     def __call__(self, *args: torch.Tensor):
-        signature = tuple((tuple(a.shape), str(a.dtype), str(a.device)) for a in args)
+        # torch.Size, dtypes and devices hash as they are: no strings built per call.
+        signature = tuple((a.shape, a.dtype, a.device) for a in args)
         runner = self.runners.get(signature)
         if runner is None:
             with self._lock:
-                runner = self.runners.get(signature) or self._prepare(args)
-                self.runners[signature] = runner
+                runner = self.runners.get(signature) or self._prepare(signature, args)
+                self.runners.setdefault(signature, runner)
+                runner = self.runners[signature]
         return runner(*args)
 
-    def _prepare(self, args: tuple[torch.Tensor, ...]) -> Callable:
+    def _prepare(self, signature: tuple, args: tuple[torch.Tensor, ...]) -> Callable:
         limit = getattr(torch._dynamo.config, "recompile_limit", 8)
         if len(self.runners) >= limit:  # as torch.compile does past its limit: run uncompiled
             if not self.uncompiled:
@@ -174,6 +196,18 @@ class AotCompiled:
                             limit, [tuple(a.shape) for a in args])
             self.uncompiled.append([tuple(a.shape) for a in args])
             return self.module
+        if self.startup == "best" or self._artifact_ready(args):
+            self.tiers[signature] = "best"
+            return self._best(args)
+        fast = self._fast(args)
+        self.tiers[signature] = "fast"
+        if self.startup == "background":
+            self._upgrade_later(signature, args)
+        return fast
+
+    def _best(self, args: tuple[torch.Tensor, ...]) -> Callable:
+        """The compiled artifact for ``args``' signature (loaded, installed from the package or
+        compiled), replayed from a CUDA graph where the segment uses them."""
         try:
             artifact = self._artifact(args)
         except AotUnavailable as err:
@@ -189,21 +223,96 @@ class AotCompiled:
         def run(*inputs: torch.Tensor):
             return artifact(*weights, *inputs)
 
+        return self._graphed(run, args)
+
+    def _fast(self, args: tuple[torch.Tensor, ...]) -> Callable:
+        """The quick configuration: the lowered module itself, nothing compiled (cuDNN and cuBLAS
+        do the heavy layers), replayed from a CUDA graph so that its hundreds of small launches
+        cost one."""
+        return self._graphed(self.module, args)
+
+    def _graphed(self, run: Callable, args: tuple[torch.Tensor, ...]) -> Callable:
         if self.cuda_graphs and args and args[0].is_cuda:
             try:
                 return _Graphed(run, args)
-            except RuntimeError as err:  # an artifact the capture rejects still runs, uncaptured
+            except RuntimeError as err:  # what the capture rejects still runs, uncaptured
                 self.graph_declined = f"{type(err).__name__}: {err}"
         return run
 
+    # -- background upgrade ----------------------------------------------------------------------
+    def _upgrade_later(self, signature: tuple, args: tuple[torch.Tensor, ...]) -> None:
+        """Queue ``signature`` for compilation on this segment's upgrade thread (one at a time:
+        Inductor's settings are process-wide while it compiles)."""
+        example = tuple(torch.empty_like(a).copy_(a) for a in args)  # the caller may free its inputs
+        with self._upgrades_done:
+            self._pending.append((signature, example))
+            self.tiers[signature] = "compiling"
+            if self._upgrader is None or not self._upgrader.is_alive():
+                self._upgrader = threading.Thread(target=self._upgrade_pending, name="lite-torch-upgrade",
+                                                  daemon=True)
+                self._upgrader.start()
+
+    def _upgrade_pending(self) -> None:
+        while True:
+            with self._upgrades_done:
+                if not self._pending:
+                    self._upgrades_done.notify_all()
+                    return
+                signature, example = self._pending.pop(0)
+            started = time.perf_counter()
+            try:
+                with torch.no_grad():
+                    artifact = self._artifact(example)
+                weights = self._weights
+
+                def run(*inputs: torch.Tensor, artifact=artifact):
+                    return artifact(*weights, *inputs)
+
+                with self.call_lock:  # no replay of this segment while the new graph is captured
+                    best = self._graphed(run, example)
+                    self.runners[signature] = best  # the swap: one dictionary store, atomic
+                self.tiers[signature] = "best"
+                log.info("input shapes %s: the compiled configuration replaced the fast one after %.1f s",
+                         [s[0] for s in signature], time.perf_counter() - started)
+            except Exception as err:  # noqa: BLE001 - any failure leaves the fast configuration serving
+                reason = f"{type(err).__name__}: {err}"
+                self.upgrade_errors[signature] = reason
+                self.tiers[signature] = "fast (upgrade failed)"
+                log.warning("input shapes %s: compiling the best configuration failed, the fast one keeps "
+                            "serving: %s", [s[0] for s in signature], reason)
+
+    def wait_for_upgrades(self, timeout: float | None = None) -> bool:
+        """Block until every queued upgrade is done (True) or ``timeout`` seconds pass (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._upgrades_done:
+            while self._pending or (self._upgrader is not None and self._upgrader.is_alive()):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._upgrades_done.wait(0.5 if left is None else min(left, 0.5))
+        return True
+
     def key(self, args: tuple[torch.Tensor, ...]) -> str:
-        weights = [(tuple(w.shape), tuple(w.stride()), str(w.dtype), str(w.device)) for w in self._weights]
-        signature = [(tuple(a.shape), tuple(a.stride()), str(a.dtype), str(a.device)) for a in args]
-        return hashlib.sha256(repr((self._lifted.code, _lowering_digest(), weights, signature,
+        """The artifact's name: what its code depends on. Devices enter as their type and the GPU
+        as its architecture, so a package compiled on one H100 serves another, or an H200."""
+        weights = [(tuple(w.shape), tuple(w.stride()), str(w.dtype), w.device.type) for w in self._weights]
+        signature = [(tuple(a.shape), tuple(a.stride()), str(a.dtype), a.device.type) for a in args]
+        return hashlib.sha256(repr((self._lifted.code, lowering_digest(), weights, signature,
                                     sorted(self.options.items()), torch.__version__, torch.version.cuda,
-                                    _device_name(args))).encode()).hexdigest()[:32]
+                                    _device_arch(args))).encode()).hexdigest()[:32]
+
+    def _artifact_ready(self, args: tuple[torch.Tensor, ...]) -> bool:
+        """Whether ``args``' artifact loads without compiling (in the cache or the package)."""
+        key = self.key(args)
+        if self.folder is not None and (self.folder / "compiled" / key).is_dir():
+            return True
+        return self.package is not None and self.package.artifact(key) is not None
 
     def _artifact(self, args: tuple[torch.Tensor, ...]) -> Callable:
+        with _COMPILE_LOCK:
+            return self._load_or_compile(args)
+
+    def _load_or_compile(self, args: tuple[torch.Tensor, ...]) -> Callable:
         """The compiled artifact for ``args``' signature: loaded from the cache, or compiled (and
         saved); raises :class:`AotUnavailable` when it cannot be compiled.
 
@@ -213,7 +322,12 @@ class AotCompiled:
         for that tuning (seconds for ResNet-50), not every later start. Without a cache folder
         (``cache_dir=None``) nothing is written: the artifact runs from memory."""
         folder = None if self.folder is None else self.folder / "compiled"
-        path = Path(self.key(args)) if folder is None else folder / self.key(args)
+        key = self.key(args)
+        self.artifact_keys.append(key)
+        path = Path(key) if folder is None else folder / key
+        packaged = None if self.package is None else self.package.install(key, folder)
+        if packaged is not None and folder is None:
+            return _load(packaged)  # no cache: run from the package's own folder
         if folder is not None and path.is_dir():
             try:
                 return _load(path)
@@ -268,9 +382,12 @@ def _load(path: Path) -> Callable:
 
 
 _LOWERING_DIGEST: str | None = None
+# One compilation at a time in this process: Inductor's settings are patched process-wide
+# while it compiles (a background upgrade and a first call of another model could overlap).
+_COMPILE_LOCK = threading.RLock()
 
 
-def _lowering_digest() -> str:
+def lowering_digest() -> str:
     """A digest of this package's sources: the lowered graph's code names the lowering functions
     but not their bodies, so a changed lowering must not meet an artifact made from the old one."""
     global _LOWERING_DIGEST
@@ -332,6 +449,7 @@ class _Graphed:
         return self.outputs
 
 
-def _device_name(args: tuple[torch.Tensor, ...]) -> str:
-    device = args[0].device if args else torch.device("cpu")
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+def _device_arch(args: tuple[torch.Tensor, ...]) -> str:
+    from lite.engines.torch.precompiled import gpu_arch
+
+    return gpu_arch(args[0].device if args else torch.device("cpu"))

@@ -17,6 +17,7 @@ DLPack — torch tensors are used as they are — and outputs then are torch ten
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from lite.engines.base import has_half_weights
 from lite.engines.partition import numpy_part, split
 from lite.engines.torch.compiler import (
     MODES,
+    STARTUP_POLICIES,
     AotCompiled,
     check_inductor_options,
     compile_module,
@@ -37,9 +39,11 @@ from lite.engines.torch.compiler import (
     uses_cuda_graphs,
 )
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
+from lite.engines.torch.precompiled import Package
 from lite.errors import EngineUnavailableError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, storage_dtype
+from lite.format.values import tensor_value
 from lite.ops.registry import KernelRegistry, normalize_domain
 
 PRECISIONS = ("auto", "fp32", "fp16")
@@ -61,7 +65,8 @@ class _Segment:
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
     module: Any = None  # the FX GraphModule (torch segments)
-    runner: Any = None  # the compiled module, or a NumpyEngine
+    runner: Any = None  # the compiled module, a DeviceKernels (CUDA custom ops) or a NumpyEngine
+    on_device_kernels: bool = False  # custom nodes whose CUDA kernels run on the engine's tensors
 
 
 class TorchEngine:
@@ -86,12 +91,26 @@ class TorchEngine:
     not on the CPU, where ``torch.compile`` with ``freezing`` prepacks the weights for oneDNN. ``inductor_options``:
     Inductor settings (names of ``torch._inductor.config``, e.g. ``{"max_autotune_gemm_backends":
     "TRITON"}``) applied over the mode's, as ``torch.compile(options=...)`` takes them.
+
+    ``startup`` (ahead-of-time segments; :data:`~lite.engines.torch.compiler.STARTUP_POLICIES`):
+    what the first call at an input shape whose artifact is not ready gets. ``"background"`` (the
+    default on CUDA): an answer at once from the fast configuration (the lowered module, not
+    compiled, replayed from a CUDA graph), while a background thread compiles the best one and
+    swaps it in; ``"fast"``: the fast configuration only, nothing compiled; ``"best"`` (the default
+    on the CPU): compile first, answer after (minutes with max-autotune on a cold cache).
+    :meth:`wait_until_best` waits for the swaps, :meth:`startup_state` tells where each shape is.
+    ``precompiled``: a package of artifacts written by ``lite compile`` (a :class:`Package`, see
+    :mod:`lite.engines.torch.precompiled`); artifacts found there are not compiled.
+
+    Custom nodes with a CUDA kernel (``CustomOps.library(..., device="cuda")``) run on the GPU
+    between the compiled segments, on the engine's tensors and its current CUDA stream.
     """
 
     def __init__(self, model: ir.Model, device: str = "cuda", *, mode: str | None = None, precision: str = "auto",
                  channels_last: bool | None = None, dynamic: bool | None = False, freezing: bool | None = None,
                  cache_dir: str | Path | None = "default", custom_ops: KernelRegistry | None = None,
-                 fallback: bool = True, aot: bool | None = None, inductor_options: Mapping[str, Any] | None = None) -> None:
+                 fallback: bool = True, aot: bool | None = None, inductor_options: Mapping[str, Any] | None = None,
+                 startup: str | None = None, precompiled: Package | None = None) -> None:
         self.device = torch.device(device)
         if self.device.type not in ("cuda", "cpu"):
             raise ValueError(f"the torch engine runs on 'cuda' or 'cpu'; got device {device!r}")
@@ -108,6 +127,10 @@ class TorchEngine:
         if aot and self.mode == "eager":
             raise ValueError("aot=True compiles ahead of time with Inductor; mode='eager' compiles nothing")
         self.aot = (on_gpu and self.mode != "eager") if aot is None else bool(aot)
+        self.startup = startup or ("background" if on_gpu else "best")
+        if self.startup not in STARTUP_POLICIES:
+            raise ValueError(f"startup must be one of {', '.join(STARTUP_POLICIES)}; got {startup!r}")
+        self.precompiled = precompiled
         self.inductor_options = check_inductor_options(inductor_options)
         if precision == "fp16" and not on_gpu:
             raise ValueError("precision='fp16' needs device='cuda': the CPU computes in float32")
@@ -135,6 +158,7 @@ class TorchEngine:
                 "Pass fallback=True to run them on the numpy engine, or use device='cpu'/'cuda' (ONNX Runtime)."
             )
         self.segments = self._build(dynamic, not on_gpu if freezing is None else freezing)
+        self._direct = self._direct_segment()
         self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_torch)
 
     # -- partition -----------------------------------------------------------------------------
@@ -160,14 +184,54 @@ class TorchEngine:
                 segment.module = build_module(self.model, segment.nodes, segment.inputs, segment.outputs, self.policy)
                 if self.aot:
                     segment.runner = AotCompiled(segment.module, self.mode, self.cache_dir, cuda_graphs=self.cuda_graphs,
-                                                 options=self.inductor_options)
+                                                 options=self.inductor_options, startup=self.startup,
+                                                 package=self.precompiled, call_lock=self._lock)
                 else:
                     segment.runner = compile_module(segment.module, self.mode, dynamic=dynamic, freezing=freezing,
                                                     options=self.inductor_options)
+            elif self.on_gpu and self._device_kernels(part.nodes):
+                segment.on_device_kernels = True
+                segment.runner = DeviceKernels(self.model.main, part.nodes, self._device_kernels(part.nodes),
+                                               self.device)
             else:
                 segment.runner = numpy_part(self.model, part, position, self.custom_ops)
             segments.append(segment)
         return segments
+
+    def _device_kernels(self, nodes: list[ir.Node]) -> list[Any] | None:
+        """The CUDA kernels of ``nodes`` when every one of them has one, else None."""
+        lookup = getattr(self.custom_ops, "device_kernel", None)
+        if lookup is None:
+            return None
+        kernels = [lookup(node.op_type, node.domain) for node in nodes]
+        return kernels if all(k is not None for k in kernels) else None
+
+    # -- start-up --------------------------------------------------------------------------------
+    def _aot_runners(self) -> list[AotCompiled]:
+        return [s.runner for s in self.segments if s.on_torch and isinstance(s.runner, AotCompiled)]
+
+    def wait_until_best(self, timeout: float | None = None) -> bool:
+        """Wait until every background compilation has been swapped in; False after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for runner in self._aot_runners():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not runner.wait_for_upgrades(left):
+                return False
+        return True
+
+    def startup_state(self) -> dict[str, Any]:
+        """Per input shape, which configuration serves it (``fast``, ``compiling``, ``best``, or
+        ``fast (upgrade failed)`` with the reason under ``errors``), and the package's use."""
+        shapes: dict[str, str] = {}
+        errors: dict[str, str] = {}
+        for runner in self._aot_runners():
+            for signature, tier in list(runner.tiers.items()):
+                label = " ".join(str(list(s[0])) for s in signature)
+                shapes[label] = tier
+                if signature in runner.upgrade_errors:
+                    errors[label] = runner.upgrade_errors[signature]
+        return {"policy": self.startup, "shapes": shapes, "errors": errors,
+                "precompiled": None if self.precompiled is None else self.precompiled.describe()}
 
     def describe(self) -> list[dict[str, Any]]:
         """The partition: one entry per segment (engine, node count, op types)."""
@@ -177,6 +241,12 @@ class TorchEngine:
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Run the main graph; numpy in, numpy out; CUDA arrays in, torch tensors (on that GPU) out."""
+        direct = self._direct
+        if direct is not None:
+            # The common GPU call: one compiled segment, PyTorch tensors already on this GPU.
+            tensors = [feeds[name] for name in direct.input_names]
+            if all(type(t) is torch.Tensor and t.device == self.device for t in tensors):
+                return dict(zip(self.output_names, self._run_direct(direct, tensors)))
         device_inputs = [v for v in feeds.values() if is_device_array(v)]
         out_device = _device_of(device_inputs[0]) if device_inputs else None
         values: dict[str, Any] = dict(feeds)
@@ -184,10 +254,31 @@ class TorchEngine:
             for segment in self.segments:
                 if segment.on_torch:
                     values.update(self._run_torch(segment, values))
+                elif segment.on_device_kernels:
+                    values.update(segment.runner.run({name: self._to_torch(values[name])
+                                                      for name in segment.input_names}))
                 else:
                     feeds_np = {name: self._to_numpy(name, values[name]) for name in segment.input_names}
                     values.update(segment.runner.run(feeds_np))
             return {name: self._deliver(name, values[name], out_device) for name in self.output_names}
+
+    def _direct_segment(self) -> _Segment | None:
+        """The one segment when the whole graph is a single one compiled ahead of time, with the
+        graph's outputs in order, replayed from CUDA graphs (the per-call fast path)."""
+        segments = self.segments
+        if len(segments) != 1 or not (self.cuda_graphs and self.aot) or not segments[0].on_torch:
+            return None
+        segment = segments[0]
+        return segment if list(segment.output_names) == self.output_names else None
+
+    def _run_direct(self, segment: _Segment, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        # No autograd is recorded: inputs that do not require gradients make none, and the
+        # compiled code runs under no_grad inside its CUDA graph.
+        if any(t.requires_grad for t in tensors):
+            tensors = [t.detach() for t in tensors]
+        with self._lock:
+            results = segment.runner(*tensors)
+            return [v.clone() if type(v) is torch.Tensor else v for v in results]
 
     def _run_torch(self, segment: _Segment, values: dict[str, Any]) -> dict[str, Any]:
         args = [self._to_torch(values[name]) for name in segment.input_names]
@@ -195,8 +286,9 @@ class TorchEngine:
             results = segment.runner(*args)
             return dict(zip(segment.output_names, results))
         with self._lock:
+            if not self.aot:  # torch.compile's CUDA-graph trees: a new step may reuse output memory
+                torch.compiler.cudagraph_mark_step_begin()
             # CUDA graphs replay into the same output buffers: take copies before the next replay.
-            torch.compiler.cudagraph_mark_step_begin()
             results = segment.runner(*args)
             return {name: v.clone() if isinstance(v, torch.Tensor) else v
                     for name, v in zip(segment.output_names, results)}
@@ -242,3 +334,37 @@ def _device_of(value: Any) -> torch.device:
     if isinstance(value, torch.Tensor):
         return value.device
     return torch.device("cuda", value.__dlpack_device__()[1])
+
+
+class DeviceKernels:
+    """A run of custom nodes whose CUDA kernels (MindSpore's AOT signature) run on the GPU: each
+    gets the device pointers of its inputs (torch tensors, attributes named in
+    ``attributes_as_inputs`` appended as small device tensors) and of outputs allocated on the
+    device, and the current CUDA stream, so the data never leaves the GPU."""
+
+    def __init__(self, graph: ir.Graph, nodes: list[ir.Node], kernels: list[Any], device: torch.device) -> None:
+        from lite.custom_ops import attribute_inputs
+        from lite.format.values import attribute_value
+
+        self.steps = []
+        for node, kernel in zip(nodes, kernels):
+            attributes = {name: attribute_value(a) for name, a in node.attributes.items()}
+            extras = [torch.from_numpy(a).to(device)
+                      for a in attribute_inputs(kernel.label, kernel.attributes_as_inputs, attributes)]
+            inputs = [graph.tensors[i] if i >= 0 else None for i in node.inputs]
+            constants = {position: torch.from_numpy(np.ascontiguousarray(tensor_value(t))).to(device)
+                         for position, t in enumerate(inputs) if t is not None and t.is_constant}
+            names = [None if t is None else t.name for t in inputs]
+            outputs = [graph.tensors[i].name for i in node.outputs if i >= 0]
+            self.steps.append((kernel, names, constants, extras, outputs))
+
+    def run(self, values: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        from lite.custom_ops import run_device_kernel
+
+        produced: dict[str, torch.Tensor] = {}
+        for kernel, names, constants, extras, outputs in self.steps:
+            inputs = [constants[i] if i in constants else produced.get(name, values.get(name))
+                      for i, name in enumerate(names)]
+            results = run_device_kernel(kernel, [*inputs, *extras], inputs)
+            produced.update(zip(outputs, results))
+        return produced

@@ -26,10 +26,9 @@ from torch import fx
 
 from lite.engines.torch.ops import LOWERINGS, Lowering, apply_activation
 from lite.engines.torch.ops.dtypes import COMPUTE_TYPES, torch_dtype
-from lite.format import ir
+from lite.format import fused_activation, ir
 from lite.format.dtypes import DataType
 from lite.format.values import attribute_value, tensor_value
-from lite.ops import fused_activation
 from lite.ops.registry import KernelRegistry, normalize_domain
 
 _ENGINE_ATTRIBUTES = {fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE, "consumed_inputs"}

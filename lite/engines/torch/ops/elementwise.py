@@ -27,7 +27,7 @@ from lite.engines.torch.ops.dtypes import torch_dtype
 from lite.engines.torch.ops.registry import lowering
 
 
-# -- activations (also the fused_activation attribute, lite/ops/fused_activation.py) ------------
+# -- activations (also the fused_activation attribute, lite/format/fused_activation.py) ---------
 def apply_activation(x: torch.Tensor, name: str, params: Sequence[float]) -> torch.Tensor:
     """The converter-fused activation ``name`` applied to ``x``."""
     if name == "Relu":

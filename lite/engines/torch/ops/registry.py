@@ -1,7 +1,7 @@
 """The lowering table of the torch engine: ONNX op type -> a function of torch operations.
 
 A lowering is a plain function named after its ONNX op type, registered with the opset it
-implements from (like the numpy kernels, :mod:`lite.ops.registry`)::
+implements from, in the same kind of table as the numpy kernels (:mod:`lite.op_registry`)::
 
     @lowering("Relu")
     def Relu(X):
@@ -28,10 +28,11 @@ The functions run eagerly and under ``torch.compile``; they must not write into 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from lite.op_registry import OpRegistry, keyword_parameters
 
 _ENGINE_PARAMETERS = ("float_type", "device", "fused_activation", "output_count", "opset")
 # check(attributes) -> None when the lowering covers the node, else the reason it does not.
@@ -47,16 +48,18 @@ class Lowering:
     engine_parameters: frozenset[str] = field(default=frozenset())
     static_inputs: frozenset[int] = field(default=frozenset())
     check: Check | None = None
+    domain: str = ""  # lowerings cover the default ONNX domain only
 
     def accepts(self, attribute: str) -> bool:
         return attribute in self.attribute_names
 
 
 class LoweringTable:
-    """Lowerings of the default ONNX domain keyed by op type, each with the versions it covers."""
+    """Lowerings of the default ONNX domain keyed by op type, each with the versions it covers
+    (the table is :class:`lite.op_registry.OpRegistry`, as for the numpy kernels)."""
 
     def __init__(self) -> None:
-        self._table: dict[str, list[Lowering]] = {}
+        self._lowerings: OpRegistry[Lowering] = OpRegistry("torch lowering")
 
     def register(self, op_type: str, *, since: int = 1, static: tuple[int, ...] = (),
                  check: Check | None = None) -> Callable[[Callable], Callable]:
@@ -68,33 +71,22 @@ class LoweringTable:
         """
 
         def decorate(fn: Callable) -> Callable:
-            attributes, engine = set(), set()
-            for parameter in inspect.signature(fn).parameters.values():
-                if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
-                    (engine if parameter.name in _ENGINE_PARAMETERS else attributes).add(parameter.name)
-            versions = self._table.setdefault(op_type, [])
-            if any(entry.since_version == since for entry in versions):
-                raise ValueError(f"torch lowering of {op_type} since opset {since} is registered twice")
-            versions.append(Lowering(op_type, since, fn, frozenset(attributes), frozenset(engine),
-                                    frozenset(static), check))
-            versions.sort(key=lambda entry: entry.since_version)
+            parameters = keyword_parameters(fn, _ENGINE_PARAMETERS)
+            self._lowerings.add(Lowering(op_type, since, fn, parameters.attributes, parameters.engine,
+                                         frozenset(static), check))
             return fn
 
         return decorate
 
     def select(self, op_type: str, opset_version: int) -> Lowering | None:
         """The newest lowering whose ``since`` is not above ``opset_version``, or None."""
-        chosen = None
-        for candidate in self._table.get(op_type, []):
-            if candidate.since_version <= opset_version:
-                chosen = candidate
-        return chosen
+        return self._lowerings.select(op_type, "", opset_version)
 
     def op_types(self) -> list[str]:
-        return sorted(self._table)
+        return self._lowerings.op_types()
 
     def __contains__(self, op_type: str) -> bool:
-        return op_type in self._table
+        return ("", op_type) in self._lowerings
 
 
 LOWERINGS = LoweringTable()
