@@ -38,3 +38,7 @@ class ConfigurationError(TrainError, ValueError):
 
 class MissingDependencyError(TrainError, ImportError):
     """An optional package (Pillow, scikit-learn, onnx, matplotlib) is needed and not installed."""
+
+
+class CustomKernelError(TrainError, RuntimeError):
+    """A compiled custom kernel (``train.ops.Custom``) could not be loaded or returned an error code."""

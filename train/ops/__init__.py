@@ -7,6 +7,7 @@ records itself for ONNX export (:mod:`train._trace`).
 from train.ops.activation import dense, dropout, gelu, relu, relu6, sigmoid, tanh
 from train.ops.array import concat, flatten, getitem, reshape, transpose
 from train.ops.conv import conv2d, resolve_pads
+from train.ops.custom import Custom
 from train.ops.loss import l1, mse, softmax_cross_entropy
 from train.ops.math import (
     add,
@@ -29,6 +30,7 @@ from train.ops.normalization import batch_norm
 from train.ops.pooling import avg_pool2d, global_avg_pool2d, max_pool2d
 
 __all__ = [
+    "Custom",
     "add",
     "as_tensor",
     "avg_pool2d",
