@@ -171,8 +171,14 @@ class ServedModel:
         """Run the configured warmup requests on zero inputs (blocking); with padded batches, the
         merge buffers are made and one run at each padded size goes first, so that an engine's
         per-shape work (CUDA graph capture, compilation, cuDNN tuning) happens before the model is
-        READY, not in a request."""
-        runs = [(size, 1) for size in self.pad_to]
+        READY, not in a request. A GPU model is run at each of its configured batch sizes (1, the
+        preferred sizes and ``max_batch_size``) too, padded or not: on a GPU each new shape costs a
+        CUDA graph capture, and with the torch engine a compilation (or its fast stand-in while
+        the compiled configuration is made in the background, docs/runtime.md)."""
+        sizes = set(self.pad_to)
+        if self.on_gpu and self.config.max_batch_size > 0:
+            sizes.update(self.config.batch_sizes())
+        runs = [(size, 1) for size in sorted(sizes)]
         if self.pad_to and isinstance(self._scheduler, DynamicBatcher):
             self._scheduler.preallocate(self._zero_inputs(1))
         if self.config.warmup is not None:
