@@ -3,10 +3,11 @@
 Lite-style fused activation (cf. TFLite's ``fused_activation_function`` and MindSpore Lite's
 ``activation_type``): the node gets
 
-- ``fused_activation`` (STRING): ``Relu``, ``Clip``, ``LeakyRelu``, ``Sigmoid``, ``Tanh``,
-  ``HardSigmoid``, ``HardSwish`` or ``Silu`` (the set ``lite/ops/fused_activation.py`` applies);
-- ``fused_activation_params`` (FLOATS), when the activation has parameters: Clip ``[min, max]``
-  (±inf for a missing bound), LeakyRelu ``[alpha]``, HardSigmoid ``[alpha, beta]``;
+- ``fused_activation`` (STRING): one of the activations of :mod:`lite.format.fused_activation`
+  (Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Silu);
+- ``fused_activation_params`` (FLOATS), when the activation has parameters: the ONNX node's
+  attributes that vocabulary lists (LeakyRelu ``[alpha]``, HardSigmoid ``[alpha, beta]``), or
+  Clip ``[min, max]`` (±inf for a missing bound);
 
 and the runtime applies the activation to the node's output. Silu is matched as ``x·sigmoid(x)``::
 
@@ -21,6 +22,7 @@ anything else or is a graph output, Clip bounds that are not constants, a layer 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import onnx_ir as ir
@@ -34,9 +36,11 @@ from converter.passes.base import (
     replace_output,
     sole_consumer,
 )
+from lite.format.fused_activation import ACTIVATIONS, ATTRIBUTE, PARAMS_ATTRIBUTE
 
 FUSABLE_LAYERS = ("Conv", "Gemm", "MatMul")
-SIMPLE = {"Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSigmoid", "Clip"}
+# Activations that are one ONNX node of the same name (Silu is matched as Mul(x, Sigmoid(x))).
+SIMPLE = {name for name, activation in ACTIVATIONS.items() if activation.is_onnx_op}
 
 
 @dataclass
@@ -71,12 +75,10 @@ class FuseActivation(RewriteRule):
         if layer is None:
             return None
         fusion = _Fusion(layer, node.op_type, [], [node])
-        if node.op_type == "LeakyRelu":
-            fusion.params = [float(attribute(node, "alpha", 0.01))]
-        elif node.op_type == "HardSigmoid":
-            fusion.params = [float(attribute(node, "alpha", 0.2)), float(attribute(node, "beta", 0.5))]
-        elif node.op_type == "Clip":
+        if node.op_type == "Clip":
             fusion.params, fusion.reason = _clip_bounds(node)
+        else:
+            fusion.params = ACTIVATIONS[node.op_type].params_from(partial(attribute, node))
         return fusion
 
     def _silu(self, node: ir.Node) -> _Fusion | None:
@@ -98,7 +100,7 @@ class FuseActivation(RewriteRule):
         if fusion.reason:
             return fusion.reason
         layer = fusion.layer
-        if layer.attributes.get("fused_activation") is not None:
+        if layer.attributes.get(ATTRIBUTE) is not None:
             return f"{describe(layer)} already has a fused activation"
         output = layer.outputs[0]
         if output.is_graph_output():
@@ -110,9 +112,9 @@ class FuseActivation(RewriteRule):
 
     def rewrite(self, fusion: _Fusion) -> str:
         layer = fusion.layer
-        layer.attributes["fused_activation"] = ir.AttrString("fused_activation", fusion.activation)
+        layer.attributes[ATTRIBUTE] = ir.AttrString(ATTRIBUTE, fusion.activation)
         if fusion.params:
-            layer.attributes["fused_activation_params"] = ir.AttrFloat32s("fused_activation_params", fusion.params)
+            layer.attributes[PARAMS_ATTRIBUTE] = ir.AttrFloat32s(PARAMS_ATTRIBUTE, fusion.params)
         result = fusion.removed[-1].outputs[0]
         replace_output(result, layer.outputs[0])
         layer.graph.remove(fusion.removed, safe=True)

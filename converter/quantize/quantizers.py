@@ -30,11 +30,8 @@ import numpy as np
 
 from converter.quantize.config import QuantConfig
 from converter.quantize.graph import GraphEditor, float_attribute, int_attribute
+from lite.format import fused_activation
 from lite.format import ir as lite_ir
-from lite.ops import fused_activation
-
-# Fused activations an integer kernel reproduces by clamping its output.
-_CLAMPING_ACTIVATIONS = {"Relu", "Clip"}
 
 
 @dataclass
@@ -59,7 +56,7 @@ def _fused_activation_reason(node: lite_ir.Node) -> str | None:
     if attribute is None:
         return None
     name = attribute.value.decode() if isinstance(attribute.value, bytes) else str(attribute.value)
-    if name not in _CLAMPING_ACTIVATIONS:
+    if name not in fused_activation.CLAMPING:  # an integer kernel reproduces those by clamping
         return f"fused activation {name} has no integer kernel in ONNX Runtime"
     return None
 

@@ -16,11 +16,10 @@ pre-activation tensor gets its own measured range.
 from __future__ import annotations
 
 from converter.quantize.graph import GraphEditor
+from lite.format import fused_activation
 from lite.format import ir as lite_ir
-from lite.ops import fused_activation
 
 LAYERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-_CLAMPING = {"Relu", "Clip"}
 
 
 def unfuse_activations(model: lite_ir.Model) -> tuple[lite_ir.Model, list[str]]:
@@ -30,7 +29,7 @@ def unfuse_activations(model: lite_ir.Model) -> tuple[lite_ir.Model, list[str]]:
     rewritten = []
     for node in graph.nodes:
         name = _fused(node)
-        if node.op_type not in LAYERS or node.domain not in ("", "ai.onnx") or name is None or name in _CLAMPING:
+        if node.op_type not in LAYERS or node.domain not in ("", "ai.onnx") or name is None or name in fused_activation.CLAMPING:
             continue
         params = list(node.attributes[fused_activation.PARAMS_ATTRIBUTE].value) \
             if fused_activation.PARAMS_ATTRIBUTE in node.attributes else []
@@ -65,11 +64,7 @@ def _activation_nodes(graph: GraphEditor, name: str, params: list[float], source
                                 graph.tensor(source).shape)
         return [graph.new_node("Sigmoid", [source], [gate], f"{layer}/Sigmoid"),
                 graph.new_node("Mul", [source, gate], [target], f"{layer}/Mul")]
-    attributes = {}
-    if name == "LeakyRelu":
-        attributes = {"alpha": lite_ir.Attribute(float_attribute, float(params[0]))}
-    elif name == "HardSigmoid":
-        attributes = {"alpha": lite_ir.Attribute(float_attribute, float(params[0])),
-                      "beta": lite_ir.Attribute(float_attribute, float(params[1]))}
+    attributes = {key: lite_ir.Attribute(float_attribute, value)
+                  for key, value in fused_activation.ACTIVATIONS[name].onnx_attributes(params).items()}
     return [graph.new_node(name, [source], [target], f"{layer}/{name}", attributes)]
 

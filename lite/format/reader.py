@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 
 from lite.errors import ModelFormatError
-from lite.format import ir
+from lite.format import fused_activation, ir
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
 from lite.format.qdq import ImpliedQdq, expand, implied_problem
 from lite.format.verifier import verify_flatbuffer
 from lite.format.writer import ALIGNMENT
-from lite.ops import fused_activation
 
 SUPPORTED_MAJOR = ir.FORMAT_VERSION[0]
 # Larger products cannot describe a real tensor; refusing them keeps arithmetic bounded.
@@ -391,7 +390,7 @@ class _Reader:
         return ir.Attribute(kind, value)
 
     def check_fused_activation(self, attributes: dict[str, ir.Attribute], where: str) -> None:
-        """A fused activation (:mod:`lite.ops.fused_activation`) is a known name, as STRING, with
+        """A fused activation (:mod:`lite.format.fused_activation`) is a known name, as STRING, with
         FLOATS parameters of its count: the engines and the ONNX lowering index them unchecked."""
         kind = attributes.get(fused_activation.ATTRIBUTE)
         if kind is None:

@@ -1,19 +1,8 @@
-"""Activations fused into a preceding Conv/ConvTranspose/Gemm/MatMul by the converter.
+"""The numpy engine's fused activations (the vocabulary: :mod:`lite.format.fused_activation`).
 
-The converter stores them on the producing node as two attributes, Lite-style:
-``fused_activation`` (STRING, one of the names below) and ``fused_activation_params`` (FLOATS).
-The engine applies the activation to the node's first output right after the kernel runs.
-
-| name        | params         | formula                                   |
-|-------------|----------------|-------------------------------------------|
-| Relu        | —              | max(x, 0)                                 |
-| Clip        | min, max       | min(max(x, min), max)   (Relu6: 0, 6)     |
-| LeakyRelu   | alpha          | x if x >= 0 else alpha * x                |
-| Sigmoid     | —              | 1 / (1 + exp(-x))                         |
-| HardSigmoid | alpha, beta    | clip(alpha * x + beta, 0, 1)              |
-| HardSwish   | —              | x * clip(x / 6 + 1 / 2, 0, 1)             |
-| Silu        | —              | x * sigmoid(x)                            |
-| Tanh        | —              | tanh(x)                                   |
+The engine applies the activation a layer carries to the layer's first output right after the
+kernel runs, or hands it to a kernel that takes a keyword-only ``fused_activation`` parameter
+(Conv, Gemm), which applies it bit for bit as :func:`apply` would.
 """
 
 from __future__ import annotations
@@ -22,8 +11,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-ATTRIBUTE = "fused_activation"
-PARAMS_ATTRIBUTE = "fused_activation_params"
+from lite.format.fused_activation import ATTRIBUTE, NAMES, PARAMS_ATTRIBUTE, check
+
+__all__ = ["ATTRIBUTE", "NAMES", "PARAMS_ATTRIBUTE", "apply", "apply_into", "check"]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -61,38 +51,27 @@ def _silu(x, params, out):
     return x * _sigmoid(x)
 
 
-_ACTIVATIONS: dict[str, tuple[int, Callable]] = {
-    "Relu": (0, _relu),
-    "Clip": (2, _clip),
-    "LeakyRelu": (1, _leaky_relu),
-    "Sigmoid": (0, lambda x, p, out: _sigmoid(x)),
-    "HardSigmoid": (2, _hard_sigmoid),
-    "HardSwish": (0, _hard_swish),
-    "Silu": (0, _silu),
-    "Tanh": (0, lambda x, p, out: np.tanh(x)),
+# name -> its implementation; exactly the names of lite.format.fused_activation.
+_ACTIVATIONS: dict[str, Callable] = {
+    "Relu": _relu,
+    "Clip": _clip,
+    "LeakyRelu": _leaky_relu,
+    "Sigmoid": lambda x, p, out: _sigmoid(x),
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _hard_swish,
+    "Silu": _silu,
+    "Tanh": lambda x, p, out: np.tanh(x),
 }
-
-NAMES = frozenset(_ACTIVATIONS)
-
-
-def check(name: str, params: Sequence[float]) -> str | None:
-    """None if ``name``/``params`` form a valid fused activation, else the reason."""
-    if name not in _ACTIVATIONS:
-        return f"unknown fused activation {name!r} (known: {', '.join(sorted(_ACTIVATIONS))})"
-    arity = _ACTIVATIONS[name][0]
-    if len(params) != arity:
-        return f"fused activation {name} takes {arity} parameters, got {len(params)}"
-    return None
 
 
 def apply(x: np.ndarray, name: str, params: Sequence[float]) -> np.ndarray:
     """Apply the fused activation ``name`` to ``x`` (in place when ``x`` is writable)."""
-    return _ACTIVATIONS[name][1](x, tuple(params), x if x.flags.writeable else None)
+    return _ACTIVATIONS[name](x, tuple(params), x if x.flags.writeable else None)
 
 
 def apply_into(x: np.ndarray, out: np.ndarray, name: str, params: Sequence[float]) -> None:
     """Write the activation of ``x`` into ``out`` (same shape; ``out`` may be ``x``): the values
     :func:`apply` gives, bit for bit, in one pass for Relu and Clip."""
-    result = _ACTIVATIONS[name][1](x, tuple(params), out)
+    result = _ACTIVATIONS[name](x, tuple(params), out)
     if result is not out:
         np.copyto(out, result)

@@ -40,22 +40,19 @@ The signature *is* the spec (https://onnx.ai/onnx/operators/):
 
 Selection follows ONNX versioning: for a model importing opset ``v`` of the domain, the kernel
 with the largest ``since`` not above ``v`` runs. Registering the same (domain, op type, since)
-twice is an error at import time.
+twice is an error at import time. The table itself is :class:`lite.op_registry.OpRegistry`,
+shared with the torch engine's lowerings.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# The default ONNX domain has two spellings; both mean the same operator set.
-_DEFAULT_DOMAINS = ("", "ai.onnx")
+from lite.op_registry import OpRegistry, keyword_parameters, normalize_domain
 
-
-def normalize_domain(domain: str) -> str:
-    return "" if domain in _DEFAULT_DOMAINS else domain
+__all__ = ["KERNELS", "Kernel", "KernelRegistry", "kernel", "normalize_domain"]
 
 
 @dataclass(frozen=True)
@@ -80,11 +77,12 @@ class Kernel:
         return self.accepts_any_attribute or attribute in self.attribute_names
 
 
-class KernelRegistry:
-    """Kernels keyed by (domain, op type), each with the versions it implements."""
+class KernelRegistry(OpRegistry[Kernel]):
+    """Kernels keyed by (domain, op type), each with the versions it implements (:mod:`lite.op_registry`),
+    their modules imported on demand."""
 
     def __init__(self) -> None:
-        self._kernels: dict[tuple[str, str], list[Kernel]] = {}
+        super().__init__("kernel")
         self._pending: dict[tuple[str, str], str] = {}  # op -> module not imported yet
         self._package = ""
 
@@ -93,8 +91,8 @@ class KernelRegistry:
         self._pending.update({(normalize_domain(d), op): module for (d, op), module in modules.items()})
         self._package = package
 
-    def _load(self, key: tuple[str, str]) -> None:
-        module = self._pending.pop(key, None)
+    def _load(self, op_type: str, domain: str) -> None:
+        module = self._pending.pop((normalize_domain(domain), op_type), None)
         if module is not None:
             importlib.import_module(f"{self._package}.{module}")
 
@@ -118,42 +116,23 @@ class KernelRegistry:
 
         return decorate
 
-    def add(self, kernel: Kernel) -> None:
-        versions = self._kernels.setdefault((kernel.domain, kernel.op_type), [])
-        if any(k.since_version == kernel.since_version for k in versions):
-            raise ValueError(
-                f"kernel {kernel.domain or 'ai.onnx'}::{kernel.op_type} since opset "
-                f"{kernel.since_version} is registered twice"
-            )
-        versions.append(kernel)
-        versions.sort(key=lambda k: k.since_version)
-
     def select(self, op_type: str, domain: str, opset_version: int) -> Kernel | None:
         """The newest kernel whose ``since`` is not above ``opset_version``, or None."""
-        key = (normalize_domain(domain), op_type)
-        self._load(key)
-        versions = self._kernels.get(key, [])
-        chosen = None
-        for candidate in versions:
-            if candidate.since_version <= opset_version:
-                chosen = candidate
-        return chosen
+        self._load(op_type, domain)
+        return super().select(op_type, domain, opset_version)
 
     def versions(self, op_type: str, domain: str = "") -> list[int]:
-        key = (normalize_domain(domain), op_type)
-        self._load(key)
-        return [k.since_version for k in self._kernels.get(key, [])]
+        self._load(op_type, domain)
+        return super().versions(op_type, domain)
 
     def op_types(self, domain: str = "") -> list[str]:
         self.load_all()
-        domain = normalize_domain(domain)
-        return sorted(op for (d, op) in self._kernels if d == domain)
+        return super().op_types(domain)
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         domain, op_type = key
-        key = (normalize_domain(domain), op_type)
-        self._load(key)
-        return key in self._kernels
+        self._load(op_type, domain)
+        return super().__contains__(key)
 
 
 # Keyword-only parameters the engine fills in; every other one is an ONNX attribute.
@@ -162,18 +141,9 @@ _ENGINE_PARAMETERS = {"output_count": "wants_output_count", "allocate": "wants_a
 
 
 def _describe(fn: Callable) -> dict:
-    attributes = set()
-    described = dict.fromkeys(_ENGINE_PARAMETERS.values(), False)
-    described["accepts_any_attribute"] = False
-    for parameter in inspect.signature(fn).parameters.values():
-        if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
-            if parameter.name in _ENGINE_PARAMETERS:
-                described[_ENGINE_PARAMETERS[parameter.name]] = True
-            else:
-                attributes.add(parameter.name)
-        elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            described["accepts_any_attribute"] = True
-    return {"attribute_names": frozenset(attributes), **described}
+    parameters = keyword_parameters(fn, _ENGINE_PARAMETERS)
+    described = {flag: name in parameters.engine for name, flag in _ENGINE_PARAMETERS.items()}
+    return {"attribute_names": parameters.attributes, "accepts_any_attribute": parameters.any_attribute, **described}
 
 
 KERNELS = KernelRegistry()

@@ -26,12 +26,11 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 from lite.errors import UnsupportedOpError
-from lite.format import ir
+from lite.format import fused_activation, ir
 from lite.format.dtypes import DataType, is_subbyte
 from lite.format.ir import fresh_name, reads
 from lite.format.onnx.graph import node_name
 from lite.format.values import tensor_value
-from lite.ops import fused_activation
 
 MAX_IR_VERSION = 11
 MAX_DEFAULT_OPSET = 26
@@ -259,27 +258,24 @@ class _Lowering:
 def activation_nodes(activation: str, params: Sequence[float], source: str, target: str, name: str,
                      opset: int, dtype: DataType = DataType.FLOAT,
                      initializers: list[TensorProto] | None = None) -> list[onnx.NodeProto]:
-    """The ONNX form of a fused activation, reading ``source`` and writing ``target``.
+    """The ONNX form of a fused activation (:mod:`lite.format.fused_activation`), reading
+    ``source`` and writing ``target``.
 
     Clip's bounds are attributes before opset 11 and, after, initializers of the layer's element
     type, appended to ``initializers``.
     """
-    if activation == "Clip":
-        if opset < 11:
-            return [helper.make_node("Clip", [source], [target], name=name, min=params[0], max=params[1])]
+    if activation == "Clip" and opset >= 11:
         bounds = [f"{name}/min", f"{name}/max"]
         if initializers is not None:
             initializers.extend(helper.make_tensor(bound, int(dtype), [], [value]) for bound, value in zip(bounds, params))
         return [helper.make_node("Clip", [source, *bounds], [target], name=name)]
-    if activation == "LeakyRelu":
-        return [helper.make_node("LeakyRelu", [source], [target], name=name, alpha=params[0])]
-    if activation == "HardSigmoid":
-        return [helper.make_node("HardSigmoid", [source], [target], name=name, alpha=params[0], beta=params[1])]
     if activation == "Silu":
         gate = f"{name}/sigmoid"
         return [helper.make_node("Sigmoid", [source], [gate], name=gate),
                 helper.make_node("Mul", [source, gate], [target], name=name)]
-    return [helper.make_node(activation, [source], [target], name=name)]
+    known = fused_activation.ACTIVATIONS.get(activation)  # the reader refuses unknown names
+    attributes = known.onnx_attributes(params) if known is not None else {}
+    return [helper.make_node(activation, [source], [target], name=name, **attributes)]
 
 
 def type_from_text(text: str) -> onnx.TypeProto:

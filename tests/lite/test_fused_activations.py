@@ -1,0 +1,69 @@
+"""Every engine implements exactly the fused activations of lite.format.fused_activation, with one meaning.
+
+The numpy implementation is the reference; the ONNX form the lowering writes (evaluated by
+onnx's reference implementation) and the torch implementation must agree with it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite.format import fused_activation as vocabulary
+from lite.ops import fused_activation as numpy_activations
+
+PARAMS = {"Clip": (0.0, 6.0), "LeakyRelu": (0.1,), "HardSigmoid": (0.25, 0.4)}
+
+
+def _params(name: str) -> tuple[float, ...]:
+    return PARAMS.get(name, ())
+
+
+def _input() -> np.ndarray:
+    return np.random.default_rng(0).normal(0, 4, (2, 3, 5)).astype(np.float32)
+
+
+def test_params_cover_the_vocabulary():
+    assert set(PARAMS) == {name for name, a in vocabulary.ACTIVATIONS.items() if a.arity}
+    for name in vocabulary.NAMES:
+        assert vocabulary.check(name, _params(name)) is None
+    assert "unknown fused activation" in vocabulary.check("Elu", ())
+
+
+def test_numpy_implements_exactly_the_vocabulary():
+    assert set(numpy_activations._ACTIVATIONS) == vocabulary.NAMES
+    assert numpy_activations.ATTRIBUTE == vocabulary.ATTRIBUTE == "fused_activation"
+    assert numpy_activations.PARAMS_ATTRIBUTE == vocabulary.PARAMS_ATTRIBUTE == "fused_activation_params"
+
+
+# Clip's bounds are attributes before opset 11, inputs after.
+@pytest.mark.parametrize(("name", "opset"), [*((name, 17) for name in sorted(vocabulary.NAMES)), ("Clip", 10)])
+def test_onnx_form_computes_the_activation(name, opset):
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    from lite.format.onnx.lower import activation_nodes
+
+    x = _input()
+    initializers = []
+    nodes = activation_nodes(name, _params(name), "x", "y", f"layer/{name}", opset, initializers=initializers)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, x.shape)],
+                              initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    (actual,) = ReferenceEvaluator(model).run(None, {"x": x})
+    expected = numpy_activations.apply(x.copy(), name, _params(name))
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(vocabulary.NAMES))
+def test_torch_applies_the_activation(name):
+    torch = pytest.importorskip("torch")
+    from lite.engines.torch.ops import apply_activation
+
+    x = _input()
+    actual = apply_activation(torch.from_numpy(x.copy()), name, _params(name)).numpy()
+    expected = numpy_activations.apply(x.copy(), name, _params(name))
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
