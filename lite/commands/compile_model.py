@@ -14,7 +14,6 @@ import argparse
 import json
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +31,9 @@ def register(subparsers) -> None:
     parser.add_argument("--mode", default="max-autotune", help="the torch.compile mode (default max-autotune)")
     parser.add_argument("--precision", choices=("exact", "fp16"), default=None,
                         help="the precision policy (default: the one the model was converted for)")
+    parser.add_argument("--cache-dir", metavar="DIR", default=None,
+                        help="the cache root to compile in (default: lite's, so artifacts this machine already "
+                             "compiled are reused)")
     parser.set_defaults(handler=compile_command)
 
 
@@ -48,11 +50,14 @@ def compile_command(args: argparse.Namespace) -> int:
     from lite.model import Model
     from lite.signature import concrete_shape, random_array
 
+    from lite.engines import default_cache_dir
+
     output = Path(args.output) if args.output else precompiled.default_location(args.model)
-    scratch = Path(tempfile.mkdtemp(prefix="lite-compile-"))
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    staging = output.with_name(output.name + ".partial")
     try:
         model = Model.load(args.model, engine="torch", device=args.device, precision=args.precision,
-                           mode=args.mode, cache_dir=scratch, startup="best", precompiled=None)
+                           mode=args.mode, cache_dir=cache, startup="best", precompiled=None)
         engine = model.engine
         rng = np.random.default_rng(0)
         rows = []
@@ -70,12 +75,11 @@ def compile_command(args: argparse.Namespace) -> int:
             torch.cuda.synchronize()
             rows.append((size, time.perf_counter() - started))
             print(f"batch {size}: compiled in {rows[-1][1]:.1f} s", file=sys.stderr, flush=True)
-        keys = sorted({key for runner in engine._aot_runners() for key in runner.artifact_keys})
-        declined = [r.aot_declined for r in engine._aot_runners() if r.aot_declined]
+        keys = sorted({key for runner in engine.aot_runners() for key in runner.artifact_keys})
+        declined = [r.aot_declined for r in engine.aot_runners() if r.aot_declined]
         if declined:
             raise EngineUnavailableError(f"the model could not be compiled ahead of time: {declined[0]}")
         source = Path(engine.cache_dir) / "compiled"
-        staging = output.with_name(output.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         (staging / "compiled").mkdir(parents=True)
         for key in keys:
@@ -86,7 +90,7 @@ def compile_command(args: argparse.Namespace) -> int:
         shutil.rmtree(output, ignore_errors=True)
         staging.rename(output)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
     size_mb = sum(f.stat().st_size for f in output.rglob("*") if f.is_file()) / 1e6
     print(json.dumps({"package": str(output), "artifacts": len(keys), "megabytes": round(size_mb, 1),
                       "built_for": manifest["built_for"],

@@ -450,6 +450,14 @@ class _Graphed:
 
 
 def _device_arch(args: tuple[torch.Tensor, ...]) -> str:
-    from lite.engines.torch.precompiled import gpu_arch
-
     return gpu_arch(args[0].device if args else torch.device("cpu"))
+
+
+def gpu_arch(device: torch.device | None = None) -> str:
+    """The GPU architecture as Triton and nvcc name it (``sm_90``); ``cpu`` without CUDA."""
+    if device is not None and device.type != "cuda":
+        return "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"

@@ -207,13 +207,13 @@ class TorchEngine:
         return kernels if all(k is not None for k in kernels) else None
 
     # -- start-up --------------------------------------------------------------------------------
-    def _aot_runners(self) -> list[AotCompiled]:
+    def aot_runners(self) -> list[AotCompiled]:
         return [s.runner for s in self.segments if s.on_torch and isinstance(s.runner, AotCompiled)]
 
     def wait_until_best(self, timeout: float | None = None) -> bool:
         """Wait until every background compilation has been swapped in; False after ``timeout`` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for runner in self._aot_runners():
+        for runner in self.aot_runners():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not runner.wait_for_upgrades(left):
                 return False
@@ -224,7 +224,7 @@ class TorchEngine:
         ``fast (upgrade failed)`` with the reason under ``errors``), and the package's use."""
         shapes: dict[str, str] = {}
         errors: dict[str, str] = {}
-        for runner in self._aot_runners():
+        for runner in self.aot_runners():
             for signature, tier in list(runner.tiers.items()):
                 label = " ".join(str(list(s[0])) for s in signature)
                 shapes[label] = tier
@@ -235,7 +235,8 @@ class TorchEngine:
 
     def describe(self) -> list[dict[str, Any]]:
         """The partition: one entry per segment (engine, node count, op types)."""
-        return [{"engine": "torch" if s.on_torch else "numpy", "nodes": len(s.nodes),
+        return [{"engine": "torch" if s.on_torch else "cuda-kernel" if s.on_device_kernels else "numpy",
+                 "nodes": len(s.nodes),
                  "ops": sorted({n.op_type for n in s.nodes})} for s in self.segments]
 
     # -- running -------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from lite.engines.torch.compiler import gpu_arch, lowering_digest
+
 MANIFEST = "manifest.json"
 FORMAT = 1
 SUFFIX = ".compiled"
@@ -40,20 +42,8 @@ SUFFIX = ".compiled"
 KEYS = ("format", "gpu_arch", "torch", "cuda", "triton", "lowering")
 
 
-def gpu_arch(device: torch.device | None = None) -> str:
-    """The GPU architecture as Triton and nvcc name it (``sm_90``); ``cpu`` without CUDA."""
-    if device is not None and device.type != "cuda":
-        return "cpu"
-    if not torch.cuda.is_available():
-        return "cpu"
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}"
-
-
 def environment(device: torch.device) -> dict[str, Any]:
     """What this machine would stamp on a package (and what a package must match to be used)."""
-    from lite.engines.torch.compiler import lowering_digest
-
     try:
         import triton
 
