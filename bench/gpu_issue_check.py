@@ -135,7 +135,7 @@ def phase_ops(out: Path) -> dict:
     rows["ok"] = bool(rows["kernel_got_callers_stream"] and rows["max_abs_error_torch_in"] < 1e-5
                       and rows["max_abs_error_numpy_in"] < 1e-5 and on_numpy == 0)
     say(f"ops: {rows}")
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-m", "gpu",
                             "tests/lite/engines/test_torch_startup.py", "tests/train/test_custom_op.py",
                             "tests/lite/test_custom_ops.py"], cwd=ROOT, capture_output=True, text=True, timeout=400)
     rows["gpu_tests"] = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else tests.stderr[-500:]
