@@ -18,7 +18,10 @@ from converter.errors import (
 # The pipeline imports onnx and onnx_ir (with sympy): loaded on first use, so that the `lite`
 # command and code that only needs the errors do not pay for it.
 _LAZY = {"convert": "converter.api", "convert_model": "converter.api", "converter_version": "converter.api",
-         "optimize_model": "converter.api", "ConversionReport": "converter.report"}
+         "optimize_model": "converter.api", "ConversionReport": "converter.report",
+         "ConvertOptions": "converter.options", "GraphOptions": "converter.options",
+         "QuantizeOptions": "converter.options", "SourceOptions": "converter.options",
+         "VerifyOptions": "converter.options"}
 
 
 def __getattr__(name: str):
@@ -37,13 +40,18 @@ def __getattr__(name: str):
 
 __all__ = [
     "ConversionReport",
+    "ConvertOptions",
     "ConverterError",
     "ExportError",
+    "GraphOptions",
     "InvalidOptionError",
     "ModelImportError",
     "PassError",
+    "QuantizeOptions",
+    "SourceOptions",
     "UnsupportedOpsError",
     "VerificationError",
+    "VerifyOptions",
     "convert",
     "convert_model",
     "converter_version",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ import onnx.external_data_helper
 import onnx_ir as ir
 
 from converter.errors import (
-    ExportError,
     InvalidOptionError,
     ModelImportError,
     UnsupportedOpsError,
@@ -36,6 +35,7 @@ from converter.importer import ImportedModel, ModelSource, apply_input_shapes, c
 from converter.lower import lower_model
 from converter.mindspore import import_mindspore, is_mindspore_source
 from converter.onnx_export import serialize, to_onnx
+from converter.options import ConvertOptions, GraphOptions, QuantizeOptions, SourceOptions
 from converter.passes import DEFAULT_PASSES, PassContext, PassResult, run_passes, store_weights_fp16
 from converter.quantize.config import QuantConfig
 from converter.quantize.pipeline import quantize_model
@@ -47,6 +47,7 @@ from converter.verify_output import failure_message, verify_output
 from lite.atomic import atomic_path
 from lite.compare import Tolerance
 from lite.format import ir as lite_ir
+from lite.format import save
 
 OUTPUT_FORMATS = (".lite", ".onnx")
 CUSTOM_OPS_KEY = "lite.custom_ops"
@@ -103,106 +104,80 @@ def convert_model(
     """Convert a model to a .lite in-memory model: ONNX (path, bytes, ModelProto or
     onnx_ir.Model), a MindSpore .mindir path, or a .ckpt path with ``network`` (see ``convert``,
     also for ``external_data_dir``)."""
-    imported, _, _ = _import_source(model, network, network_input_shape, dec_key, dec_mode, False, external_data_dir)
-    options = _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, False)
-    optimize_model(
-        imported.model,
-        optimize=optimize,
-        input_shapes=input_shapes,
-        dynamic_batch=dynamic_batch,
-        fp16=fp16,
-        fp16_io=fp16_io,
-    )
-    return lower_model(imported.model, _metadata(imported, options))
+    source = SourceOptions(network, network_input_shape, dec_key, dec_mode, external_data_dir)
+    graph = GraphOptions(optimize, input_shapes, dynamic_batch, fp16, fp16_io)
+    imported, _, _ = _import_source(model, source, allow_custom=False)
+    _optimize(imported.model, graph)
+    return lower_model(imported.model, _metadata(imported, graph.recorded()))
 
 
 def convert(
     model: ModelSource,
     output_path: str | os.PathLike,
     *,
-    input_shapes: dict[str, list[int | str]] | None = None,
-    dynamic_batch: bool = False,
-    fp16: bool = False,
-    fp16_io: bool = False,
-    verify: bool | None = None,
-    allow_custom: bool = False,
-    optimize: bool = True,
-    report_path: str | os.PathLike | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    verify_data: Any = None,
-    network: str | None = None,
-    network_input_shape: Sequence[int] | None = None,
-    dec_key: bytes | None = None,
-    dec_mode: str | None = None,
-    quant: str | None = None,
-    calibration_data: Any = None,
-    calibration_method: str = "minmax",
-    calibration_size: int = 256,
-    per_channel: bool = True,
-    eval_data: Any = None,
-    max_accuracy_drop: float | None = None,
-    preprocessing: str | dict[str, Any] | None = None,
-    quant_options: dict[str, Any] | None = None,
-    progress: Any = False,
-    external_data_dir: str | os.PathLike | None = None,
+    options: ConvertOptions | None = None,
+    **keywords: Any,
 ) -> ConversionReport:
     """Convert ``model`` and write ``output_path`` (.lite or .onnx) atomically.
 
-    The input format follows the file extension: ONNX, MindSpore ``.mindir`` (``dec_key`` and
-    ``dec_mode`` for encrypted files), or a ``.ckpt`` checkpoint with ``network`` (``module:Callable``
-    building a train-core Cell) and ``network_input_shape`` (the sample input's shape).
+    Options are keywords named as the fields of :class:`converter.options.ConvertOptions`'s
+    groups, or ``options=`` (keywords given as well replace its values):
 
-    ONNX weights stored in external data files are read from the model file's folder only (never
-    through an absolute path, ``..`` or a symlink leading out of it). A model given as bytes or an
-    ``onnx.ModelProto`` has no folder: ``external_data_dir`` names the folder its external data
-    is in; without it such a model's external data is refused (:class:`ModelImportError`).
-
-    ``verify=None`` verifies when onnxruntime is installed (:mod:`converter.verify`): on inputs
-    planned from the graph, or on ``verify_data`` (a .npz file, a folder in the calibration
-    format, or an iterable of input dicts). Raises :class:`UnsupportedOpsError` listing every
-    node the runtime cannot run (unless ``allow_custom``), and :class:`VerificationError` when an
-    output differs by more than ``rtol`` of its peak (default 1e-4, or 1e-2 with fp16 weights),
-    ``atol`` (default 1e-6, or 1e-3) and the reference's own spread, naming the first node that
-    diverges; in both cases no output file is left behind. When the check cannot run (ONNX
-    Runtime cannot load or run the original on any inputs it can make), the output is written
-    and ``report.verification`` says ``skipped`` and why.
-
-    Quantization (docs/quantization.md): ``quant`` is ``"int8"`` (static; needs
-    ``calibration_data``: a folder of .npy/.npz files or images, or an iterable of arrays),
-    ``"int8-dynamic"``, ``"int8-weight"`` or ``"fp16"``. ``eval_data`` adds the accuracy report
-    (``report.quantization``); ``max_accuracy_drop`` (percentage points) keeps the most sensitive
-    layers in float until it holds. ``preprocessing`` (the image spec, JSON/dict/path) prepares
-    image folders and is stored in the model's ``preprocessing`` metadata for serving.
-    ``quant_options`` sets further :class:`converter.quantize.config.QuantConfig` fields
-    (``activation_type``, ``percentile``, ``exclude``, ...). Quantized models are checked by the
-    quantization report rather than by ``verify``.
+    - the source (:class:`~converter.options.SourceOptions`): the input format follows the file
+      extension: ONNX, MindSpore ``.mindir`` (``dec_key`` and ``dec_mode`` for encrypted files),
+      or a ``.ckpt`` checkpoint with ``network`` (``module:Callable`` building a train-core Cell)
+      and ``network_input_shape`` (the sample input's shape). ONNX weights stored in external data
+      files are read from the model file's folder only (never through an absolute path, ``..`` or
+      a symlink leading out of it). A model given as bytes or an ``onnx.ModelProto`` has no
+      folder: ``external_data_dir`` names the folder its external data is in; without it such a
+      model's external data is refused (:class:`ModelImportError`).
+    - the graph (:class:`~converter.options.GraphOptions`): ``optimize``, ``input_shapes``,
+      ``dynamic_batch``, ``fp16``, ``fp16_io``, ``allow_custom``.
+    - verification (:class:`~converter.options.VerifyOptions`): ``verify=None`` verifies when
+      onnxruntime is installed (:mod:`converter.verify`): on inputs planned from the graph, or on
+      ``verify_data`` (a .npz file, a folder in the calibration format, or an iterable of input
+      dicts). Raises :class:`UnsupportedOpsError` listing every node the runtime cannot run
+      (unless ``allow_custom``), and :class:`VerificationError` when an output differs by more
+      than ``rtol`` of its peak (default 1e-4, or 1e-2 with fp16 weights), ``atol`` (default
+      1e-6, or 1e-3) and the reference's own spread, naming the first node that diverges; in both
+      cases no output file is left behind. When the check cannot run (ONNX Runtime cannot load or
+      run the original on any inputs it can make), the output is written and
+      ``report.verification`` says ``skipped`` and why.
+    - quantization (:class:`~converter.options.QuantizeOptions`, docs/quantization.md): ``quant``
+      is ``"int8"`` (static; needs ``calibration_data``: a folder of .npy/.npz files or images, or
+      an iterable of arrays), ``"int8-dynamic"``, ``"int8-weight"`` or ``"fp16"``. ``eval_data``
+      adds the accuracy report (``report.quantization``); ``max_accuracy_drop`` (percentage
+      points) keeps the most sensitive layers in float until it holds. ``preprocessing`` (the
+      image spec, JSON/dict/path) prepares image folders and is stored in the model's
+      ``preprocessing`` metadata for serving. ``quant_options`` sets further
+      :class:`converter.quantize.config.QuantConfig` fields (``activation_type``, ``percentile``,
+      ``exclude``, ...). Quantized models are checked by the quantization report rather than by
+      ``verify``.
+    - ``report_path``: where the report is also written as JSON (on failure too).
     """
     started = time.perf_counter()
+    options = (options or ConvertOptions()).replace(**keywords)
     output = Path(output_path)
     suffix = output.suffix.lower()
     if suffix not in OUTPUT_FORMATS:
         raise InvalidOptionError(f"output {output}: the extension must be .lite or .onnx, got {suffix or 'none'!r}")
-    quant_config = _quant_config(quant, calibration_method, calibration_size, per_channel, max_accuracy_drop, quant_options)
-    fp16 = fp16 or fp16_io or quant == "fp16"
+    quant_config = options.quantization.config()
+    options = options.settled()
+    graph, quantization = options.graph, options.quantization
+    verify = options.verification.verify
     if verify is None:
-        verify = onnxruntime_available() and (quant_config is None or quant == "fp16")
-    rtol = rtol if rtol is not None else (1e-2 if fp16 else 1e-4)
-    atol = atol if atol is not None else (1e-3 if fp16 else 1e-6)
-    if not (rtol >= 0 and atol >= 0):  # also refuses NaN
-        raise InvalidOptionError(f"verification tolerances are >= 0; got rtol {rtol}, atol {atol}")
-    options = _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, allow_custom)
+        verify = onnxruntime_available() and not quantization.is_int8
+    tolerance = options.verification.tolerance(graph.fp16)
+    recorded = graph.recorded()
     if quant_config is not None:
-        options["quant"] = quant_config.to_dict()
+        recorded["quant"] = quant_config.to_dict()
 
-    imported, translated, source_warnings = _import_source(
-        model, network, network_input_shape, dec_key, dec_mode, allow_custom, external_data_dir
-    )
+    imported, translated, source_warnings = _import_source(model, options.source, graph.allow_custom)
     if translated is not None:
         original = translated
-        options["input_format"] = "ckpt" if network is not None else "mindir"
-        if network is not None:
-            options["network"] = network
+        recorded["input_format"] = "ckpt" if options.source.network is not None else "mindir"
+        if options.source.network is not None:
+            recorded["network"] = options.source.network
     else:
         original = _original_proto(imported, model) if verify else None
     report_class = ConversionReport if quant_config is None else QuantizedConversionReport
@@ -212,91 +187,103 @@ def convert(
         output_format=suffix[1:],
         source_sha256=imported.sha256,
         converter_version=converter_version(),
-        options=options,
+        options=recorded,
         before=GraphStats.of(imported.model),
     )
-    report.passes, report.warnings = optimize_model(
-        imported.model,
-        optimize=optimize,
-        input_shapes=input_shapes,
-        dynamic_batch=dynamic_batch,
-        fp16=fp16,
-        fp16_io=fp16_io,
-    )
+    report.passes, report.warnings = _optimize(imported.model, graph)
     report.warnings[:0] = source_warnings
     report.after = GraphStats.of(imported.model)
-
-    quantize = None
-    if quant_config is not None and quant != "fp16":
-
-        def quantize(lite_model: lite_ir.Model) -> lite_ir.Model:
-            quantized, report.quantization = quantize_model(
-                lite_model, quant_config, calibration_data=calibration_data, eval_data=eval_data,
-                preprocessing=preprocessing, progress=progress,
-            )
-            return quantized
-
-    elif quant_config is not None and (eval_data is not None or max_accuracy_drop is not None):
-        report.warnings.append("fp16: the accuracy report and fallback apply to int8 modes only")
-    # lite.atomic: a hidden, exclusively created temporary file beside the output, verified there
-    # and renamed over it, so the output appears complete or not at all (even after a hard kill).
+    quantize = _quantizer(quantization, quant_config, report)
     try:
+        # lite.atomic: a hidden, exclusively created temporary file beside the output, verified
+        # there and renamed over it, so the output appears complete or not at all (even after a
+        # hard kill).
         with atomic_path(output) as temporary:
-            exported = _write(imported, report, temporary, suffix, options, allow_custom, quantize)
+            exported = _write(imported, report, temporary, suffix, recorded, graph.allow_custom, quantize)
             if verify:
-                report.verification = verification = verify_output(
-                    original, imported.model, exported, temporary, suffix, fp16_io, Tolerance(rtol, atol),
-                    input_shapes, verify_data,
-                )
-                report.warnings.extend(f"verification: {note}" for note in verification.notes)
-                if verification.skipped:
-                    report.warnings.append(f"verification skipped: {verification.reason}")
-                elif not verification.passed:
-                    raise VerificationError(failure_message(verification))
+                _verify(report, original, imported, exported, temporary, suffix, options, tolerance)
     except BaseException:
-        report.seconds = time.perf_counter() - started
-        if report_path is not None:
-            report.output = None
-            report.write_json(report_path)
+        _finish(report, started, options.report_path, written=False)
         raise
-    report.seconds = time.perf_counter() - started
-    if report_path is not None:
-        report.write_json(report_path)
+    _finish(report, started, options.report_path, written=True)
     return report
 
 
+def _finish(report: ConversionReport, started: float, report_path: str | os.PathLike | None, written: bool) -> None:
+    """Time the conversion and write the JSON report, which names no output when none was written."""
+    report.seconds = time.perf_counter() - started
+    if report_path is not None:
+        if not written:
+            report.output = None
+        report.write_json(report_path)
+
+
+def _optimize(model: ir.Model, graph: GraphOptions) -> tuple[list[PassResult], list[str]]:
+    return optimize_model(model, optimize=graph.optimize, input_shapes=graph.input_shapes,
+                          dynamic_batch=graph.dynamic_batch, fp16=graph.fp16, fp16_io=graph.fp16_io)
+
+
+def _quantizer(quantization: QuantizeOptions, config: QuantConfig | None,
+               report: ConversionReport) -> Callable[[lite_ir.Model], lite_ir.Model] | None:
+    """The int8 rewrite of the lowered model, which also fills ``report.quantization``."""
+    if config is None:
+        return None
+    if not quantization.is_int8:
+        if quantization.eval_data is not None or quantization.max_accuracy_drop is not None:
+            report.warnings.append("fp16: the accuracy report and fallback apply to int8 modes only")
+        return None
+
+    def quantize(lite_model: lite_ir.Model) -> lite_ir.Model:
+        quantized, report.quantization = quantize_model(
+            lite_model, config, calibration_data=quantization.calibration_data, eval_data=quantization.eval_data,
+            preprocessing=quantization.preprocessing, progress=quantization.progress,
+        )
+        return quantized
+
+    return quantize
+
+
+def _verify(report: ConversionReport, original: onnx.ModelProto | None, imported: ImportedModel,
+            exported: onnx.ModelProto | None, temporary: Path, suffix: str, options: ConvertOptions,
+            tolerance: Tolerance) -> None:
+    """Compare the written file with the original; a mismatch raises :class:`VerificationError`."""
+    report.verification = verification = verify_output(
+        original, imported.model, exported, temporary, suffix, options.graph.fp16_io, tolerance,
+        options.graph.input_shapes, options.verification.verify_data,
+    )
+    report.warnings.extend(f"verification: {note}" for note in verification.notes)
+    if verification.skipped:
+        report.warnings.append(f"verification skipped: {verification.reason}")
+    elif not verification.passed:
+        raise VerificationError(failure_message(verification))
+
+
 def _import_source(
-    model: ModelSource,
-    network: str | None,
-    network_input_shape: Sequence[int] | None,
-    dec_key: bytes | None,
-    dec_mode: str | None,
-    allow_custom: bool,
-    external_data_dir: str | os.PathLike | None = None,
+    model: ModelSource, source: SourceOptions, allow_custom: bool
 ) -> tuple[ImportedModel, onnx.ModelProto | None, list[str]]:
     """Dispatch on the input format: ONNX, or MindSpore (.mindir; .ckpt with a network), which is
     translated to ONNX first (returned too: the reference that verification runs)."""
     if isinstance(model, (str, os.PathLike)):
         check_model_file(Path(model))
-    if is_mindspore_source(model, network):
+    if is_mindspore_source(model, source.network):
         if not isinstance(model, (str, os.PathLike)):
             raise InvalidOptionError("MindSpore inputs are converted from a file path (.mindir, .ckpt)")
-        if external_data_dir is not None:
+        if source.external_data_dir is not None:
             raise InvalidOptionError(
                 "external_data_dir applies to ONNX models; a .mindir's external weights are read from "
                 "the <name>_variables folder next to it"
             )
         return import_mindspore(
             model,
-            network=network,
-            input_shape=network_input_shape,
-            dec_key=dec_key,
-            dec_mode=dec_mode,
+            network=source.network,
+            input_shape=source.network_input_shape,
+            dec_key=source.dec_key,
+            dec_mode=source.dec_mode,
             allow_custom=allow_custom,
         )
-    if dec_key is not None:
+    if source.dec_key is not None:
         raise InvalidOptionError("dec_key applies to encrypted MindSpore files (.mindir, .ckpt) only")
-    return import_onnx(model, external_data_dir), None, []
+    return import_onnx(model, source.external_data_dir), None, []
 
 
 def _write(
@@ -347,17 +334,8 @@ def _write(
         report.custom_ops = unsupported
         report.warnings.append(f"{len(unsupported)} node(s) kept as custom ops (see custom_ops)")
         lite_model.metadata[CUSTOM_OPS_KEY] = json.dumps([name for name, _, _ in unsupported])
-    save = _lite_save()
     save(lite_model, temporary)
     return None
-
-
-def _lite_save():
-    try:
-        from lite.format import save
-    except ImportError as err:
-        raise ExportError("this install has no .lite writer (lite.format.save); write .onnx instead") from err
-    return save
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -389,33 +367,6 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
             "pass verify=False (--no-verify) to skip the comparison"
         ) from err
     return inlined
-
-
-def _quant_config(quant, calibration_method, calibration_size, per_channel, max_accuracy_drop,
-                  quant_options) -> QuantConfig | None:
-    if quant is None:
-        if max_accuracy_drop is not None:
-            raise InvalidOptionError("max_accuracy_drop (--max-accuracy-drop) needs quant (--quant int8 ...)")
-        return None
-    return QuantConfig(
-        mode=quant,
-        calibration_method=calibration_method,
-        calibration_size=calibration_size,
-        per_channel=per_channel,
-        max_accuracy_drop=max_accuracy_drop,
-        **(quant_options or {}),
-    )
-
-
-def _options(optimize, input_shapes, dynamic_batch, fp16, fp16_io, allow_custom) -> dict[str, Any]:
-    return {
-        "optimize": optimize,
-        "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
-        "dynamic_batch": dynamic_batch,
-        "fp16": fp16,
-        "fp16_io": fp16_io,
-        "allow_custom": allow_custom,
-    }
 
 
 def _metadata(imported: ImportedModel, options: dict[str, Any]) -> dict[str, str]:
