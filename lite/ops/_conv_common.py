@@ -178,7 +178,7 @@ class TapPlan:
     hold ``fill``.
     """
 
-    def __init__(self, x, begin, end, kernel, strides, dilations, out_shape, fill, allocate=np.empty):
+    def __init__(self, x, begin, end, kernel, strides, dilations, out_shape, fill, allocate=np.empty, offsets=None):
         self.out_shape = list(out_shape)
         lead = x.shape[:2]
         spatial = x.shape[2:]
@@ -187,7 +187,10 @@ class TapPlan:
         self.length = self.out_shape[0] * math.prod(self.grid[1:])
         grid_strides = [math.prod(self.grid[d + 1 :]) for d in range(len(self.grid))]
         taps = []
-        for offset in itertools.product(*(range(k) for k in kernel)):
+        # ``offsets``: the kernel indices per axis to visit (default all); a caller may leave out
+        # taps that read only ``fill`` for every output position.
+        per_axis = offsets if offsets is not None else [range(k) for k in kernel]
+        for offset in itertools.product(*per_axis):
             shifted = [o * d for o, d in zip(offset, dilations)]
             residue = tuple(v % s for v, s in zip(shifted, strides))
             start = sum((v // s) * g for v, s, g in zip(shifted, strides, grid_strides))

@@ -34,7 +34,23 @@ class PoolGeometry:
     def tap_plan(self, x: np.ndarray, fill) -> TapPlan:
         """The input laid out so each kernel tap is one contiguous slice (ceil overhang = fill)."""
         end = [e + extra for e, extra in zip(self.end, self.overhang)]
-        return TapPlan(x, self.begin, end, self.kernel, self.strides, self.dilations, self.out_shape, fill)
+        return TapPlan(x, self.begin, end, self.kernel, self.strides, self.dilations, self.out_shape, fill,
+                       offsets=self.live_taps(x.shape[2:]))
+
+    def live_taps(self, spatial: tuple[int, ...]) -> list[list[int]]:
+        """Per axis, the kernel indices that reach an input cell from at least one output position.
+
+        The others read only padding or the ceil overhang, so a pool whose fill adds nothing
+        (sum, power sum) skips them: a kernel far larger than its input (transformers'
+        EfficientNet pools a 2x2 map with a 640x640 ceil-mode window) costs its live taps only.
+        """
+        live = []
+        for axis, size in enumerate(spatial):
+            stride, dilation, begin = self.strides[axis], self.dilations[axis], self.begin[axis]
+            last = (self.out_shape[axis] - 1) * stride
+            # Tap k reads input cells o*s + k*d - b for o*s in [0, last]: some of them in [0, size).
+            live.append([k for k in range(self.kernel[axis]) if _hits(k * dilation - begin, stride, last, size)])
+        return live
 
     def divisor(self, spatial: tuple[int, ...], include_pads: bool) -> np.ndarray:
         """How many counted cells each window covers (the AveragePool denominator)."""
@@ -56,6 +72,12 @@ class PoolGeometry:
         for count in per_axis[1:]:
             total = np.multiply.outer(total, count)
         return total
+
+
+def _hits(shift: int, stride: int, last: int, size: int) -> bool:
+    """Whether some ``t`` in ``range(0, last + 1, stride)`` puts ``t + shift`` in ``[0, size)``."""
+    first = max(0, -(-(-shift) // stride) * stride)  # the smallest multiple of stride >= -shift
+    return first <= last and first + shift < size
 
 
 def pool_geometry(

@@ -97,3 +97,17 @@ def test_a_pooling_window_of_absurd_size_is_a_kernel_error_not_hours_of_work():
     x = np.zeros((2, 6, 10, 8), np.float32)
     with pytest.raises(KernelError, match="kernel_shape"):
         MaxPool(x, kernel_shape=[1 << 40, (1 << 31) - 1], auto_pad="SAME_UPPER", strides=[2, 2])
+
+
+@pytest.mark.parametrize("shape, attributes", [
+    # transformers' EfficientNet: a 640x640 ceil-mode window over a 2x2 map.
+    ((1, 3, 2, 2), {"kernel_shape": [640, 640], "strides": [640, 640], "ceil_mode": 1}),
+    ((1, 2, 7, 6), {"kernel_shape": [9, 5], "strides": [4, 3], "pads": [3, 2, 4, 1], "ceil_mode": 1,
+                    "dilations": [2, 1]}),
+])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_windows_mostly_outside_the_input_visit_only_taps_that_reach_it(shape, attributes, count_include_pad):
+    """A window far larger than its input costs its live taps (the 640x640 one took 23 s)."""
+    pytest.importorskip("onnxruntime")
+    check_against_onnxruntime("AveragePool", [normal(*shape)], dict(attributes, count_include_pad=count_include_pad),
+                              opset=19)
