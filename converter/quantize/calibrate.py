@@ -38,9 +38,10 @@ def activation_names(model: lite_ir.Model) -> list[str]:
 
 def collect_stats(model: lite_ir.Model, source: DataSource, config: QuantConfig, *,
                   spec: dict[str, Any] | None = None, progress: ProgressCallback | None = None,
-                  engine: str = "auto") -> tuple[dict[str, TensorStats], int]:
+                  engine: str = "auto", warnings: list[str] | None = None) -> tuple[dict[str, TensorStats], int]:
     """Observe every activation of ``model`` over at most ``config.calibration_size`` samples;
-    return the statistics and the number of samples seen."""
+    return the statistics and the number of samples seen. Notes for the user (a model that
+    rejected batches) go to ``warnings``."""
     names = activation_names(model)
     runner = Runner(with_outputs(model, names), engine=engine)
     histogram = needs_histogram(config.calibration_method)
@@ -54,6 +55,8 @@ def collect_stats(model: lite_ir.Model, source: DataSource, config: QuantConfig,
         seen += batch.size
         if progress is not None:
             progress("calibrating (samples)", seen, config.calibration_size)
+    if runner.one_at_a_time and warnings is not None:
+        warnings.append(f"calibration: {runner.one_at_a_time}")
     if seen == 0:
         raise CalibrationDataError(f"calibration data {describe_source(source)} holds no samples")
     if progress is not None and seen < config.calibration_size:

@@ -101,7 +101,8 @@ def _builder(model, config: QuantConfig, calibration_data, spec, report: Quantiz
                 "or calibration_data=<iterable of arrays>; or use --quant int8-dynamic / int8-weight"
             )
         stats, report.calibration_samples = collect_stats(model, calibration_data, config, spec=spec,
-                                                          progress=progress, engine=engine)
+                                                          progress=progress, engine=engine,
+                                                          warnings=report.warnings)
         calibrated = ranges(stats, config)
 
         def build(include: Collection[str] | None, exclude: Collection[str]) -> QuantizedGraph:

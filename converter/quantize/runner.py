@@ -15,6 +15,7 @@ import numpy as np
 
 from converter.quantize.data import InputSpec
 from lite.format import ir as lite_ir
+from lite.errors import LiteError
 from lite.format.dtypes import DataType, storage_dtype
 
 
@@ -57,8 +58,32 @@ class Runner:
         self.output_names = [model.main.tensors[i].name for i in model.main.outputs]
         self._engine = _make_engine(model, engine, threads)
 
+        # Set once a batch of several samples failed and one sample at a time ran: why.
+        self.one_at_a_time: str | None = None
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self._engine.run(feeds)
+        """The model on a batch of samples (stacked on axis 0).
+
+        Some exports declare a symbolic batch dimension but only run at batch 1 (torch.export
+        specializes a reshape of LeViT's attention, for one). When a batch of several samples
+        fails, the samples run one at a time, from then on, and :attr:`one_at_a_time` says why;
+        a failure at batch 1 is the model's own and is raised.
+        """
+        size = _batch_size(feeds)
+        if self.one_at_a_time is None or size <= 1:
+            try:
+                return self._engine.run(feeds)
+            except LiteError as err:
+                if size <= 1:
+                    raise
+                self.one_at_a_time = f"the model failed at batch {size} ({err}); samples ran one at a time"
+        parts = [self._engine.run({name: value[i : i + 1] for name, value in feeds.items()}) for i in range(size)]
+        return {name: np.concatenate([np.asarray(part[name]) for part in parts]) for name in parts[0]}
+
+
+def _batch_size(feeds: dict[str, np.ndarray]) -> int:
+    sizes = {np.shape(value)[0] for value in feeds.values() if np.ndim(value) > 0}
+    return sizes.pop() if len(sizes) == 1 else 1
 
 
 def _make_engine(model: lite_ir.Model, engine: str, threads: int | None) -> Any:

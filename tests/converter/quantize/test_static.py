@@ -109,3 +109,35 @@ def test_numpy_engine_matches_onnxruntime_within_one_step(resnet_onnx, digits16)
     assert steps.max() <= 4 and np.mean(steps <= 1) >= 0.9999 and np.mean(steps <= 2) >= 0.99999
     logits_numpy, logits_ort = on_numpy[names[-1]], on_ort[names[-1]]
     assert np.mean(logits_numpy.argmax(1) == logits_ort.argmax(1)) >= 0.98
+
+
+@pytest.mark.parametrize("engine", ["numpy", "ort"])
+def test_calibration_runs_one_sample_at_a_time_when_the_model_rejects_batches(tmp_path, engine, monkeypatch):
+    """An export that declares a symbolic batch but reshapes to batch 1 (torch.export did so with
+    LeViT) still calibrates, and the report says why it ran sample by sample."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import converter
+    import lite
+
+    if engine == "ort":
+        pytest.importorskip("onnxruntime")
+    else:
+        monkeypatch.setattr("converter.quantize.pipeline.onnxruntime_available", lambda: False)
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([1, 4 * 6 * 6], np.int64), "shape")
+    dense = numpy_helper.from_array(rng.standard_normal((4 * 6 * 6, 5)).astype(np.float32), "dense")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["f"]), helper.make_node("MatMul", ["f", "dense"], ["y"])]
+    graph = helper.make_graph(nodes, "batch_one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], [weight, shape, dense])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    calibration = [rng.standard_normal((3, 8, 8)).astype(np.float32) for _ in range(20)]
+    report = converter.convert(model, tmp_path / "q.lite", quant="int8", calibration_data=calibration, verify=False)
+    assert report.quantization.calibration_engine == engine
+    assert report.quantization.calibration_samples == 20
+    assert any("batch 16" in warning and "one at a time" in warning for warning in report.quantization.warnings), \
+        report.quantization.warnings
+    x = calibration[0][None]
+    assert lite.Model.load(tmp_path / "q.lite", device="numpy").predict({"x": x})["y"].shape == (1, 5)
