@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from converter.quantize.data import InputSpec
-from lite.format import ir as lite_ir
 from lite.errors import LiteError
+from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType, storage_dtype
 
 
