@@ -104,3 +104,27 @@ def test_missing_library_and_function(library, tmp_path):
 def test_custom_node_without_kernel_is_unsupported():
     with pytest.raises(lite.UnsupportedOpError, match="com.example::ScaledAdd.*no kernel"):
         lite.Model.load(network("ScaledAdd"))
+
+
+def test_a_cuda_kernel_is_kept_for_the_gpu_engines_and_refused_where_no_gpu_runs_it(library):
+    """device="cuda": the torch engine calls it on device tensors; on the numpy engine it needs
+    PyTorch with a GPU to stage the arrays, and says so (the kernel itself is never handed host memory)."""
+    ops = lite.CustomOps()
+    with pytest.raises(ValueError, match="device must be one of cpu, cuda; got 'gpu'"):
+        ops.library("ScaledAdd", library, "ScaledAdd", domain="com.example", output_shapes=lambda x, y: [x.shape],
+                    output_dtypes=lambda x, y: [x.dtype], device="gpu")
+    ops.library("ScaledAdd", library, "ScaledAdd", domain="com.example", output_shapes=lambda x, y: [x.shape],
+                output_dtypes=lambda x, y: [x.dtype], attributes_as_inputs=["scale"], device="cuda")
+    kernel = ops.device_kernel("ScaledAdd", "com.example")
+    assert kernel is not None and ops.device_kernel("ScaledAdd", "") is None
+    x = np.ones((2, 3), np.float32)
+    assert kernel.output_specs([x, x]) == [((2, 3), np.dtype(np.float32))]
+    try:
+        import torch
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    if not gpu:
+        model = lite.Model.load(network("ScaledAdd"), device="numpy", custom_ops=ops)
+        with pytest.raises(lite.EngineUnavailableError, match="is a CUDA kernel"):
+            model(x)
