@@ -46,11 +46,10 @@ def compile_command(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
+    from lite.engines import default_cache_dir
     from lite.engines.torch import precompiled
     from lite.model import Model
     from lite.signature import concrete_shape, random_array
-
-    from lite.engines import default_cache_dir
 
     output = Path(args.output) if args.output else precompiled.default_location(args.model)
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()

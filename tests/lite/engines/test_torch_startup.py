@@ -16,8 +16,10 @@ from tests.lite.engines.models import Const, one_node
 
 torch = pytest.importorskip("torch", reason="the torch engine needs PyTorch (the torch extra)")
 
-from lite.engines.torch import TorchEngine  # noqa: E402
-from lite.engines.torch import precompiled  # noqa: E402
+from lite.engines.torch import (
+    TorchEngine,  # noqa: E402
+    precompiled,  # noqa: E402
+)
 
 RNG = np.random.default_rng(0)
 
