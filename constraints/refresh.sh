@@ -10,5 +10,6 @@ python3 -m venv "$venv"
 {
   echo "# The versions CI ran the test suite with: pip install -e \".[dev]\" -c constraints/ci.txt."
   echo "# pyproject.toml's requirements stay ranges; refresh this file with constraints/refresh.sh."
-  "$venv/bin/pip" freeze --exclude-editable
+  # torch's CPU build carries a local label (2.13.0+cpu): the pin names the release.
+  "$venv/bin/pip" freeze --exclude-editable | sed -E 's/^(torch==[^+]+)[+]cpu$/\1/'
 } > constraints/ci.txt

@@ -1,0 +1,182 @@
+"""Real architectures through both PyTorch exporters, end to end with default options.
+
+For every architecture of tests/zoo/architectures.py and both exporters (TorchScript-based and
+``torch.export``-based), the ONNX file converts with ``converter.convert(src, dst)`` (what
+``lite convert src -o dst`` runs: no option beyond the file names), the conversion's own
+verification passes, and the .lite file matches ONNX Runtime on the original: within 1e-3 of the
+output's peak on the numpy engine, 1e-4 on lite's ONNX Runtime engine.
+
+On the ``torch.export`` file (torch's default exporter), each architecture also converts with
+fp16 weights (within 1e-2) and to int8: static, calibrated on 16 random inputs, for the
+convolutional networks; dynamic for transformers and audio models. Random weights make top-1
+agreement meaningless, so int8 is held to the logits' cosine similarity, at least 0.99 against
+float32 on inputs it was not calibrated on.
+
+Every check that is not run, or run to another bound, is in EXCLUSIONS or TOLERANCES with the
+reason. torch and transformers come with the ``zoo`` extra; without them the module is skipped.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the zoo exports with torch: pip install -e '.[zoo]'")
+pytest.importorskip("transformers", reason="the zoo builds models from transformers: pip install -e '.[zoo]'")
+ort = pytest.importorskip("onnxruntime")
+converter = pytest.importorskip("converter")
+lite = pytest.importorskip("lite")
+
+from tests.zoo.architectures import ARCHITECTURES, EXPORTERS, Architecture, export_by_name  # noqa: E402
+from tests.zoo.wheels import relative_error  # noqa: E402
+
+NUMPY_RTOL = 1e-3
+CPU_RTOL = 1e-4
+FP16_RTOL = 1e-2
+INT8_COSINE = 0.99
+CALIBRATION_SAMPLES = 16
+
+# (architecture, exporter or "*", check) -> why the check is skipped.
+EXCLUSIONS: dict[tuple[str, str, str], str] = {}
+
+# Architectures whose checks take long on 2 cores: marked slow (they still run in CI).
+SLOW = {"mobilenet_v3", "ghostnet", "mobilenet_v2"}
+
+
+def _params():
+    for architecture in ARCHITECTURES:
+        for exporter in EXPORTERS:
+            marks = [pytest.mark.slow] if architecture.name in SLOW else []
+            yield pytest.param((architecture, exporter), id=f"{architecture.name}-{exporter}", marks=marks)
+
+
+def _excluded(architecture: Architecture, exporter: str, check: str) -> None:
+    for key in ((architecture.name, exporter, check), (architecture.name, "*", check)):
+        if key in EXCLUSIONS:
+            pytest.skip(EXCLUSIONS[key])
+
+
+@pytest.fixture(scope="module", params=list(_params()))
+def case(request):
+    return request.param
+
+
+class Exports:
+    """Exports run in a worker process a few cases ahead of the tests that use them.
+
+    torch.export takes most of this module's time and keeps one core busy; the checks (convert,
+    verify, run) keep the other. The worker is spawned (torch does not survive a fork well) and
+    exports the cases in the order the selected tests will ask for them.
+    """
+
+    AHEAD = 2
+
+    def __init__(self, session: pytest.Session, folder) -> None:
+        self.folder = folder
+        self.order: list[tuple[str, str]] = []
+        for item in session.items:
+            spec = getattr(item, "callspec", None)
+            if spec is not None and "case" in spec.params:
+                architecture, exporter = spec.params["case"]
+                if (architecture.name, exporter) not in self.order:
+                    self.order.append((architecture.name, exporter))
+        self.jobs: dict[tuple[str, str], concurrent.futures.Future] = {}
+        context = multiprocessing.get_context("spawn")
+        self.pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
+
+    def path(self, architecture: Architecture, exporter: str):
+        key = (architecture.name, exporter)
+        position = self.order.index(key) if key in self.order else len(self.order)
+        for name, kind in [key, *self.order[position + 1 : position + 1 + self.AHEAD]]:
+            if (name, kind) not in self.jobs:
+                self.jobs[name, kind] = self.pool.submit(export_by_name, name, kind, self.folder / f"{name}-{kind}.onnx")
+        return self.jobs[key].result()
+
+
+@pytest.fixture(scope="session")
+def exports(request, tmp_path_factory):
+    pool = Exports(request.session, tmp_path_factory.mktemp("zoo-exports"))
+    yield pool
+    pool.pool.shutdown(cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def exported(case, exports):
+    """The ONNX file, the example inputs and ONNX Runtime's outputs on it."""
+    architecture, exporter = case
+    source = exports.path(architecture, exporter)
+    feeds = architecture.make_inputs(np.random.default_rng(0))
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    return source, feeds, session.run(None, feeds)
+
+
+@pytest.fixture(scope="module")
+def converted(exported):
+    source, _, _ = exported
+    output = source.with_suffix(".lite")
+    report = converter.convert(source, output)
+    return output, report
+
+
+def _predict(path, device: str, feeds) -> list[np.ndarray]:
+    outputs = lite.Model.load(path, device=device).predict(feeds)
+    return list(outputs.values())
+
+
+def test_converts_with_default_options_and_verifies(case, converted):
+    _, report = converted
+    assert report.verification is not None
+    assert report.verification.status == "passed", report.verification
+
+
+@pytest.mark.parametrize("device, rtol", [("numpy", NUMPY_RTOL), ("cpu", CPU_RTOL)])
+def test_engine_matches_onnxruntime_on_the_original(case, exported, converted, device, rtol):
+    architecture, exporter = case
+    _excluded(architecture, exporter, device)
+    _, feeds, expected = exported
+    error = relative_error(_predict(converted[0], device, feeds), expected)
+    assert error <= rtol, f"{device}: max abs error {error:.3g} of the output's peak > {rtol:g}"
+
+
+def _only_torch_export(case):
+    architecture, exporter = case
+    if exporter != "dynamo":
+        pytest.skip("fp16 and int8 are checked on the torch.export file, torch's default exporter")
+    return architecture
+
+
+def test_fp16_weights(case, exported, tmp_path):
+    architecture = _only_torch_export(case)
+    _excluded(architecture, "dynamo", "fp16")
+    source, feeds, expected = exported
+    report = converter.convert(source, tmp_path / "fp16.lite", fp16=True)
+    assert report.verification is not None and report.verification.passed, report.verification
+    error = relative_error(_predict(tmp_path / "fp16.lite", "cpu", feeds), expected)
+    assert error <= FP16_RTOL, f"fp16: max abs error {error:.3g} of the output's peak > {FP16_RTOL:g}"
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_int8_keeps_the_logits(case, exported, tmp_path):
+    architecture = _only_torch_export(case)
+    _excluded(architecture, "dynamo", "int8")
+    source, _, _ = exported
+    if architecture.quant == "static":
+        calibration = [architecture.make_inputs(np.random.default_rng(100 + i)) for i in range(CALIBRATION_SAMPLES)]
+        report = converter.convert(source, tmp_path / "int8.lite", quant="int8", calibration_data=calibration)
+    else:
+        report = converter.convert(source, tmp_path / "int8.lite", quant="int8-dynamic")
+    assert report.verification is None or report.verification.status != "failed", report.verification
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    model = lite.Model.load(tmp_path / "int8.lite", device="cpu")
+    for seed in (1, 2):
+        feeds = architecture.make_inputs(np.random.default_rng(seed))
+        expected = session.run(None, feeds)[0]
+        actual = next(iter(model.predict(feeds).values()))
+        assert _cosine(actual, expected) >= INT8_COSINE, f"int8 logits' cosine {_cosine(actual, expected):.4f}"
