@@ -3,11 +3,12 @@
 Anything that speaks DLPack and says it lives on a CUDA device is a device array: PyTorch
 tensors, CuPy and JAX arrays. Outputs that stay on the GPU are returned as
 :class:`DeviceArray`, which those libraries import without a copy (``torch.from_dlpack(y)``).
-This module imports nothing beyond numpy.
+This module imports nothing beyond numpy (PyTorch is looked up only where a caller loaded it).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,19 @@ def device_array_spec(value: Any) -> tuple[tuple[int, ...], np.dtype]:
             known = np.dtype(str(dtype).rsplit(".", 1)[-1])
         _DTYPES[dtype] = known
     return shape, known
+
+
+def torch_cuda_spec(value: Any) -> tuple[tuple[int, ...], np.dtype] | None:
+    """Shape and numpy dtype of a PyTorch CUDA tensor, else None: the common GPU input recognised
+    from its type, without the DLPack calls of :func:`is_device_array` (microseconds per call)."""
+    torch = sys.modules.get("torch")  # a caller passing a tensor has imported it; never imported here
+    if torch is None or type(value) is not torch.Tensor or not value.is_cuda:
+        return None
+    dtype = value.dtype
+    known = _DTYPES.get(dtype)
+    if known is None:
+        known = device_array_spec(value)[1]
+    return value.shape, known
 
 
 class DeviceArray:
@@ -111,8 +125,6 @@ def pinned_empty(shape: tuple[int, ...] | list[int], dtype: Any = np.float32) ->
     the data is produced (decoding, preprocessing) and pass it to ``predict`` like any other.
     Allocated through PyTorch or CuPy, whichever is installed (lite itself needs neither).
     """
-    import sys
-
     dtype = np.dtype(dtype)
     shape = tuple(int(d) for d in shape)
     errors = []

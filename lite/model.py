@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from lite.custom_ops import CustomOps
-from lite.device_arrays import device_array_spec, is_device_array
+from lite.device_arrays import device_array_spec, is_device_array, torch_cuda_spec
 from lite.engines.base import DEVICES
 from lite.errors import InvalidInputError, ModelFormatError
 from lite.format import ir
@@ -173,6 +173,13 @@ _OBJECT = np.dtype(object)
 def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]) -> Any:
     if type(value) is np.ndarray and spec.kind == "tensor" and spec.dtype is not None and value.dtype == spec.dtype:
         _check_shape(spec, value.shape, bound)  # the common case first: every request of a server
+        return value
+    cuda = torch_cuda_spec(value)
+    if cuda is not None and spec.kind == "tensor":  # the common GPU call, without DLPack calls
+        shape, dtype = cuda
+        if spec.dtype is not None and dtype != spec.dtype:
+            raise InvalidInputError(f"input {spec.name!r} (on the GPU) has dtype {dtype}, the model expects {spec.dtype}")
+        _check_shape(spec, shape, bound)
         return value
     if spec.kind == "sequence":
         if not isinstance(value, (list, tuple)):

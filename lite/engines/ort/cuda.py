@@ -4,7 +4,9 @@
   are bound in place (``OrtValue.from_dlpack``, no copy) through an IOBinding. Outputs of such a
   call stay on the GPU and come back as :class:`DeviceArray` objects, which PyTorch and CuPy
   import without a copy (``torch.from_dlpack(y)``, ``cupy.from_dlpack(y)``).
-- numpy inputs are copied to the device once per call and outputs copied back.
+- numpy inputs are copied to the device once per call and outputs copied back; into a graphed
+  bucket, large ones go through a pinned staging buffer in overlapping chunks when PyTorch is
+  loaded (:class:`lite.engines.host_upload.HostUploader`).
 - CUDA graphs (``cuda_graph=True``): each distinct set of input shapes (a bucket, at most
   ``MAX_GRAPH_BUCKETS``) is captured once and replayed. Replay needs fixed addresses, so every
   bucket owns device buffers for its inputs and outputs; a call copies its inputs into them
@@ -32,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from lite.device_arrays import DeviceArray, device_array_spec, is_device_array, numpy_dtype_of_ortvalue
+from lite.engines.host_upload import STAGED_MIN_BYTES, HostUploader
 from lite.engines.ort.sessions import Session
 
 MAX_GRAPH_BUCKETS = 16  # a server padding to powers of two up to 256 uses 9
@@ -58,6 +61,7 @@ class CudaRunner:
         self.retired: list[tuple[Session, Session | None]] = []
         self.graph_ids = itertools.count(1)  # never reused: a stale graph is never replayed by mistake
         self.output_names = plain.output_names
+        self.uploader: HostUploader | None = None  # large numpy inputs, when PyTorch is loaded (made on first use)
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         # A CUDA session runs on one thread only: the thread that made it. ONNX Runtime keeps
@@ -143,6 +147,10 @@ class CudaRunner:
         probe = self._run_bound(feeds, on_device=False)
         graph_id = next(self.graph_ids)
         bucket = _Bucket(self.ort, self.graphed, self.device_id, graph_id, feeds, probe, self.stream)
+        if bucket.torch is not None:
+            if self.uploader is None:
+                self.uploader = HostUploader(bucket.torch.torch, bucket.torch.device)
+            bucket.uploader = self.uploader
         self.buckets[key] = bucket
         return bucket
 
@@ -169,6 +177,7 @@ class _Bucket:
         self.options = ort.RunOptions()
         self.options.add_run_config_entry("gpu_graph_id", str(graph_id))
         self.torch: _TorchViews | None = None
+        self.uploader: HostUploader | None = None  # the runner's, once PyTorch views exist
         self.run(feeds, on_device=False)  # the first run with this id captures the graph
         self.torch = _TorchViews.of(self.inputs, self.outputs, stream)
         if self.torch is not None and self.torch.stream is not None:
@@ -185,13 +194,19 @@ class _Bucket:
             return self.torch.run(feeds, lambda: self.session.session.run_with_iobinding(self.binding, self.options))
         if self.torch is not None:
             self.torch.settle()  # an asynchronous call may still be using the buffers
-        copied_on_device = False
+        copied_on_device = staged = False
         for name, value in feeds.items():
             if is_device_array(value):
                 self.inputs[name].update_inplace(self.ort.OrtValue.from_dlpack(value))
                 copied_on_device = True
+            elif self.uploader is not None and isinstance(value, np.ndarray) and value.nbytes >= STAGED_MIN_BYTES and value.dtype.kind in "biuf":
+                # Through pinned memory in overlapped chunks, not one pageable copy (host_upload.py).
+                self.uploader.upload_into(value, self.torch.inputs[name])
+                staged = True
             else:
                 self.inputs[name].update_inplace(np.ascontiguousarray(value))
+        if staged:
+            self.uploader.wait()  # the replay runs on a stream these copies are not ordered with
         if copied_on_device:
             # A device-to-device copy returns before it is done, on a stream the replay's stream
             # is not ordered after: wait for it (host-to-device copies from numpy are synchronous).

@@ -28,6 +28,7 @@ import torch
 
 from lite.device_arrays import is_device_array
 from lite.engines.base import has_half_weights
+from lite.engines.host_upload import STAGED_MIN_BYTES, HostUploader
 from lite.engines.partition import numpy_part, split
 from lite.engines.torch.compiler import (
     MODES,
@@ -148,6 +149,7 @@ class TorchEngine:
                                          None if cache_dir is None else Path(cache_dir))
         self.cuda_graphs = uses_cuda_graphs(self.mode, self.device)
         self._lock = threading.Lock()
+        self._uploader: HostUploader | None = None  # large numpy inputs to the GPU (made on first use)
         graph = model.main
         self.output_names = [graph.tensors[i].name for i in graph.outputs]
         self.unmapped = self._unmapped()
@@ -298,11 +300,22 @@ class TorchEngine:
         if isinstance(value, torch.Tensor):
             return value.to(self.device)
         if isinstance(value, np.ndarray):
+            if self.on_gpu and value.nbytes >= STAGED_MIN_BYTES and value.dtype.kind in "biuf":
+                return self._host_uploader().upload(value)  # pinned staging, overlapped chunks
             return torch.from_numpy(np.ascontiguousarray(value) if value.flags.writeable else value.copy()).to(
                 self.device)
         if is_device_array(value):
             return torch.from_dlpack(value).to(self.device)
         return torch.tensor(value, device=self.device)  # a host value (shape arithmetic) between segments
+
+    def _host_uploader(self) -> HostUploader:
+        uploader = self._uploader
+        if uploader is None:
+            with self._lock:
+                if self._uploader is None:
+                    self._uploader = HostUploader(torch, self.device)
+                uploader = self._uploader
+        return uploader
 
     def _to_numpy(self, name: str, value: Any) -> Any:
         if isinstance(value, np.ndarray) or value is None or isinstance(value, list) and value and \
