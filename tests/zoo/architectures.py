@@ -197,6 +197,11 @@ def _hf_image(name: str, config_name: str, model_name: str, size: int = 64, outp
                         torchscript_opset=opset)
 
 
+def _hf_attention(name: str, config_name: str, model_name: str, **config) -> Architecture:
+    """A vision transformer: int8 is checked in the transformers' (dynamic) form, as for text."""
+    return _hf_image(name, config_name, model_name, quant="dynamic", **config)
+
+
 _STAGES = dict(depths=[1, 1, 2, 1])
 _VIT = dict(image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=128)
@@ -235,29 +240,30 @@ ARCHITECTURES: tuple[Architecture, ...] = (
               **_STAGES),
     _hf_image("convnextv2", "ConvNextV2Config", "ConvNextV2ForImageClassification",
               hidden_sizes=[24, 48, 96, 192], **_STAGES),
-    _hf_image("vit", "ViTConfig", "ViTForImageClassification", **_VIT),
-    _hf_image("deit_distilled", "DeiTConfig", "DeiTForImageClassificationWithTeacher", **_VIT),
-    _hf_image("beit", "BeitConfig", "BeitForImageClassification", use_relative_position_bias=True, **_VIT),
-    _hf_image("dinov2", "Dinov2Config", "Dinov2ForImageClassification", image_size=64, patch_size=8,
+    _hf_attention("vit", "ViTConfig", "ViTForImageClassification", **_VIT),
+    _hf_attention("deit_distilled", "DeiTConfig", "DeiTForImageClassificationWithTeacher", **_VIT),
+    _hf_attention("beit", "BeitConfig", "BeitForImageClassification", use_relative_position_bias=True, **_VIT),
+    _hf_attention("dinov2", "Dinov2Config", "Dinov2ForImageClassification", image_size=64, patch_size=8,
               hidden_size=64, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2),
-    _hf_image("swin", "SwinConfig", "SwinForImageClassification", image_size=64, patch_size=2, embed_dim=32,
+    _hf_attention("swin", "SwinConfig", "SwinForImageClassification", image_size=64, patch_size=2, embed_dim=32,
               num_heads=[1, 2, 4, 8], window_size=4, **_STAGES),
-    _hf_image("swinv2", "Swinv2Config", "Swinv2ForImageClassification", image_size=64, patch_size=4,
+    _hf_attention("swinv2", "Swinv2Config", "Swinv2ForImageClassification", image_size=64, patch_size=4,
               embed_dim=32, num_heads=[1, 2, 4, 8], window_size=4, **_STAGES),
-    _hf_image("levit", "LevitConfig", "LevitForImageClassificationWithTeacher", image_size=64,
+    _hf_attention("levit", "LevitConfig", "LevitForImageClassificationWithTeacher", image_size=64,
               hidden_sizes=[64, 96, 128], num_attention_heads=[2, 3, 4], depths=[1, 1, 1], key_dim=[16, 16, 16]),
     _hf_image("mobilevit", "MobileViTConfig", "MobileViTForImageClassification", image_size=64,
               hidden_sizes=[64, 80, 96], neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320]),
-    # MobileViTV2 folds patches back with col2im, an opset 18 operator.
+    # MobileViTV2 folds patches back with col2im, an opset 18 operator (the TorchScript exporter
+    # still fails on it: tests/zoo/test_architectures.py EXCLUSIONS).
     _hf_image("mobilevitv2", "MobileViTV2Config", "MobileViTV2ForImageClassification", image_size=64,
               width_multiplier=0.5, opset=18),
     _hf_image("poolformer", "PoolFormerConfig", "PoolFormerForImageClassification", hidden_sizes=[32, 64, 96, 128],
               **_STAGES),
-    _hf_image("pvt", "PvtConfig", "PvtForImageClassification", image_size=64, hidden_sizes=[16, 32, 64, 128],
+    _hf_attention("pvt", "PvtConfig", "PvtForImageClassification", image_size=64, hidden_sizes=[16, 32, 64, 128],
               depths=[1, 1, 1, 1], num_attention_heads=[1, 1, 2, 4]),
-    _hf_image("pvt_v2", "PvtV2Config", "PvtV2ForImageClassification", hidden_sizes=[16, 32, 64, 128],
+    _hf_attention("pvt_v2", "PvtV2Config", "PvtV2ForImageClassification", hidden_sizes=[16, 32, 64, 128],
               depths=[1, 1, 1, 1], num_attention_heads=[1, 1, 2, 4]),
-    _hf_image("segformer", "SegformerConfig", "SegformerForImageClassification", hidden_sizes=[16, 32, 64, 128],
+    _hf_attention("segformer", "SegformerConfig", "SegformerForImageClassification", hidden_sizes=[16, 32, 64, 128],
               depths=[1, 1, 1, 1], num_attention_heads=[1, 1, 2, 4]),
     _hf_image("focalnet", "FocalNetConfig", "FocalNetForImageClassification", image_size=64, embed_dim=32,
               **_STAGES),

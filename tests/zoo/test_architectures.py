@@ -39,8 +39,14 @@ FP16_RTOL = 1e-2
 INT8_COSINE = 0.99
 CALIBRATION_SAMPLES = 16
 
-# (architecture, exporter or "*", check) -> why the check is skipped.
-EXCLUSIONS: dict[tuple[str, str, str], str] = {}
+# (architecture, exporter or "*", check) -> why the check is skipped; check "export" skips the case.
+EXCLUSIONS: dict[tuple[str, str, str], str] = {
+    ("mobilevitv2", "torchscript", "export"): (
+        "torch's TorchScript exporter cannot write transformers' MobileViTV2: its col2im symbolic needs a constant "
+        "output size and the model computes it from the input's shape (TypeError in symbolic_opset18.col2im, "
+        "torch 2.13); the torch.export-based exporter writes it"
+    ),
+}
 
 # Architectures whose checks take long on 2 cores: marked slow (they still run in CI).
 SLOW = {"mobilenet_v3", "ghostnet", "mobilenet_v2"}
@@ -50,6 +56,8 @@ def _params():
     for architecture in ARCHITECTURES:
         for exporter in EXPORTERS:
             marks = [pytest.mark.slow] if architecture.name in SLOW else []
+            if (architecture.name, exporter, "export") in EXCLUSIONS:
+                marks.append(pytest.mark.skip(reason=EXCLUSIONS[architecture.name, exporter, "export"]))
             yield pytest.param((architecture, exporter), id=f"{architecture.name}-{exporter}", marks=marks)
 
 
@@ -79,7 +87,7 @@ class Exports:
         self.order: list[tuple[str, str]] = []
         for item in session.items:
             spec = getattr(item, "callspec", None)
-            if spec is not None and "case" in spec.params:
+            if spec is not None and "case" in spec.params and item.get_closest_marker("skip") is None:
                 architecture, exporter = spec.params["case"]
                 if (architecture.name, exporter) not in self.order:
                     self.order.append((architecture.name, exporter))
