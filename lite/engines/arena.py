@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from lite.ops.registry import SMALL_ARRAY_BYTES
+
 
 class BufferPool:
     """Activation memory planned from the lifetimes of a previous run, one plan per thread.
@@ -35,7 +37,7 @@ class BufferPool:
     """
 
     # Below this numpy's and the C allocator's own caches are as good.
-    MIN_BYTES = 64 * 1024
+    MIN_BYTES = SMALL_ARRAY_BYTES
     ALIGNMENT = 64
 
     def __init__(self) -> None:

@@ -31,6 +31,7 @@ from lite.errors import KernelError, LiteError, ModelFormatError, UnsupportedOpE
 from lite.format import ir
 from lite.format.values import attribute_value, tensor_value
 from lite.ops import KERNELS, KernelRegistry, fused_activation
+from lite.ops._blas import ONE_BLAS_THREAD
 from lite.ops.registry import normalize_domain
 
 # Load-time constant folding runs deterministic ONNX ops only.
@@ -203,7 +204,9 @@ class NumpyEngine:
         self.pool.begin_run()
         outputs: list[np.ndarray] = []
         try:
-            outputs = [_contiguous(value) for value in self._run_graph(0, inputs, None, observer)]
+            # BLAS on one thread: large products are split by lite.ops._parallel instead.
+            with ONE_BLAS_THREAD:
+                outputs = [_contiguous(value) for value in self._run_graph(0, inputs, None, observer)]
         finally:
             self.pool.end_run(outputs, completed=bool(outputs) or not plan.graph.outputs)
         return {plan.graph.tensors[i].name: value for i, value in zip(plan.graph.outputs, outputs)}

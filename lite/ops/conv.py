@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from lite.errors import UnsupportedOpError
+from lite.ops import _parallel as parallel
 from lite.ops import _wide_im2col as wide_im2col
 from lite.ops import _winograd as winograd
 from lite.ops import fused_activation as activations
@@ -199,7 +200,7 @@ def _pointwise(x, w, group, begin, end, strides, out_shape, finish, allocate):
         for g in range(group):
             first, stop = g * out_per_group, (g + 1) * out_per_group
             block = y[n, first:stop]
-            np.matmul(weights[g], cols[n, g * per_group : (g + 1) * per_group], out=block)
+            parallel.matmul(weights[g], cols[n, g * per_group : (g + 1) * per_group], block)
             finish(block, first, stop)
     return y
 
@@ -212,7 +213,7 @@ def _pointwise_channels_last(x, w, finish, allocate):
     rows = x.transpose(channels_last_order(x.ndim)).reshape(-1, channels)  # a view, no copy
     y = empty_channels_last((batch, out_channels) + x.shape[2:], x.dtype, allocate)
     y_rows = y.transpose(channels_last_order(y.ndim)).reshape(-1, out_channels)
-    np.matmul(rows, w.reshape(out_channels, channels).T, out=y_rows)
+    parallel.matmul(rows, w.reshape(out_channels, channels).T, y_rows)
     finish.channels_last(y_rows)
     return y
 
@@ -240,7 +241,7 @@ def _im2col(padded, w, group, kernel_dims, strides, dilations, out_shape, finish
                 cols = columns[: source.size].reshape(source.shape)
                 np.copyto(cols, source)
                 block = y[n, first:stop, row * row_pixels : (row + count) * row_pixels]
-                np.matmul(weights[g], cols.reshape(depth, -1), out=block)
+                parallel.matmul(weights[g], cols.reshape(depth, -1), block)
                 finish(block, first, stop)
     return y
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from lite.errors import UnsupportedOpError
+from lite.ops import _parallel as parallel
 from lite.ops import fused_activation as activations
 from lite.ops.registry import kernel
 
@@ -26,7 +27,7 @@ def Gemm(
     a = A.T if transA else A
     b = B.T if transB else B
     y = allocate((a.shape[0], b.shape[1]), compute)
-    np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False), out=y)
+    parallel.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False), y)
     if alpha != 1.0:
         y *= compute.type(alpha)
     if C is not None and beta != 0.0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lite.ops import _parallel as parallel
 from lite.ops.registry import kernel
 
 
@@ -14,5 +15,10 @@ from lite.ops.registry import kernel
 def MatMul(A, B):
     if A.dtype == np.float16:
         return np.asarray(np.matmul(A.astype(np.float32), B.astype(np.float32))).astype(np.float16)
+    if A.ndim >= 2 and B.ndim == 2 and A.dtype == B.dtype and A.dtype.kind == "f" and A.flags.c_contiguous:
+        # (..., M, K) @ (K, N) is one (rows, K) @ (K, N) product, which large models split across cores.
+        out = np.empty(A.shape[:-1] + (B.shape[1],), A.dtype)
+        parallel.matmul(A.reshape(-1, A.shape[-1]), B, out.reshape(-1, B.shape[1]))
+        return out
     # 1-D @ 1-D gives a numpy scalar; the spec wants a 0-d tensor.
     return np.asarray(np.matmul(A, B))

@@ -52,7 +52,11 @@ from dataclasses import dataclass, field
 
 from lite.op_registry import OpRegistry, keyword_parameters, normalize_domain
 
-__all__ = ["KERNELS", "Kernel", "KernelRegistry", "kernel", "normalize_domain"]
+__all__ = ["KERNELS", "SMALL_ARRAY_BYTES", "Kernel", "KernelRegistry", "kernel", "normalize_domain"]
+
+# Arrays below this size are not worth the engine's arena (lite/engines/arena.py): numpy's and
+# the C allocator's own caches serve them as well, so kernels may skip ``allocate`` for them.
+SMALL_ARRAY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,80 @@
+"""Large matrix products split by the numpy engine itself across the CPU's cores.
+
+While the engine runs, BLAS runs on one thread (:mod:`lite.ops._blas`: OpenBLAS's static split
+stalls when another process takes a core). Products large enough to pay for it are cut here into
+blocks of output rows, a few more blocks than threads, and every thread (the caller included)
+claims the next block when it finishes one. A thread that loses its core meanwhile completes
+fewer blocks instead of holding up an equal share, and waiting threads sleep instead of spinning.
+numpy releases the GIL inside ``matmul``, so the blocks do run in parallel.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+# A block below this many multiply-adds costs about as much to hand to another thread as to compute.
+_BLOCK_MULTIPLY_ADDS = 1 << 20
+_BLOCKS_PER_THREAD = 3
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def threads() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _executor(workers: int) -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lite-matmul")
+        return _pool
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` for a 2-D ``a`` (M, K) and ``b`` (K, N), its rows split
+    between threads when the product is large (see the module docstring)."""
+    rows, depth = a.shape
+    work = rows * depth * b.shape[1]
+    workers = threads()
+    blocks = min(workers * _BLOCKS_PER_THREAD, work // _BLOCK_MULTIPLY_ADDS, rows // 4)
+    if workers < 2 or blocks < 2:
+        return np.matmul(a, b, out=out)
+    edges = [rows * index // blocks for index in range(blocks + 1)]
+    claims = itertools.count()
+    remaining = [blocks]
+    finished = threading.Event()
+    errors: list[BaseException] = []
+    counting = threading.Lock()
+
+    def work() -> None:
+        while (index := next(claims)) < blocks:
+            first, stop = edges[index], edges[index + 1]
+            try:
+                np.matmul(a[first:stop], b, out=out[first:stop])
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller below
+                errors.append(err)
+            with counting:
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    finished.set()
+
+    pool = _executor(workers - 1)
+    for _ in range(workers - 1):
+        pool.submit(work)
+    work()
+    # Only blocks already claimed are waited for: a helper that starts late finds none left.
+    finished.wait()
+    if errors:
+        raise errors[0]
+    return out
