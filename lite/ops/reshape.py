@@ -44,7 +44,15 @@ def _target_shape(data: np.ndarray, shape: list[int], allowzero: int) -> list[in
 @kernel("Reshape", since=5)
 def Reshape(data, shape, *, allowzero=0):
     data = np.asarray(data)
-    return data.reshape(_target_shape(data, int_list(shape), allowzero))
+    target = shape.tolist() if isinstance(shape, np.ndarray) and shape.ndim == 1 else int_list(shape)
+    if 0 not in target and (not target or min(target) >= -1):
+        # numpy's reshape infers one -1 as ONNX does; a model runs many small Reshapes, so the
+        # checks below run only to name what numpy refused.
+        try:
+            return data.reshape(target)
+        except ValueError:
+            pass
+    return data.reshape(_target_shape(data, target, allowzero))
 
 
 @kernel("Reshape", since=1)
