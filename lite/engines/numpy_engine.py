@@ -65,6 +65,22 @@ class _Step:
     # The kernel's load-time work on constant inputs and its result (lite.ops.registry).
     prepare: Callable | None = None
     prepared: Any = None
+    # The keyword arguments of every call but ``allocate`` and subgraph bodies, built when the
+    # step is planned and again once prepared: a small model's run is mostly per-node overhead.
+    keywords: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.finish()
+
+    def finish(self) -> None:
+        keywords = dict(self.attributes)
+        if self.output_count is not None:
+            keywords["output_count"] = self.output_count
+        if self.kernel_applies_activation:
+            keywords["fused_activation"] = self.activation
+        if self.prepared is not None:
+            keywords["prepared"] = self.prepared
+        self.keywords = keywords
 
 
 class _GraphPlan:
@@ -111,6 +127,7 @@ class NumpyEngine:
             for step in steps:
                 if step.prepare is not None:
                     step.prepared = _prepare(step, constants, graph)
+                    step.finish()
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
         last_use: dict[int, int] = {}
         for position, step in enumerate(steps):
@@ -242,17 +259,14 @@ class NumpyEngine:
     def _execute(step: _Step, values: list[Any], bodies: dict[str, Any], allocate: Callable | None) -> None:
         """Run one node on ``values`` (tensor index -> value), storing its outputs there."""
         args = [values[i] if i >= 0 else None for i in step.inputs]
-        kwargs = {**step.attributes, **bodies}
-        if step.output_count is not None:
-            kwargs["output_count"] = step.output_count
-        if step.wants_allocate and allocate is not None:
-            kwargs["allocate"] = allocate
-        if step.kernel_applies_activation:
-            kwargs["fused_activation"] = step.activation
-        if step.prepared is not None:
-            kwargs["prepared"] = step.prepared
+        kwargs = step.keywords
+        if bodies:
+            kwargs = {**kwargs, **bodies}
         try:
-            result = step.fn(*args, **kwargs)
+            if step.wants_allocate and allocate is not None:
+                result = step.fn(*args, allocate=allocate, **kwargs)
+            else:
+                result = step.fn(*args, **kwargs)
         except LiteError as err:
             named = type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}")
             if isinstance(named, KernelError):

@@ -209,3 +209,28 @@ def test_runs_that_ask_for_no_memory_between_planned_runs():
 def test_threads_have_pools_of_their_own():
     model = lite.Model.load(to_bytes(conv_chain_model()), device="numpy")
     assert_same_across_threads(model, [normal(1, 4, 64, 64) for _ in range(8)])
+
+
+def test_engine_calls_kernels_with_their_attributes_activation_and_prepared_weights():
+    """The engine builds each node's keyword arguments once, at load: every run must still be the
+    kernels called one by one (attributes, fused activation, prepared weights, output counts)."""
+    model = conv_chain_model()
+    engine = NumpyEngine(model)
+    constants = {t.name: np.asarray(t.data) for t in model.main.tensors if t.is_constant}
+    x = normal(1, 4, 64, 64)
+    y = conv.Conv(x, constants["w1"], constants["b1"], pads=[1, 1, 1, 1], fused_activation=("Relu", ()))
+    y = max_pool.MaxPool(y, kernel_shape=[2, 2], strides=[1, 1])
+    expected = conv.Conv(y, constants["w2"], pads=[1, 1, 1, 1])
+    for _ in range(2):
+        np.testing.assert_allclose(engine.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-4)
+    b = GraphBuilder("split", opset=13)
+    source = b.input("x", np.float32, [6, 4])
+    first, second = b.node("Split", [source], axis=0, outputs=["a", "b"])
+    b.output(first, np.float32, [3, 4])
+    b.output(second, np.float32, [3, 4])
+    split = NumpyEngine(load(to_bytes(b.build())))
+    z = normal(6, 4)
+    for _ in range(2):
+        outputs = split.run({"x": z})
+        np.testing.assert_array_equal(outputs["a"], z[:3])
+        np.testing.assert_array_equal(outputs["b"], z[3:])
