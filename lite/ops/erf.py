@@ -76,18 +76,26 @@ def erf_float32(x: np.ndarray) -> np.ndarray:
         return _erf_float32(x)
 
 
-def _erf_float32(x: np.ndarray) -> np.ndarray:
-    magnitude = np.abs(x)
+def erfc_float32_of_magnitude(magnitude: np.ndarray) -> np.ndarray:
+    """erfc(|x|) from ``magnitude`` = |x| (float32, a fresh array): the Chebyshev fit of the
+    module docstring, accurate to 1.2e-7 of its value for every |x|."""
     t = magnitude * np.float32(0.5)
     t += np.float32(1.0)
     np.reciprocal(t, out=t)
-    fit = np.full_like(t, np.float32(_ERFC_FIT[-1]))
-    for coefficient in reversed(_ERFC_FIT[:-1]):
+    fit = t * np.float32(_ERFC_FIT[-1])
+    fit += np.float32(_ERFC_FIT[-2])
+    for coefficient in reversed(_ERFC_FIT[:-2]):
         fit *= t
         fit += np.float32(coefficient)
     fit -= magnitude * magnitude
     np.exp(fit, out=fit)
-    fit *= t  # erfc(|x|)
+    fit *= t
+    return fit
+
+
+def _erf_float32(x: np.ndarray) -> np.ndarray:
+    magnitude = np.abs(x)
+    fit = erfc_float32_of_magnitude(magnitude)  # erfc(|x|)
     far = np.subtract(np.float32(1.0), fit, out=fit)
     np.copysign(far, x, out=far)
     square = x * x

@@ -392,3 +392,23 @@ def test_float32_erf_is_within_a_few_ulps_of_math_erf():
     ulps = np.abs(got - expected) / np.spacing(np.abs(expected).astype(np.float32)).astype(np.float64)
     assert ulps.max() <= 4, x[ulps.argmax()]
     assert np.isnan(erf_float32(np.array([np.nan], np.float32)))[0]
+
+
+def test_float32_gelu_keeps_its_relative_accuracy_in_the_negative_tail():
+    """Gelu's float32 gate is erfc(-z) from the fit alone: a small relative error wherever the
+    result is a normal float32 (it grows with z, as float32 rounds z^2 inside exp(-z^2)), where
+    1 + erf(z) would lose every digit to cancellation."""
+    import math
+
+    x = np.concatenate([np.linspace(-12, 12, 100_001), np.geomspace(1e-30, 1, 1000), -np.geomspace(1e-30, 1, 1000),
+                        [0.0, -0.0]]).astype(np.float32)
+    expected = np.array([0.5 * float(v) * math.erfc(-float(v) / math.sqrt(2)) for v in x])
+    (got,) = kernel_outputs("Gelu", [x], {}, opset=20)
+    assert got.dtype == np.float32
+    normal_results = np.abs(expected) >= np.finfo(np.float32).tiny
+    error = np.abs(got.astype(np.float64) - expected)[normal_results] / np.abs(expected[normal_results])
+    assert error.max() < 3e-5, x[normal_results][error.argmax()]
+    assert error[np.abs(x[normal_results]) < 6].max() < 5e-6
+    assert np.all(got[expected == 0] == 0)
+    (special,) = kernel_outputs("Gelu", [np.array([np.inf, np.nan], np.float32)], {}, opset=20)
+    assert special[0] == np.inf and np.isnan(special[1])
