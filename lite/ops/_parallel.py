@@ -19,6 +19,8 @@ import numpy as np
 
 # A block below this many multiply-adds costs about as much to hand to another thread as to compute.
 _BLOCK_MULTIPLY_ADDS = 1 << 20
+# Products below this are never split (kernels may skip preparing for matmul() below it).
+SPLIT_MULTIPLY_ADDS = 2 * _BLOCK_MULTIPLY_ADDS
 _BLOCKS_PER_THREAD = 3
 
 _lock = threading.Lock()

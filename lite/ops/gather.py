@@ -31,6 +31,14 @@ def checked_indices(op_type: str, indices, dimension: int) -> np.ndarray:
 def Gather(data, indices, *, axis=0):
     data = np.asarray(data)
     axis = normalize_axis("Gather", axis, data.ndim)
+    indices = np.asarray(indices)
+    if indices.dtype.kind in "iu":
+        # numpy's take wraps negative indices and refuses the rest exactly as ONNX does; the
+        # check below (three passes over the indices) only names what it refused.
+        try:
+            return np.asarray(np.take(data, indices, axis=axis))
+        except (IndexError, TypeError):  # out of range, or uint64 indices numpy will not cast
+            pass
     return np.take(data, checked_indices("Gather", indices, data.shape[axis]), axis=axis)
 
 

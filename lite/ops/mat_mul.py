@@ -15,7 +15,8 @@ from lite.ops.registry import kernel
 def MatMul(A, B):
     if A.dtype == np.float16:
         return np.asarray(np.matmul(A.astype(np.float32), B.astype(np.float32))).astype(np.float16)
-    if A.ndim >= 2 and B.ndim == 2 and A.dtype == B.dtype and A.dtype.kind == "f" and A.flags.c_contiguous:
+    if (A.ndim >= 2 and B.ndim == 2 and A.size * B.shape[1] >= parallel.SPLIT_MULTIPLY_ADDS and A.dtype == B.dtype
+            and A.dtype.kind == "f" and A.flags.c_contiguous):
         # (..., M, K) @ (K, N) is one (rows, K) @ (K, N) product, which large models split across cores.
         out = np.empty(A.shape[:-1] + (B.shape[1],), A.dtype)
         parallel.matmul(A.reshape(-1, A.shape[-1]), B, out.reshape(-1, B.shape[1]))

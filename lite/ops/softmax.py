@@ -23,9 +23,12 @@ from lite.ops.registry import kernel
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    exponentials = np.exp(shifted)
-    return exponentials / np.sum(exponentials, axis=axis, keepdims=True)
+    # The ufuncs' reductions and in-place updates, not np.max/np.sum and fresh arrays: attention
+    # runs this on small score tensors, where each call's overhead outweighs its arithmetic.
+    shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True)
+    np.exp(shifted, out=shifted)
+    shifted /= np.add.reduce(shifted, axis=axis, keepdims=True)
+    return shifted
 
 
 def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:

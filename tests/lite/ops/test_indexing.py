@@ -339,3 +339,14 @@ def test_det(shape):
             kernel_outputs("Det", [normal(shape)], {}, opset=11)
         return
     check("Det", [normal(shape)], opset=11, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.uint64])
+def test_gather_scalar_and_unsigned_indices(dtype):
+    data = normal((4, 3))
+    check("Gather", [data, np.array(2, dtype=dtype)], {"axis": 0}, opset=13)
+    check("Gather", [data, np.array([[1, 0], [2, 2]], dtype=dtype)], {"axis": 1}, opset=13)
+    (row,) = kernel_outputs("Gather", [data[0], np.array(1, dtype=dtype)], {}, opset=13)
+    assert isinstance(row, np.ndarray) and row.shape == () and row == data[0, 1]
+    with pytest.raises(KernelError, match="Gather"):
+        kernel_outputs("Gather", [data, np.array(4, dtype=dtype)], {}, opset=13)
