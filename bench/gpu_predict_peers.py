@@ -8,9 +8,8 @@ can run while other work goes on (device time is scarce):
   (max-autotune, the default) and for batch 1 in mode reduce-overhead, into ``--workdir``.
 - the measurement (default): loads those artifacts (no compilation) and times, in interleaved rounds,
 
-  batch 1: lite ``predict`` (torch engine) with PyTorch tensors, ``engine.run``, the bare graph replay
-  (what the GPU does without lite's input copy and output clone), the same engine in mode
-  reduce-overhead, ``torch.compile(mode="reduce-overhead")`` fed the same NCHW tensor and fed a
+  batch 1: lite ``predict`` (torch engine) with PyTorch tensors, ``engine.run``, the same engine in
+  mode reduce-overhead, ``torch.compile(mode="reduce-overhead")`` fed the same NCHW tensor and fed a
   channels-last copy; ``device="cuda"`` (ONNX Runtime engine) and ONNX Runtime's best configuration.
 
   batch 256: lite ``predict`` with PyTorch tensors, numpy in / out (through the pinned staging of
@@ -132,10 +131,6 @@ def main_measure(workdir: Path, rounds: int, seconds: float) -> dict:
         if batch == 1:
             lite_ro.predict({"input": x})
             runners["lite engine.run, torch in"] = lambda: lite_best.engine.run({"input": x})
-            graphed = lite_best.engine._direct.runner.runners  # the bare replay, a diagnostic
-            signature = (x.shape, x.dtype, x.device)
-            if signature in graphed and hasattr(graphed[signature], "graph"):
-                runners["lite graph replay alone"] = graphed[signature].graph.replay
             runners["lite mode reduce-overhead, predict"] = lambda: lite_ro.predict({"input": x})
             x_cl = x.contiguous(memory_format=torch.channels_last)
             with torch.no_grad():

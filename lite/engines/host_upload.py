@@ -61,16 +61,18 @@ class HostUploader:
         current = torch.cuda.current_stream(self.device)
         with self._lock:
             self._done.synchronize()  # the last upload's DMA has read the staging buffer
-            staging = self._buffer(source.numel())
             # Work already queued on the caller's stream may still use the memory being written
             # (the caching allocator hands freed blocks out at once): copy after it.
             self.stream.wait_stream(current)
-            size = source.numel()
             with torch.cuda.stream(self.stream):
-                for start in range(0, size, self.chunk_bytes):
-                    end = min(start + self.chunk_bytes, size)
-                    staging[start:end].copy_(source[start:end])  # multithreaded host copy
-                    destination[start:end].copy_(staging[start:end], non_blocking=True)
+                if source.is_pinned():  # already page-locked (lite.pinned_empty): one DMA, no staging
+                    destination.copy_(source, non_blocking=True)
+                else:
+                    staging = self._buffer(source.numel())
+                    for start in range(0, source.numel(), self.chunk_bytes):
+                        end = min(start + self.chunk_bytes, source.numel())
+                        staging[start:end].copy_(source[start:end])  # multithreaded host copy
+                        destination[start:end].copy_(staging[start:end], non_blocking=True)
             self._done.record(self.stream)
             current.wait_event(self._done)
 
