@@ -68,9 +68,16 @@ class _Step:
     # The keyword arguments of every call but ``allocate`` and subgraph bodies, built when the
     # step is planned and again once prepared: a small model's run is mostly per-node overhead.
     keywords: dict[str, Any] = field(default_factory=dict)
+    # Input positions in a run's value list, an omitted input reading its last slot (always
+    # None); and whether the run loop may call the kernel inline (one output, no subgraph, no
+    # activation left to the engine).
+    slots: list[int] = field(default_factory=list)
+    inline: bool = False
 
     def __post_init__(self) -> None:
         self.finish()
+        self.inline = (not self.graph_attributes and len(self.outputs) == 1 and self.outputs[0] >= 0
+                       and (self.activation is None or self.kernel_applies_activation))
 
     def finish(self) -> None:
         keywords = dict(self.attributes)
@@ -129,6 +136,8 @@ class NumpyEngine:
                     step.prepared = _prepare(step, constants, graph)
                     step.finish()
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
+        for step in steps:
+            step.slots = [index if index >= 0 else len(graph.tensors) for index in step.inputs]
         last_use: dict[int, int] = {}
         for position, step in enumerate(steps):
             for index in step.inputs:
@@ -232,7 +241,7 @@ class NumpyEngine:
                    observer: Observer | None = None) -> list[np.ndarray]:
         plan = self.plans[graph_index]
         graph = plan.graph
-        values: list[Any] = [None] * len(graph.tensors)
+        values: list[Any] = [None] * (len(graph.tensors) + 1)  # the last slot: omitted inputs
         for index, value in plan.constants.items():
             values[index] = value
         for index, value in zip(graph.inputs, inputs):
@@ -243,17 +252,41 @@ class NumpyEngine:
             values[index] = scope.lookup(graph.tensors[index].name)
         local = _Scope(plan, values, scope)
         allocate = self.pool.allocate
+        if observer is None:
+            self._run_steps(plan.steps, values, local, allocate)
+            return [values[i] for i in graph.outputs]
         for step in plan.steps:
-            started = time.perf_counter() if observer is not None else 0.0
+            started = time.perf_counter()
             bodies = ({name: self._body(target, local) for name, target in step.graph_attributes.items()}
                       if step.graph_attributes else _NO_BODIES)
             self._execute(step, values, bodies, allocate)
-            if observer is not None:
-                # Called before releasing: `values` is the live set while the node ran.
-                observer(step.node, time.perf_counter() - started, values)
+            # Called before releasing: `values` is the live set while the node ran.
+            observer(step.node, time.perf_counter() - started, values)
             for index in step.release:
                 values[index] = None
         return [values[i] for i in graph.outputs]
+
+    def _run_steps(self, steps: list[_Step], values: list[Any], local: _Scope, allocate: Callable) -> None:
+        """The run loop without an observer: most nodes' kernels are called inline (a small
+        model's run is mostly this loop's overhead), the rest through _execute."""
+        for step in steps:
+            if step.inline:
+                args = [values[i] for i in step.slots]
+                try:
+                    if step.wants_allocate:
+                        result = step.fn(*args, allocate=allocate, **step.keywords)
+                    else:
+                        result = step.fn(*args, **step.keywords)
+                except Exception as err:
+                    raise _failure(step, args, err) from err
+                # A tuple holds the outputs in order; the node declares only the first.
+                values[step.outputs[0]] = result[0] if type(result) is tuple else result
+            else:
+                bodies = ({name: self._body(target, local) for name, target in step.graph_attributes.items()}
+                          if step.graph_attributes else _NO_BODIES)
+                self._execute(step, values, bodies, allocate)
+            for index in step.release:
+                values[index] = None
 
     @staticmethod
     def _execute(step: _Step, values: list[Any], bodies: dict[str, Any], allocate: Callable | None) -> None:
@@ -267,20 +300,8 @@ class NumpyEngine:
                 result = step.fn(*args, allocate=allocate, **kwargs)
             else:
                 result = step.fn(*args, **kwargs)
-        except LiteError as err:
-            named = type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}")
-            if isinstance(named, KernelError):
-                named.node = step.node
-            raise named from err
-        except Exception as err:  # a kernel failed on these inputs: name the node, keep the cause
-            shapes = ", ".join("-" if a is None else f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}"
-                               for a in args)
-            failed = KernelError(
-                f"node {step.node.name!r} ({step.node.op_type}) failed on inputs [{shapes}]: "
-                f"{type(err).__name__}: {err}"
-            )
-            failed.node = step.node
-            raise failed from err
+        except Exception as err:
+            raise _failure(step, args, err) from err
         if not isinstance(result, tuple):
             result = (result,)  # one value; a list is one value too (a sequence)
         for index, value in zip(step.outputs, result):
@@ -330,6 +351,24 @@ class NumpyEngine:
 
 
 _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
+
+
+def _failure(step: _Step, args: list[Any], err: Exception) -> LiteError:
+    """The error to raise from ``err``, a kernel's failure: a LiteError of the same type naming
+    the node, or a KernelError naming the node and its inputs' types and shapes (the cause kept
+    by ``raise ... from err``)."""
+    if isinstance(err, LiteError):
+        named = type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}")
+        if isinstance(named, KernelError):
+            named.node = step.node
+        return named
+    shapes = ", ".join("-" if a is None else f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}"
+                       for a in args)
+    failed = KernelError(
+        f"node {step.node.name!r} ({step.node.op_type}) failed on inputs [{shapes}]: {type(err).__name__}: {err}"
+    )
+    failed.node = step.node
+    return failed
 
 
 class _Scope:

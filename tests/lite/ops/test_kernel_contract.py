@@ -234,3 +234,24 @@ def test_engine_calls_kernels_with_their_attributes_activation_and_prepared_weig
         outputs = split.run({"x": z})
         np.testing.assert_array_equal(outputs["a"], z[:3])
         np.testing.assert_array_equal(outputs["b"], z[3:])
+
+
+def test_engine_run_loop_omitted_inputs_extra_kernel_outputs_and_named_failures():
+    """The run loop's inline calls: an omitted optional input reads None, a kernel returning more
+    outputs than its node declares gives the first, and a failing kernel is named with its inputs."""
+    b = GraphBuilder("inline", opset=17)
+    x = b.input("x", np.float32, [2, 8])
+    scale = b.constant("scale", np.full(8, 2.0, np.float32))
+    y = b.node("LayerNormalization", [x, scale], axis=-1)
+    b.output(b.node("Clip", [y, "", b.constant("high", np.array(1.0, np.float32))], outputs=["y"]), np.float32, [2, 8])
+    engine = NumpyEngine(load(to_bytes(b.build())))
+    z = normal(2, 8)
+    expected = np.minimum(2 * (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + 1e-5), 1.0)
+    np.testing.assert_allclose(engine.run({"x": z})["y"], expected, rtol=1e-5, atol=1e-5)
+
+    b = GraphBuilder("failing", opset=13)
+    x = b.input("x", np.float32, ["N", 3])
+    b.output(b.node("MatMul", [x, b.constant("w", np.ones((3, 2), np.float32))], outputs=["y"]), np.float32, ["N", 2])
+    engine = NumpyEngine(load(to_bytes(b.build())))
+    with pytest.raises(lite.KernelError, match=r"\(MatMul\) failed on inputs \[float32\[2, 4\], float32\[3, 2\]\]"):
+        engine.run({"x": normal(2, 4)})
