@@ -20,7 +20,7 @@ import numpy as np
 # A block below this many multiply-adds costs about as much to hand to another thread as to compute.
 _BLOCK_MULTIPLY_ADDS = 1 << 20
 # Products below this are never split (kernels may skip preparing for matmul() below it).
-SPLIT_MULTIPLY_ADDS = 2 * _BLOCK_MULTIPLY_ADDS
+SPLIT_MULTIPLY_ADDS = 1 << 21
 _BLOCKS_PER_THREAD = 3
 
 _lock = threading.Lock()
@@ -48,6 +48,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     between threads when the product is large (see the module docstring)."""
     rows, depth = a.shape
     work = rows * depth * b.shape[1]
+    if work < SPLIT_MULTIPLY_ADDS:  # most products of a small model: no need to ask for the cores
+        return np.matmul(a, b, out=out)
     workers = threads()
     blocks = min(workers * _BLOCKS_PER_THREAD, work // _BLOCK_MULTIPLY_ADDS, rows // 4)
     if workers < 2 or blocks < 2:

@@ -23,6 +23,7 @@ def split_everything(monkeypatch):
     """Two threads and blocks of any size: every product below is split."""
     monkeypatch.setattr(parallel, "threads", lambda: 2)
     monkeypatch.setattr(parallel, "_BLOCK_MULTIPLY_ADDS", 1)
+    monkeypatch.setattr(parallel, "SPLIT_MULTIPLY_ADDS", 0)
 
 
 @pytest.mark.parametrize("rows, depth, columns", [(7, 5, 3), (64, 33, 17), (4, 8, 8), (1, 3, 3), (0, 2, 2)])
