@@ -32,7 +32,7 @@ from lite.format import ir
 from lite.format.values import attribute_value, tensor_value
 from lite.ops import KERNELS, KernelRegistry, fused_activation
 from lite.ops._blas import ONE_BLAS_THREAD
-from lite.ops.registry import normalize_domain
+from lite.ops.registry import SMALL_ARRAY_BYTES, normalize_domain
 
 # Load-time constant folding runs deterministic ONNX ops only.
 _FOLDABLE_DOMAINS = {"", "ai.onnx.ml"}
@@ -73,6 +73,10 @@ class _Step:
     # activation left to the engine).
     slots: list[int] = field(default_factory=list)
     inline: bool = False
+    # A node computed from tensor shapes alone (see _plan_shape_memos): the Shape/Size outputs it
+    # depends on, and its results by their values.
+    memo_sources: list[int] = field(default_factory=list)
+    memo: dict[tuple[bytes, ...], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         self.finish()
@@ -138,11 +142,15 @@ class NumpyEngine:
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
         for step in steps:
             step.slots = [index if index >= 0 else len(graph.tensors) for index in step.inputs]
+        if not problems:
+            _plan_shape_memos(steps, constants, set(graph.outputs))
         last_use: dict[int, int] = {}
         for position, step in enumerate(steps):
             for index in step.inputs:
                 if index >= 0:
                     last_use[index] = position
+            for index in step.memo_sources:  # read for the lookup key
+                last_use[index] = position
             # A body reads the enclosing graph's tensors by name: those live until the node runs.
             for target in step.graph_attributes.values():
                 for body in target if isinstance(target, list) else [target]:
@@ -271,6 +279,14 @@ class NumpyEngine:
         model's run is mostly this loop's overhead), the rest through _execute."""
         for step in steps:
             if step.inline:
+                if step.memo is not None:
+                    key = tuple(values[i].tobytes() for i in step.memo_sources)
+                    known = step.memo.get(key)
+                    if known is not None:
+                        values[step.outputs[0]] = known
+                        for index in step.release:
+                            values[index] = None
+                        continue
                 args = [values[i] for i in step.slots]
                 try:
                     if step.wants_allocate:
@@ -280,7 +296,10 @@ class NumpyEngine:
                 except Exception as err:
                     raise _failure(step, args, err) from err
                 # A tuple holds the outputs in order; the node declares only the first.
-                values[step.outputs[0]] = result[0] if type(result) is tuple else result
+                result = result[0] if type(result) is tuple else result
+                values[step.outputs[0]] = result
+                if step.memo is not None:
+                    _remember(step, key, result)
             else:
                 bodies = ({name: self._body(target, local) for name, target in step.graph_attributes.items()}
                           if step.graph_attributes else _NO_BODIES)
@@ -351,6 +370,51 @@ class NumpyEngine:
 
 
 _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
+
+
+# Shapes of the graph inputs remembered per node (a server sees a few sequence lengths).
+_MEMO_ENTRIES = 16
+
+
+def _plan_shape_memos(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> None:
+    """Mark the nodes computed from tensor shapes alone, so runs reuse their results.
+
+    Exported transformers recompute masks, positions and target shapes from ``Shape`` on every
+    call: Shape -> Gather -> Unsqueeze -> Concat -> Reshape's shape input, Range -> Expand for
+    position ids, a causal mask from the sequence length. A deterministic node whose inputs are
+    constants or such values gives the same result for the same values of the Shape (and Size)
+    outputs it depends on, so a run looks its result up by those (a few int64 each) instead of
+    running it: a quarter of the nodes of a small BERT or GPT-2. Graph outputs are never
+    remembered (the caller may write into them), nor results above SMALL_ARRAY_BYTES.
+    """
+    sources: dict[int, frozenset[int]] = {}  # tensor -> the Shape/Size outputs it is computed from
+    for step in steps:
+        if (step.custom or step.graph_attributes or normalize_domain(step.node.domain) not in _FOLDABLE_DOMAINS
+                or step.node.op_type in _NOT_FOLDABLE):
+            continue
+        if step.node.op_type in ("Shape", "Size"):
+            sources.update((index, frozenset([index])) for index in step.outputs if index >= 0)
+            continue
+        computed = [index for index in step.inputs if index >= 0 and index not in constants]
+        if not step.inline or not computed or not all(index in sources for index in computed):
+            continue
+        if step.outputs[0] in graph_outputs:
+            continue
+        depends = frozenset().union(*(sources[index] for index in computed))
+        step.memo_sources = sorted(depends)
+        step.memo = {}
+        sources[step.outputs[0]] = depends
+
+
+def _remember(step: _Step, key: tuple[bytes, ...], result: Any) -> None:
+    memo = step.memo
+    if not isinstance(result, np.ndarray) or result.nbytes > SMALL_ARRAY_BYTES or memo is None:
+        return
+    if len(memo) >= _MEMO_ENTRIES:
+        memo.clear()
+    kept = np.array(result)  # a copy: the result may live in the arena, reused by later runs
+    kept.flags.writeable = False
+    memo[key] = kept
 
 
 def _failure(step: _Step, args: list[Any], err: Exception) -> LiteError:

@@ -255,3 +255,38 @@ def test_engine_run_loop_omitted_inputs_extra_kernel_outputs_and_named_failures(
     engine = NumpyEngine(load(to_bytes(b.build())))
     with pytest.raises(lite.KernelError, match=r"\(MatMul\) failed on inputs \[float32\[2, 4\], float32\[3, 2\]\]"):
         engine.run({"x": normal(2, 4)})
+
+
+def _shape_chain_model():
+    """y = x reshaped to (N, L/2, 2) through a shape computed at run time, plus a position index
+    Range(0, L) broadcast to (N, L) added to the first half: every node between Shape and the
+    Reshape's shape input, and the Range, depend on the input's shape alone."""
+    b = GraphBuilder("shapes", opset=14)
+    x = b.input("x", np.float32, ["N", "L"])
+    shape = b.node("Shape", [x])
+    length = b.node("Gather", [shape, b.constant("one", np.array(1, np.int64))], axis=0)
+    half = b.node("Div", [length, b.constant("two", np.array(2, np.int64))])
+    batch = b.node("Gather", [shape, b.constant("zero", np.array(0, np.int64))], axis=0)
+    target = b.node("Concat", [b.node("Unsqueeze", [batch, b.constant("axes0", np.array([0], np.int64))]),
+                               b.node("Unsqueeze", [half, b.constant("axes1", np.array([0], np.int64))]),
+                               b.constant("pair", np.array([2], np.int64))], axis=0)
+    positions = b.node("Cast", [b.node("Range", [b.constant("start", np.array(0, np.int64)), length,
+                                                  b.constant("step", np.array(1, np.int64))])], to=1)
+    y = b.node("Reshape", [b.node("Add", [x, positions]), target], outputs=["y"])
+    b.output(y, np.float32, ["N", "H", 2])
+    b.output(b.node("Identity", [shape], outputs=["shape"]), np.int64, [2])
+    return load(to_bytes(b.build()))
+
+
+def test_nodes_computed_from_shapes_are_remembered_per_shape():
+    engine = NumpyEngine(_shape_chain_model())
+    remembered = [step for step in engine.plans[0].steps if step.memo is not None]
+    assert {step.node.op_type for step in remembered} >= {"Gather", "Div", "Unsqueeze", "Concat", "Range", "Cast"}
+    assert all(step.node.op_type not in ("Shape", "Add", "Reshape", "Identity") for step in remembered)
+    for length in (4, 6, 4, 8, 6, 4):
+        x = normal(3, length)
+        outputs = engine.run({"x": x})
+        np.testing.assert_array_equal(outputs["y"], (x + np.arange(length, dtype=np.float32)).reshape(3, length // 2, 2))
+        assert outputs["shape"].tolist() == [3, length] and outputs["shape"].flags.writeable
+    assert all(len(step.memo) == 3 for step in remembered)
+    assert all(not value.flags.writeable for step in remembered for value in step.memo.values())
