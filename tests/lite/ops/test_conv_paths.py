@@ -87,6 +87,7 @@ WIDE = [
 @pytest.mark.parametrize("columns_bytes", [512, 1 << 20], ids=["row chunks", "whole"])
 def test_wide_im2col_matches_the_reference(monkeypatch, x_shape, w_shape, attributes, columns_bytes):
     monkeypatch.setattr(conv, "_COLUMNS_BYTES", columns_bytes)
+    monkeypatch.setattr(conv, "_GROUPED_COLUMNS_BYTES", 0)  # grouped: the wide path, not one batched GEMM
     calls = []
     monkeypatch.setattr(_wide_im2col, "convolve", _recording(_wide_im2col.convolve, calls))
     x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
@@ -140,3 +141,22 @@ def test_threads_share_prepared_weights_and_keep_their_own_scratch():
     b.output(h, np.float32, ["N", 24, 8, 8])
     model = lite.Model.load(to_bytes(b.build()), device="numpy")
     assert_same_across_threads(model, [normal(1, 16, 16, 16) for _ in range(6)], repeats=4)
+
+
+GROUPED = [
+    ((1, 128, 4, 4), (128, 8, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}),
+    ((2, 12, 9, 9), (6, 4, 3, 2), {"group": 3, "pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2]}),
+    ((1, 8, 5, 6, 7), (4, 4, 2, 3, 2), {"group": 2, "pads": [1, 0, 1, 0, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attributes", GROUPED)
+@pytest.mark.parametrize("activation", [None, ("Relu", ())], ids=["none", "Relu"])
+def test_grouped_convolution_in_one_batched_gemm_matches_the_reference(monkeypatch, x_shape, w_shape, attributes,
+                                                                        activation):
+    calls = []
+    monkeypatch.setattr(conv, "_im2col_grouped", _recording(conv._im2col_grouped, calls))
+    x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
+    got = conv.Conv(x, w, b, fused_activation=activation, **attributes)
+    assert calls, "expected the batched grouped path"
+    np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, activation), rtol=1e-4, atol=1e-4)
