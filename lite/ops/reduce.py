@@ -16,6 +16,7 @@ products, the lowest value for max, -inf for log-sum-exp.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -28,14 +29,18 @@ Reducer = Callable[[np.ndarray, tuple, bool], np.ndarray]
 
 
 def _sum(x, axes, keepdims):
-    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    # The ufunc's reduce, not np.sum's wrapper: global pools of small maps are mostly overhead.
+    return np.add.reduce(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
 def _mean(x, axes, keepdims):
-    count = int(np.prod([x.shape[axis] for axis in axes], dtype=np.int64))
+    count = math.prod(x.shape[axis] for axis in axes)
+    total = _sum(x, axes, keepdims)
     # The mean of an empty set is NaN (0 / 0).
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.divide(_sum(x, axes, keepdims), count)
+        if isinstance(total, np.ndarray) and total.dtype.kind == "f":
+            return np.divide(total, total.dtype.type(count), out=total)
+        return np.divide(total, count)
 
 
 def _max(x, axes, keepdims):

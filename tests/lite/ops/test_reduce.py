@@ -188,3 +188,17 @@ def test_cum_sum(opset, axis, exclusive, reverse, dtype):
         {"exclusive": exclusive, "reverse": reverse},
         opset=opset,
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_reduce_mean_keeps_the_type_and_divides_once(dtype):
+    data = (np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5) % 7).astype(dtype)
+    for axes, keepdims in (([2, 3], 1), ([0, 2], 0), (None, 0)):
+        inputs = [data] if axes is None else [data, np.array(axes, np.int64)]
+        (got,) = kernel_outputs("ReduceMean", inputs, {"keepdims": keepdims}, opset=18)
+        wide = data.astype(np.float64).mean(axis=None if axes is None else tuple(axes), keepdims=bool(keepdims))
+        assert got.dtype == dtype
+        expected = wide.astype(dtype) if dtype != np.int32 else np.trunc(wide).astype(dtype)
+        np.testing.assert_allclose(got, expected, rtol=1e-3 if dtype == np.float16 else 1e-6)
+    (empty,) = kernel_outputs("ReduceMean", [np.zeros((2, 0), np.float32), np.array([1], np.int64)], {}, opset=18)
+    assert empty.shape == (2, 1) and np.isnan(empty).all()
