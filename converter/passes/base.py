@@ -108,7 +108,10 @@ class RulePass:
         match = rule.match(node)
         if match is None:
             return
-        reason = rule.check(match)
+        try:
+            reason = rule.check(match)
+        except Exception as err:
+            raise PassError(f"{rule.name}: checking {describe(node)} failed: {err}") from err
         if reason is not None:
             result.declined.append(f"{describe(node)}: {reason}")
             return

@@ -42,7 +42,7 @@ class WholeInputWindow(RewriteRule):
                 node.outputs[1].uses() or node.outputs[1].is_graph_output()):
             return "its indices output is read"
         auto_pad = attribute(node, "auto_pad", "NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        auto_pad = auto_pad.decode(errors="replace") if isinstance(auto_pad, bytes) else auto_pad
         if auto_pad not in ("NOTSET", "VALID"):
             return f"auto_pad {auto_pad} pads by the output size"
         kernel = list(attribute(node, "kernel_shape", []))
@@ -54,6 +54,9 @@ class WholeInputWindow(RewriteRule):
         pads = list(attribute(node, "pads", [0] * 2 * rank)) if auto_pad == "NOTSET" else [0] * 2 * rank
         strides = list(attribute(node, "strides", [1] * rank))
         ceil_mode = bool(attribute(node, "ceil_mode", 0))
+        if not (all(isinstance(v, int) and v >= 1 for v in kernel + strides) and len(strides) == rank
+                and all(isinstance(v, int) and v >= 0 for v in pads) and len(pads) == 2 * rank):
+            return f"kernel_shape {kernel}, strides {strides} or pads {pads} are not a valid window"
         for axis, (size, k, stride) in enumerate(zip(spatial, kernel, strides)):
             begin, end = pads[axis], pads[axis + rank]
             span = size + begin + end - k

@@ -224,3 +224,22 @@ def test_malformed_conv_attribute_on_a_prepared_kernel_is_a_typed_error():
     model = lite.Model.load(to_bytes(b.build()), device="numpy")
     with pytest.raises(lite.LiteError, match="Conv"):
         model(np.ones((1, 16, 8, 8), np.float32))
+
+
+@pytest.mark.parametrize("attributes", [
+    {"auto_pad": b"\xac\xff"},  # not UTF-8: onnx keeps the bytes
+    {"strides": [0, 0]},
+    {"kernel_shape": [0, 2]},
+])
+def test_global_pool_declines_windows_it_cannot_read(attributes):
+    """seed 2, index 4036 of the onnx run: an AveragePool whose auto_pad is invalid UTF-8 made the
+    global_pool pass raise UnicodeDecodeError; zero strides would divide by zero."""
+    from converter.passes import global_pool, infer_shapes
+
+    node = helper.make_node("AveragePool", ["x"], ["y"], **{"kernel_shape": [2, 2], **attributes})
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = ir.serde.deserialize_model(onnx.load_from_string(model_bytes([node], [x], [y])))
+    [_, result] = run_passes(model, (infer_shapes, global_pool))
+    assert result.changed == 0
+    assert result.declined, result
