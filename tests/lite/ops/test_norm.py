@@ -64,9 +64,11 @@ def test_batch_normalization_spatial_0_is_per_activation():
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_instance_normalization():
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 96, 4, 4), (2, 3, 7), (1, 2, 3, 2, 2)])
+def test_instance_normalization(shape):
+    channels = shape[1]
     check_against_reference(
-        "InstanceNormalization", [normal(2, 3, 4, 5), normal(3), normal(3)], {"epsilon": 1e-4}, opset=6
+        "InstanceNormalization", [normal(*shape), normal(channels), normal(channels)], {"epsilon": 1e-4}, opset=6
     )
 
 
