@@ -109,6 +109,13 @@ def _command_of(argv: list[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+def one_line(message: str) -> str:
+    """``message`` as one printable line: newlines become spaces, and other control characters
+    (a damaged file's names can hold carriage returns or NULs) are written as escapes."""
+    flat = message.strip().replace("\n", " ")
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in flat)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_of(argv)
@@ -125,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(handler(args) or 0)
     except (LiteError, ValueError, OSError) as err:
         # User-facing failures: one line, no traceback.
-        message = str(err).strip().replace("\n", " ")
-        print(f"lite {args.command}: error: {message}", file=sys.stderr)
+        print(f"lite {args.command}: error: {one_line(str(err))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"lite {args.command}: interrupted", file=sys.stderr)

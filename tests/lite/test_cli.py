@@ -128,3 +128,23 @@ def test_convert_refuses_empty_files_pipes_and_folders(tmp_path, capsys, kind):
     assert err.startswith("lite convert: error: ") and err.count("\n") == 1
     assert {"empty": "empty", "pipe": "not a regular file", "directory": "directory"}[kind] in err
     assert not (tmp_path / "out.lite").exists()
+
+
+@pytest.mark.parametrize("op_type", ["Mat\rMul", "Relu\x00\x00\x0e", "Re\x1b[2Jlu"])
+def test_names_with_control_characters_stay_on_one_escaped_line(tmp_path, op_type):
+    """The lite-cli fuzzer (seed 0) mutated op types to hold a carriage return or NULs; the
+    numpy engine's refusal then printed them raw, splitting or garbling the error line."""
+    from lite.format import GraphBuilder, save
+
+    b = GraphBuilder("g")
+    x = b.input("x", np.float32, [2])
+    y = b.node(op_type, [x], outputs=["y"])
+    b.output(y, np.float32, [2])
+    save(b.build(), tmp_path / "m.lite")
+    np.savez(tmp_path / "in.npz", x=np.ones(2, np.float32))
+    result = run_lite("run", str(tmp_path / "m.lite"), "--device", "numpy", "--input", str(tmp_path / "in.npz"))
+    assert result.returncode == 1
+    lines = result.stderr.strip().split("\n")
+    assert len(lines) == 1 and lines[0].isprintable(), repr(result.stderr)
+    assert "no kernel for this op type" in lines[0]
+    assert ascii(op_type)[1:-1] in lines[0]
