@@ -71,15 +71,16 @@ def quantize_weight(weight: np.ndarray, axis: int | None) -> tuple[np.ndarray, l
 
 
 def quantize_bias(bias: np.ndarray, input_scale: float, weight_scale: np.ndarray) -> tuple[np.ndarray, lite_ir.QuantParams]:
-    """int32 bias with ``scale = input_scale * weight_scale`` (float32, as the kernels compute it)."""
+    """int32 bias with ``scale = input_scale * weight_scale`` (float32, as the kernels compute it).
+
+    Per tensor (axis None) when the weights are: below opset 13 DequantizeLinear has no ``axis``.
+    """
     bias = np.asarray(bias, dtype=np.float32).reshape(-1)
-    scale = (np.float32(input_scale) * np.asarray(weight_scale, np.float32)).astype(np.float32)
-    if scale.size == 1 and bias.size > 1:
-        scale = np.full(bias.size, scale[0], np.float32)
+    scale = (np.float32(input_scale) * np.asarray(weight_scale, np.float32).reshape(-1)).astype(np.float32)
     scale[scale <= 0] = np.float32(1e-30)
     values = np.clip(np.rint(bias.astype(np.float64) / scale.astype(np.float64)), _INT32.min, _INT32.max)
-    params = lite_ir.QuantParams(scale=scale, zero_point=np.zeros(scale.size, np.int64), axis=0,
-                                 bits=32, signed=True, symmetric=True)
+    params = lite_ir.QuantParams(scale=scale, zero_point=np.zeros(scale.size, np.int64),
+                                 axis=0 if scale.size > 1 else None, bits=32, signed=True, symmetric=True)
     return values.astype(np.int32), params
 
 
