@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import numpy as np
 
@@ -43,6 +44,8 @@ _DEPTHWISE_SCRATCH_ELEMENTS = 3 * 96 * 1024
 # From this many channels on, the exact form's rows of C elements are long enough; below it the
 # wide form's rows of Q * C elements win despite the cropped columns.
 _EXACT_MIN_CHANNELS = 192
+# Weight arrays whose layout one geometry remembers (see _Geometry.weights).
+_REMEMBERED_WEIGHTS = 32
 
 
 class _Band:
@@ -86,6 +89,7 @@ class _Geometry:
         self.top, self.left = begin
         self.out_h, self.out_w = out_shape
         self.exact = self.channels >= _EXACT_MIN_CHANNELS
+        self._weights: dict[int, tuple[weakref.ref, list[np.ndarray]]] = {}  # id(w) -> (w, laid out)
         # The wide form splits columns into stride phases; the exact form strides its view over
         # the padded image itself (one "phase" of every column).
         self.phase_step = 1 if self.exact else self.stride_w
@@ -143,7 +147,21 @@ class _Geometry:
         return np.ndarray(shape, buffers.dtype, buffers, offset, strides)
 
     def weights(self, w: np.ndarray) -> list[np.ndarray]:
-        """Per phase, ``(kh, taps, C)``; the wide form tiles them along Q: ``(kh, taps, Q * C)``."""
+        """Per phase, ``(kh, taps, C)``; the wide form tiles them along Q: ``(kh, taps, Q * C)``.
+
+        Remembered per weight array (a model's constant weights are the same array on every
+        call), through a weak reference that tells a reused id from the same array and keeps no
+        model's weights alive: laying them out was a third of a small map's convolution."""
+        known = self._weights.get(id(w))
+        if known is not None and known[0]() is w:
+            return known[1]
+        weights = self._lay_out(w)
+        if len(self._weights) >= _REMEMBERED_WEIGHTS:
+            self._weights.clear()
+        self._weights[id(w)] = (weakref.ref(w), weights)
+        return weights
+
+    def _lay_out(self, w: np.ndarray) -> list[np.ndarray]:
         kernel = w[:, 0].transpose(1, 2, 0)
         weights = []
         for _, js, _, _ in self.phases:

@@ -160,3 +160,16 @@ def test_grouped_convolution_in_one_batched_gemm_matches_the_reference(monkeypat
     got = conv.Conv(x, w, b, fused_activation=activation, **attributes)
     assert calls, "expected the batched grouped path"
     np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, activation), rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_weights_laid_out_once_per_array_and_never_stale():
+    """The channels-last depthwise path remembers each weight array's layout: the same array
+    reuses it, a new array (even at a reused address) is laid out afresh."""
+    x = normal(1, 192, 6, 6)
+    attributes = {"group": 192, "pads": [1, 1, 1, 1]}
+    for _ in range(3):
+        w, b = normal(192, 1, 3, 3), normal(192)
+        for _ in range(2):
+            np.testing.assert_allclose(conv.Conv(x, w, b, **attributes), expected_conv(x, w, b, attributes),
+                                       rtol=1e-4, atol=1e-4)
+        del w
