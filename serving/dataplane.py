@@ -14,6 +14,7 @@ from .limits import RequestLimits
 from .manager import ModelManager
 from .model import PLATFORM, ServedModel
 from .settings import Settings
+from .shared_memory import Region, SharedMemoryRegistry
 from .statistics import StatisticsSnapshot
 from .types import InferenceRequest, InferenceResponse, ModelIndexEntry
 
@@ -26,6 +27,7 @@ EXTENSIONS = (
     "parameters",
     "statistics",
 )
+SHARED_MEMORY_EXTENSION = "system_shared_memory"
 
 
 class DataPlane:
@@ -37,6 +39,16 @@ class DataPlane:
         self._in_flight = 0  # infer calls past the checks, not yet answered
         self._idle: asyncio.Event | None = None  # while draining: set once none is in flight
         self._limits = RequestLimits(settings.tensor_elements_limit, settings.max_message_bytes)
+        refusal = ""
+        if settings.shared_memory and settings.workers > 1:
+            # A region registered on one connection would be known only to the worker that took
+            # it, and a client's other connections land on other workers.
+            refusal = (f"system shared memory is off on a server of {settings.workers} worker processes: a region "
+                       "registered with one worker is unknown to the others; serve with --workers 1")
+        self.shared_memory = SharedMemoryRegistry(
+            settings.max_shared_memory_regions, settings.max_shared_memory_bytes, settings.tensor_elements_limit,
+            settings.max_message_bytes, enabled=settings.shared_memory and settings.workers == 1, refusal=refusal,
+        )
 
     # ----- health and metadata ----------------------------------------------------------------
 
@@ -57,7 +69,8 @@ class DataPlane:
         return model.state == "READY" and not self.stopping
 
     def server_metadata(self) -> tuple[str, str, tuple[str, ...]]:
-        return self.settings.server_name, lite.__version__, EXTENSIONS
+        extensions = EXTENSIONS + (SHARED_MEMORY_EXTENSION,) if self.shared_memory.enabled else EXTENSIONS
+        return self.settings.server_name, lite.__version__, extensions
 
     def model(self, name: str, version: str = "") -> ServedModel:
         """The served model behind metadata and config answers."""
@@ -108,6 +121,17 @@ class DataPlane:
         if not version:
             return [m.stats.snapshot() for m in self.manager.versions(name)]
         return [self.manager.get(name, version).stats.snapshot()]
+
+    # ----- system shared memory -----------------------------------------------------------------
+
+    def register_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    def unregister_shared_memory(self, name: str = "") -> None:
+        self.shared_memory.unregister(name)
+
+    def shared_memory_status(self, name: str = "") -> list[Region]:
+        return self.shared_memory.status(name)
 
     # ----- repository ----------------------------------------------------------------------------
 

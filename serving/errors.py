@@ -32,6 +32,14 @@ class DeadlineExceededError(ServingError, TimeoutError):
     """The request's deadline passed before it could be executed."""
 
 
+class RegionNotFoundError(ServingError, LookupError):
+    """No shared-memory region (or shared-memory object) of that name exists."""
+
+
+class RegionExistsError(ServingError, ValueError):
+    """A shared-memory region of that name is already registered."""
+
+
 class UnsupportedError(ServingError, NotImplementedError):
     """The request uses a protocol feature this server does not implement."""
 

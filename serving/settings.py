@@ -66,6 +66,13 @@ class Settings:
     workers: int = 1
     # auto: uvloop when it is installed (the serve extra installs it), else asyncio's loop.
     event_loop: str = "auto"
+    # Triton's system shared-memory extension (serving.shared_memory): a client on this machine
+    # registers regions of /dev/shm objects, and tensors name them instead of carrying bytes. A
+    # client that may call the server can then make it read and write any /dev/shm object its
+    # user can open; false turns the calls off (UNIMPLEMENTED).
+    shared_memory: bool = True
+    max_shared_memory_regions: int = 128
+    max_shared_memory_bytes: int = 4096 * MIB  # the registered regions together
     grace_period_s: float = 30.0  # SIGTERM: time left to in-flight requests
     stream_concurrency: int = 64  # requests of one stream in flight at once
     tls_cert: Path | None = None
@@ -81,7 +88,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check_positive(self, ("max_message_bytes", "max_queue_size", "instance_count", "stream_concurrency",
-                               "workers"))
+                               "workers", "max_shared_memory_regions", "max_shared_memory_bytes"))
         if self.max_tensor_elements < 0:
             raise ConfigError(f"setting max_tensor_elements must be >= 0 (0: max_message_bytes), got "
                               f"{self.max_tensor_elements}")
@@ -164,6 +171,10 @@ HELP = {
     "inline_execution_us": "run executions shorter than this on the event loop instead of a thread (0: never)",
     "workers": "server processes sharing the port, each with its own copy of every model",
     "event_loop": "auto (uvloop when installed), uvloop or asyncio",
+    "shared_memory": "answer the system shared-memory calls, so that clients on this machine pass tensors in /dev/shm "
+                     "regions instead of in messages",
+    "max_shared_memory_regions": "most system shared-memory regions registered at once",
+    "max_shared_memory_bytes": "most bytes the registered shared-memory regions may span together",
     "grace_period_s": "on SIGTERM, seconds left to requests in flight before the server stops",
     "stream_concurrency": "requests of one stream in flight at once (the stream reads no more until one is answered)",
     "tls_cert": "server certificate (PEM); with --tls-key, the server speaks TLS",

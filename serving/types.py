@@ -7,8 +7,12 @@ to these and back (``serving.grpc.converters``), so the core never sees a protob
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .shared_memory import RegionSlice
 
 ParameterValue = bool | int | float | str
 
@@ -29,6 +33,7 @@ class TensorInfo:
 class RequestedOutput:
     name: str
     classification: int = 0  # > 0: answer the top-k classes as BYTES "score:index[:label]"
+    shared_memory: RegionSlice | None = None  # set: written there, not answered in the message
 
 
 @dataclass

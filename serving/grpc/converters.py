@@ -1,8 +1,11 @@
 """Protobuf messages <-> data plane types. No logic beyond the protocol's encoding rules.
 
-Inputs arrive in ``raw_input_contents`` (one entry per input, in order) or in typed
-``contents``; outputs always go out in ``raw_output_contents``, because tritonclient decodes
-only that (``InferResult.as_numpy``). FP16 and BF16 have no typed field and travel raw only.
+Inputs arrive in ``raw_input_contents`` (one entry per input not in shared memory, in order), in
+typed ``contents``, or in a registered shared-memory region named by the input's parameters;
+outputs go out in ``raw_output_contents``, because tritonclient decodes only that
+(``InferResult.as_numpy``), except those requested in shared memory, which are written there and
+answered with an empty entry (so the entries stay aligned with the outputs, as Triton answers).
+FP16 and BF16 have no typed field and travel raw only.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from .._generated import inference_pb2 as pb
 from ..datatypes import CONFIG_TYPE, datatype_of, decode_raw, element_count, encode_raw, numpy_dtype
 from ..errors import InvalidRequestError, UnsupportedError
 from ..model import ServedModel
+from ..shared_memory import Region, RegionSlice, SharedMemoryRegistry
 from ..statistics import Duration, StatisticsSnapshot
 from ..types import InferenceRequest, InferenceResponse, ModelIndexEntry, ParameterValue, RequestedOutput
 
@@ -36,30 +40,39 @@ _GPU = pb.ModelInstanceGroup.KIND_GPU
 # ----- inference ------------------------------------------------------------------------------
 
 
-def to_request(msg: pb.ModelInferRequest, time_remaining: float | None) -> InferenceRequest:
+def to_request(msg: pb.ModelInferRequest, time_remaining: float | None,
+               shared_memory: SharedMemoryRegistry | None = None) -> InferenceRequest:
     # Every request comes through here: each protobuf field is read once, and empty repeated
     # fields and maps are skipped without building containers from them.
     raw = msg.raw_input_contents
     tensors = msg.inputs
-    if raw and len(raw) != len(tensors):
+    shared = _shared_inputs(tensors, shared_memory)
+    if raw and len(raw) != len(tensors) - len(shared or ()):
+        in_memory = f" ({len(shared)} of them in shared memory)" if shared else ""
         raise InvalidRequestError(
-            f"raw_input_contents has {len(raw)} entries for {len(tensors)} inputs; give one per input, in order"
+            f"raw_input_contents has {len(raw)} entries for {len(tensors)} inputs{in_memory}; give one per input "
+            "not in shared memory, in order"
         )
     inputs: dict[str, np.ndarray] = {}
+    next_raw = 0
     for index, tensor in enumerate(tensors):
         name = tensor.name
         if name in inputs:
             raise InvalidRequestError(f"input {name!r} appears twice in the request")
-        if tensor.parameters and any(key in tensor.parameters for key in _SHARED_MEMORY):
-            raise UnsupportedError(f"input {name!r}: shared-memory tensors are not supported by this server")
-        if raw:
+        if shared and index in shared:
+            if tensor.HasField("contents"):
+                raise InvalidRequestError(f"input {name!r} sets contents while its data is in shared memory")
+            data = shared_memory.read_tensor(shared[index], tensor.datatype, tuple(tensor.shape), f"input {name!r}")
+            inputs[name] = decode_raw(data, tensor.datatype, tuple(tensor.shape), name)
+        elif raw:
             if tensor.HasField("contents"):
                 raise InvalidRequestError(f"input {name!r} sets contents while the request uses raw_input_contents")
-            inputs[name] = decode_raw(raw[index], tensor.datatype, tuple(tensor.shape), name)
+            inputs[name] = decode_raw(raw[next_raw], tensor.datatype, tuple(tensor.shape), name)
+            next_raw += 1
         else:
             inputs[name] = _decode_typed(tensor, tuple(tensor.shape), f"input {name!r}")
     parameters = {key: parameter_value(value) for key, value in msg.parameters.items()} if msg.parameters else {}
-    outputs = [RequestedOutput(o.name, _classification(o)) for o in msg.outputs] if msg.outputs else []
+    outputs = [_requested_output(o, shared_memory) for o in msg.outputs] if msg.outputs else []
     deadline = None
     if time_remaining is not None:
         deadline = time.monotonic() + time_remaining
@@ -69,6 +82,51 @@ def to_request(msg: pb.ModelInferRequest, time_remaining: float | None) -> Infer
             queue_deadline = time.monotonic() + timeout_us / 1e6
             deadline = queue_deadline if deadline is None else min(deadline, queue_deadline)
     return InferenceRequest(msg.model_name, inputs, msg.model_version, msg.id, outputs, parameters, deadline)
+
+
+def _shared_inputs(tensors, shared_memory: SharedMemoryRegistry | None) -> dict[int, RegionSlice] | None:
+    """The inputs whose parameters name a shared-memory region: index -> where their bytes are."""
+    shared = None
+    for index, tensor in enumerate(tensors):
+        if tensor.parameters and any(key in tensor.parameters for key in _SHARED_MEMORY):
+            if shared is None:
+                shared = {}
+            shared[index] = _region_slice(tensor.parameters, f"input {tensor.name!r}", shared_memory)
+    return shared
+
+
+def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor,
+                      shared_memory: SharedMemoryRegistry | None) -> RequestedOutput:
+    target = None
+    if output.parameters and any(key in output.parameters for key in _SHARED_MEMORY):
+        target = _region_slice(output.parameters, f"output {output.name!r}", shared_memory)
+    return RequestedOutput(output.name, _classification(output), target)
+
+
+def _region_slice(parameters, what: str, shared_memory: SharedMemoryRegistry | None) -> RegionSlice:
+    """Where the tensor's parameters say its bytes are (Triton: shared_memory_region, _byte_size and
+    the optional _offset)."""
+    if shared_memory is None:  # a caller without the server's registry (a benchmark of the codec)
+        raise UnsupportedError(f"{what}: shared-memory tensors need a server's shared-memory registry")
+    if "shared_memory_region" not in parameters or "shared_memory_byte_size" not in parameters:
+        raise InvalidRequestError(
+            f"{what}: shared memory needs both shared_memory_region and shared_memory_byte_size parameters"
+        )
+    region = parameter_value(parameters["shared_memory_region"])
+    if not isinstance(region, str):
+        raise InvalidRequestError(f"{what}: shared_memory_region must be a string parameter, got {region!r}")
+    byte_size = _byte_count(parameters["shared_memory_byte_size"], "shared_memory_byte_size", what)
+    offset = 0
+    if "shared_memory_offset" in parameters:
+        offset = _byte_count(parameters["shared_memory_offset"], "shared_memory_offset", what)
+    return shared_memory.get(region, what).locate(offset, byte_size, what)
+
+
+def _byte_count(param: pb.InferParameter, key: str, what: str) -> int:
+    value = parameter_value(param)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequestError(f"{what}: {key} must be an integer >= 0, got {value!r}")
+    return value
 
 
 def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple, what: str) -> np.ndarray:
@@ -122,13 +180,21 @@ def set_parameter(target: pb.InferParameter, value: ParameterValue) -> None:
         target.string_param = str(value)
 
 
-def from_response(response: InferenceResponse, request_parameters: dict[str, ParameterValue]) -> pb.ModelInferResponse:
+def from_response(response: InferenceResponse, request_parameters: dict[str, ParameterValue],
+                  requested: list[RequestedOutput] | None = None) -> pb.ModelInferResponse:
+    """The answer; outputs that ``requested`` puts in shared memory are written there."""
     msg = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
+    targets = {o.name: o.shared_memory for o in requested if o.shared_memory is not None} if requested else None
     # Built in place: a list of messages handed to the constructor is copied element by element.
     tensors, raw = msg.outputs, msg.raw_output_contents
     for name, array in response.outputs:
         tensors.add(name=name, datatype=datatype_of(array.dtype), shape=array.shape)
-        raw.append(encode_raw(array))
+        target = targets.get(name) if targets else None
+        if target is None:
+            raw.append(encode_raw(array))
+        else:
+            target.write(array, f"output {name!r}")
+            raw.append(b"")
     for key, value in request_parameters.items():
         if key not in _NOT_ECHOED:
             set_parameter(msg.parameters[key], value)
@@ -227,3 +293,12 @@ def repository_index(entries: list[ModelIndexEntry]) -> pb.RepositoryIndexRespon
     return pb.RepositoryIndexResponse(
         models=[index(name=e.name, version=e.version, state=e.state, reason=e.reason) for e in entries]
     )
+
+
+def shared_memory_status(regions: list[Region]) -> pb.SystemSharedMemoryStatusResponse:
+    msg = pb.SystemSharedMemoryStatusResponse()
+    for region in regions:
+        msg.regions[region.name].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(
+            name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size,
+        ))
+    return msg

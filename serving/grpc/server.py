@@ -150,6 +150,7 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(min(self._left(deadline), _SEND_GRACE_S) if drained else 0)
         await self.manager.close()
+        self.dataplane.shared_memory.close()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()

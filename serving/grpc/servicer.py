@@ -16,12 +16,14 @@ import grpc
 from .._generated import inference_pb2 as pb
 from .._generated import inference_pb2_grpc as pb_grpc
 from ..dataplane import DataPlane
-from ..errors import ModelNotReadyError, ServingError
+from ..errors import ModelNotReadyError, RegionNotFoundError, ServingError, UnsupportedError
 from . import converters
 from .decoding import Undecodable
 from .status import status_of
 
 log = logging.getLogger("serving.grpc")
+_NO_CUDA = ("this server does not offer CUDA shared memory; pass tensors in system shared memory "
+            "(SystemSharedMemoryRegister) or in the request")
 
 
 def _answer_errors(method: Callable[..., Awaitable]) -> Callable[..., Awaitable]:
@@ -84,9 +86,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_answer_errors
     async def ModelInfer(self, request, context):
-        inference = converters.to_request(request, context.time_remaining())
+        inference = converters.to_request(request, context.time_remaining(), self._dataplane.shared_memory)
         response = await self._dataplane.infer(inference)
-        return converters.from_response(response, inference.parameters)
+        return converters.from_response(response, inference.parameters, inference.outputs)
 
     async def ModelStreamInfer(self, request_iterator, context) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id, so the
@@ -130,6 +132,39 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(self, request, context):
         await self._dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
+
+    @_answer_errors
+    async def SystemSharedMemoryStatus(self, request, context):
+        return converters.shared_memory_status(self._dataplane.shared_memory_status(request.name))
+
+    @_answer_errors
+    async def SystemSharedMemoryRegister(self, request, context):
+        self._dataplane.register_shared_memory(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_answer_errors
+    async def SystemSharedMemoryUnregister(self, request, context):
+        self._dataplane.unregister_shared_memory(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    # CUDA shared memory is not offered. Status and unregistering everything succeed with nothing
+    # to report, as perf_analyzer and tritonclient call them to clean up whatever the memory kind.
+
+    @_answer_errors
+    async def CudaSharedMemoryStatus(self, request, context):
+        if request.name:
+            raise RegionNotFoundError(f"no CUDA shared-memory region named {request.name!r}: {_NO_CUDA}")
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @_answer_errors
+    async def CudaSharedMemoryRegister(self, request, context):
+        raise UnsupportedError(_NO_CUDA)
+
+    @_answer_errors
+    async def CudaSharedMemoryUnregister(self, request, context):
+        if request.name:
+            raise RegionNotFoundError(f"no CUDA shared-memory region named {request.name!r}: {_NO_CUDA}")
+        return pb.CudaSharedMemoryUnregisterResponse()
 
 
 class InferStream:
@@ -212,9 +247,10 @@ class InferStream:
 
     async def _answer(self, request: pb.ModelInferRequest) -> None:
         try:
-            inference = converters.to_request(request, self._context.time_remaining())
+            inference = converters.to_request(request, self._context.time_remaining(), self._dataplane.shared_memory)
             response = await self._dataplane.infer(inference)
-            out = pb.ModelStreamInferResponse(infer_response=converters.from_response(response, inference.parameters))
+            answer = converters.from_response(response, inference.parameters, inference.outputs)
+            out = pb.ModelStreamInferResponse(infer_response=answer)
         except ServingError as err:
             out = _stream_error(request, str(err))
         except Exception as err:  # a bug costs this request, not the stream

@@ -17,6 +17,8 @@ from ..errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    RegionExistsError,
+    RegionNotFoundError,
     RepositoryControlDisabledError,
     ResourceExhaustedError,
     ServingError,
@@ -26,6 +28,8 @@ from ..errors import (
 
 STATUS_CODES: dict[type[ServingError], grpc.StatusCode] = {
     ModelNotFoundError: grpc.StatusCode.NOT_FOUND,
+    RegionNotFoundError: grpc.StatusCode.NOT_FOUND,
+    RegionExistsError: grpc.StatusCode.ALREADY_EXISTS,
     InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
     ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     DeadlineExceededError: grpc.StatusCode.DEADLINE_EXCEEDED,

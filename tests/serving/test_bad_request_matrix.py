@@ -251,9 +251,13 @@ CASES: list[Case] = [
         ("classification must be a positive integer",)),
     Case("parameter-without-value", infer(_with(infer_request(), lambda r: r.parameters["priority"].SetInParent())),
          BAD_REQUEST, ("a parameter has no value set",)),
-    Case("input-shared-memory", infer(_with(infer_request(), lambda r: setattr(
-        r.inputs[0].parameters["shared_memory_region"], "string_param", "region0"))), C.UNIMPLEMENTED,
-        ("shared-memory tensors are not supported",)),
+    Case("input-shared-memory-without-size", infer(_with(infer_request(), lambda r: setattr(
+        r.inputs[0].parameters["shared_memory_region"], "string_param", "region0"))), BAD_REQUEST,
+        ("needs both shared_memory_region and shared_memory_byte_size",)),
+    Case("input-shared-memory-unknown-region", infer(_with(infer_request(), lambda r: (
+        setattr(r.inputs[0].parameters["shared_memory_region"], "string_param", "region0"),
+        setattr(r.inputs[0].parameters["shared_memory_byte_size"], "int64_param", 64)))), C.NOT_FOUND,
+        ("no shared-memory region named 'region0'",)),
     # -- models and versions ----------------------------------------------------------------------
     Case("model-unknown", infer(infer_request("no-such-model")), C.NOT_FOUND, ("'no-such-model' is not loaded",)),
     Case("model-empty-name", infer(infer_request("")), BAD_REQUEST, ("invalid model name",)),
