@@ -37,18 +37,21 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     capture = _Capture()
     logger.addHandler(capture)
     propagate, logger.propagate = logger.propagate, False
-    long_vector = _long_vector(model)
-    data_prop = long_vector is None
-    if long_vector is not None:
-        result.declined.append(
-            f"model: {long_vector} is a vector of more than {_DATA_PROP_MAX_LENGTH} elements, so shape "
-            "inference ran without data propagation (ONNX's propagation holds such vectors element by element)"
-        )
     try:
-        outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=data_prop)(model)
-        if not outcome.modified and capture.messages:
-            # Strict mode stops at the first node it cannot infer; non-strict infers the rest.
-            ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=data_prop)(model)
+        long_vector = _long_vector(model)
+        if long_vector is None:
+            # A long vector can also appear only once shapes are inferred (a Reshape to [2**20, 4]
+            # then a Transpose): infer without propagation first and look again.
+            _infer(model, capture, data_prop=False)
+            long_vector = _long_vector(model)
+            capture.messages.clear()
+        data_prop = long_vector is None
+        if long_vector is not None:
+            result.declined.append(
+                f"model: {long_vector} is a vector of more than {_DATA_PROP_MAX_LENGTH} elements, so shape "
+                "inference ran without data propagation (ONNX's propagation holds such vectors element by element)"
+            )
+        _infer(model, capture, data_prop=data_prop)
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
@@ -61,6 +64,13 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     result.details.append(f"{after} values have a known shape ({result.changed} new)")
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _infer(model: ir.Model, capture: _Capture, *, data_prop: bool) -> None:
+    outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=data_prop)(model)
+    if not outcome.modified and capture.messages:
+        # Strict mode stops at the first node it cannot infer; non-strict infers the rest.
+        ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=data_prop)(model)
 
 
 # Data propagation computes the values of small vectors (shapes, slice bounds) at conversion
