@@ -209,18 +209,18 @@ class SharedMemoryRegistry:
                 f"shared-memory region {name!r}: {len(self._regions)} regions are registered, the server's limit "
                 f"(--max-shared-memory-regions); unregister some first"
             )
-        if byte_size > self.max_bytes - self.registered_bytes:
-            raise ResourceExhaustedError(
-                f"shared-memory region {name!r}: {byte_size} bytes would bring the registered regions past "
-                f"{self.max_bytes} bytes (--max-shared-memory-bytes; {self.registered_bytes} registered); "
-                "unregister some first or register smaller regions"
-            )
         shared = self._open(file_name, key)
         size = shared.size()
         if offset > size or byte_size > size - offset:
             raise InvalidRequestError(
                 f"shared-memory region {name!r}: {byte_size} bytes at offset {offset} do not fit the object {key!r}, "
                 f"which holds {size} bytes"
+            )
+        if byte_size > self.max_bytes - self.registered_bytes:
+            raise ResourceExhaustedError(
+                f"shared-memory region {name!r}: {byte_size} bytes would bring the registered regions past "
+                f"{self.max_bytes} bytes (--max-shared-memory-bytes; {self.registered_bytes} registered); "
+                "unregister some first or register smaller regions"
             )
         region = Region(name, key, offset, byte_size, shared)
         self._regions[name] = region
