@@ -1,7 +1,8 @@
 """The zoo (tests/zoo/architectures.py) as users run it: lite against ONNX Runtime, quiet and under load, int8 against float.
 
     python bench/zoo.py [--models NAME,...] [--exporter dynamo|torchscript] [--cache DIR] [--threads 2]
-                        [--rounds 5] [--seconds 0.2] [--load] [--no-int8] [--reconvert] [--json FILE]
+                        [--rounds 5] [--seconds 0.2] [--discard 0.25] [--load] [--no-int8] [--reconvert]
+                        [--json FILE]
 
 Each architecture is exported once (``torch.export``-based exporter by default; files cached in
 ``--cache`` as ``NAME-EXPORTER.onnx``, in a spawned process so torch never shares this one) and
@@ -19,8 +20,9 @@ Runners, what users call, all loaded in this process:
 - ``auto_int8``: the same on the int8 file.
 
 Method. The machine is small and shared, so runners take turns: each round runs every runner once
-in a rotating order, and a runner's turn is one warm-up call and then calls for ``--seconds``
-(at least 3), whose median is the round's time. Ratios are taken within a round (both sides
+in a rotating order, and a runner's turn is untimed calls for ``--discard`` seconds (ONNX
+Runtime's worker threads spin for a while after a run and would slow whoever runs next) and then
+calls for ``--seconds`` (at least 3), whose median is the round's time. Ratios are taken within a round (both sides
 measured seconds apart) and the table gives their median over ``--rounds`` rounds. With
 ``--load``, every round is run twice, quiet and with one competing busy process (a spawned
 process multiplying 256x256 float32 matrices on one BLAS thread, paused with SIGSTOP while
@@ -139,9 +141,13 @@ def runners(source: Path, files: dict[str, Path], feeds: dict[str, np.ndarray], 
     return calls
 
 
-def burst(call: Callable[[], object], seconds: float) -> float:
-    """Median seconds of the calls made in ``seconds`` (at least 3), after one warm-up call."""
+def burst(call: Callable[[], object], seconds: float, discard: float) -> float:
+    """Median seconds of the calls made in ``seconds`` (at least 3), after ``discard`` seconds of
+    untimed calls (at least one)."""
+    deadline = time.perf_counter() + discard
     call()
+    while time.perf_counter() < deadline:
+        call()
     times: list[float] = []
     started = time.perf_counter()
     while len(times) < 3 or time.perf_counter() - started < seconds:
@@ -172,7 +178,7 @@ class BusyProcess:
         self.process.wait()
 
 
-def measure(calls: dict[str, Callable[[], object]], rounds: int, seconds: float,
+def measure(calls: dict[str, Callable[[], object]], rounds: int, seconds: float, discard: float,
             busy: BusyProcess | None) -> dict[str, dict[str, list[float]]]:
     """condition ("quiet", "loaded") -> runner -> seconds per round."""
     conditions = ["quiet", "loaded"] if busy is not None else ["quiet"]
@@ -184,7 +190,7 @@ def measure(calls: dict[str, Callable[[], object]], rounds: int, seconds: float,
                 busy.set(condition == "loaded")
             shift = index % len(order)
             for name in order[shift:] + order[:shift]:
-                times[condition][name].append(burst(calls[name], seconds))
+                times[condition][name].append(burst(calls[name], seconds, discard))
     if busy is not None:
         busy.set(False)
     return times
@@ -291,6 +297,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime's intra-op threads (default 2)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.2, help="timed seconds per runner per round")
+    parser.add_argument("--discard", type=float, default=0.25,
+                        help="untimed seconds before each runner's timed calls (ONNX Runtime's idle threads spin on)")
     parser.add_argument("--load", action="store_true", help="also measure under one competing busy process")
     parser.add_argument("--no-int8", dest="int8", action="store_false")
     parser.add_argument("--reconvert", action="store_true", help="convert again even where the cache has files")
@@ -322,7 +330,7 @@ def main() -> int:
                 continue
             feeds = architecture.make_inputs(np.random.default_rng(0))
             calls = runners(sources[architecture.name], files, feeds, args.threads, notes)
-            times = measure(calls, args.rounds, args.seconds, busy)
+            times = measure(calls, args.rounds, args.seconds, args.discard, busy)
             del calls
             rows.append(summarize(architecture, files, times, notes))
             print_row(rows[-1])
