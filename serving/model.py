@@ -171,12 +171,13 @@ class ServedModel:
         """Run the configured warmup requests on zero inputs (blocking); with padded batches, the
         merge buffers are made and one run at each padded size goes first, so that an engine's
         per-shape work (CUDA graph capture, compilation, cuDNN tuning) happens before the model is
-        READY, not in a request. A GPU model is run at each of its configured batch sizes (1, the
-        preferred sizes and ``max_batch_size``) too, padded or not: on a GPU each new shape costs a
-        CUDA graph capture, and with the torch engine a compilation (or its fast stand-in while
-        the compiled configuration is made in the background, docs/runtime.md)."""
+        READY, not in a request. Every model is also run once at each of its configured batch sizes
+        (1, the preferred sizes and ``max_batch_size``), padded or not: on a GPU each new shape
+        costs a CUDA graph capture, and with the torch engine a compilation (or its fast stand-in
+        while the compiled configuration is made in the background, docs/runtime.md); on a CPU,
+        ONNX Runtime sizes its memory arena and kernels' buffers on the first run of a shape."""
         sizes = set(self.pad_to)
-        if self.on_gpu and self.config.max_batch_size > 0:
+        if self.config.max_batch_size > 0:
             sizes.update(self.config.batch_sizes())
         runs = [(size, 1) for size in sorted(sizes)]
         if self.pad_to and isinstance(self._scheduler, DynamicBatcher):

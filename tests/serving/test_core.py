@@ -412,3 +412,28 @@ def test_text_logs_keep_the_fields_json_logs_carry():
     assert "serving.model: model loaded model=resnet engine=cpu port=8001 " in text
     assert 'reason="two words"' in text and 'models="[\\"a:1\\", \\"b:1\\"]"' in text
     assert json.loads(JsonFormatter().format(record))["engine"] == "cpu"
+
+
+def test_a_model_warms_up_at_each_configured_batch_size_before_it_is_ready(tmp_path, monkeypatch):
+    """1, the preferred sizes and max_batch_size each run once on zero inputs during the load,
+    then the configured warmup requests; a request never pays for a shape's first run."""
+    import lite
+    from serving.metrics import Metrics
+    from serving.model import ServedModel
+    from tests.serving.conftest import identity_model
+
+    path = identity_model(tmp_path / "m.lite")
+    config = parse_config({"max_batch_size": 16, "dynamic_batching": {"preferred_batch_sizes": [4]},
+                           "warmup": {"batch_size": 2, "count": 2}}, "m")
+    seen: list[int] = []
+    original = lite.Model.predict
+
+    def recording(self, inputs, *args, **kwargs):
+        seen.append(next(iter(inputs.values())).shape[0])
+        return original(self, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(lite.Model, "predict", recording)
+    served = ServedModel.load("m", 1, path, config, device="numpy", instances=1, max_queue_size=8,
+                              metrics=Metrics())
+    assert sorted(seen) == [1, 2, 2, 4, 16]
+    assert served.state == "LOADING"  # READY once started
