@@ -43,6 +43,13 @@ def test_bias_is_int32_with_input_scale_times_weight_scale():
     np.testing.assert_array_equal(values, [2500, -417])
 
 
+def test_bias_of_per_tensor_weights_is_per_tensor():
+    """Below opset 13 weights are per tensor and DequantizeLinear has no axis: the bias follows."""
+    values, params = quantize_bias(np.array([0.5, -0.25, 0.1], np.float32), 0.02, np.array([0.01], np.float32))
+    assert params.axis is None and params.scale.shape == (1,)
+    np.testing.assert_array_equal(values, [2500, -1250, 500])
+
+
 def test_histogram_is_independent_of_batching():
     rng = np.random.default_rng(1)
     data = np.concatenate([rng.standard_normal(5000), 50.0 * rng.standard_normal(10)])
