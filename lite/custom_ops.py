@@ -28,9 +28,10 @@ as MindSpore passes attributes without a value as trailing arguments.
 
 A CUDA kernel (``library(..., device="cuda")``, built with ``nvcc --shared``) gets device
 pointers and the engine's CUDA stream, as MindSpore's GPU backend passes them: the torch engine
-on CUDA runs it between its compiled segments on the tensors it already holds, outputs allocated
-on the device, no host copy. Elsewhere (the numpy engine, the CPU), the inputs go to the GPU
-through PyTorch or CuPy and the outputs come back (:class:`DeviceKernel`).
+on CUDA runs it between its compiled segments on the tensors it already holds, and ONNX Runtime's
+CUDA engine between its segments on device ``OrtValue``s (:mod:`lite.engines.ort.device_kernels`),
+outputs allocated on the device, no host copy. Elsewhere (the numpy engine, the CPU), the inputs
+go to the GPU through PyTorch and the outputs come back (:class:`DeviceKernel`).
 """
 
 from __future__ import annotations

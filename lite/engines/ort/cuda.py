@@ -83,7 +83,7 @@ class CudaRunner:
                     self._start_worker()
         if me == self.session_thread:
             return self._run_here(feeds, on_device)
-        stream = _caller_stream(feeds)
+        stream = caller_stream(feeds)
         return self.worker.submit(self._run_on_worker, feeds, on_device, stream).result()
 
     def _start_worker(self) -> None:
@@ -305,7 +305,7 @@ def torch_stream(device_id: int):
         return None
 
 
-def _caller_stream(feeds: dict[str, Any]):
+def caller_stream(feeds: dict[str, Any]):
     """The calling thread's current PyTorch stream when it passes PyTorch CUDA tensors, else None."""
     torch = sys.modules.get("torch")
     if torch is None:

@@ -9,6 +9,9 @@ as they are (ONNX Runtime reads contiguous numpy inputs in place on the CPU).
 Unsupported nodes are found two ways: by the op's domain and schema before the first session
 is built, and by ONNX Runtime itself, whose "Could not find an implementation" error names the
 node; that node then moves to the numpy engine and the segments are rebuilt.
+
+On GPUs, custom nodes registered with CUDA kernels run as segments of their own between the ONNX
+Runtime segments, on device memory and the engine's CUDA stream (:mod:`lite.engines.ort.device_kernels`).
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from lite.cpu import int8_products_saturate
-from lite.device_arrays import is_device_array
+from lite.device_arrays import DeviceArray, is_device_array, numpy_dtype_of_ortvalue
 from lite.engines.base import has_half_weights
 from lite.engines.ort import sessions
-from lite.engines.ort.cuda import CudaRunner, torch_stream
+from lite.engines.ort.cuda import CudaRunner, caller_stream, torch_stream
+from lite.engines.ort.device_kernels import CudaStream, KernelSteps, run_bound
 from lite.engines.partition import Part, numpy_part, split
 from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
 from lite.format import ir
@@ -51,6 +55,7 @@ class _Segment:
     runner: Any = None
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
+    on_device_kernels: bool = False  # custom nodes whose CUDA kernels run on device memory
 
     def run(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         feeds = {name: values[name] for name in self.input_names}
@@ -70,15 +75,17 @@ class _TypedOnFirstRun:
         self.lock = threading.Lock()
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        key = tuple((name, array.dtype.str) for name, array in feeds.items())
+        return self.session_for({name: array.dtype for name, array in feeds.items()}).run(output_names, feeds)
+
+    def session_for(self, dtypes: dict[str, np.dtype]) -> sessions.Session:
+        key = tuple((name, dtype.str) for name, dtype in dtypes.items())
         session = self.sessions.get(key)
         if session is None:
             with self.lock:
                 session = self.sessions.get(key)
                 if session is None:
-                    types = {name: from_numpy(array.dtype) for name, array in feeds.items()}
-                    session = self.sessions[key] = self.build(types)
-        return session.run(output_names, feeds)
+                    session = self.sessions[key] = self.build({name: from_numpy(d) for name, d in dtypes.items()})
+        return session
 
 
 class OrtEngine:
@@ -92,6 +99,7 @@ class OrtEngine:
         self.placement = device
         self.on_gpu = device != "cpu"
         self.custom_ops = custom_ops
+        self.stream: CudaStream | None = None  # made when a CUDA custom kernel runs (see _build)
         config = options or sessions.SessionConfig(device=device, threads=threads)
         self.config = config
         self.compute_precision = "fp16" if self._half_compute() else "as stored"
@@ -119,7 +127,7 @@ class OrtEngine:
             raise UnsupportedOpError(f"ONNX Runtime rejected more than {_MAX_REPARTITIONS} nodes of this model")
         graph = model.main
         self.output_names = [graph.tensors[i].name for i in graph.outputs]
-        self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort)
+        self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort and not s.on_device_kernels)
         self.gpu = self._gpu_runner() if device != "cpu" else None
 
     def _nodes_named(self, missing: sessions.MissingKernel) -> list[ir.Node]:
@@ -146,9 +154,38 @@ class OrtEngine:
             segment.input_names = tuple(graph.tensors[i].name for i in segment.inputs)
             segment.output_names = tuple(graph.tensors[i].name for i in segment.outputs)
             segments.append(segment)
+        config = None
+        if self._on_device(segments):
+            for segment in segments:
+                segment.on_device_kernels = not segment.on_ort and self._device_kernels(segment.nodes) is not None
+            if any(s.on_device_kernels for s in segments):
+                if self.stream is None:
+                    self.stream = CudaStream(self.config.device_id)
+                if self.name == "cuda":  # ONNX Runtime's segments queue their work on the kernels' stream
+                    config = dataclasses.replace(self.plain_config, compute_stream=self.stream.handle)
         for index, segment in enumerate(segments):
-            segment.runner = self._runner(segment, index, len(segments))
+            if segment.on_device_kernels:
+                segment.runner = KernelSteps(self.ort, graph, segment.nodes, self._device_kernels(segment.nodes),
+                                             self.config.device_id, self.stream)
+            else:
+                segment.runner = self._runner(segment, index, len(segments), config)
         return segments
+
+    def _on_device(self, segments: list[_Segment]) -> bool:
+        """Whether values may stay on the GPU between segments: on a GPU device, with no text
+        tensor crossing from one segment to the next (ONNX Runtime keeps strings on the host)."""
+        if self.name == "cpu" or len(segments) == 1 and segments[0].on_ort:
+            return False
+        tensors = self.model.main.tensors
+        return all(tensors[i].dtype != DataType.STRING for s in segments for i in (*s.inputs, *s.outputs))
+
+    def _device_kernels(self, nodes: list[ir.Node]) -> list[Any] | None:
+        """The CUDA kernels of ``nodes`` when every one of them has one, else None."""
+        lookup = getattr(self.custom_ops, "device_kernel", None)
+        if lookup is None:
+            return None
+        kernels = [lookup(node.op_type, node.domain) for node in nodes]
+        return kernels if all(k is not None for k in kernels) else None
 
     def _runner(self, segment: _Segment, index: int, count: int, config: sessions.SessionConfig | None = None):
         graph = self.model.main
@@ -232,6 +269,8 @@ class OrtEngine:
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         if self.gpu is not None:
             return self.gpu.run(dict(feeds))
+        if any(s.on_device_kernels for s in self.segments):  # no text tensors then (see _on_device)
+            return self._run_on_device(feeds)
         feeds = {name: _host(value) for name, value in feeds.items()}
         feeds = {name: _as_text(name, value) if getattr(value, "dtype", None) == object else value
                  for name, value in feeds.items()}
@@ -247,6 +286,51 @@ class OrtEngine:
                 return self.run(feeds)
         return {name: values[name] for name in self.output_names}
 
+    def _run_on_device(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Segments with CUDA kernels among them: values stay on the GPU (see device_kernels.py);
+        outputs on the device for callers that pass device arrays, else numpy arrays."""
+        on_device = any(is_device_array(value) for value in feeds.values())
+        stream = caller_stream(feeds)
+        if stream is not None:
+            stream.synchronize()  # the caller's PyTorch work that produced the inputs
+        ort_value = self.ort.OrtValue
+        values = {name: ort_value.from_dlpack(value) if is_device_array(value) else value
+                  for name, value in feeds.items()}
+        shares_stream = self.name == "cuda"
+        queued = False  # kernels queued on self.stream that the host has not waited for
+        try:
+            for segment in list(self.segments):  # as it is now: _move_to_numpy may replace it
+                inputs = {name: values[name] for name in segment.input_names}
+                if segment.on_device_kernels:
+                    values.update(segment.runner.run(inputs))
+                    queued = True
+                    continue
+                if queued and not (segment.on_ort and shares_stream):
+                    self.stream.synchronize()
+                    queued = False
+                if segment.on_ort:
+                    session = self._session(segment, inputs)
+                    values.update(zip(segment.output_names, run_bound(session.session, inputs, segment.output_names,
+                                                                      self.config.device_id)))
+                else:
+                    values.update(segment.runner.run({name: _from_device(value) for name, value in inputs.items()}))
+            if queued:
+                self.stream.synchronize()
+        except sessions.MissingKernel as missing:
+            # Only a segment typed on first run can get here; its node joins the numpy engine.
+            self._move_to_numpy(missing)
+            return self.run(feeds)
+        if on_device:
+            return {name: _to_device(ort_value, values[name], self.config.device_id) for name in self.output_names}
+        return {name: _from_device(values[name]) for name in self.output_names}
+
+    def _session(self, segment: _Segment, feeds: Mapping[str, Any]) -> sessions.Session:
+        runner = segment.runner
+        if isinstance(runner, _TypedOnFirstRun):
+            return runner.session_for({name: value.dtype if isinstance(value, np.ndarray)
+                                       else numpy_dtype_of_ortvalue(value) for name, value in feeds.items()})
+        return runner
+
     def _move_to_numpy(self, missing: sessions.MissingKernel) -> None:
         with self._rebuild_lock:
             moved = {id(n) for n in self._nodes_named(missing)} - self._on_numpy
@@ -254,11 +338,12 @@ class OrtEngine:
                 raise UnsupportedOpError(str(missing)) from missing
             self._on_numpy |= moved
             self.segments = self._build(self._on_numpy)
-            self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort)
+            self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort and not s.on_device_kernels)
 
     def describe(self) -> list[dict[str, Any]]:
         """The partition: one entry per segment (engine, node count, first and last op)."""
-        return [{"engine": "onnxruntime" if s.on_ort else "numpy", "nodes": len(s.nodes),
+        return [{"engine": "onnxruntime" if s.on_ort else "cuda-kernel" if s.on_device_kernels else "numpy",
+                 "nodes": len(s.nodes),
                  "ops": sorted({n.op_type for n in s.nodes})} for s in self.segments]
 
 
@@ -269,6 +354,18 @@ def _host(value: Any) -> np.ndarray:
 
         return OrtValue.from_dlpack(value).numpy()
     return value
+
+
+def _from_device(value: Any) -> Any:
+    """A host array of an OrtValue on the device; numpy arrays as they are."""
+    return value if isinstance(value, np.ndarray) else value.numpy()
+
+
+def _to_device(ort_value, value: Any, device_id: int) -> DeviceArray:
+    """An output for a caller that passed device arrays: on the device, whichever segment made it."""
+    if isinstance(value, np.ndarray):
+        value = ort_value.ortvalue_from_numpy(np.ascontiguousarray(value), "cuda", device_id)
+    return DeviceArray(value)
 
 
 def _as_text(name: str, array: np.ndarray) -> np.ndarray:
