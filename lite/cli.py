@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         # User-facing failures: one line, no traceback.
         print(f"lite {args.command}: error: {one_line(str(err))}", file=sys.stderr)
         return 1
+    except MemoryError as err:  # a model whose attributes ask for more than this machine has
+        print(f"lite {args.command}: error: out of memory: {one_line(str(err))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"lite {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         value = np.asarray(value)
         line = f"{name}: {value.dtype}{list(value.shape)}"
         if value.size and value.dtype.kind in "fiub":
-            line += f"  min {value.min():.6g}  max {value.max():.6g}  mean {value.astype(np.float64).mean():.6g}"
+            line += f"  min {value.min():.6g}  max {value.max():.6g}  mean {value.mean(dtype=np.float64):.6g}"
         if args.output_dir:
             target = folder / f"{_safe(name)}.npy"
             with atomic_write(target) as handle:

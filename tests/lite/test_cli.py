@@ -148,3 +148,22 @@ def test_names_with_control_characters_stay_on_one_escaped_line(tmp_path, op_typ
     assert len(lines) == 1 and lines[0].isprintable(), repr(result.stderr)
     assert "no kernel for this op type" in lines[0]
     assert ascii(op_type)[1:-1] in lines[0]
+
+
+def test_running_out_of_memory_is_one_error_line(tmp_path, capsys, monkeypatch):
+    """The lite-cli fuzzer (seed 0, index 39364): a Conv padded by 2**19 asked for a 1.5 M-wide
+    output, and under the worker's memory cap an allocation outside the engine raised a bare
+    MemoryError. The command now says so in one line, and `lite run` summarizes outputs without a
+    float64 copy of each."""
+    import lite
+
+    path = matmul_model(tmp_path)
+    np.savez(tmp_path / "in.npz", x=np.ones((1, 4), np.float32))
+
+    def exhausted(self, inputs, *args, **kwargs):
+        raise MemoryError("Unable to allocate 12.0 MiB for an array with shape (1, 1572876) and data type float64")
+
+    monkeypatch.setattr(lite.Model, "predict", exhausted)
+    assert main(["run", str(path), "--input", str(tmp_path / "in.npz")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("lite run: error: out of memory: Unable to allocate") and "\n" not in error
