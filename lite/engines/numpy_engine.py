@@ -19,9 +19,10 @@ several threads are safe.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -139,6 +140,8 @@ class NumpyEngine:
                 if step.prepare is not None:
                     step.prepared = _prepare(step, constants, graph)
                     step.finish()
+            if len(self.model.graphs) == 1:  # no subgraph reads an intermediate by name
+                steps = _fuse_bias_adds(steps, constants, set(graph.outputs))
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
         for step in steps:
             step.slots = [index if index >= 0 else len(graph.tensors) for index in step.inputs]
@@ -370,6 +373,48 @@ class NumpyEngine:
 
 
 _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
+
+
+def _fuse_bias_adds(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """MatMul by constant weights ``(K, N)`` whose one reader is an Add of a constant bias
+    ``(N,)``: one step that adds the bias in place into the product (a transformer's linear
+    layers exported as MatMul + Add; one node less for each, and no second output array)::
+
+        x ──► MatMul(x, W) ──► Add(·, b) ──► y      becomes      x ──► MatMul+bias ──► y
+    """
+    readers: dict[int, int] = {}
+    for step in steps:
+        for index in set(step.inputs):
+            if index >= 0:
+                readers[index] = readers.get(index, 0) + 1
+    producer_of = {step.outputs[0]: step for step in steps if step.outputs}
+    fused: dict[int, _Step] = {}  # id(Add step) -> the fused step, which takes its place
+    dropped: set[int] = set()
+    for step in steps:
+        if step.node.op_type != "Add" or step.node.domain or not step.inline or step.activation is not None:
+            continue
+        for position in (0, 1):
+            product, bias_index = step.inputs[position], step.inputs[1 - position]
+            matmul = producer_of.get(product)
+            if matmul is None or matmul.node.op_type != "MatMul" or matmul.node.domain or not matmul.inline:
+                continue
+            weights, bias = constants.get(matmul.inputs[1]), constants.get(bias_index)
+            if (weights is None or bias is None or readers.get(product) != 1 or product in graph_outputs
+                    or matmul.activation is not None or weights.ndim != 2 or bias.shape != weights.shape[1:]
+                    or bias.dtype != weights.dtype or weights.dtype.kind != "f"):
+                continue
+            fused[id(step)] = replace(matmul, fn=functools.partial(_matmul_add, matmul.fn), inputs=matmul.inputs + [bias_index],
+                                      outputs=step.outputs, memo=None, memo_sources=[])
+            dropped.add(id(matmul))
+            break
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _matmul_add(matmul: Callable, A, B, bias):
+    product = matmul(A, B)
+    if product.shape[-1:] != bias.shape or not product.flags.writeable or product.dtype != bias.dtype:
+        return np.add(product, bias)
+    return np.add(product, bias, out=product)
 
 
 # Shapes of the graph inputs remembered per node (a server sees a few sequence lengths).

@@ -290,3 +290,40 @@ def test_nodes_computed_from_shapes_are_remembered_per_shape():
         assert outputs["shape"].tolist() == [3, length] and outputs["shape"].flags.writeable
     assert all(len(step.memo) == 3 for step in remembered)
     assert all(not value.flags.writeable for step in remembered for value in step.memo.values())
+
+
+def _linear_model(bias_first: bool, product_is_output: bool, second_reader: bool):
+    weights = np.random.default_rng(3)
+    b = GraphBuilder("linear", opset=14)
+    x = b.input("x", np.float32, ["N", 5, 8])
+    w = b.constant("w", weights.standard_normal((8, 6)).astype(np.float32))
+    bias = b.constant("bias", weights.standard_normal(6).astype(np.float32))
+    product = b.node("MatMul", [x, w], outputs=["product"] if product_is_output else 1)
+    y = b.node("Add", [bias, product] if bias_first else [product, bias], outputs=["y"])
+    b.output(y, np.float32, ["N", 5, 6])
+    if product_is_output:
+        b.output(product, np.float32, ["N", 5, 6])
+    if second_reader:
+        b.output(b.node("Relu", [product], outputs=["r"]), np.float32, ["N", 5, 6])
+    return load(to_bytes(b.build()))
+
+
+@pytest.mark.parametrize("bias_first", [False, True])
+@pytest.mark.parametrize("product_is_output, second_reader, fused",
+                         [(False, False, True), (True, False, False), (False, True, False)])
+def test_matmul_and_bias_add_run_as_one_step_only_when_nothing_else_reads_the_product(bias_first, product_is_output,
+                                                                                     second_reader, fused):
+    model = _linear_model(bias_first, product_is_output, second_reader)
+    engine = NumpyEngine(model)
+    op_types = [step.node.op_type for step in engine.plans[0].steps]
+    assert ("Add" not in op_types) == fused
+    constants = {t.name: np.asarray(t.data) for t in model.main.tensors if t.is_constant}
+    for batch in (1, 3):
+        x = normal(batch, 5, 8)
+        outputs = engine.run({"x": x})
+        product = np.matmul(x, constants["w"])
+        np.testing.assert_allclose(outputs["y"], product + constants["bias"], rtol=1e-6, atol=1e-6)
+        if product_is_output:
+            np.testing.assert_allclose(outputs["product"], product, rtol=1e-6, atol=1e-6)
+        if second_reader:
+            np.testing.assert_allclose(outputs["r"], np.maximum(product, 0), rtol=1e-6, atol=1e-6)
