@@ -87,6 +87,8 @@ class Exports:
         self.order: list[tuple[str, str]] = []
         for item in session.items:
             spec = getattr(item, "callspec", None)
+            if getattr(item, "module", None) is None or item.module.__name__ != __name__:
+                continue  # another module's parameter may be called "case" too
             if spec is not None and "case" in spec.params and item.get_closest_marker("skip") is None:
                 architecture, exporter = spec.params["case"]
                 if (architecture.name, exporter) not in self.order:
