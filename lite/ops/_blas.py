@@ -7,6 +7,11 @@ a 64x64 ResNet ran 12 ms on one BLAS thread and 250 ms on two beside one busy pr
 therefore call BLAS on one thread and the engine splits large products itself
 (:mod:`lite.ops._parallel`), in blocks claimed by whichever thread is free.
 
+On an idle machine OpenBLAS's own threads are faster (a quiet 224x224 ResNet-18 ran 36 ms on
+them, 54 ms on one BLAS thread and the engine's split), so a run samples the kernel's count of
+runnable tasks (``/proc/loadavg``) as it starts: with no other task running, BLAS keeps its
+threads and nothing is split; otherwise it drops to one thread and the engine splits.
+
 The count is set through the library's own entry point, found among the shared objects this
 process has loaded (OpenBLAS as numpy's wheels bundle it, or a system OpenBLAS); where none is
 found (Accelerate, MKL, a platform without ``/proc/self/maps``) nothing changes. Runs may overlap
@@ -16,7 +21,9 @@ in several threads: the first to enter lowers the count, the last to leave resto
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import time
 from collections.abc import Callable
 
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
@@ -50,8 +57,39 @@ def _find() -> tuple[Callable[[int], None], Callable[[], int]] | None:
     return None
 
 
+_SAMPLE_SECONDS = 0.2  # how long one sample of the machine's load stands
+_sample: list[float | bool] = [float("-inf"), True]
+
+
+def others_running() -> bool:
+    """Whether a task of another process is running or waiting to run, on the whole machine: the
+    runnable count of ``/proc/loadavg`` less this process's own runnable threads (OpenBLAS's spin
+    for a while after each product). Sampled at most every 0.2 s. Where it cannot be read, True:
+    the split, which bears contention, is the safe side."""
+    now = time.monotonic()
+    if now - _sample[0] < _SAMPLE_SECONDS:
+        return bool(_sample[1])
+    try:
+        with open("/proc/loadavg", "rb") as handle:
+            runnable = int(handle.read().split()[3].split(b"/")[0])
+        own = 0
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/stat", "rb") as handle:
+                    own += handle.read().rsplit(b")", 1)[1].split()[0] == b"R"
+            except OSError:  # the thread ended meanwhile
+                continue
+        busy = runnable - own > 0
+    except (OSError, ValueError, IndexError):
+        busy = True
+    _sample[:] = [now, busy]
+    return busy
+
+
 class OneBlasThread:
-    """A context manager: BLAS on one thread inside, its previous count restored after."""
+    """A context manager: BLAS on one thread inside when the machine is busy (:attr:`split`
+    then tells the kernels to split large products themselves), its previous count restored
+    after; on an idle machine BLAS keeps its own threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -59,6 +97,8 @@ class OneBlasThread:
         self._previous = 1
         self._library: tuple[Callable[[int], None], Callable[[], int]] | None = None
         self._looked = False
+        self._lowered = False
+        self.split = False  # inside a run on a busy machine: kernels split large products
 
     def _functions(self) -> tuple[Callable[[int], None], Callable[[], int]] | None:
         if not self._looked:
@@ -69,19 +109,25 @@ class OneBlasThread:
     def __enter__(self) -> OneBlasThread:
         with self._lock:
             functions = self._functions()
-            if self._inside == 0 and functions is not None:
-                self._previous = functions[1]()
-                if self._previous != 1:
-                    functions[0](1)
+            if self._inside == 0:
+                self.split = others_running()
+                self._lowered = False
+                if self.split and functions is not None:
+                    self._previous = functions[1]()
+                    if self._previous != 1:
+                        functions[0](1)
+                        self._lowered = True
             self._inside += 1
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         with self._lock:
             self._inside -= 1
-            functions = self._library
-            if self._inside == 0 and functions is not None and self._previous != 1:
-                functions[0](self._previous)
+            if self._inside == 0:
+                self.split = False
+                if self._lowered and self._library is not None:
+                    self._library[0](self._previous)
+                self._lowered = False
 
     def threads(self) -> int | None:
         """BLAS's thread count now (None where it cannot be read)."""
