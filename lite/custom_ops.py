@@ -145,6 +145,16 @@ def _attribute_array(value: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def device_kernels(custom_ops: Any, nodes: Sequence[Any]) -> list[Any] | None:
+    """The CUDA kernels of ``nodes`` (graph nodes with ``op_type`` and ``domain``) registered in
+    ``custom_ops``, when every one of them has one; else None (the nodes then run elsewhere)."""
+    lookup = getattr(custom_ops, "device_kernel", None)
+    if lookup is None:
+        return None
+    kernels = [lookup(node.op_type, node.domain) for node in nodes]
+    return kernels if all(kernel is not None for kernel in kernels) else None
+
+
 def attribute_inputs(label: str, names: Sequence[str], attributes: dict[str, Any]) -> list[np.ndarray]:
     """The attributes named in ``attributes_as_inputs``, in order, as trailing kernel inputs."""
     arrays = []

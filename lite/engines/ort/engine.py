@@ -180,12 +180,9 @@ class OrtEngine:
         return all(tensors[i].dtype != DataType.STRING for s in segments for i in (*s.inputs, *s.outputs))
 
     def _device_kernels(self, nodes: list[ir.Node]) -> list[Any] | None:
-        """The CUDA kernels of ``nodes`` when every one of them has one, else None."""
-        lookup = getattr(self.custom_ops, "device_kernel", None)
-        if lookup is None:
-            return None
-        kernels = [lookup(node.op_type, node.domain) for node in nodes]
-        return kernels if all(k is not None for k in kernels) else None
+        from lite.custom_ops import device_kernels
+
+        return device_kernels(self.custom_ops, nodes)
 
     def _runner(self, segment: _Segment, index: int, count: int, config: sessions.SessionConfig | None = None):
         graph = self.model.main

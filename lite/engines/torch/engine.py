@@ -201,12 +201,9 @@ class TorchEngine:
         return segments
 
     def _device_kernels(self, nodes: list[ir.Node]) -> list[Any] | None:
-        """The CUDA kernels of ``nodes`` when every one of them has one, else None."""
-        lookup = getattr(self.custom_ops, "device_kernel", None)
-        if lookup is None:
-            return None
-        kernels = [lookup(node.op_type, node.domain) for node in nodes]
-        return kernels if all(k is not None for k in kernels) else None
+        from lite.custom_ops import device_kernels
+
+        return device_kernels(self.custom_ops, nodes)
 
     # -- start-up --------------------------------------------------------------------------------
     def aot_runners(self) -> list[AotCompiled]:
