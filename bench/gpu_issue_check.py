@@ -162,17 +162,9 @@ def make_model(workdir: Path) -> Path:
 
 def latency_ms(fn, sync, seconds: float = 1.0, min_iters: int = 20) -> float:
     """Median milliseconds per call, each call waited for (a caller that needs its answer)."""
-    for _ in range(5):
-        fn()
-    sync()
-    samples = []
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline or len(samples) < min_iters:
-        start = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - start)
-    return float(np.median(samples)) * 1e3
+    from gpu_resnet50 import timed
+
+    return timed(fn, sync, seconds, min_iters) * 1e3
 
 
 def pipelined_ms(fn, sync, calls: int = 200) -> float:
