@@ -43,7 +43,7 @@ _MAX_REPARTITIONS = 16
 # What this engine does besides lowering (cutting the graph, rewriting the lowered model): a change
 # to them must not reuse a cached session either.
 _HERE = Path(__file__).resolve().parent
-_REWRITES = (_HERE / "half.py", _HERE / "unsigned.py", _HERE.parent / "partition.py")
+_REWRITES = (_HERE / "half.py", _HERE / "unsigned.py", _HERE / "rewrites.py", _HERE.parent / "partition.py")
 
 
 @dataclass
@@ -129,6 +129,19 @@ class OrtEngine:
         self.output_names = [graph.tensors[i].name for i in graph.outputs]
         self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort and not s.on_device_kernels)
         self.gpu = self._gpu_runner() if device != "cpu" else None
+        self.direct = self._direct_session()
+
+    def _direct_session(self) -> sessions.Session | None:
+        """The session that runs the whole graph on the CPU, when numpy feeds can go to it as they
+        are (no text inputs to decode): :meth:`run` then skips the segment machinery."""
+        if self.name != "cpu" or len(self.segments) != 1 or not self.segments[0].on_ort:
+            return None
+        runner = self.segments[0].runner
+        graph = self.model.main
+        if not isinstance(runner, sessions.Session) or any(graph.tensors[i].dtype == DataType.STRING
+                                                            for i in graph.inputs):
+            return None
+        return runner
 
     def _nodes_named(self, missing: sessions.MissingKernel) -> list[ir.Node]:
         """The main-graph nodes ONNX Runtime's error is about: one by name (unnamed nodes are
@@ -220,6 +233,10 @@ class OrtEngine:
         from lite.format.onnx.lower import lower_nodes
 
         lowered = lower_nodes(self.model, nodes, inputs, outputs, name=name, input_types=input_types)
+        if self.name == "cpu":
+            from lite.engines.ort import rewrites
+
+            rewrites.apply(lowered)
         if self.unsigned_weights:
             from lite.engines.ort.unsigned import unsigned_weights
 
@@ -264,6 +281,10 @@ class OrtEngine:
                           rebuild=lambda: make(fresh=True))
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        direct = self.direct
+        if (direct is not None and len(feeds) == len(direct.input_names)
+                and all(type(value) is np.ndarray for value in feeds.values())):
+            return dict(zip(self.output_names, direct.run_arrays(self.output_names, feeds)))
         if self.gpu is not None:
             return self.gpu.run(dict(feeds))
         if any(s.on_device_kernels for s in self.segments):  # no text tensors then (see _on_device)
@@ -336,6 +357,7 @@ class OrtEngine:
             self._on_numpy |= moved
             self.segments = self._build(self._on_numpy)
             self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort and not s.on_device_kernels)
+            self.direct = self._direct_session()
 
     def describe(self) -> list[dict[str, Any]]:
         """The partition: one entry per segment (engine, node count, first and last op)."""

@@ -79,7 +79,8 @@ def _half_graph_body(graph: onnx.GraphProto, keep_float: set[str]) -> None:
                 for body in attribute.graphs:
                     _half_subgraph(body)
     for info in graph.value_info:
-        _half_type(info.type)
+        if info.name not in keep_float:
+            _half_type(info.type)
 
 
 def _half_subgraph(graph: onnx.GraphProto) -> None:

@@ -164,7 +164,30 @@ class _Lowering:
             [self.value_info(graph, i, self.input_types.get(graph.tensors[i].name)) for i in inputs],
             [self.value_info(graph, i) for i in outputs],
             initializer=initializers,
+            value_info=self.intermediates(graph, nodes, {*inputs, *outputs}) if top_level else None,
         )
+
+    def intermediates(self, graph: ir.Graph, nodes: Sequence[ir.Node], boundary: set[int]) -> list[onnx.ValueInfoProto]:
+        """The type and shape the .lite graph records for each tensor the nodes produce inside the graph.
+
+        ONNX Runtime's shape-dependent fusions read them: its own inference loses symbolic sizes
+        through Slice, Gather or Expand ("Min(64, s50)"), and without equal shapes on both inputs of an
+        Add it fuses no Add + LayerNormalization into SkipLayerNormalization (BERT: 4 of 4 missed).
+        Tensors of unknown rank or type, and sequences and optionals, are left to its inference.
+        """
+        described = self.value_types.get(str(self.model.graphs.index(graph)), {})
+        declared = []
+        seen = set(boundary)
+        for node in nodes:
+            for index in node.outputs:
+                if index < 0 or index in seen:
+                    continue
+                seen.add(index)
+                tensor = graph.tensors[index]
+                if tensor.shape is None or tensor.dtype == DataType.UNDEFINED or tensor.name in described:
+                    continue
+                declared.append(value_info_of(tensor))
+        return declared
 
     def value_info(self, graph: ir.Graph, index: int, dtype: DataType | None = None) -> onnx.ValueInfoProto:
         tensor = graph.tensors[index]
