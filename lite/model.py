@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import operator
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,6 +38,7 @@ class Model:
         kinds = _value_kinds(model)
         self.inputs = [TensorSpec.of(graph.tensors[i], kinds.get(graph.tensors[i].name, "tensor")) for i in graph.inputs]
         self.outputs = [TensorSpec.of(graph.tensors[i], kinds.get(graph.tensors[i].name, "tensor")) for i in graph.outputs]
+        self._plain_checks = _plain_checks(self.inputs)
 
     @classmethod
     def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
@@ -130,6 +132,20 @@ class Model:
         return f"lite.Model({self.source!r}, device={self.device!r}, inputs=[{fmt(self.inputs)}], outputs=[{fmt(self.outputs)}])"
 
     def _validate(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        checks = self._plain_checks
+        if checks is not None and type(inputs) is dict and len(inputs) == len(checks):
+            # The common call (numpy arrays of the declared types and shapes) in a few comparisons;
+            # ONNX Runtime runs small CNNs in 0.1 ms, where each microsecond here is 1%. Anything
+            # else, errors included, takes the full path below.
+            for name, dtype, rank, fixed_sizes, sizes in checks:
+                value = inputs.get(name)
+                if type(value) is not np.ndarray or value.dtype != dtype:
+                    break
+                shape = value.shape
+                if len(shape) != rank or fixed_sizes is not None and fixed_sizes(shape) != sizes:
+                    break
+            else:
+                return dict(inputs)
         if type(inputs) is not dict and not isinstance(inputs, Mapping):
             raise InvalidInputError(
                 f"predict takes a dict of input name -> array, got {type(inputs).__name__}; "
@@ -152,6 +168,23 @@ class Model:
         return {spec.name: _check_input(spec, inputs[spec.name], bound) for spec in specs}
 
 
+
+
+def _plain_checks(specs: list[TensorSpec]) -> tuple[tuple[Any, ...], ...] | None:
+    """Per input: name, dtype, rank, a getter of the fixed dimensions and their sizes (None, None
+    when none are fixed), for the common call's checks. None where those checks would not be the
+    whole check: an input of unknown type or rank, a sequence or optional, or a symbolic dimension
+    named twice (its sizes must then agree)."""
+    checks = []
+    symbols: list[str] = []
+    for spec in specs:
+        if spec.kind != "tensor" or spec.dtype is None or spec.shape is None:
+            return None
+        symbols += [dim for dim in spec.shape if isinstance(dim, str)]
+        axes = [axis for axis, dim in enumerate(spec.shape) if isinstance(dim, int)]
+        getter = operator.itemgetter(*axes) if axes else None
+        checks.append((spec.name, spec.dtype, len(spec.shape), getter, getter(spec.shape) if axes else None))
+    return tuple(checks) if len(symbols) == len(set(symbols)) else None
 
 
 def _value_kinds(model: ir.Model) -> dict[str, str]:
