@@ -25,7 +25,7 @@ from converter.quantize.runner import input_specs, onnxruntime_available
 from converter.quantize.sensitivity import fallback, layer_sensitivity
 from converter.quantize.static import QuantizedGraph, quantize_static
 from converter.quantize.unfuse import unfuse_activations
-from converter.quantize.weights import quantize_dynamic, quantize_weights_only
+from converter.quantize.weights import DYNAMIC_LAYERS, quantize_dynamic, quantize_weights_only
 from lite.format import ir as lite_ir
 
 QUANTIZATION_KEY = "quantization"
@@ -50,6 +50,8 @@ def quantize_model(
     unfused: list[str] = []
     if config.mode == "int8":  # before calibration: the pre-activation tensors get measured ranges
         model, unfused = unfuse_activations(model)
+    elif config.mode == "int8-dynamic":
+        model, unfused = unfuse_activations(model, DYNAMIC_LAYERS)
     if spec:
         bind_spec(spec, [(i.name, i.dtype, i.shape) for i in inputs])  # fail early on a bad spec
     if config.max_accuracy_drop is not None and eval_data is None:

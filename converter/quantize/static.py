@@ -18,7 +18,8 @@ Steps: (1) ask each node's quantizer (:mod:`converter.quantize.quantizers`) what
 (2) drop a Relu/Clip(0, ·) that follows a quantized producer, quantizing the producer's output
 with the activation's range instead; (3) give every quantized activation its parameters from
 the calibrated range; (4) quantize weights (int8, per channel) and biases (int32, input scale ×
-weight scale); (5) insert the Q/DQ pairs.
+weight scale); (5) insert the Q/DQ pairs; (6) store embedding tables and large Add/Mul
+constants, which stay float arithmetic, as int8 (:mod:`converter.quantize.tables`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from converter.quantize.errors import QuantizationError
 from converter.quantize.graph import GraphEditor, default_opset, describe
 from converter.quantize.quantizers import QUANTIZERS, Request
 from converter.quantize.scheme import activation_params, quantize_bias, quantize_weight
+from converter.quantize.tables import quantize_tables
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
 from lite.format.qdq import DEQUANTIZE_NODE, DEQUANTIZED, QUANTIZE_NODE, QUANTIZED, SCALE, ZERO_POINT
@@ -74,8 +76,11 @@ def quantize_static(model: lite_ir.Model, ranges: dict[str, Range], config: Quan
     for node, request in requests:
         _quantize_weights(graph, node, request, params)
     _insert_pairs(graph, params, shared, config)
-    result.model = graph.finish()
     result.quantized = [node.name for node, _ in requests]
+    # Tables last, on the finished graph: a Gather's rows are rewritten after its output's Q/DQ pair.
+    tables = GraphEditor(graph.finish())
+    quantize_tables(tables, config, result.quantized, result.declined, include=include, exclude=excluded)
+    result.model = tables.finish()
     return result
 
 

@@ -10,7 +10,8 @@ the activation runs between its DequantizeLinear and the next QuantizeLinear::
 
 Relu and Clip stay fused: the integer kernel reproduces them by clamping
 (:mod:`converter.quantize.quantizers`). The rewrite runs before calibration, so the new
-pre-activation tensor gets its own measured range.
+pre-activation tensor gets its own measured range. ``int8-dynamic`` writes out those of MatMul and
+Gemm the same way (Llama's SiLU-gated projection), so that they run as MatMulInteger too.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from lite.format import ir as lite_ir
 LAYERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 
-def unfuse_activations(model: lite_ir.Model) -> tuple[lite_ir.Model, list[str]]:
-    """``model`` with the non-clamping fused activations of its layers as separate nodes, and the
-    names of the layers rewritten (``model`` itself is not modified)."""
+def unfuse_activations(model: lite_ir.Model, layers: tuple[str, ...] = LAYERS) -> tuple[lite_ir.Model, list[str]]:
+    """``model`` with the non-clamping fused activations of its ``layers`` as separate nodes, and
+    the names of the layers rewritten (``model`` itself is not modified)."""
     graph = GraphEditor(model)
     rewritten = []
     for node in graph.nodes:
         name = _fused(node)
-        if node.op_type not in LAYERS or node.domain not in ("", "ai.onnx") or name is None or name in fused_activation.CLAMPING:
+        if node.op_type not in layers or node.domain not in ("", "ai.onnx") or name is None or name in fused_activation.CLAMPING:
             continue
         params = list(node.attributes[fused_activation.PARAMS_ATTRIBUTE].value) \
             if fused_activation.PARAMS_ATTRIBUTE in node.attributes else []

@@ -1,8 +1,9 @@
 """int8 weights for the dynamic and weight-only modes.
 
-``int8-weight``: every large float weight of Conv, ConvTranspose, Gemm, MatMul and Gather
-becomes int8 (symmetric, per output channel, TFLite's weight scheme) read through one
-DequantizeLinear, so the file holds a quarter of the bytes and the computation stays float.
+``int8-weight``: every large float weight of Conv, ConvTranspose, Gemm and MatMul becomes int8
+(symmetric, per output channel, TFLite's weight scheme) read through one DequantizeLinear, so the
+file holds a quarter of the bytes and the computation stays float. Embedding tables and large
+constants of Add/Mul are stored int8 as :mod:`converter.quantize.tables` says.
 
 ``int8-dynamic`` (ONNX Runtime's ``quantize_dynamic`` form): a MatMul/Gemm with a constant
 weight becomes::
@@ -14,7 +15,11 @@ weight becomes::
 
 which ONNX Runtime fuses into DynamicQuantizeMatMul; activations are quantized per call from
 their own min/max (https://onnx.ai/onnx/operators/onnx__DynamicQuantizeLinear.html), so no
-calibration data is needed.
+calibration data is needed. W's zero point is 0, MatMulInteger's default, so it is left out,
+and W_q carries no QuantParams (its scales are the W_scale constant: the file holds them once).
+Convolutions (patch embeddings, audio feature extractors) keep float arithmetic with int8
+weights, as in ``int8-weight``; embedding tables and large Add/Mul constants are stored int8 too
+(:mod:`converter.quantize.tables`, which also stores a tied table and its LM head once).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from converter.quantize.config import QuantConfig
 from converter.quantize.graph import GraphEditor, default_opset, float_attribute, int_attribute
 from converter.quantize.scheme import quantize_weight
 from converter.quantize.static import QuantizedGraph
+from converter.quantize.tables import Int8Weights, dequantized_weight, quantize_tables
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
 from lite.ops import fused_activation
@@ -38,21 +44,35 @@ WEIGHT_SLOTS: dict[str, tuple[int, int | None]] = {
     "ConvTranspose": (1, 1),
     "Gemm": (1, None),
     "MatMul": (1, 1),
-    "Gather": (0, 0),
+    "Gather": (0, 0),  # a table that is also a layer's weight (tied): one DequantizeLinear for both
 }
+# the layers int8-dynamic runs in integer arithmetic (MatMulInteger), and those it keeps in float
+# arithmetic, with weights read through a DequantizeLinear
+DYNAMIC_LAYERS = ("MatMul", "Gemm")
+DEQUANTIZED_LAYERS = ("Conv", "ConvTranspose")
 _INT = lite_ir.AttributeType.INT
 
 
 def quantize_weights_only(model: lite_ir.Model, config: QuantConfig) -> QuantizedGraph:
     graph = GraphEditor(model)
     result = QuantizedGraph(model)
-    per_axis_ok = default_opset(model) >= 13
-    if config.per_channel and not per_axis_ok:
+    if config.per_channel and default_opset(model) < 13:
         result.warnings.append("opset < 13 has no per-axis DequantizeLinear: weights quantized per tensor")
+    # Tables first: one that a layer also reads (tied) is left to its DequantizeLinear below.
+    quantize_tables(graph, config, result.quantized, declined=[])
+    _dequantize_weights(graph, config, result, WEIGHT_SLOTS)
+    result.model = graph.finish()
+    return result
+
+
+def _dequantize_weights(graph: GraphEditor, config: QuantConfig, result: QuantizedGraph,
+                        slots: dict[str, tuple[int, int | None]]) -> None:
+    """Read the large float weights of the ``slots`` layers through one DequantizeLinear each."""
+    per_axis_ok = default_opset(graph.source) >= 13
     done: dict[int, int] = {}
     for node in graph.nodes:
-        entry = WEIGHT_SLOTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-        if entry is None or node.name in config.exclude:
+        entry = slots.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if entry is None or node.name in config.exclude or id(node) in graph.removed:
             continue
         slot, axis = entry
         index = node.inputs[slot] if len(node.inputs) > slot else -1
@@ -64,27 +84,9 @@ def quantize_weights_only(model: lite_ir.Model, config: QuantConfig) -> Quantize
         if not config.per_channel or not per_axis_ok or weight.ndim < 2:
             axis = None
         if index not in done:
-            done[index] = _dequantized_weight(graph, index, weight, axis)
+            done[index] = dequantized_weight(graph, index, weight, axis)
         node.inputs[slot] = done[index]
         result.quantized.append(node.name)
-    result.model = graph.finish()
-    return result
-
-
-def _dequantized_weight(graph: GraphEditor, index: int, weight: np.ndarray, axis: int | None) -> int:
-    tensor = graph.tensor(index)
-    values, params = quantize_weight(weight, axis)
-    quantized = graph.add_constant(f"{tensor.name}_quantized", values, DataType.INT8, params)
-    per_axis = params.axis is not None
-    scale = graph.add_constant(f"{tensor.name}_scale", params.scale if per_axis else np.float32(params.scale[0]), DataType.FLOAT)
-    # The zero point (0) is written out, as the static quantizer does: then the .lite writer
-    # stores the whole group as one int8 tensor (lite.format.qdq).
-    zero = graph.add_constant(f"{tensor.name}_zero_point", np.zeros(params.scale.size if per_axis else (), np.int8), DataType.INT8)
-    output = graph.add_tensor(f"{tensor.name}_dequantized", DataType.FLOAT, tensor.shape)
-    attributes = {"axis": lite_ir.Attribute(_INT, int(params.axis))} if per_axis else {}
-    node = graph.new_node("DequantizeLinear", [quantized, scale, zero], [output], f"{tensor.name}_DequantizeLinear", attributes)
-    graph.place_after_producer(-1, [node])  # weights are ready before anything runs
-    return output
 
 
 @dataclass
@@ -97,12 +99,9 @@ def quantize_dynamic(model: lite_ir.Model, config: QuantConfig) -> QuantizedGrap
     graph = GraphEditor(model)
     result = QuantizedGraph(model)
     quantized_inputs: dict[int, tuple[int, int, int]] = {}
+    int8_weights = Int8Weights()
     for node in list(graph.nodes):
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        if node.op_type not in ("MatMul", "Gemm"):
-            if node.op_type in ("Conv", "ConvTranspose"):
-                result.declined.append((node.name, node.op_type, "int8-dynamic quantizes MatMul/Gemm only; use --quant int8"))
+        if node.domain not in ("", "ai.onnx") or node.op_type not in DYNAMIC_LAYERS:
             continue
         if node.name in config.exclude:
             result.declined.append((node.name, node.op_type, "kept in float (excluded)"))
@@ -111,8 +110,10 @@ def quantize_dynamic(model: lite_ir.Model, config: QuantConfig) -> QuantizedGrap
         if reason:
             result.declined.append((node.name, node.op_type, reason))
             continue
-        _rewrite_dynamic(graph, node, config, quantized_inputs)
+        _rewrite_dynamic(graph, node, config, quantized_inputs, int8_weights)
         result.quantized.append(node.name)
+    _dequantize_weights(graph, config, result, {op: WEIGHT_SLOTS[op] for op in DEQUANTIZED_LAYERS})
+    quantize_tables(graph, config, result.quantized, result.declined, int8_weights=int8_weights)
     result.model = graph.finish()
     return result
 
@@ -147,7 +148,7 @@ def _activation(node: lite_ir.Node) -> _Activation | None:
 
 
 def _rewrite_dynamic(graph: GraphEditor, node: lite_ir.Node, config: QuantConfig,
-                     quantized_inputs: dict[int, tuple[int, int, int]]) -> None:
+                     quantized_inputs: dict[int, tuple[int, int, int]], int8_weights: Int8Weights) -> None:
     name = node.name or node.op_type
     x, output = node.inputs[0], node.outputs[0]
     weight = graph.constant(node.inputs[1])
@@ -156,9 +157,11 @@ def _rewrite_dynamic(graph: GraphEditor, node: lite_ir.Node, config: QuantConfig
     values, params = quantize_weight(weight, 1 if config.per_channel else None)
     columns = weight.shape[1]
     weight_name = graph.tensor(node.inputs[1]).name
-    w_q = graph.add_constant(f"{weight_name}_quantized", values, DataType.INT8, params)
-    w_zero = graph.add_constant(f"{weight_name}_zero_point", np.zeros(columns if config.per_channel else (), np.int8), DataType.INT8)
+    # No QuantParams on W_q: its scales are W_scale, a constant of the graph, written once.
+    w_q = graph.add_constant(f"{weight_name}_quantized", values, DataType.INT8)
     w_scale = graph.add_constant(f"{weight_name}_scale", params.scale if config.per_channel else np.float32(params.scale[0]), DataType.FLOAT)
+    if config.per_channel:
+        int8_weights.remember(weight, 1, w_q, w_scale)
     nodes = []
     if x not in quantized_inputs:
         x_name = graph.tensor(x).name
@@ -173,7 +176,7 @@ def _rewrite_dynamic(graph: GraphEditor, node: lite_ir.Node, config: QuantConfig
     as_float = graph.add_tensor(f"{name}_float", DataType.FLOAT, shape)
     scale = graph.add_tensor(f"{name}_scale", DataType.FLOAT, (columns,) if config.per_channel else ())
     nodes += [
-        graph.new_node("MatMulInteger", [x_q, w_q, x_zero, w_zero], [accumulator], f"{name}_MatMulInteger"),
+        graph.new_node("MatMulInteger", [x_q, w_q, x_zero], [accumulator], f"{name}_MatMulInteger"),
         graph.new_node("Cast", [accumulator], [as_float], f"{name}_Cast", {"to": lite_ir.Attribute(_INT, int(DataType.FLOAT))}),
         graph.new_node("Mul", [x_scale, w_scale], [scale], f"{name}_scales"),
     ]

@@ -1,0 +1,196 @@
+"""Embedding tables and other large constants that no integer kernel reads, stored as int8.
+
+A Gather from a constant float table (word, position and token-type embeddings) reads a few rows
+per call, so the table is stored as int8 with one scale per row (symmetric, narrow range: the
+weight scheme of :mod:`converter.quantize.scheme` along axis 0) and only the gathered rows are
+dequantized::
+
+    ids ─► Gather(table_q: int8 [V, D]) ───► Cast(float) ─► Mul ─► rows [..., D]
+    ids ─► Gather(row_scale: float [V, 1]) ───────────────────┘
+
+``rows = table_q[ids] · row_scale[ids]``: the values ``DequantizeLinear(table_q)[ids]`` would
+give, but neither engine dequantizes the whole table on each call (ONNX Runtime does not fold a
+DequantizeLinear of a constant: it would run it, over the whole table, on every call).
+
+Tied embeddings (GPT-2's LM head multiplies by the table transposed): ``int8-dynamic`` first
+stores the MatMul/Gemm weight ``W = tableᵀ`` as int8 with one scale per column, which are the
+table's per-row values and scales. :class:`Int8Weights` remembers them, and the Gather then reads
+``Transpose(W_q)`` and ``Reshape(W_scale, [-1, 1])``, constants that both engines compute once
+when they load the model, so the file holds the table once.
+
+Other large constants read only by float Add/Mul/Sub nodes (position embeddings added to patch
+embeddings, attention biases) are stored as int8 with one scale per index of their last axis and
+read through one DequantizeLinear, as ``int8-weight`` stores weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from converter.quantize.config import QuantConfig
+from converter.quantize.graph import GraphEditor, default_opset, int_attribute
+from converter.quantize.scheme import quantize_weight
+from lite.format import ir as lite_ir
+from lite.format.dtypes import DataType
+
+MIN_TABLE_ELEMENTS = 256  # smaller tables stay float: the three nodes cost more than they save
+MIN_ADDEND_ELEMENTS = 1024  # an Add/Mul constant this large and of 2 or more real axes is a table too
+ELEMENTWISE = ("Add", "Mul", "Sub")
+_INT = lite_ir.AttributeType.INT
+
+
+@dataclass
+class Int8Weights:
+    """The int8 copies already in a graph, by content: a weight quantized along one axis is the
+    same int8 data as its transpose quantized along the other, so a tied table is stored once."""
+
+    copies: dict[tuple, tuple[int, int, int]] = field(default_factory=dict)  # key -> (values, scale, axis)
+
+    @staticmethod
+    def _key(weight: np.ndarray, axis: int) -> tuple:
+        channels_first = np.ascontiguousarray(np.moveaxis(weight, axis, 0))
+        return channels_first.shape, channels_first.dtype.str, hashlib.sha256(channels_first.tobytes()).digest()
+
+    def remember(self, weight: np.ndarray, axis: int, values: int, scale: int) -> None:
+        """``values`` (int8) and ``scale`` (one per index of ``axis``) quantize the 2-D ``weight``."""
+        if weight.ndim == 2:
+            self.copies.setdefault(self._key(weight, axis), (values, scale, axis))
+
+    def find(self, weight: np.ndarray, axis: int) -> tuple[int, int, int] | None:
+        return self.copies.get(self._key(weight, axis)) if weight.ndim == 2 else None
+
+
+def quantize_tables(graph: GraphEditor, config: QuantConfig, quantized: list[str],
+                    declined: list[tuple[str, str, str]], *, include: Collection[str] | None = None,
+                    exclude: Collection[str] = (), int8_weights: Int8Weights | None = None) -> None:
+    """Rewrite, in ``graph``, the Gathers of large constant tables and the large constants of
+    float Add/Mul/Sub nodes; append the nodes rewritten to ``quantized`` and those left in float,
+    with the reason, to ``declined``. ``include``: only these nodes (None: all); ``exclude`` and
+    ``config.exclude``: never these."""
+    per_axis = config.per_channel and default_opset(graph.source) >= 13
+    skipped = set(exclude) | set(config.exclude)
+    tables: dict[int, list[lite_ir.Node]] = {}
+    addends: set[int] = set()
+    def wanted(node: lite_ir.Node) -> bool:
+        return node.domain in ("", "ai.onnx") and node.name not in skipped and (include is None or node.name in include)
+
+    for node in list(graph.nodes):
+        if id(node) in graph.removed or not wanted(node):
+            continue
+        if node.op_type == "Gather":
+            table = graph.constant(node.inputs[0])
+            if table is None or table.size < MIN_TABLE_ELEMENTS:
+                continue
+            reason = _table_reason(graph, node, table, wanted)
+            if reason:
+                declined.append((node.name, node.op_type, reason))
+                continue
+            tables.setdefault(node.inputs[0], []).append(node)
+        elif node.op_type in ELEMENTWISE:
+            addends.update(index for index in node.inputs if _is_addend(graph, index, wanted))
+    for index, gathers in tables.items():
+        _rewrite_table(graph, index, gathers, config.per_channel, int8_weights)
+        quantized.extend(node.name for node in gathers)
+    for index in sorted(addends):
+        weight = graph.constant(index)
+        axis = weight.ndim - 1 if per_axis else None
+        output = dequantized_weight(graph, index, weight, axis)
+        for reader in _readers(graph, index):
+            reader.inputs = [output if i == index else i for i in reader.inputs]
+            quantized.append(reader.name)
+
+
+def _table_reason(graph: GraphEditor, node: lite_ir.Node, table: np.ndarray,
+                  wanted: Callable[[lite_ir.Node], bool]) -> str | None:
+    if int_attribute(node, "axis", 0) % table.ndim != 0:
+        return "a constant table gathered along an axis other than 0 stays float"
+    for reader in _readers(graph, node.inputs[0]):
+        gathers_rows = reader.op_type == "Gather" and reader.inputs[0] == node.inputs[0] \
+            and int_attribute(reader, "axis", 0) % table.ndim == 0
+        if not gathers_rows or not wanted(reader):
+            return f"the table is also read by {reader.op_type} {reader.name!r}, which keeps it in float"
+    return None
+
+
+def _is_addend(graph: GraphEditor, index: int, wanted: Callable[[lite_ir.Node], bool]) -> bool:
+    weight = graph.constant(index)
+    if weight is None or weight.size < MIN_ADDEND_ELEMENTS or sum(size > 1 for size in weight.shape) < 2:
+        return False
+    return all(reader.op_type in ELEMENTWISE and wanted(reader) for reader in _readers(graph, index))
+
+
+def _readers(graph: GraphEditor, index: int) -> list[lite_ir.Node]:
+    """The nodes reading ``index`` now (an earlier rewrite may have re-pointed a reader's input)."""
+    return [reader for reader in graph.readers(index) if index in reader.inputs]
+
+
+def _rewrite_table(graph: GraphEditor, index: int, gathers: list[lite_ir.Node], per_row: bool,
+                   int8_weights: Int8Weights | None) -> None:
+    table = graph.constant(index)
+    values, scale = _int8_table(graph, index, table, per_row, int8_weights)
+    for node in gathers:
+        output = node.outputs[0]
+        shape = graph.tensor(output).shape
+        gathered = graph.add_tensor(f"{graph.tensor(output).name}_quantized", DataType.INT8, shape)
+        node.inputs[0] = values
+        node.outputs[0] = gathered
+        graph.producer[gathered] = node
+        rows = graph.add_tensor(f"{graph.tensor(output).name}_float", DataType.FLOAT, shape)
+        nodes = [graph.new_node("Cast", [gathered], [rows], f"{node.name}_Cast",
+                                {"to": lite_ir.Attribute(_INT, int(DataType.FLOAT))})]
+        factor = scale
+        if per_row:
+            row_shape = None if shape is None else (*shape[:len(shape) - table.ndim + 1], *(1,) * (table.ndim - 1))
+            factor = graph.add_tensor(f"{graph.tensor(output).name}_scale", DataType.FLOAT, row_shape)
+            nodes.insert(0, graph.new_node("Gather", [scale, node.inputs[1]], [factor], f"{node.name}_scale"))
+        nodes.append(graph.new_node("Mul", [rows, factor], [output], f"{node.name}_Mul"))
+        graph.place_after_producer(gathered, nodes)
+
+
+def _int8_table(graph: GraphEditor, index: int, table: np.ndarray, per_row: bool,
+                int8_weights: Int8Weights | None) -> tuple[int, int]:
+    """The int8 table and its scales: (V, 1, ...) per row, or a scalar."""
+    name = graph.tensor(index).name
+    stored = int8_weights.find(table, 0) if int8_weights is not None and per_row else None
+    if stored is not None and stored[2] == 1:  # tied: the int8 weight of a MatMul by tableᵀ
+        return _transposed_copy(graph, name, table, *stored[:2])
+    values, params = quantize_weight(table, 0 if per_row else None)
+    quantized = graph.add_constant(f"{name}_quantized", values, DataType.INT8)
+    scale = params.scale.reshape((-1, *(1,) * (table.ndim - 1))) if per_row else np.float32(params.scale[0])
+    return quantized, graph.add_constant(f"{name}_scale", scale, DataType.FLOAT)
+
+
+def _transposed_copy(graph: GraphEditor, name: str, table: np.ndarray, values: int, scale: int) -> tuple[int, int]:
+    """``Transpose(values)`` and ``Reshape(scale, [-1, 1])``: constants both engines fold at load."""
+    table_values = graph.add_tensor(f"{name}_quantized", DataType.INT8, table.shape)
+    row_scale = graph.add_tensor(f"{name}_scale", DataType.FLOAT, (table.shape[0], 1))
+    shape = graph.add_constant(f"{name}_scale_shape", np.array([-1, 1], np.int64), DataType.INT64)
+    nodes = [
+        graph.new_node("Transpose", [values], [table_values], f"{name}_Transpose",
+                       {"perm": lite_ir.Attribute(lite_ir.AttributeType.INTS, [1, 0])}),
+        graph.new_node("Reshape", [scale, shape], [row_scale], f"{name}_scale_Reshape"),
+    ]
+    graph.place_after_producer(-1, nodes)
+    return table_values, row_scale
+
+
+def dequantized_weight(graph: GraphEditor, index: int, weight: np.ndarray, axis: int | None) -> int:
+    """An int8 copy of constant ``index`` read through one DequantizeLinear (per ``axis``, or per
+    tensor); returns the dequantized tensor. The writer stores the group as one int8 tensor."""
+    tensor = graph.tensor(index)
+    values, params = quantize_weight(weight, axis)
+    quantized = graph.add_constant(f"{tensor.name}_quantized", values, DataType.INT8, params)
+    per_axis = params.axis is not None
+    scale = graph.add_constant(f"{tensor.name}_scale", params.scale if per_axis else np.float32(params.scale[0]), DataType.FLOAT)
+    # The zero point (0) is written out, as the static quantizer does: then the .lite writer
+    # stores the whole group as one int8 tensor (lite.format.qdq).
+    zero = graph.add_constant(f"{tensor.name}_zero_point", np.zeros(params.scale.size if per_axis else (), np.int8), DataType.INT8)
+    output = graph.add_tensor(f"{tensor.name}_dequantized", DataType.FLOAT, tensor.shape)
+    attributes = {"axis": lite_ir.Attribute(_INT, int(params.axis))} if per_axis else {}
+    node = graph.new_node("DequantizeLinear", [quantized, scale, zero], [output], f"{tensor.name}_DequantizeLinear", attributes)
+    graph.place_after_producer(-1, [node])  # weights are ready before anything runs
+    return output
