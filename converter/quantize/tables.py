@@ -53,7 +53,8 @@ class Int8Weights:
     @staticmethod
     def _key(weight: np.ndarray, axis: int) -> tuple:
         channels_first = np.ascontiguousarray(np.moveaxis(weight, axis, 0))
-        return channels_first.shape, channels_first.dtype.str, hashlib.sha256(channels_first.tobytes()).digest()
+        digest = hashlib.sha256(channels_first.tobytes()).digest()
+        return channels_first.shape, channels_first.dtype.str, digest
 
     def remember(self, weight: np.ndarray, axis: int, values: int, scale: int) -> None:
         """``values`` (int8) and ``scale`` (one per index of ``axis``) quantize the 2-D ``weight``."""
@@ -76,7 +77,9 @@ def quantize_tables(graph: GraphEditor, config: QuantConfig, quantized: list[str
     tables: dict[int, list[lite_ir.Node]] = {}
     addends: set[int] = set()
     def wanted(node: lite_ir.Node) -> bool:
-        return node.domain in ("", "ai.onnx") and node.name not in skipped and (include is None or node.name in include)
+        if node.domain not in ("", "ai.onnx") or node.name in skipped:
+            return False
+        return include is None or node.name in include
 
     for node in list(graph.nodes):
         if id(node) in graph.removed or not wanted(node):
@@ -144,7 +147,8 @@ def _rewrite_table(graph: GraphEditor, index: int, gathers: list[lite_ir.Node], 
                                 {"to": lite_ir.Attribute(_INT, int(DataType.FLOAT))})]
         factor = scale
         if per_row:
-            row_shape = None if shape is None else (*shape[:len(shape) - table.ndim + 1], *(1,) * (table.ndim - 1))
+            kept = None if shape is None else len(shape) - table.ndim + 1  # the ids' axes
+            row_shape = None if shape is None else (*shape[:kept], *(1,) * (table.ndim - 1))
             factor = graph.add_tensor(f"{graph.tensor(output).name}_scale", DataType.FLOAT, row_shape)
             nodes.insert(0, graph.new_node("Gather", [scale, node.inputs[1]], [factor], f"{node.name}_scale"))
         nodes.append(graph.new_node("Mul", [rows, factor], [output], f"{node.name}_Mul"))
@@ -164,7 +168,8 @@ def _int8_table(graph: GraphEditor, index: int, table: np.ndarray, per_row: bool
     return quantized, graph.add_constant(f"{name}_scale", scale, DataType.FLOAT)
 
 
-def _transposed_copy(graph: GraphEditor, name: str, table: np.ndarray, values: int, scale: int) -> tuple[int, int]:
+def _transposed_copy(graph: GraphEditor, name: str, table: np.ndarray, values: int,
+                     scale: int) -> tuple[int, int]:
     """``Transpose(values)`` and ``Reshape(scale, [-1, 1])``: constants both engines fold at load."""
     table_values = graph.add_tensor(f"{name}_quantized", DataType.INT8, table.shape)
     row_scale = graph.add_tensor(f"{name}_scale", DataType.FLOAT, (table.shape[0], 1))
@@ -185,12 +190,15 @@ def dequantized_weight(graph: GraphEditor, index: int, weight: np.ndarray, axis:
     values, params = quantize_weight(weight, axis)
     quantized = graph.add_constant(f"{tensor.name}_quantized", values, DataType.INT8, params)
     per_axis = params.axis is not None
-    scale = graph.add_constant(f"{tensor.name}_scale", params.scale if per_axis else np.float32(params.scale[0]), DataType.FLOAT)
+    scale_values = params.scale if per_axis else np.float32(params.scale[0])
+    scale = graph.add_constant(f"{tensor.name}_scale", scale_values, DataType.FLOAT)
     # The zero point (0) is written out, as the static quantizer does: then the .lite writer
     # stores the whole group as one int8 tensor (lite.format.qdq).
-    zero = graph.add_constant(f"{tensor.name}_zero_point", np.zeros(params.scale.size if per_axis else (), np.int8), DataType.INT8)
+    zero_values = np.zeros(params.scale.size if per_axis else (), np.int8)
+    zero = graph.add_constant(f"{tensor.name}_zero_point", zero_values, DataType.INT8)
     output = graph.add_tensor(f"{tensor.name}_dequantized", DataType.FLOAT, tensor.shape)
     attributes = {"axis": lite_ir.Attribute(_INT, int(params.axis))} if per_axis else {}
-    node = graph.new_node("DequantizeLinear", [quantized, scale, zero], [output], f"{tensor.name}_DequantizeLinear", attributes)
+    node = graph.new_node("DequantizeLinear", [quantized, scale, zero], [output], f"{tensor.name}_DequantizeLinear",
+                          attributes)
     graph.place_after_producer(-1, [node])  # weights are ready before anything runs
     return output
