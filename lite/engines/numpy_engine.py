@@ -133,7 +133,7 @@ class NumpyEngine:
             step = self._plan_node(node, graph_index, problems)
             if step is not None:
                 steps.append(step)
-        constants = {i: tensor_value(t) for i, t in enumerate(graph.tensors) if t.is_constant}
+        constants = {i: _canonical(tensor_value(t)) for i, t in enumerate(graph.tensors) if t.is_constant}
         if not problems:  # every node has its kernel: fold what depends on weights alone
             steps = self._fold_constants(steps, constants, len(graph.tensors))
             for step in steps:
@@ -508,6 +508,19 @@ def _prepare(step: _Step, constants: dict[int, Any], graph: ir.Graph) -> Any:
         # Preparing only saves time: the kernel runs without it, and there reports malformed
         # attributes (a fuzzed kernel_shape of 3 instead of [3, 3]) as the typed error they are.
         return None
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` typed with numpy's own instance of its dtype. The reader's explicitly
+    little-endian dtypes compare equal to the native ones but are other objects, and numpy then
+    answers ``np.asarray(w, dtype=np.float32)`` with a new view on every call: kernels that
+    remember weights by identity (the depthwise convolution's layout) laid them out again on
+    every run."""
+    if isinstance(value, np.ndarray) and not value.dtype.isbuiltin and value.dtype.isnative and value.dtype.names is None:
+        native = np.dtype(value.dtype.str)
+        if native.isbuiltin and native == value.dtype:
+            return value.view(native)
+    return value
 
 
 def _contiguous(value: Any) -> Any:

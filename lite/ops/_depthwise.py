@@ -35,7 +35,7 @@ import numpy as np
 
 from lite.ops import fused_activation as activations
 from lite.ops._conv_common import TapPlan
-from lite.ops._layout import channels_last_order, empty_channels_last, is_channels_last
+from lite.ops._layout import channels_first_order, is_channels_last
 
 # Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
 # a block of channels' phase buffers, accumulator and spare (taps), about 1.1 MiB in float32.
@@ -49,28 +49,36 @@ _REMEMBERED_WEIGHTS = 32
 
 
 class _Band:
-    """One band of output rows: where each phase buffer's cells come from and what stays zero."""
+    """One band of output rows: which cells of each phase buffer stay zero and which hold image
+    cells, as index tuples into the buffers ``(phases, rows, grid_w, C)`` and the input laid out
+    ``(N, H, W, C)`` (without the batch index)."""
 
     def __init__(self, geometry: _Geometry, first_row: int, rows: int):
         self.first_row, self.rows = first_row, rows
         self.count = geometry.input_rows(rows)
-        self.fills = []  # per phase: (zeroed cells, filled cells, image cells)
+        self.zeroed: list[tuple[slice | int, ...]] = []
+        self.filled: list[tuple[tuple[slice | int, ...], tuple[slice, ...]]] = []  # (buffer cells, image cells)
         top = first_row * geometry.stride_h - geometry.top  # image row of buffer row 0
         t0, t1 = max(0, -top), min(self.count, geometry.height - top)
-        for phase, _, _, _ in geometry.phases:
+        for index, (phase, _, _, _) in enumerate(geometry.phases):
             # Buffer column q holds image column phase + step * q - left.
             step = geometry.phase_step
             left = phase - geometry.left
             q0 = max(0, -(-(-left) // step))
             q1 = min(geometry.grid_w, -(-(geometry.width - left) // step))
+            # Rows past the band's input rows are read by the wide form's last row: zero too.
             if t1 <= t0 or q1 <= q0:
-                self.fills.append(([(slice(None),)], None, None))
+                self.zeroed.append((index,))
                 continue
-            zeroed = [(slice(0, t0),), (slice(t1, None),), (slice(t0, t1), slice(0, q0)), (slice(t0, t1), slice(q1, None))]
+            zeroed = [(slice(0, t0),), (slice(t1, None),), (slice(t0, t1), slice(0, q0)),
+                      (slice(t0, t1), slice(q1, None))]
+            rows_held = geometry.buffer_rows
+            self.zeroed.extend((index, *z) for z in zeroed if _nonempty(z, rows_held, geometry.grid_w))
             column = left + step * q0
             image = (slice(top + t0, top + t1), slice(column, column + step * (q1 - q0 - 1) + 1, step))
-            self.fills.append(([z for z in zeroed if _nonempty(z, self.count, geometry.grid_w)],
-                               (slice(t0, t1), slice(q0, q1)), image))
+            self.filled.append(((index, slice(t0, t1), slice(q0, q1)), image))
+        # Views of the phase buffers for this band's taps (see _Geometry.taps): shape, strides, offset.
+        self.views = [geometry.tap_view(index, rows) for index in range(len(geometry.phases))]
 
 
 def _nonempty(cells: tuple[slice, ...], rows: int, columns: int) -> bool:
@@ -81,13 +89,14 @@ class _Geometry:
     """The channels-last path's plan for one input shape and set of attributes: the column
     phases, their taps, the bands of output rows and the scratch they need."""
 
-    def __init__(self, x_shape, kernel, begin, end, strides, dilations, out_shape, budget):
+    def __init__(self, x_shape, kernel, begin, end, strides, dilations, out_shape, budget, itemsize=4):
         _, self.channels, self.height, self.width = x_shape
         self.kernel_h, kernel_w = kernel
         self.stride_h, self.stride_w = strides
         self.dilation_h, dilation_w = dilations
         self.top, self.left = begin
         self.out_h, self.out_w = out_shape
+        self.itemsize = itemsize
         self.exact = self.channels >= _EXACT_MIN_CHANNELS
         self._weights: dict[int, tuple[weakref.ref, list[np.ndarray]]] = {}  # id(w) -> (w, laid out)
         # The wide form splits columns into stride phases; the exact form strides its view over
@@ -110,7 +119,8 @@ class _Geometry:
         reach = max(first + (len(js) - 1) * step for _, js, first, step in self.phases)
         rows = self._band_rows(budget, reach)
         self.band = rows
-        self.buffer_size = self.input_rows(rows) * self.row + reach * self.channels
+        # Rows of one phase buffer: the band's input rows and those the last row's reach runs into.
+        self.buffer_rows = self.input_rows(rows) + -(-reach // self.grid_w)
         self.bands = [_Band(self, first, min(rows, self.out_h - first)) for first in range(0, self.out_h, rows)]
 
     def input_rows(self, rows: int) -> int:
@@ -131,12 +141,12 @@ class _Geometry:
         bands = -(-self.out_h // rows)
         return -(-self.out_h // bands)
 
-    def taps(self, buffers: np.ndarray, phase: int, rows: int) -> np.ndarray:
-        """The read-only view ``(kernel rows, taps, rows, ...)`` of one phase buffer: the wide form
-        ``(..., Q * C)``, the exact form ``(..., out_w, C)``."""
+    def tap_view(self, phase: int, rows: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        """Shape, strides and byte offset of the read-only view ``(kernel rows, taps, rows, ...)``
+        of one phase buffer: the wide form ``(..., Q * C)``, the exact form ``(..., out_w, C)``."""
         _, js, first, step = self.phases[phase]
-        item = buffers.itemsize
-        offset = (phase * buffers.shape[1] + first * self.channels) * item
+        item = self.itemsize
+        offset = (phase * self.buffer_rows * self.row + first * self.channels) * item
         shape = (self.kernel_h, len(js), rows)
         strides = (self.dilation_h * self.row * item, step * self.channels * item, self.stride_h * self.row * item)
         if self.exact:
@@ -144,7 +154,7 @@ class _Geometry:
             strides = strides + (self.stride_w * self.channels * item, item)
         else:
             shape, strides = shape + (self.row,), strides + (item,)
-        return np.ndarray(shape, buffers.dtype, buffers, offset, strides)
+        return shape, strides, offset
 
     def weights(self, w: np.ndarray) -> list[np.ndarray]:
         """Per phase, ``(kh, taps, C)``; the wide form tiles them along Q: ``(kh, taps, Q * C)``.
@@ -155,13 +165,13 @@ class _Geometry:
         known = self._weights.get(id(w))
         if known is not None and known[0]() is w:
             return known[1]
-        weights = self._lay_out(w)
+        weights = self.lay_out(w)
         if len(self._weights) >= _REMEMBERED_WEIGHTS:
             self._weights.clear()
         self._weights[id(w)] = (weakref.ref(w), weights)
         return weights
 
-    def _lay_out(self, w: np.ndarray) -> list[np.ndarray]:
+    def lay_out(self, w: np.ndarray) -> list[np.ndarray]:
         kernel = w[:, 0].transpose(1, 2, 0)
         weights = []
         for _, js, _, _ in self.phases:
@@ -175,59 +185,83 @@ class _Geometry:
 
 
 @functools.lru_cache(maxsize=512)
-def _geometry(x_shape, kernel, begin, end, strides, dilations, out_shape, budget) -> _Geometry:
-    return _Geometry(x_shape, kernel, begin, end, strides, dilations, out_shape, budget)
+def _geometry(x_shape, kernel, begin, end, strides, dilations, out_shape, budget, itemsize) -> _Geometry:
+    return _Geometry(x_shape, kernel, begin, end, strides, dilations, out_shape, budget, itemsize)
 
 
-def depthwise_channels_last(x, w, bias, activation, begin, end, strides, dilations, out_shape, allocate):
-    """``Y[n, c] = sum over taps of X[n, c, window] * W[c, 0, tap]`` (+ bias, activation) for 2-D
-    ``x`` and ``w`` of shape ``(C, 1, kh, kw)``; ``Y`` laid out channels-last."""
-    geometry = _geometry(x.shape, w.shape[2:], tuple(begin), tuple(end), tuple(strides), tuple(dilations),
-                         tuple(out_shape), _DEPTHWISE_SCRATCH_ELEMENTS)
-    batch, channels, exact = x.shape[0], geometry.channels, geometry.exact
-    out_w, grid_w = geometry.out_w, geometry.grid_w
-    y = empty_channels_last((batch, channels, geometry.out_h, out_w), x.dtype, allocate)
-    y_rows = y.transpose(channels_last_order(4))  # (N, out_h, out_w, C), contiguous
-    weights = geometry.weights(w)
-    if bias is not None and not exact:
-        tiled = np.empty((grid_w, channels), bias.dtype)
-        tiled[...] = bias
-        bias = tiled.reshape(-1)
-    phases = len(geometry.phases)
-    buffers = allocate((phases, geometry.buffer_size), x.dtype)
-    accumulator = None if exact else allocate((geometry.band, geometry.row), x.dtype)
-    band_shape = (geometry.band, out_w, channels) if exact else (geometry.band, geometry.row)
-    spare = allocate(band_shape, x.dtype) if phases > 1 else None
-    subscripts = "ijrwc,ijc->rwc" if exact else "ijrk,ijk->rk"
-    for n in range(batch):
-        image = x[n].transpose(1, 2, 0)  # (H, W, C): a view; fill copies (and transposes) it
-        for band in geometry.bands:
-            rows = band.rows
-            target = y_rows[n, band.first_row : band.first_row + rows]
-            total = target if exact else accumulator[:rows]
-            for phase, (zeroed, filled, cells) in enumerate(band.fills):
-                grid = buffers[phase, : band.count * geometry.row].reshape(band.count, grid_w, channels)
-                buffers[phase, band.count * geometry.row :] = 0
-                for part in zeroed:
-                    grid[part] = 0
-                if filled is not None:
-                    grid[filled] = image[cells]
-                view = geometry.taps(buffers, phase, rows)
-                if phase == 0:
-                    np.einsum(subscripts, view, weights[0], out=total)
+class DepthwiseChannelsLast:
+    """The channels-last path for one input shape, attributes and weights, everything but the
+    data decided: the geometry, the weights laid out per phase, the bias tiled along the wide
+    rows. A prepared Conv keeps one per input shape (lite.ops.conv), so a call on a small map
+    is a handful of numpy calls: fill the phase buffers, one einsum per phase, bias and
+    activation on the way into the output."""
+
+    def __init__(self, geometry: _Geometry, weights: list[np.ndarray], bias, activation):
+        self.geometry = geometry
+        self.weights = weights
+        self.bias = bias
+        self.activation = activation
+        self.subscripts = "ijrwc,ijc->rwc" if geometry.exact else "ijrk,ijk->rk"
+        # One band: zeroing the whole (small) buffers costs less than its zero slices one by one.
+        self.zero_all = len(geometry.bands) == 1 and len(geometry.bands[0].zeroed) > 1
+
+    def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
+        """``Y[n, c] = sum over taps of X[n, c, window] * W[c, 0, tap]`` (+ bias, activation),
+        ``Y`` laid out channels-last."""
+        geometry, weights, bias, activation = self.geometry, self.weights, self.bias, self.activation
+        batch, channels, exact = x.shape[0], geometry.channels, geometry.exact
+        out_w, grid_w = geometry.out_w, geometry.grid_w
+        storage = allocate((batch, geometry.out_h, out_w, channels), x.dtype)  # (N, out_h, out_w, C)
+        phases = len(geometry.phases)
+        buffers = allocate((phases, geometry.buffer_rows, grid_w, channels), x.dtype)
+        accumulator = None if exact else allocate((geometry.band, geometry.row), x.dtype)
+        band_shape = (geometry.band, out_w, channels) if exact else (geometry.band, geometry.row)
+        spare = allocate(band_shape, x.dtype) if phases > 1 else None
+        image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
+        for n in range(batch):
+            if self.zero_all:
+                buffers.fill(0)
+            for band in geometry.bands:
+                rows = band.rows
+                target = storage[n, band.first_row : band.first_row + rows]
+                total = target if exact else accumulator[:rows]
+                if not self.zero_all:
+                    for cells in band.zeroed:
+                        buffers[cells] = 0
+                for cells, source in band.filled:
+                    buffers[cells] = image[n][source]
+                for phase, (shape, strides, offset) in enumerate(band.views):
+                    view = np.ndarray(shape, buffers.dtype, buffers, offset, strides)
+                    if phase == 0:
+                        np.einsum(self.subscripts, view, weights[0], out=total)
+                    else:
+                        np.einsum(self.subscripts, view, weights[phase], out=spare[:rows])
+                        np.add(total, spare[:rows], out=total)
+                    del view
+                if exact:
+                    if bias is not None:
+                        np.add(target, bias, out=target)
                 else:
-                    np.einsum(subscripts, view, weights[phase], out=spare[:rows])
-                    np.add(total, spare[:rows], out=total)
-                del view
-            if bias is not None:
-                np.add(total, bias, out=total)
-            source = total if exact else total.reshape(rows, grid_w, channels)[:, :out_w]
-            if activation is not None:
-                activations.apply_into(source, target, *activation)
-            elif source is not target:
-                np.copyto(target, source)
-    del buffers, accumulator, spare
-    return y
+                    # The wide rows cropped to the output on the way (with the bias added there).
+                    cropped = total.reshape(rows, grid_w, channels)[:, :out_w]
+                    if bias is not None:
+                        np.add(cropped, bias, out=target)
+                    else:
+                        np.copyto(target, cropped)
+                if activation is not None:
+                    activations.apply_into(target, target, *activation)
+        del buffers, accumulator, spare
+        return storage.transpose(channels_first_order(4))
+
+
+def depthwise_layer(x_shape, w, bias, activation, begin, end, strides, dilations, out_shape, dtype):
+    """A :class:`DepthwiseChannelsLast` for inputs of ``x_shape`` (2-D, one output per input
+    channel, ``w`` of shape ``(C, 1, kh, kw)`` in ``dtype``). The weights' layout is remembered
+    per weight array (see :meth:`_Geometry.weights`): unprepared calls with the same weights
+    reuse it."""
+    geometry = _geometry(tuple(x_shape), tuple(w.shape[2:]), tuple(begin), tuple(end), tuple(strides),
+                         tuple(dilations), tuple(out_shape), _DEPTHWISE_SCRATCH_ELEMENTS, np.dtype(dtype).itemsize)
+    return DepthwiseChannelsLast(geometry, geometry.weights(w), bias, activation)
 
 
 def depthwise_taps(x, w, begin, end, strides, dilations, out_shape, allocate, finish=None):

@@ -14,6 +14,27 @@ from lite.errors import KernelError, UnsupportedOpError
 from lite.format.dtypes import DataType, storage_dtype
 
 
+def _clip_ufunc():
+    """numpy's ``clip`` ufunc: ``np.clip`` is a Python wrapper around it that costs a few µs a
+    call, and ``np.maximum`` on float32 runs 2-3x slower than it on this kind of CPU (AVX2), so
+    a small map's ReLU was mostly overhead. The ufunc lives in numpy's private umath module
+    (``numpy._core`` from numpy 2, ``numpy.core`` before); ``np.clip`` where it cannot be found."""
+    import importlib
+
+    for name in ("numpy._core.umath", "numpy.core.umath"):
+        try:
+            found = getattr(importlib.import_module(name), "clip", None)
+        except ImportError:
+            continue
+        if isinstance(found, np.ufunc):
+            return found
+    return np.clip
+
+
+clip = _clip_ufunc()
+"""``clip(x, low, high, out=None)``: ``minimum(maximum(x, low), high)`` elementwise, NaN kept."""
+
+
 def normalize_axis(op_type: str, axis: int, rank: int) -> int:
     """``axis`` in ``[-rank, rank)`` mapped to ``[0, rank)``."""
     axis = int(axis)

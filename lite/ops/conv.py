@@ -22,11 +22,19 @@ Four paths, picked by shape, all computing the same thing:
 Bias and the node's fused activation (keyword-only ``fused_activation``, see
 :mod:`lite.ops.registry`) are applied to each block of the output right after its GEMM, while it
 is still in cache, instead of in separate passes over the whole tensor.
+
+Everything but the data is decided once per input shape, layout and dtype: a *layer* (the
+callable ``layer(X, allocate) -> Y`` that :func:`_layer` builds) holds the resolved attributes,
+the path and what it precomputes. For constant weights the engine's ``prepare`` hook gives the
+kernel a :class:`PreparedConv` that keeps the layers between calls; on a small model (64x64
+MobileNets, 1-2 µs per numpy call) resolving attributes and picking the path on every call was
+most of a convolution's time.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,8 +51,8 @@ from lite.ops._conv_common import (
     spatial_defaults,
     windows,
 )
-from lite.ops._depthwise import depthwise_channels_last, depthwise_taps
-from lite.ops._layout import channels_last_order, empty_channels_last, is_channels_last
+from lite.ops._depthwise import depthwise_layer, depthwise_taps
+from lite.ops._layout import channels_first_order, channels_last_order, empty_channels_last, is_channels_last
 from lite.ops.registry import kernel
 
 # im2col columns per GEMM: at most this many bytes (the scratch stays bounded on big images),
@@ -62,16 +70,25 @@ _CHANNELS_LAST_MIN_PIXELS = 64
 
 def prepare_conv(constants, shapes, *, auto_pad="NOTSET", group=1, kernel_shape=None, pads=None, strides=None,
                  dilations=None, **_):
-    """Load-time work for constant weights (the ``prepare`` hook of lite.ops.registry): the
-    Winograd transform of 3x3 stride-1 kernels applied to images large enough to gain from it.
-    Attributes it cannot read (a damaged model) prepare nothing: the kernel reports them when run."""
+    """Load-time work for constant weights (the ``prepare`` hook of lite.ops.registry): a
+    :class:`PreparedConv` holding them, with the Winograd transform of 3x3 stride-1 kernels
+    applied to images large enough to gain from it. Attributes it cannot read (a damaged model)
+    prepare nothing: the kernel reports them when run."""
     weights = constants[1] if len(constants) > 1 else None
-    if not isinstance(weights, np.ndarray) or weights.ndim != 4 or weights.dtype.kind != "f":
+    if not isinstance(weights, np.ndarray) or weights.ndim < 3 or weights.dtype.kind != "f":
         return None
-    attributes = [kernel_shape or list(weights.shape[2:]), pads or [0] * 4, strides or [1, 1], dilations or [1, 1]]
+    rank = weights.ndim - 2
+    attributes = [kernel_shape or list(weights.shape[2:]), pads or [0] * 2 * rank, strides or [1] * rank,
+                  dilations or [1] * rank]
     if not isinstance(group, int) or not all(_ints(value) for value in attributes) or not isinstance(auto_pad, str):
         return None
-    if not winograd.suits(weights.shape, group, attributes[0], attributes[2], attributes[3]):
+    bias = constants[2] if len(constants) > 2 else None
+    bias_known = len(constants) < 3 or isinstance(bias, np.ndarray)
+    return PreparedConv(weights, bias, bias_known, _prepare_winograd(weights, shapes, auto_pad, group, *attributes))
+
+
+def _prepare_winograd(weights, shapes, auto_pad, group, kernel, pads, strides, dilations):
+    if not winograd.suits(weights.shape, group, kernel, strides, dilations):
         return None
     spatial = (shapes[0] or ())[2:]
     if len(spatial) == 2 and all(isinstance(size, int) for size in spatial):
@@ -80,11 +97,37 @@ def prepare_conv(constants, shapes, *, auto_pad="NOTSET", group=1, kernel_shape=
         if not winograd.fits(weights.shape[1], weights.shape[0], output_shape(spatial, [3, 3], [1, 1], [1, 1], begin, end)):
             return None
     dtype = np.float64 if weights.dtype == np.float64 else np.float32
-    return {"winograd": winograd.transform_weights(weights, dtype)}
+    return winograd.transform_weights(weights, dtype)
 
 
 def _ints(value) -> bool:
     return isinstance(value, (list, tuple)) and all(isinstance(v, (int, np.integer)) for v in value)
+
+
+class PreparedConv:
+    """A Conv node's constant weights (and bias, when constant too) as the engine prepared them,
+    and the layers built from them: one :class:`_Layer`-like callable per input shape, layout,
+    dtype and fused activation seen, everything about the call but the data decided when it
+    was built (at most ``_LAYERS``; the engine's per-call overhead was most of a small
+    model's convolutions)."""
+
+    def __init__(self, weights: np.ndarray, bias: np.ndarray | None, bias_known: bool,
+                 winograd_weights: np.ndarray | None):
+        self.weights = weights
+        self.bias = bias
+        self.bias_known = bias_known  # False: the bias is computed at run time
+        self.winograd = winograd_weights
+        self.layers: dict[tuple, Callable] = {}
+
+    def remember(self, key: tuple, layer: Callable) -> Callable:
+        if len(self.layers) >= _LAYERS:
+            self.layers.clear()
+        self.layers[key] = layer
+        return layer
+
+
+# Layers one prepared node keeps (a server sees a few input shapes).
+_LAYERS = 16
 
 
 @kernel("Conv", since=1, prepare=prepare_conv)
@@ -104,28 +147,49 @@ def Conv(
     allocate=np.empty,
 ):
     """Y = conv(X, W) + B, X ``(N, C, *spatial)``, W ``(M, C/group, *kernel)``."""
+    attributes = (auto_pad, dilations, group, kernel_shape, pads, strides)
+    if prepared is None:
+        return _layer(X, W, B, *attributes, fused_activation, None)(X, allocate)
+    if not prepared.bias_known:
+        return _layer(X, prepared.weights, B, *attributes, fused_activation, prepared.winograd)(X, allocate)
+    key = (X.shape, X.strides, X.dtype, fused_activation)
+    layer = prepared.layers.get(key)
+    if layer is None:
+        layer = _layer(X, prepared.weights, prepared.bias, *attributes, fused_activation, prepared.winograd)
+        layer = prepared.remember(key, layer)
+    return layer(X, allocate)
+
+
+def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, activation, transformed):
+    """The callable ``layer(X, allocate) -> Y`` computing this convolution for inputs shaped and
+    laid out as ``X``: attributes resolved, the path picked by shape."""
     dtype = compute_dtype(X)
-    x = np.asarray(X, dtype=dtype)
+    x_shape = X.shape
     w = np.asarray(W, dtype=dtype)
-    batch, channels = x.shape[:2]
+    channels = x_shape[1] if len(x_shape) > 1 else 0
     out_channels = w.shape[0]
-    if x.ndim < 3 or w.ndim != x.ndim or channels != w.shape[1] * group or out_channels % group:
+    if len(x_shape) < 3 or w.ndim != len(x_shape) or channels != w.shape[1] * group or out_channels % group:
         raise UnsupportedOpError(
-            f"Conv: input {x.shape} and weight {w.shape} do not match for group={group} "
+            f"Conv: input {tuple(x_shape)} and weight {w.shape} do not match for group={group} "
             "(expected X (N, C, ...), W (M, C/group, ...) with M divisible by group)"
         )
+    spatial = x_shape[2:]
     kernel_dims, strides, dilations = spatial_defaults(
-        "Conv", x.shape[2:], kernel_shape if kernel_shape else w.shape[2:], strides, dilations
+        "Conv", spatial, kernel_shape if kernel_shape else w.shape[2:], strides, dilations
     )
-    begin, end = resolve_pads("Conv", auto_pad, pads, x.shape[2:], kernel_dims, strides, dilations)
-    out_shape = output_shape(x.shape[2:], kernel_dims, strides, dilations, begin, end)
+    begin, end = resolve_pads("Conv", auto_pad, pads, spatial, kernel_dims, strides, dilations)
+    out_shape = output_shape(spatial, kernel_dims, strides, dilations, begin, end)
     bias = None if B is None else np.asarray(B, dtype=dtype)
     # The activation acts on the output dtype: fused into the blocks only when no cast follows.
-    block_activation = fused_activation if X.dtype == dtype else None
-    finish = _Finish(bias, block_activation)
-    transformed = None if prepared is None else prepared.get("winograd")
+    block_activation = activation if X.dtype == dtype else None
+    plain = not any(begin) and not any(end) and all(s == 1 for s in strides)
     if group == channels and group > 1:
-        y = _depthwise(x, w, begin, end, strides, dilations, out_shape, finish, allocate)
+        if len(x_shape) == 4 and out_channels == channels:
+            layer = depthwise_layer(x_shape, w, bias, block_activation, begin, end, strides, dilations, out_shape,
+                                    dtype)
+        else:
+            layer = _Direct("depthwise taps", w, bias, block_activation, begin, end, strides, dilations, out_shape,
+                            group, kernel_dims)
     elif (
         transformed is not None
         and transformed.dtype == dtype
@@ -133,27 +197,132 @@ def Conv(
         and winograd.suits(w.shape, group, kernel_dims, strides, dilations)
         and winograd.fits(channels, out_channels, out_shape)
     ):
-        y = winograd.convolve(x, transformed, bias, block_activation, begin, end, out_shape, allocate)
-    elif all(k == 1 for k in kernel_dims):
-        y = _pointwise(x, w, group, begin, end, strides, out_shape, finish, allocate)
-    elif group > 1 and channels * math.prod(kernel_dims) * math.prod(out_shape) * x.itemsize <= _GROUPED_COLUMNS_BYTES:
-        padded = pad_input(x, begin, end, allocate=allocate)
-        y = _im2col_grouped(padded, w, group, kernel_dims, strides, dilations, out_shape, finish, allocate)
-        del padded
-    elif wide_im2col.suits(x, begin, end, strides, out_shape):
-        # The GEMM adds the bias where the weights are a fraction of the output.
-        fold = bias is not None and 4 * w.size < out_channels * math.prod(out_shape)
-        y = wide_im2col.convolve(x, w, group, kernel_dims, begin, end, strides, dilations, out_shape,
-                                 _Finish(None, block_activation) if fold else finish, allocate,
-                                 _COLUMNS_BYTES, _MIN_GEMM_COLUMNS, bias if fold else None)
+        layer = _Direct("winograd", transformed, bias, block_activation, begin, end, strides, dilations, out_shape,
+                        group, kernel_dims)
+    elif plain and group == 1 and all(k == 1 for k in kernel_dims):
+        layer = _Pointwise(X, w, bias, block_activation)
     else:
-        padded = pad_input(x, begin, end, allocate=allocate)
-        y = _im2col(padded, w, group, kernel_dims, strides, dilations, out_shape, finish, allocate)
-        del padded
-    y = y.reshape(batch, out_channels, *out_shape).astype(X.dtype, copy=False)
-    if fused_activation is not None and block_activation is None:
-        y = activations.apply(y, *fused_activation)
-    return y
+        layer = _Direct(_direct_path(X, w, group, kernel_dims, begin, end, strides, out_shape), w, bias,
+                        block_activation, begin, end, strides, dilations, out_shape, group, kernel_dims)
+    if X.dtype == dtype and (activation is None or block_activation is not None):
+        return layer
+    return _Cast(layer, dtype, activation if block_activation is None else None)
+
+
+def _direct_path(x, w, group, kernel_dims, begin, end, strides, out_shape) -> str:
+    """The path of a convolution that is neither depthwise, Winograd nor a plain pointwise one."""
+    if all(k == 1 for k in kernel_dims):
+        return "pointwise"
+    if group > 1 and x.shape[1] * math.prod(kernel_dims) * math.prod(out_shape) * w.itemsize <= _GROUPED_COLUMNS_BYTES:
+        return "grouped"
+    if wide_im2col.suits(x, begin, end, strides, out_shape):
+        return "wide"
+    return "im2col"
+
+
+class _Pointwise:
+    """A 1x1 convolution with stride 1, no padding and one group: a GEMM, then the bias and the
+    activation in place. A channels-first input is ``(N, C, pixels)``, one GEMM ``W @ X`` for
+    the whole batch; a channels-last one is the matrix ``(N * pixels, C)`` and, on all but
+    small images, ``X @ W^T`` writes the output channels-last too (see :mod:`lite.ops._layout`)."""
+
+    def __init__(self, x, w, bias, activation):
+        batch, channels = x.shape[:2]
+        spatial = tuple(x.shape[2:])
+        pixels = math.prod(spatial)
+        out_channels = w.shape[0]
+        self.matrix = w.reshape(out_channels, channels)
+        self.channels_last = is_channels_last(x)
+        self.rows = self.channels_last and pixels >= _CHANNELS_LAST_MIN_PIXELS
+        self.order = channels_last_order(x.ndim)
+        self.back = channels_first_order(x.ndim)
+        self.channels = channels
+        self.sizes = (batch, channels, pixels)
+        self.storage_shape = (batch, *spatial, out_channels) if self.rows else (batch, out_channels, pixels)
+        self.y_shape = (batch, out_channels, *spatial)
+        # Products large enough to be split between threads on a busy machine (lite.ops._parallel).
+        self.split = out_channels * channels * pixels * (batch if self.rows else 1) >= parallel.SPLIT_MULTIPLY_ADDS
+        self.bias = None if bias is None else (bias if self.rows else bias.reshape(out_channels, 1))
+        self.activate = None if activation is None else activations.in_place(*activation)
+
+    def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
+        y = allocate(self.storage_shape, x.dtype)
+        if self.rows:
+            product, a, b = y.reshape(-1, self.matrix.shape[0]), x.transpose(self.order).reshape(-1, self.channels), self.matrix.T
+        else:
+            batch, channels, pixels = self.sizes
+            if self.channels_last:
+                # (N, C, pixels) as a transposed view of the (N, pixels, C) rows: matmul reads it as is.
+                b = x.transpose(self.order).reshape(batch, pixels, channels).transpose(0, 2, 1)
+            else:
+                b = x.reshape(self.sizes)
+            product, a = y, self.matrix
+        if not self.split:
+            np.matmul(a, b, out=product)
+        elif self.rows:
+            parallel.matmul(a, b, product)
+        else:
+            for n in range(product.shape[0]):
+                parallel.matmul(a, b[n], product[n])
+        if self.bias is not None:
+            np.add(product, self.bias, out=product)
+        if self.activate is not None:
+            self.activate(product)
+        return y.transpose(self.back) if self.rows else y.reshape(self.y_shape)
+
+
+class _Direct:
+    """The paths that work through the input block by block (Winograd, grouped, wide and plain
+    im2col, depthwise taps, strided or padded pointwise), with the attributes resolved once."""
+
+    def __init__(self, path, w, bias, activation, begin, end, strides, dilations, out_shape, group, kernel_dims):
+        self.path = path
+        self.w = w  # the Winograd transform on that path
+        self.bias = bias
+        self.activation = activation
+        self.finish = _Finish(bias, activation)
+        self.begin, self.end, self.strides, self.dilations = begin, end, strides, dilations
+        self.out_shape, self.group, self.kernel_dims = out_shape, group, kernel_dims
+        out_channels = w.shape[1] if path == "winograd" else w.shape[0]
+        # The wide path's GEMM adds the bias where the weights are a fraction of the output.
+        self.fold = bias is not None and 4 * w.size < out_channels * math.prod(out_shape)
+        self.out_channels = out_channels
+
+    def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
+        path, w, begin, end, strides = self.path, self.w, self.begin, self.end, self.strides
+        if path == "winograd":
+            y = winograd.convolve(x, w, self.bias, self.activation, begin, end, self.out_shape, allocate)
+        elif path == "depthwise taps":
+            y = depthwise_taps(x, w, begin, end, strides, self.dilations, self.out_shape, allocate, self.finish)
+        elif path == "pointwise":
+            y = _pointwise(x, w, self.group, begin, end, strides, self.out_shape, self.finish, allocate)
+        elif path == "wide":
+            y = wide_im2col.convolve(x, w, self.group, self.kernel_dims, begin, end, strides, self.dilations,
+                                     self.out_shape, _Finish(None, self.activation) if self.fold else self.finish,
+                                     allocate, _COLUMNS_BYTES, _MIN_GEMM_COLUMNS, self.bias if self.fold else None)
+        else:
+            padded = pad_input(x, begin, end, allocate=allocate)
+            convolve = _im2col_grouped if path == "grouped" else _im2col
+            y = convolve(padded, w, self.group, self.kernel_dims, strides, self.dilations, self.out_shape,
+                         self.finish, allocate)
+            del padded
+        return y.reshape(x.shape[0], self.out_channels, *self.out_shape)
+
+
+class _Cast:
+    """A layer for inputs of a narrower float type: computed in float32, cast back, and the
+    activation applied after the cast (on the output's type)."""
+
+    def __init__(self, layer, dtype, activation):
+        self.layer = layer
+        self.dtype = dtype
+        self.activation = activation
+
+    def __call__(self, X: np.ndarray, allocate) -> np.ndarray:
+        y = self.layer(np.asarray(X, dtype=self.dtype), allocate).astype(X.dtype, copy=False)
+        if self.activation is not None:
+            y = activations.apply(y, *self.activation)
+        return y
 
 
 class _Finish:
@@ -272,10 +441,3 @@ def _im2col_grouped(padded, w, group, kernel_dims, strides, dilations, out_shape
     return y
 
 
-def _depthwise(x, w, begin, end, strides, dilations, out_shape, finish, allocate):
-    """Y[n, c*mult + m] = sum over taps of X[n, c, tap window] * W[c*mult + m, 0, tap]."""
-    if x.ndim == 4 and w.shape[0] == x.shape[1]:
-        return depthwise_channels_last(
-            x, w, finish.bias, finish.activation, begin, end, strides, dilations, out_shape, allocate
-        )
-    return depthwise_taps(x, w, begin, end, strides, dilations, out_shape, allocate, finish)

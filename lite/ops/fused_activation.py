@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lite.format.fused_activation import ATTRIBUTE, NAMES, PARAMS_ATTRIBUTE, check
+from lite.ops._helpers import clip
 
-__all__ = ["ATTRIBUTE", "NAMES", "PARAMS_ATTRIBUTE", "apply", "apply_into", "check"]
+__all__ = ["ATTRIBUTE", "NAMES", "PARAMS_ATTRIBUTE", "apply", "apply_into", "check", "in_place"]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -22,15 +23,20 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
-# Each takes (x, params, out): Relu and Clip write into ``out`` when it is given, the others
-# return a new array (apply_into copies it over).
+# Each takes (x, params, out): Relu, Clip, HardSigmoid and HardSwish write into ``out`` when it
+# is given, the others return a new array (apply_into copies it over). Bounds go through numpy's
+# clip ufunc (lite.ops._helpers.clip): np.maximum is slower on float32.
 def _relu(x, params, out):
-    return np.maximum(x, 0, out=out)
+    if x.dtype.kind != "f":
+        return np.maximum(x, 0, out=out)
+    return clip(x, x.dtype.type(0), x.dtype.type(np.inf), out=out)
 
 
 def _clip(x, params, out):
     low, high = params
-    return np.clip(x, low, high, out=out)
+    if x.dtype.kind != "f":
+        return np.clip(x, low, high, out=out)
+    return clip(x, x.dtype.type(low), x.dtype.type(high), out=out)
 
 
 def _leaky_relu(x, params, out):
@@ -40,11 +46,17 @@ def _leaky_relu(x, params, out):
 
 def _hard_sigmoid(x, params, out):
     alpha, beta = params
-    return np.clip(x * x.dtype.type(alpha) + x.dtype.type(beta), 0, 1)
+    y = np.multiply(x, x.dtype.type(alpha), out=out)
+    np.add(y, x.dtype.type(beta), out=y)
+    return clip(y, x.dtype.type(0), x.dtype.type(1), out=y)
 
 
 def _hard_swish(x, params, out):
-    return x * np.clip(x / x.dtype.type(6) + x.dtype.type(0.5), 0, 1)
+    # x * clip(x / 6 + 1/2, 0, 1); in place when x is out: the gate needs a copy of x.
+    gate = np.divide(x, x.dtype.type(6))
+    np.add(gate, x.dtype.type(0.5), out=gate)
+    clip(gate, x.dtype.type(0), x.dtype.type(1), out=gate)
+    return np.multiply(x, gate, out=out)
 
 
 def _silu(x, params, out):
@@ -75,3 +87,17 @@ def apply_into(x: np.ndarray, out: np.ndarray, name: str, params: Sequence[float
     result = _ACTIVATIONS[name](x, tuple(params), out)
     if result is not out:
         np.copyto(out, result)
+
+
+def in_place(name: str, params: Sequence[float]) -> Callable[[np.ndarray], None]:
+    """A function applying the activation ``name`` to a writable array in place, with what can be
+    decided once already decided (for kernels that apply the same activation on every call):
+    the values :func:`apply` gives, bit for bit."""
+    function, fixed = _ACTIVATIONS[name], tuple(params)
+
+    def activate(x: np.ndarray) -> None:
+        result = function(x, fixed, x)
+        if result is not x:
+            np.copyto(x, result)
+
+    return activate

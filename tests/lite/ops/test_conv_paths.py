@@ -40,7 +40,7 @@ def test_winograd_matches_the_reference(monkeypatch, x_shape, out_channels, pads
     x, w, b = normal(*x_shape), normal(out_channels, x_shape[1], 3, 3), normal(out_channels)
     attributes = {"pads": pads}
     prepared = conv.prepare_conv([None, w, b], [x.shape, w.shape, b.shape], **attributes)
-    assert prepared is not None and prepared["winograd"].shape == (16, out_channels, x_shape[1])
+    assert prepared is not None and prepared.winograd.shape == (16, out_channels, x_shape[1])
     got = conv.Conv(x, w, b, fused_activation=activation, prepared=prepared, **attributes)
     np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, activation), rtol=1e-4, atol=1e-4)
     assert calls, "the Winograd path should have run"
@@ -59,9 +59,9 @@ def test_winograd_matches_the_reference(monkeypatch, x_shape, out_channels, pads
         ((256, 256, 3, 3), {"pads": [1, 1, 1, 1]}, (1, 256, 56, 56)),  # transforms above the budget
     ],
 )
-def test_weights_are_prepared_only_where_the_path_runs(w_shape, attributes, x_shape):
+def test_weights_are_transformed_only_where_the_path_runs(w_shape, attributes, x_shape):
     w = np.zeros(w_shape, np.float32)
-    assert conv.prepare_conv([None, w, None], [x_shape, w_shape, None], **attributes) is None
+    assert conv.prepare_conv([None, w, None], [x_shape, w_shape, None], **attributes).winograd is None
 
 
 @pytest.mark.parametrize("attributes", [{"kernel_shape": 3}, {"strides": 1.5}, {"pads": "same"}, {"group": [1]}])
@@ -104,7 +104,7 @@ def test_engine_prepares_constant_weights_once():
     b.output(b.node("Conv", [x, w], pads=[1, 1, 1, 1], outputs=["y"]), np.float32, ["N", 32, 14, 14])
     engine = NumpyEngine(load(to_bytes(b.build())))
     (step,) = engine.plans[0].steps
-    assert step.prepared is not None and not step.prepared["winograd"].flags.writeable
+    assert step.prepared is not None and not step.prepared.winograd.flags.writeable
     value = normal(2, 16, 14, 14)
     expected = reference_outputs("Conv", [value, engine.plans[0].constants[engine.plans[0].index_of["w"]]],
                                  {"pads": [1, 1, 1, 1]}, 11)[0]

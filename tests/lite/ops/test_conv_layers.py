@@ -1,0 +1,123 @@
+"""Conv on prepared weights: one layer per input shape, layout, dtype and activation, built on
+the first call and reused after, on every path (pointwise channels-first and channels-last,
+strided pointwise, depthwise channels-last and by taps, grouped, wide and plain im2col,
+Winograd, narrow floats), each against onnx.reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite.ops import conv, fused_activation
+from lite.ops._layout import empty_channels_last, is_channels_last
+from tests.lite.ops._reference import reference_outputs
+
+rng = np.random.default_rng(53)
+
+
+def normal(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def channels_last(x: np.ndarray) -> np.ndarray:
+    y = empty_channels_last(x.shape, x.dtype)
+    y[...] = x
+    return y
+
+
+def expected_conv(x, w, b, attributes, activation):
+    y = reference_outputs("Conv", [x, w, b], attributes, 11)[0]
+    return y if activation is None else fused_activation.apply(y, *activation)
+
+
+CASES = {
+    "pointwise": ((2, 12, 9, 8), (20, 12, 1, 1), {}),
+    "pointwise small image": ((1, 16, 4, 4), (24, 16, 1, 1), {}),
+    "pointwise strided": ((1, 12, 9, 8), (20, 12, 1, 1), {"strides": [2, 2]}),
+    "pointwise grouped": ((1, 12, 6, 6), (8, 6, 1, 1), {"group": 2}),
+    "depthwise": ((2, 16, 9, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}),
+    "depthwise strided": ((1, 24, 11, 9), (24, 1, 5, 5), {"group": 24, "pads": [1, 1, 2, 2], "strides": [2, 2]}),
+    "depthwise exact": ((1, 200, 4, 4), (200, 1, 3, 3), {"group": 200, "pads": [1, 1, 1, 1]}),
+    "depthwise multiplier": ((1, 6, 9, 9), (12, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+    "grouped": ((1, 32, 8, 8), (32, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "3x3 strided": ((1, 3, 32, 32), (8, 3, 3, 3), {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
+    "3x3 small image": ((1, 32, 4, 4), (48, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "patchify": ((1, 3, 16, 16), (24, 3, 4, 4), {"strides": [4, 4]}),
+    "winograd": ((1, 16, 14, 14), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "1-D": ((2, 6, 17), (8, 6, 3), {"pads": [1, 1]}),
+    "3-D": ((1, 4, 5, 6, 7), (4, 2, 2, 3, 2), {"group": 2, "pads": [1, 0, 1, 0, 1, 1]}),
+}
+ACTIVATIONS = [None, ("Relu", ()), ("Clip", (0.0, 6.0)), ("HardSwish", ())]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=["none", "Relu", "Clip", "HardSwish"])
+def test_prepared_layers_match_the_reference_and_are_reused(case, activation):
+    x_shape, w_shape, attributes = CASES[case]
+    x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
+    prepared = conv.prepare_conv([None, w, b], [x.shape, w.shape, b.shape], **attributes)
+    expected = expected_conv(x, w, b, attributes, activation)
+    inputs = [x] + ([channels_last(x)] if x.ndim == 4 else [])
+    for given in inputs:
+        for _ in range(2):
+            got = conv.Conv(given, w, b, fused_activation=activation, prepared=prepared, **attributes)
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    # One layer per layout, built once.
+    assert len(prepared.layers) == len(inputs)
+
+
+def test_a_layer_per_input_shape_and_activation():
+    w, b = normal(8, 4, 3, 3), normal(8)
+    attributes = {"pads": [1, 1, 1, 1]}
+    prepared = conv.prepare_conv([None, w, b], [None, w.shape, b.shape], **attributes)
+    for shape in [(1, 4, 6, 6), (2, 4, 6, 6), (1, 4, 9, 5)]:
+        for activation in [None, ("Relu", ())]:
+            x = normal(*shape)
+            got = conv.Conv(x, w, b, fused_activation=activation, prepared=prepared, **attributes)
+            np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, activation), rtol=1e-4, atol=1e-4)
+    assert len(prepared.layers) == 6
+
+
+def test_layers_are_bounded():
+    w = normal(4, 2, 1, 1)
+    prepared = conv.prepare_conv([None, w], [None, w.shape])
+    for size in range(1, 2 * conv._LAYERS + 1):
+        x = normal(1, 2, size, 3)
+        np.testing.assert_allclose(conv.Conv(x, w, prepared=prepared), reference_outputs("Conv", [x, w], {}, 11)[0],
+                                   rtol=1e-5, atol=1e-5)
+    assert len(prepared.layers) <= conv._LAYERS
+
+
+def test_a_bias_computed_at_run_time_is_read_on_every_call():
+    w = normal(6, 3, 3, 3)
+    attributes = {"pads": [1, 1, 1, 1]}
+    prepared = conv.prepare_conv([None, w, None], [(1, 3, 8, 8), w.shape, (6,)], **attributes)
+    assert prepared is not None and not prepared.bias_known
+    x = normal(1, 3, 8, 8)
+    for _ in range(2):
+        b = normal(6)
+        got = conv.Conv(x, w, b, prepared=prepared, **attributes)
+        np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, None), rtol=1e-4, atol=1e-4)
+    assert not prepared.layers
+
+
+@pytest.mark.parametrize("activation", [None, ("Relu", ())], ids=["none", "Relu"])
+def test_float16_inputs_compute_in_float32_and_activate_after_the_cast(activation):
+    x, w, b = normal(1, 8, 6, 6).astype(np.float16), normal(8, 1, 3, 3), normal(8)
+    attributes = {"group": 8, "pads": [1, 1, 1, 1]}
+    prepared = conv.prepare_conv([None, w, b], [x.shape, w.shape, b.shape], **attributes)
+    got = conv.Conv(x, w, b, fused_activation=activation, prepared=prepared, **attributes)
+    assert got.dtype == np.float16
+    expected = expected_conv(x.astype(np.float32), w, b, attributes, activation)
+    np.testing.assert_allclose(got.astype(np.float32), expected, rtol=2e-3, atol=2e-3)
+
+
+def test_pointwise_layer_keeps_the_layout_policy():
+    """Channels-last in, channels-last out from _CHANNELS_LAST_MIN_PIXELS pixels on."""
+    w, b = normal(16, 8, 1, 1), normal(16)
+    prepared = conv.prepare_conv([None, w, b], [None, w.shape, b.shape])
+    for size, stays in [(8, True), (4, False)]:
+        x = channels_last(normal(1, 8, size, size))
+        got = conv.Conv(x, w, b, prepared=prepared)
+        assert is_channels_last(got) == stays
+        np.testing.assert_allclose(got, expected_conv(np.ascontiguousarray(x), w, b, {}, None), rtol=1e-4, atol=1e-4)
