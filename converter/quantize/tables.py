@@ -20,7 +20,8 @@ when they load the model, so the file holds the table once.
 
 Other large constants read only by float Add/Mul/Sub nodes (position embeddings added to patch
 embeddings, attention biases) are stored as int8 with one scale per index of their last axis and
-read through one DequantizeLinear, as ``int8-weight`` stores weights.
+read through one DequantizeLinear, as ``int8-weight`` stores weights (from opset 13, which has
+per-axis DequantizeLinear; below it they stay float unless ``per_channel`` is off).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def quantize_tables(graph: GraphEditor, config: QuantConfig, quantized: list[str
                 declined.append((node.name, node.op_type, reason))
                 continue
             tables.setdefault(node.inputs[0], []).append(node)
-        elif node.op_type in ELEMENTWISE:
+        elif node.op_type in ELEMENTWISE and (per_axis or not config.per_channel):
             addends.update(index for index in node.inputs if _is_addend(graph, index, wanted))
     for index, gathers in tables.items():
         _rewrite_table(graph, index, gathers, config.per_channel, int8_weights)

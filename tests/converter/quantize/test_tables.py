@@ -200,3 +200,16 @@ def test_int8_dynamic_stores_conv_weights_int8_and_quantizes_silu_gated_matmuls(
     for device in ("numpy", "cpu"):
         got = lite.Model.load(tmp_path / "int8.lite", device=device)(x)
         assert _cosine(got, expected) > 0.999, (device, _cosine(got, expected))
+
+
+def test_int8_dynamic_keeps_conv_weights_float_below_opset_13(tmp_path):
+    """Without per-axis DequantizeLinear one scale would cover every channel of a folded BatchNorm."""
+    model = make_model(
+        """<ir_version: 7, opset_import: ["" : 12]>
+        g (float[N, 16, 50] x) => (float[N, 32, 50] output) {
+            output = Conv <pads: ints = [1, 1]> (x, conv_w, conv_b)
+        }""", conv_w=_table(32, 16, 3), conv_b=_table(32))
+    report = _convert(model, tmp_path / "int8.lite", "int8-dynamic")
+    assert [reason for _, op, reason in report.quantization.declined if op == "Conv"] == [
+        "opset < 13 has no per-axis DequantizeLinear: weights kept in float rather than quantized per tensor"]
+    assert not [t for t in _constants(tmp_path / "int8.lite") if t.dtype.name == "INT8"]
