@@ -7,6 +7,7 @@ extended at the end so every window is in range, and that extension never counts
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -20,7 +21,9 @@ from lite.ops._conv_common import TapPlan, output_shape, resolve_pads, spatial_d
 _MAX_TAPS = 1 << 34
 
 
-@dataclass(frozen=True)
+# Hashed by identity: pool_geometry hands out one object per input shape and attributes, and the
+# taps and divisors derived from it are remembered per object.
+@dataclass(frozen=True, eq=False)
 class PoolGeometry:
     kernel: list[int]
     strides: list[int]
@@ -43,7 +46,22 @@ class PoolGeometry:
         The others read only padding or the ceil overhang, so a pool whose fill adds nothing
         (sum, power sum) skips them: a kernel far larger than its input (transformers'
         EfficientNet pools a 2x2 map with a 640x640 ceil-mode window) costs its live taps only.
+        Remembered per geometry and shape (finding them loops over every kernel index).
         """
+        return _live_taps(self, tuple(spatial))
+
+    def covers_input(self, spatial: tuple[int, ...]) -> bool:
+        """Whether the one window there is covers every input cell (a global pool written as a
+        window larger than the input: EfficientNet's 640x640 over a 2x2 map)."""
+        return all(out == 1 and dilation == 1 and kernel - begin >= size
+                   for out, dilation, kernel, begin, size in zip(self.out_shape, self.dilations, self.kernel, self.begin, spatial))
+
+    def divisor(self, spatial: tuple[int, ...], include_pads: bool) -> np.ndarray:
+        """How many counted cells each window covers (the AveragePool denominator), read-only;
+        remembered per geometry, shape and ``include_pads``."""
+        return _divisor(self, tuple(spatial), bool(include_pads))
+
+    def _live_taps(self, spatial: tuple[int, ...]) -> list[list[int]]:
         live = []
         for axis, size in enumerate(spatial):
             stride, dilation, begin = self.strides[axis], self.dilations[axis], self.begin[axis]
@@ -52,8 +70,7 @@ class PoolGeometry:
             live.append([k for k in range(self.kernel[axis]) if _hits(k * dilation - begin, stride, last, size)])
         return live
 
-    def divisor(self, spatial: tuple[int, ...], include_pads: bool) -> np.ndarray:
-        """How many counted cells each window covers (the AveragePool denominator)."""
+    def _divisor(self, spatial: tuple[int, ...], include_pads: bool) -> np.ndarray:
         per_axis = []
         for axis, size in enumerate(spatial):
             b, e, extra = self.begin[axis], self.end[axis], self.overhang[axis]
@@ -71,7 +88,18 @@ class PoolGeometry:
         total = per_axis[0]
         for count in per_axis[1:]:
             total = np.multiply.outer(total, count)
+        total.flags.writeable = False
         return total
+
+
+@functools.lru_cache(maxsize=256)
+def _live_taps(geometry: PoolGeometry, spatial: tuple[int, ...]) -> list[list[int]]:
+    return geometry._live_taps(spatial)
+
+
+@functools.lru_cache(maxsize=256)
+def _divisor(geometry: PoolGeometry, spatial: tuple[int, ...], include_pads: bool) -> np.ndarray:
+    return geometry._divisor(spatial, include_pads)
 
 
 def _hits(shift: int, stride: int, last: int, size: int) -> bool:
@@ -91,9 +119,28 @@ def pool_geometry(
     pads,
     ceil_mode: int,
 ) -> PoolGeometry:
+    """The window geometry of a pool over ``x``: one object per input shape and attributes
+    (remembered: finding a large window's live taps and divisor loops over its every index)."""
     if x.ndim < 3:
         raise UnsupportedOpError(f"{op}: input must be (N, C, spatial...), got shape {x.shape}")
-    spatial = x.shape[2:]
+    try:
+        key = (op, x.shape[2:], _hashable(kernel_shape), _hashable(strides), _hashable(dilations), auto_pad,
+               _hashable(pads), ceil_mode)
+        return _remembered_geometry(key)
+    except TypeError:  # attributes that cannot be a key (a damaged model): work it out, and fail, as given
+        return _pool_geometry(op, x.shape[2:], kernel_shape, strides, dilations, auto_pad, pads, ceil_mode)
+
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+@functools.lru_cache(maxsize=512)
+def _remembered_geometry(key) -> PoolGeometry:
+    return _pool_geometry(*key)
+
+
+def _pool_geometry(op, spatial, kernel_shape, strides, dilations, auto_pad, pads, ceil_mode) -> PoolGeometry:
     kernel, strides, dilations = spatial_defaults(op, spatial, kernel_shape, strides, dilations)
     begin, end = resolve_pads(op, auto_pad, pads, spatial, kernel, strides, dilations)
     out = output_shape(spatial, kernel, strides, dilations, begin, end, ceil_mode)

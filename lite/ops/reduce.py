@@ -16,12 +16,14 @@ products, the lowest value for max, -inf for log-sum-exp.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import numpy as np
 
 from lite.ops._helpers import highest, int_list, lowest, normalize_axes
+from lite.ops._layout import channels_last_order, is_channels_last
 from lite.ops.registry import kernel
 
 # (data, axes tuple, keepdims) -> reduced array
@@ -29,18 +31,57 @@ Reducer = Callable[[np.ndarray, tuple, bool], np.ndarray]
 
 
 def _sum(x, axes, keepdims):
+    if x.dtype in _BLAS_TYPES and axes:
+        if x.flags.c_contiguous and axes == tuple(range(x.ndim - len(axes), x.ndim)):
+            return _sum_trailing(x, len(axes), keepdims)
+        if axes == tuple(range(2, x.ndim)) and is_channels_last(x) and x.size:
+            return _sum_spatial_channels_last(x, keepdims)
     # The ufunc's reduce, not np.sum's wrapper: global pools of small maps are mostly overhead.
     return np.add.reduce(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+_BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _sum_trailing(x, count, keepdims):
+    """The sum over the last ``count`` axes of a C-contiguous float array: rows of a matrix
+    times a vector of ones. add.reduce runs its inner loop once per short row (a global pool
+    of a 2x2 map with 1280 channels took 27 µs; the product takes 3)."""
+    kept = x.shape[: x.ndim - count]
+    length = math.prod(x.shape[x.ndim - count :])
+    if length == 0 or x.size == 0:
+        return np.add.reduce(x, axis=tuple(range(x.ndim - count, x.ndim)), keepdims=keepdims, dtype=x.dtype)
+    total = np.matmul(x.reshape(-1, length), _ones(length, x.dtype))
+    return total.reshape(kept + (1,) * count if keepdims else kept)
+
+
+def _sum_spatial_channels_last(x, keepdims):
+    """The sum over the spatial axes of a channels-last ``(N, C, *spatial)`` array (see
+    lite.ops._layout), each image's ``(pixels, C)`` rows summed by a vector of ones."""
+    batch, channels = x.shape[:2]
+    pixels = x.size // (batch * channels)
+    rows = x.transpose(channels_last_order(x.ndim)).reshape(batch, pixels, channels)
+    total = np.matmul(_ones(pixels, x.dtype), rows)
+    return total.reshape((batch, channels) + (1,) * (x.ndim - 2) if keepdims else (batch, channels))
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(length: int, dtype: np.dtype) -> np.ndarray:
+    ones = np.ones(length, dtype)
+    ones.flags.writeable = False
+    return ones
 
 
 def _mean(x, axes, keepdims):
     count = math.prod(x.shape[axis] for axis in axes)
     total = _sum(x, axes, keepdims)
-    # The mean of an empty set is NaN (0 / 0).
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if isinstance(total, np.ndarray) and total.dtype.kind == "f":
-            return np.divide(total, total.dtype.type(count), out=total)
-        return np.divide(total, count)
+    if count == 0:
+        # The mean of an empty set is NaN (0 / 0).
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.divide(total, count)
+    if isinstance(total, np.ndarray) and total.dtype.kind == "f":
+        return np.divide(total, total.dtype.type(count), out=total)
+    return np.divide(total, count)
 
 
 def _max(x, axes, keepdims):
@@ -83,7 +124,7 @@ def _sum_square(x, axes, keepdims):
 
 def _reduce(op_type: str, reducer: Reducer, data, axes, keepdims, noop_with_empty_axes=0):
     data = np.asarray(data)
-    axes = int_list(axes)
+    axes = axes.tolist() if isinstance(axes, np.ndarray) and axes.ndim == 1 and axes.dtype.kind == "i" else int_list(axes)
     if not axes:
         # Reducing over no axes still applies the elementwise steps: ReduceSumSquare squares,
         # ReduceLogSum takes the log, ReduceL1 the absolute value.

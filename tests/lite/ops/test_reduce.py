@@ -202,3 +202,24 @@ def test_reduce_mean_keeps_the_type_and_divides_once(dtype):
         np.testing.assert_allclose(got, expected, rtol=1e-3 if dtype == np.float16 else 1e-6)
     (empty,) = kernel_outputs("ReduceMean", [np.zeros((2, 0), np.float32), np.array([1], np.int64)], {}, opset=18)
     assert empty.shape == (2, 1) and np.isnan(empty).all()
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceL2", "ReduceSumSquare"])
+@pytest.mark.parametrize("layout", ["channels-first", "channels-last"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_sums_over_the_spatial_axes_of_either_layout(op, layout, keepdims):
+    """Global pools of small maps (many short rows, summed as a product with ones) and of
+    channels-last activations (lite.ops._layout) match the reference."""
+    from lite.ops._layout import empty_channels_last
+
+    data = normal((2, 300, 3, 2), F32)
+    if layout == "channels-last":
+        given = empty_channels_last(data.shape, data.dtype)
+        given[...] = data
+    else:
+        given = data
+    axes = np.array([2, 3], np.int64)
+    (got,) = kernel_outputs(op, [given, axes], {"keepdims": keepdims}, opset=18)
+    (expected,) = kernel_outputs(op, [data.astype(np.float64), axes], {"keepdims": keepdims}, opset=18)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
