@@ -22,6 +22,7 @@ onnxruntime is imported only here, and only when verification runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ import onnx
 
 from converter.errors import InvalidOptionError, VerificationError
 from converter.onnx_export import make_ort_compatible
+from converter.passes.output_size import predicted_elements
 from converter.verification_inputs import UnsynthesizableInputError, plans
 from converter.verification_inputs import feeds as planned_feeds
 from lite.compare import OutputError, Tolerance, compare_outputs, spread_of
@@ -135,6 +137,9 @@ class _Reference:
         options.log_severity_level = 4  # fatal only: a failure is reported once, as VerificationError
         if not optimize:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        oversized = _oversized_constant_tensor(proto)
+        if oversized:
+            raise VerificationError(f"{what} {oversized}: too large to run for the check")
         try:
             compatible = make_ort_compatible(_copy(proto))
             _unique_node_names(compatible.graph)
@@ -152,6 +157,51 @@ class _Reference:
         except Exception as err:  # noqa: BLE001 - see __init__
             raise VerificationError(f"ONNX Runtime cannot run {self.what} on these inputs ({_first_line(err)})") from err
         return dict(zip(self.names, results))
+
+
+# A tensor the reference would build from the model's constants alone (Range(0, 1e10) wants 80 GB).
+# ONNX Runtime tries: on a machine with less memory it fails at once, on a larger one it fills the
+# memory for minutes. Over this size the check does not run, on every machine alike.
+_REFERENCE_MAX_ELEMENTS = 1 << 30
+_SIZED_BY_VALUES = {"Range", "ConstantOfShape", "Expand", "Tile", "Pad", "OneHot", "Resize", "Upsample"}
+
+
+def _oversized_constant_tensor(proto: onnx.ModelProto) -> str | None:
+    """What in the main graph would make a tensor over :data:`_REFERENCE_MAX_ELEMENTS` elements
+    from constants alone (sizes computed, nothing evaluated), or None."""
+    graph = proto.graph
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    constants: dict[str, onnx.TensorProto] = {init.name: init for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            value = next((a.t for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR), None)
+            if value is not None:
+                constants[node.output[0]] = value
+            continue
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _SIZED_BY_VALUES:
+            continue
+        names = [name for name in node.input if name]
+        if not names or any(name not in constants for name in names):
+            continue
+        try:
+            feeds = {name: _array_for_size(constants[name]) for name in names}
+            sizes, _ = predicted_elements(node, feeds, opset)
+        except Exception:  # noqa: BLE001 - a malformed constant: ONNX Runtime will say what is wrong
+            continue
+        if sizes and sum(sizes) > _REFERENCE_MAX_ELEMENTS:
+            label = f"{node.op_type} node {node.name!r}" if node.name else f"a {node.op_type} node"
+            return f"builds a tensor of {sum(sizes):,} elements from its constants ({label})"
+    return None
+
+
+def _array_for_size(tensor: onnx.TensorProto) -> np.ndarray:
+    """The constant's values if small (shapes, pads, scales), else an array of its shape and type
+    that holds no memory: sizes need only those."""
+    dims = [int(d) for d in tensor.dims]
+    if math.prod(dims) <= 1 << 16 and tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return onnx.numpy_helper.to_array(tensor)
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    return np.broadcast_to(np.zeros((), dtype), dims)
 
 
 def _unique_node_names(graph: onnx.GraphProto, taken: set[str] | None = None) -> None:
