@@ -39,7 +39,7 @@ from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
 
 MIN_TABLE_ELEMENTS = 256  # smaller tables stay float: the three nodes cost more than they save
-MIN_ADDEND_ELEMENTS = 1024  # an Add/Mul constant this large and of 2 or more real axes is a table too
+MIN_ADDEND_ELEMENTS = 256  # an Add/Mul constant this large and of 2 or more real axes is a table too
 ELEMENTWISE = ("Add", "Mul", "Sub")
 _INT = lite_ir.AttributeType.INT
 
@@ -87,7 +87,7 @@ def quantize_tables(graph: GraphEditor, config: QuantConfig, quantized: list[str
             continue
         if node.op_type == "Gather":
             table = graph.constant(node.inputs[0])
-            if table is None or table.size < MIN_TABLE_ELEMENTS:
+            if table is None or table.size < MIN_TABLE_ELEMENTS or not np.all(np.isfinite(table)):
                 continue
             reason = _table_reason(graph, node, table, wanted)
             if reason:
@@ -123,6 +123,8 @@ def _table_reason(graph: GraphEditor, node: lite_ir.Node, table: np.ndarray,
 def _is_addend(graph: GraphEditor, index: int, wanted: Callable[[lite_ir.Node], bool]) -> bool:
     weight = graph.constant(index)
     if weight is None or weight.size < MIN_ADDEND_ELEMENTS or sum(size > 1 for size in weight.shape) < 2:
+        return False
+    if not np.all(np.isfinite(weight)):  # an attention mask of -inf has no int8 scale
         return False
     return all(reader.op_type in ELEMENTWISE and wanted(reader) for reader in _readers(graph, index))
 

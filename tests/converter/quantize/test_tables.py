@@ -213,3 +213,14 @@ def test_int8_dynamic_keeps_conv_weights_float_below_opset_13(tmp_path):
     assert [reason for _, op, reason in report.quantization.declined if op == "Conv"] == [
         "opset < 13 has no per-axis DequantizeLinear: weights kept in float rather than quantized per tensor"]
     assert not [t for t in _constants(tmp_path / "int8.lite") if t.dtype.name == "INT8"]
+
+
+def test_an_additive_mask_of_minus_infinity_stays_float(tmp_path):
+    mask = np.triu(np.full((32, 32), -np.inf, np.float32), k=1)
+    model = make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 32, 32] x) => (float[N, 32, 32] output) {
+            output = Add (x, mask)
+        }""", mask=mask)
+    _convert(model, tmp_path / "int8.lite", "int8-dynamic")
+    assert [t.dtype.name for t in _constants(tmp_path / "int8.lite")] == ["FLOAT"]
