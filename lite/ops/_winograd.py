@@ -43,6 +43,10 @@ _OUTPUT = np.einsum("ai,cj->acij", _AT, _AT).reshape(4, 16)
 # more than the multiplications saved).
 MIN_CHANNELS = 16
 MIN_OUTPUT = 12
+# Nor below this many channel pairs times output pixels (the direct GEMM's work over 9): a
+# 64x64 model's 16x16 layers with 16-64 channels ran 1.3-3x slower here than on the one-copy
+# im2col of lite.ops.conv; from 14x14 with 128 channels or 28x28 with 64 on, this path wins.
+MIN_WORK = 2 << 20
 # Scratch elements (phase planes, B^T d, V, the GEMM outputs): 2.5 MiB in float32. Layers whose
 # transforms need more take the direct path: the memory planner's bound leaves about this much
 # beside the live activations of the small-image layers this pays off on (ResNet-18's 14x14).
@@ -77,7 +81,7 @@ def fits(channels: int, out_channels: int, out_shape) -> bool:
     """True when the whole image's transforms fit the scratch budget (the path runs at once
     over every tile: its elementwise steps are then single passes over contiguous memory)."""
     out_h, out_w = out_shape
-    if min(out_h, out_w) < MIN_OUTPUT:
+    if min(out_h, out_w) < MIN_OUTPUT or channels * out_channels * out_h * out_w < MIN_WORK:
         return False
     plane, span = _grid(out_h, out_w)
     return _scratch(channels, out_channels, plane, span) <= _SCRATCH_ELEMENTS

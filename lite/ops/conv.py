@@ -60,6 +60,12 @@ from lite.ops.registry import kernel
 # layer whose whole im2col matrix fits runs as one GEMM.
 _COLUMNS_BYTES = 1 << 20
 _MIN_GEMM_COLUMNS = 512
+# A 2-D convolution whose whole im2col matrix fits this is one copy and one GEMM (see _Im2col).
+_WHOLE_COLUMNS_BYTES = 1 << 20
+# The channels-last im2col matrix (see _Im2col) for channels-first inputs of at most this many
+# pixels with at least this many channels.
+_ROWS_MAX_PIXELS = 256
+_ROWS_MIN_CHANNELS = 16
 # A grouped convolution whose im2col columns (all groups) fit this runs as one batched GEMM.
 _GROUPED_COLUMNS_BYTES = 1 << 20
 # A pointwise convolution of a channels-last input writes channels-last from this many pixels on;
@@ -201,6 +207,8 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
                         group, kernel_dims)
     elif plain and group == 1 and all(k == 1 for k in kernel_dims):
         layer = _Pointwise(X, w, bias, block_activation)
+    elif _Im2col.suits(X, w, group, begin, end, out_shape):
+        layer = _Im2col(X, w, bias, block_activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
     else:
         layer = _Direct(_direct_path(X, w, group, kernel_dims, begin, end, strides, out_shape), w, bias,
                         block_activation, begin, end, strides, dilations, out_shape, group, kernel_dims)
@@ -269,6 +277,99 @@ class _Pointwise:
         if self.activate is not None:
             self.activate(product)
         return y.transpose(self.back) if self.rows else y.reshape(self.y_shape)
+
+
+class _Im2col:
+    """A 2-D convolution whose whole im2col matrix fits ``_WHOLE_COLUMNS_BYTES`` (small images: a
+    64x64 model's layers): per image, the input copied into a zeroed padded buffer, the windows
+    copied out of it in one go as the column matrix, one GEMM into the output, then the bias and
+    the activation in place over the whole output. The windows are a view built from
+    precomputed strides; the general paths below rebuild theirs and loop over blocks of rows.
+
+    Two layouts of the matrix. Channels-first, ``(groups, C/g * kh * kw, pixels)`` from a
+    ``(C, H, W)`` buffer: a window row is ``out_w`` cells, so on small maps the copy is mostly
+    numpy's per-row overhead (a third of a 4x4 map's 3x3 convolution). Channels-last (one
+    group), ``(pixels, kh * kw * C)`` from an ``(H, W, C)`` buffer: a window row is ``kw * C``
+    contiguous cells, and the GEMM ``W' @ columns^T`` reads the matrix transposed. That one is
+    used for channels-last inputs and for small maps with enough channels (the buffer's fill
+    then transposes a small image)."""
+
+    def __init__(self, x, w, bias, activation, kernel_dims, begin, end, strides, dilations, out_shape, group):
+        batch, channels, height, width = x.shape
+        out_channels = w.shape[0]
+        kernel_h, kernel_w = kernel_dims
+        pixels = math.prod(out_shape)
+        padded_h, padded_w = height + begin[0] + end[0], width + begin[1] + end[1]
+        self.rows = group == 1 and (is_channels_last(x) or (channels >= _ROWS_MIN_CHANNELS
+                                                             and height * width <= _ROWS_MAX_PIXELS))
+        item = w.dtype.itemsize  # the compute dtype's (x may be narrower)
+        if self.rows:
+            self.matrix = w.transpose(0, 2, 3, 1).reshape(out_channels, -1).copy()
+            self.padded_shape = (padded_h, padded_w, channels)
+            self.interior = (slice(begin[0], begin[0] + height), slice(begin[1], begin[1] + width))
+            row, column = padded_w * channels * item, channels * item
+            self.window_shape = (*out_shape, kernel_h, kernel_w, channels)
+            self.window_strides = (strides[0] * row, strides[1] * column, dilations[0] * row, dilations[1] * column,
+                                   item)
+            self.columns_shape = (pixels, kernel_h * kernel_w * channels)
+            self.product_shape = (batch, out_channels, pixels)
+            self.order = (1, 2, 0)  # an image (C, H, W) as (H, W, C)
+            contiguous = is_channels_last(x) if x.ndim == 4 else False
+        else:
+            self.matrix = w.reshape(group, out_channels // group, -1)
+            self.padded_shape = (channels, padded_h, padded_w)
+            self.interior = (slice(None), slice(begin[0], begin[0] + height), slice(begin[1], begin[1] + width))
+            plane, row = padded_h * padded_w * item, padded_w * item
+            self.window_shape = (channels, *kernel_dims, *out_shape)
+            self.window_strides = (plane, dilations[0] * row, dilations[1] * item, strides[0] * row, strides[1] * item)
+            self.columns_shape = (group, channels // group * kernel_h * kernel_w, pixels)
+            self.product_shape = (batch, group, out_channels // group, pixels)
+            self.order = (0, 1, 2)
+            contiguous = x.flags.c_contiguous
+        # The image is copied into a buffer when it needs padding or is not laid out as the
+        # view below needs (a view is built on a contiguous buffer).
+        self.copy = any(begin) or any(end) or not contiguous
+        depth = channels // group * kernel_h * kernel_w
+        self.split = group == 1 and out_channels * depth * pixels >= parallel.SPLIT_MULTIPLY_ADDS
+        self.y_shape = (batch, out_channels, *out_shape)
+        self.bias = None if bias is None else bias.reshape(out_channels, 1)
+        self.activate = None if activation is None else activations.in_place(*activation)
+
+    @staticmethod
+    def suits(x, w, group, begin, end, out_shape) -> bool:
+        if x.ndim != 4 or min(begin + end) < 0 or min(out_shape) < 1:
+            return False
+        return x.shape[1] * w.shape[2] * w.shape[3] * math.prod(out_shape) * w.dtype.itemsize <= _WHOLE_COLUMNS_BYTES
+
+    def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
+        y = allocate(self.product_shape, x.dtype)
+        columns = allocate(self.columns_shape, x.dtype)
+        padded = allocate(self.padded_shape, x.dtype) if self.copy else None
+        for n in range(x.shape[0]):
+            image = x[n].transpose(self.order)
+            if padded is not None:
+                padded.fill(0)
+                padded[self.interior] = image
+                image = padded
+            view = np.ndarray(self.window_shape, x.dtype, image, 0, self.window_strides)
+            np.copyto(columns.reshape(self.window_shape), view)
+            del view
+            if self.rows:
+                if self.split:
+                    parallel.matmul(self.matrix, columns.T, y[n])
+                else:
+                    np.matmul(self.matrix, columns.T, out=y[n])
+            elif self.split:
+                parallel.matmul(self.matrix[0], columns[0], y[n, 0])
+            else:
+                np.matmul(self.matrix, columns, out=y[n])
+        del padded, columns
+        y = y.reshape(self.y_shape[0], self.y_shape[1], -1)
+        if self.bias is not None:
+            np.add(y, self.bias, out=y)
+        if self.activate is not None:
+            self.activate(y)
+        return y.reshape(self.y_shape)
 
 
 class _Direct:

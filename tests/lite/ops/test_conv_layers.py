@@ -42,8 +42,9 @@ CASES = {
     "grouped": ((1, 32, 8, 8), (32, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
     "3x3 strided": ((1, 3, 32, 32), (8, 3, 3, 3), {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
     "3x3 small image": ((1, 32, 4, 4), (48, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3 dilated": ((2, 16, 9, 9), (8, 16, 3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 0], "strides": [1, 2]}),
     "patchify": ((1, 3, 16, 16), (24, 3, 4, 4), {"strides": [4, 4]}),
-    "winograd": ((1, 16, 14, 14), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "winograd": ((1, 128, 14, 14), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
     "1-D": ((2, 6, 17), (8, 6, 3), {"pads": [1, 1]}),
     "3-D": ((1, 4, 5, 6, 7), (4, 2, 2, 3, 2), {"group": 2, "pads": [1, 0, 1, 0, 1, 1]}),
 }
@@ -121,3 +122,20 @@ def test_pointwise_layer_keeps_the_layout_policy():
         got = conv.Conv(x, w, b, prepared=prepared)
         assert is_channels_last(got) == stays
         np.testing.assert_allclose(got, expected_conv(np.ascontiguousarray(x), w, b, {}, None), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["pointwise", "3x3 small image", "3x3 strided", "3x3 dilated"])
+def test_products_split_between_threads_give_the_same_values(monkeypatch, case):
+    """On a busy machine the engine splits large products itself (lite.ops._parallel)."""
+    from lite.ops import _parallel as parallel
+    from lite.ops._blas import ONE_BLAS_THREAD
+
+    monkeypatch.setattr(parallel, "threads", lambda: 2)
+    monkeypatch.setattr(parallel, "_BLOCK_MULTIPLY_ADDS", 1)
+    monkeypatch.setattr(parallel, "SPLIT_MULTIPLY_ADDS", 0)
+    monkeypatch.setattr(ONE_BLAS_THREAD, "split", True)
+    x_shape, w_shape, attributes = CASES[case]
+    x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
+    prepared = conv.prepare_conv([None, w, b], [x.shape, w.shape, b.shape], **attributes)
+    got = conv.Conv(x, w, b, fused_activation=("Relu", ()), prepared=prepared, **attributes)
+    np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, ("Relu", ())), rtol=1e-4, atol=1e-4)

@@ -24,6 +24,21 @@ def expected_conv(x, w, b, attributes, activation=None):
     return y if activation is None else fused_activation.apply(y, *activation)
 
 
+@pytest.fixture(autouse=True)
+def winograd_on_small_layers(monkeypatch):
+    """The shapes below are small for speed: let Winograd take them (it declines layers with
+    little work, see test_winograd_declines_layers_with_little_work)."""
+    monkeypatch.setattr(_winograd, "MIN_WORK", 0)
+
+
+def test_winograd_declines_layers_with_little_work(monkeypatch):
+    monkeypatch.undo()
+    w = np.zeros((32, 32, 3, 3), np.float32)
+    assert conv.prepare_conv([None, w, None], [(1, 32, 16, 16), w.shape, None], pads=[1, 1, 1, 1]).winograd is None
+    w = np.zeros((128, 128, 3, 3), np.float32)
+    assert conv.prepare_conv([None, w, None], [(1, 128, 14, 14), w.shape, None], pads=[1, 1, 1, 1]).winograd is not None
+
+
 WINOGRAD = [
     ((1, 16, 14, 14), 16, [1, 1, 1, 1]),
     ((2, 20, 13, 15), 24, [1, 1, 1, 1]),  # odd sizes: the last tile row and column are cut
@@ -88,6 +103,7 @@ WIDE = [
 def test_wide_im2col_matches_the_reference(monkeypatch, x_shape, w_shape, attributes, columns_bytes):
     monkeypatch.setattr(conv, "_COLUMNS_BYTES", columns_bytes)
     monkeypatch.setattr(conv, "_GROUPED_COLUMNS_BYTES", 0)  # grouped: the wide path, not one batched GEMM
+    monkeypatch.setattr(conv, "_WHOLE_COLUMNS_BYTES", 0)  # small images: the wide path, not one copy and GEMM
     calls = []
     monkeypatch.setattr(_wide_im2col, "convolve", _recording(_wide_im2col.convolve, calls))
     x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
@@ -155,6 +171,7 @@ GROUPED = [
 def test_grouped_convolution_in_one_batched_gemm_matches_the_reference(monkeypatch, x_shape, w_shape, attributes,
                                                                         activation):
     calls = []
+    monkeypatch.setattr(conv, "_WHOLE_COLUMNS_BYTES", 0)  # 2-D: not the one-copy path (test_conv_layers.py)
     monkeypatch.setattr(conv, "_im2col_grouped", _recording(conv._im2col_grouped, calls))
     x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
     got = conv.Conv(x, w, b, fused_activation=activation, **attributes)

@@ -89,6 +89,7 @@ def test_conv_blocks_match_the_reference(monkeypatch):
     """Tiny block budgets: im2col over several row chunks, depthwise over several bands of rows
     (channels-last) and several channel blocks (taps): each path's loop boundaries."""
     monkeypatch.setattr(conv, "_COLUMNS_BYTES", 512)
+    monkeypatch.setattr(conv, "_WHOLE_COLUMNS_BYTES", 0)
     monkeypatch.setattr(_depthwise, "_DEPTHWISE_SCRATCH_ELEMENTS", 600)
     cases = [
         ((2, 3, 11, 9), (4, 3, 3, 3), {"pads": [1, 2, 0, 1], "strides": [2, 1], "dilations": [1, 2]}),
