@@ -12,7 +12,7 @@ indices below the table's two rows). So the inputs are planned from the graph:
   audio 4000, then 16000 samples), so a model that rejects small inputs is retried with larger;
 - **values**: integers that reach a Gather's indices (through Cast, Unsqueeze, Reshape...) lie
   in ``[0, rows)`` of what they index; divisors, OneHot depths and Resize scales or sizes are
-  positive; masks are ones; lengths are the sequence's size; other integers lie in [0, 4),
+  positive (OneHot's float indices and depths whole numbers); masks are ones; lengths are the sequence's size; other integers lie in [0, 4),
   floats are standard normal, booleans random, strings short words.
 
 :func:`plans` yields the rounds; :func:`feeds` makes one round's arrays.
@@ -51,6 +51,7 @@ class _Value:
     positive: bool = False
     ones: bool = False
     length_of: str | None = None  # a symbolic dimension whose size this input holds
+    whole: bool = False  # float-typed but read as an integer (OneHot's indices and depth)
 
 
 @dataclass
@@ -160,7 +161,7 @@ def _array(rng: np.random.Generator, dtype: np.dtype, shape: list[int], hint: _V
         return np.ones(shape, dtype)
     if hint.length_of is not None and hint.length_of in sizes:
         return np.full(shape, sizes[hint.length_of], dtype)
-    if dtype.kind == "f":
+    if dtype.kind == "f" and not hint.whole:
         if hint.positive:
             return rng.uniform(1.0, 2.0, size=shape).astype(dtype)
         return rng.standard_normal(shape).astype(dtype)
@@ -217,7 +218,12 @@ def _apply_use(hint: _Value, node: onnx.NodeProto, slot: int, dims: dict[str, li
             hint.high = rows if hint.high is None else min(hint.high, rows)
         elif hint.high is None:
             hint.high = 2  # an unknown table: its smallest plausible size
-    elif (op in ("Mod", "Div") and slot == 1) or (op == "OneHot" and slot == 1):
+    elif op == "OneHot" and slot in (0, 1):
+        # Float indices and depth are truncated to integers, and runtimes have disagreed on
+        # fractions (ONNX Runtime 1.30 against 1.32): whole numbers leave nothing to round.
+        hint.whole = True
+        hint.positive = hint.positive or slot == 1
+    elif op in ("Mod", "Div") and slot == 1:
         hint.positive = True
     elif op == "Resize" and slot in (2, 3):
         hint.positive = True

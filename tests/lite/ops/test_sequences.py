@@ -80,7 +80,7 @@ def test_sequence_map_broadcasts_tensors_and_zips_sequences():
     offset = np.float32(1.0)
     sums, shapes = run_kernel("SequenceMap", [first, offset, second], {"body": body}, opset=17, output_count=2)
     for got, a, b in zip(sums, first, second):
-        np.testing.assert_allclose(got, a + b + 1)
+        np.testing.assert_allclose(got, a + offset + b, rtol=1e-6)  # the body adds in that order
     assert [s.tolist() for s in shapes] == [[2], [3]]
     with pytest.raises(KernelError, match="samples"):
         run_kernel("SequenceMap", [first, sequence((1,))], {"body": body}, opset=17, output_count=2)
