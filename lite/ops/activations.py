@@ -18,6 +18,7 @@ import numpy as np
 
 from lite.errors import KernelError
 from lite.ops.erf import erf, erfc_float32_of_magnitude
+from lite.ops.fused_activation import sigmoid
 from lite.ops.registry import kernel
 
 
@@ -26,8 +27,7 @@ def _like(result, X: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid(X: np.ndarray) -> np.ndarray:
-    decay = np.exp(-np.abs(X))
-    return np.where(X >= 0, 1 / (1 + decay), decay / (1 + decay))
+    return sigmoid(X if X.dtype.kind == "f" else X.astype(np.float64))
 
 
 def _softplus(X: np.ndarray) -> np.ndarray:
