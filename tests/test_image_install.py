@@ -39,6 +39,11 @@ print("ANSWER", np.frombuffer(reply.raw_output_contents[0], np.float32).tolist()
 """
 
 
+# What pip prints when it cannot reach an index at all (not a package that fails to resolve).
+_OFFLINE = ("Failed to establish a new connection", "Temporary failure in name resolution",
+            "Network is unreachable", "No route to host")
+
+
 def _install_arguments() -> list[str]:
     """The packages of the Dockerfile's `pip install` line, with the CPU stage's ORT pin."""
     line = re.search(r'pip install --no-cache-dir (.+?) \\\n', DOCKERFILE).group(1)
@@ -72,6 +77,10 @@ def test_the_image_install_line_serves_a_model_with_its_defaults(tmp_path):
     python = venv / "bin" / "python"
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", *_install_arguments()], cwd=source,
                              capture_output=True, text=True)
+    if install.returncode != 0 and any(sign in install.stderr for sign in _OFFLINE):
+        pytest.skip("no package index is reachable from this machine (the install line downloads the image's "
+                    "packages): " + next(line.strip() for line in install.stderr.splitlines()
+                                         if any(sign in line for sign in _OFFLINE))[:200])
     assert install.returncode == 0, install.stderr[-3000:]
 
     repository = tmp_path / "models"
