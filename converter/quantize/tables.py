@@ -20,8 +20,8 @@ when they load the model, so the file holds the table once.
 
 Other large constants read only by float Add/Mul/Sub nodes (position embeddings added to patch
 embeddings, attention biases) are stored as int8 with one scale per index of their last axis and
-read through one DequantizeLinear, as ``int8-weight`` stores weights (from opset 13, which has
-per-axis DequantizeLinear; below it they stay float unless ``per_channel`` is off).
+scaled back by ``Mul(Cast(C_q), scale)`` (:func:`scaled_weight`), which both engines compute
+once at load; so are the Conv weights of ``int8-dynamic``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from converter.quantize.config import QuantConfig
-from converter.quantize.graph import GraphEditor, default_opset, int_attribute
+from converter.quantize.graph import GraphEditor, int_attribute
 from converter.quantize.scheme import quantize_weight
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
@@ -73,7 +73,6 @@ def quantize_tables(graph: GraphEditor, config: QuantConfig, quantized: list[str
     float Add/Mul/Sub nodes; append the nodes rewritten to ``quantized`` and those left in float,
     with the reason, to ``declined``. ``include``: only these nodes (None: all); ``exclude`` and
     ``config.exclude``: never these."""
-    per_axis = config.per_channel and default_opset(graph.source) >= 13
     skipped = set(exclude) | set(config.exclude)
     tables: dict[int, list[lite_ir.Node]] = {}
     addends: set[int] = set()
@@ -94,15 +93,14 @@ def quantize_tables(graph: GraphEditor, config: QuantConfig, quantized: list[str
                 declined.append((node.name, node.op_type, reason))
                 continue
             tables.setdefault(node.inputs[0], []).append(node)
-        elif node.op_type in ELEMENTWISE and (per_axis or not config.per_channel):
+        elif node.op_type in ELEMENTWISE:
             addends.update(index for index in node.inputs if _is_addend(graph, index, wanted))
     for index, gathers in tables.items():
         _rewrite_table(graph, index, gathers, config.per_channel, int8_weights)
         quantized.extend(node.name for node in gathers)
     for index in sorted(addends):
         weight = graph.constant(index)
-        axis = weight.ndim - 1 if per_axis else None
-        output = dequantized_weight(graph, index, weight, axis)
+        output = scaled_weight(graph, index, weight, weight.ndim - 1 if config.per_channel else None)
         for reader in _readers(graph, index):
             reader.inputs = [output if i == index else i for i in reader.inputs]
             quantized.append(reader.name)
@@ -184,6 +182,35 @@ def _transposed_copy(graph: GraphEditor, name: str, table: np.ndarray, values: i
     ]
     graph.place_after_producer(-1, nodes)
     return table_values, row_scale
+
+
+def scaled_weight(graph: GraphEditor, index: int, weight: np.ndarray, axis: int | None) -> int:
+    """An int8 copy of constant ``index`` scaled back to float by ``Mul(Cast(W_q), scale)``, one
+    scale per index of ``axis`` (or one); returns the float tensor, which takes the constant's name
+    (its readers read it in place of the constant, which goes).
+
+    Both engines compute it once, when they load the model (ONNX Runtime folds Cast and Mul of
+    constants but not DequantizeLinear, which it would run on every call, and a Conv whose weight
+    is not a constant loses its prepacked kernels: SegFormer's int8 ran 1.7x slower so), and it
+    needs no per-axis DequantizeLinear, so it works at any opset.
+    """
+    name = graph.tensor(index).name
+    values, params = quantize_weight(weight, axis)
+    quantized = graph.add_constant(f"{name}_quantized", values, DataType.INT8)
+    broadcast = [1] * weight.ndim
+    if axis is not None:
+        broadcast[axis] = -1
+    scale = graph.add_constant(f"{name}_scale", params.scale.reshape(broadcast) if axis is not None
+                               else np.float32(params.scale[0]), DataType.FLOAT)
+    as_float = graph.add_tensor(f"{name}_int8", DataType.FLOAT, weight.shape)
+    output = graph.add_tensor(f"{name}_dequantized", DataType.FLOAT, weight.shape)
+    graph.swap_names(index, output)
+    graph.place_after_producer(-1, [
+        graph.new_node("Cast", [quantized], [as_float], f"{name}_Cast",
+                       {"to": lite_ir.Attribute(_INT, int(DataType.FLOAT))}),
+        graph.new_node("Mul", [as_float, scale], [output], f"{name}_Mul"),
+    ])
+    return output
 
 
 def dequantized_weight(graph: GraphEditor, index: int, weight: np.ndarray, axis: int | None) -> int:

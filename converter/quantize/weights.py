@@ -18,8 +18,10 @@ their own min/max (https://onnx.ai/onnx/operators/onnx__DynamicQuantizeLinear.ht
 calibration data is needed. W's zero point is 0, MatMulInteger's default, so it is left out,
 and W_q carries no QuantParams (its scales are the W_scale constant: the file holds them once).
 Convolutions (patch embeddings, audio feature extractors) keep float arithmetic with int8
-weights, as in ``int8-weight``; embedding tables and large Add/Mul constants are stored int8 too
-(:mod:`converter.quantize.tables`, which also stores a tied table and its LM head once).
+weights, one scale per output channel, scaled back by a Cast and a Mul that both engines fold
+when they load the model (:func:`converter.quantize.tables.scaled_weight`); embedding tables and
+large Add/Mul constants are stored int8 too (:mod:`converter.quantize.tables`, which also stores a
+tied table and its LM head once).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from converter.quantize.config import QuantConfig
 from converter.quantize.graph import GraphEditor, default_opset, float_attribute, int_attribute
 from converter.quantize.scheme import quantize_weight
 from converter.quantize.static import QuantizedGraph
-from converter.quantize.tables import Int8Weights, dequantized_weight, quantize_tables
+from converter.quantize.tables import Int8Weights, dequantized_weight, quantize_tables, scaled_weight
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
 from lite.ops import fused_activation
@@ -47,7 +49,7 @@ WEIGHT_SLOTS: dict[str, tuple[int, int | None]] = {
     "Gather": (0, 0),  # a table that is also a layer's weight (tied): one DequantizeLinear for both
 }
 # the layers int8-dynamic runs in integer arithmetic (MatMulInteger), and those it keeps in float
-# arithmetic, with weights read through a DequantizeLinear
+# arithmetic with int8 weights
 DYNAMIC_LAYERS = ("MatMul", "Gemm")
 DEQUANTIZED_LAYERS = ("Conv", "ConvTranspose")
 _INT = lite_ir.AttributeType.INT
@@ -66,15 +68,13 @@ def quantize_weights_only(model: lite_ir.Model, config: QuantConfig) -> Quantize
 
 
 def _dequantize_weights(graph: GraphEditor, config: QuantConfig, result: QuantizedGraph,
-                        slots: dict[str, tuple[int, int | None]], per_tensor_fallback: bool = True) -> None:
-    """Read the large float weights of the ``slots`` layers through one DequantizeLinear each.
-
-    Below opset 13 DequantizeLinear has no axis: ``per_tensor_fallback`` quantizes per tensor
-    (``int8-weight`` warns so), else the weights stay float (one scale for a whole convolution
-    whose channels were scaled by a folded BatchNorm loses too much: 10 % of a PP-OCRv4
-    recognizer's characters).
-    """
-    per_axis_ok = default_opset(graph.source) >= 13
+                        slots: dict[str, tuple[int, int | None]], scaled: bool = False) -> None:
+    """Store the large float weights of the ``slots`` layers as int8 read through one
+    DequantizeLinear each, or with ``scaled``, through ``Mul(Cast(W_q), scale)``
+    (:func:`converter.quantize.tables.scaled_weight`: folded at load by both engines, per channel
+    at any opset). Below opset 13 DequantizeLinear has no axis: weights are quantized per tensor
+    (``int8-weight`` warns so)."""
+    per_axis_ok = scaled or default_opset(graph.source) >= 13
     done: dict[int, int] = {}
     for node in graph.nodes:
         entry = slots.get(node.op_type) if node.domain in ("", "ai.onnx") else None
@@ -85,16 +85,12 @@ def _dequantize_weights(graph: GraphEditor, config: QuantConfig, result: Quantiz
         weight = graph.constant(index)
         if weight is None or weight.size < MIN_WEIGHT_ELEMENTS:
             continue
-        if config.per_channel and not per_axis_ok and not per_tensor_fallback:
-            result.declined.append((node.name, node.op_type, "opset < 13 has no per-axis DequantizeLinear: "
-                                    "weights kept in float rather than quantized per tensor"))
-            continue
         if axis is None:  # Gemm: the output channel is B's axis 0 with transB
             axis = 0 if int_attribute(node, "transB", 0) else 1
         if not config.per_channel or not per_axis_ok or weight.ndim < 2:
             axis = None
         if index not in done:
-            done[index] = dequantized_weight(graph, index, weight, axis)
+            done[index] = (scaled_weight if scaled else dequantized_weight)(graph, index, weight, axis)
         node.inputs[slot] = done[index]
         result.quantized.append(node.name)
 
@@ -122,8 +118,7 @@ def quantize_dynamic(model: lite_ir.Model, config: QuantConfig) -> QuantizedGrap
             continue
         _rewrite_dynamic(graph, node, config, quantized_inputs, int8_weights)
         result.quantized.append(node.name)
-    _dequantize_weights(graph, config, result, {op: WEIGHT_SLOTS[op] for op in DEQUANTIZED_LAYERS},
-                        per_tensor_fallback=False)
+    _dequantize_weights(graph, config, result, {op: WEIGHT_SLOTS[op] for op in DEQUANTIZED_LAYERS}, scaled=True)
     quantize_tables(graph, config, result.quantized, result.declined, int8_weights=int8_weights)
     result.model = graph.finish()
     return result

@@ -168,8 +168,9 @@ def test_large_addends_are_stored_int8_per_last_axis(tmp_path):
     x = rng(5).normal(size=(2, 65, 64)).astype(np.float32)
     for mode in MODES:
         _convert(model, tmp_path / f"{mode}.lite", mode, {"x": x})
-        stored = [t for t in load(str(tmp_path / f"{mode}.lite"), memory_map=False).main.tensors if t.data is not None]
-        assert [(t.dtype.name, t.quant.axis) for t in stored if t.data.size >= 65 * 64] == [("INT8", 2)], mode
+        stored = {(t.dtype.name, t.data.shape) for t in _constants(tmp_path / f"{mode}.lite")}
+        assert ("INT8", (1, 65, 64)) in stored and ("FLOAT", (1, 1, 64)) in stored, mode
+        assert ("FLOAT", (1, 65, 64)) not in stored, mode
         for device in ("numpy", "cpu"):
             got = lite.Model.load(tmp_path / f"{mode}.lite", device=device)(x)
             np.testing.assert_allclose(got, x + _table(1, 65, 64), atol=0.05 * 4 / 127, err_msg=f"{mode} {device}")
@@ -202,17 +203,29 @@ def test_int8_dynamic_stores_conv_weights_int8_and_quantizes_silu_gated_matmuls(
         assert _cosine(got, expected) > 0.999, (device, _cosine(got, expected))
 
 
-def test_int8_dynamic_keeps_conv_weights_float_below_opset_13(tmp_path):
-    """Without per-axis DequantizeLinear one scale would cover every channel of a folded BatchNorm."""
+def test_int8_dynamic_conv_weights_are_folded_at_load_per_channel_at_any_opset(tmp_path):
+    """Mul(Cast(W_q), scale) needs no per-axis DequantizeLinear (opset 13), and ONNX Runtime folds it
+    into a constant weight when it loads the model, as it would not fold a DequantizeLinear."""
     model = make_model(
         """<ir_version: 7, opset_import: ["" : 12]>
         g (float[N, 16, 50] x) => (float[N, 32, 50] output) {
             output = Conv <pads: ints = [1, 1]> (x, conv_w, conv_b)
-        }""", conv_w=_table(32, 16, 3), conv_b=_table(32))
-    report = _convert(model, tmp_path / "int8.lite", "int8-dynamic")
-    assert [reason for _, op, reason in report.quantization.declined if op == "Conv"] == [
-        "opset < 13 has no per-axis DequantizeLinear: weights kept in float rather than quantized per tensor"]
-    assert not [t for t in _constants(tmp_path / "int8.lite") if t.dtype.name == "INT8"]
+        }""", conv_w=_table(32, 16, 3) * np.linspace(0.1, 10, 32, dtype=np.float32)[:, None, None], conv_b=_table(32))
+    converter.convert(model, tmp_path / "float.lite")
+    _convert(model, tmp_path / "int8.lite", "int8-dynamic")
+    stored = {(t.dtype.name, t.data.shape) for t in _constants(tmp_path / "int8.lite")}
+    assert ("INT8", (32, 16, 3)) in stored and ("FLOAT", (32, 1, 1)) in stored
+    assert ("FLOAT", (32, 16, 3)) not in stored
+    lowered = lower_model(load(str(tmp_path / "int8.lite")), external_weights=False).model
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node] == ["Conv"]
+    x = rng(7).normal(size=(2, 16, 50)).astype(np.float32)
+    expected = lite.Model.load(tmp_path / "float.lite", device="numpy")(x)
+    for device in ("numpy", "cpu"):
+        got = lite.Model.load(tmp_path / "int8.lite", device=device)(x)
+        assert _cosine(got, expected) > 0.9999, (device, _cosine(got, expected))
 
 
 def test_an_additive_mask_of_minus_infinity_stays_float(tmp_path):
