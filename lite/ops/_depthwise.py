@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import weakref
 
 import numpy as np
 
 from lite.ops import fused_activation as activations
 from lite.ops._conv_common import TapPlan
+from lite.ops._helpers import einsum
 from lite.ops._layout import channels_first_order, is_channels_last
 
 # Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
@@ -44,6 +46,8 @@ _DEPTHWISE_SCRATCH_ELEMENTS = 3 * 96 * 1024
 # From this many channels on, the exact form's rows of C elements are long enough; below it the
 # wide form's rows of Q * C elements win despite the cropped columns.
 _EXACT_MIN_CHANNELS = 192
+# A one-band layer whose scratch is at most this big keeps one per thread (see _Scratch).
+_KEPT_SCRATCH_BYTES = 128 * 1024
 # Weight arrays whose layout one geometry remembers (see _Geometry.weights).
 _REMEMBERED_WEIGHTS = 32
 
@@ -199,19 +203,66 @@ class DepthwiseChannelsLast:
     def __init__(self, geometry: _Geometry, weights: list[np.ndarray], bias, activation):
         self.geometry = geometry
         self.weights = weights
+        if bias is not None and not geometry.exact:
+            # Tiled along the wide rows: added over whole rows, whose inner loop is then a long
+            # contiguous run (broadcasting C values over the cropped rows ran C at a time).
+            tiled = np.empty((geometry.grid_w, geometry.channels), bias.dtype)
+            tiled[...] = bias
+            bias = tiled.reshape(-1)
         self.bias = bias
         self.activation = activation
         self.subscripts = "ijrwc,ijc->rwc" if geometry.exact else "ijrk,ijk->rk"
         # One band: zeroing the whole (small) buffers costs less than its zero slices one by one.
         self.zero_all = len(geometry.bands) == 1 and len(geometry.bands[0].zeroed) > 1
+        # One band whose scratch is small: each thread keeps its own, zeroed once (the cells a
+        # call writes are the same on every call, the rest stay zero), with its views built.
+        self.keeps_scratch = len(geometry.bands) == 1 and self._scratch_bytes() <= _KEPT_SCRATCH_BYTES
+        self._local = threading.local()
+
+    def _scratch_bytes(self) -> int:
+        geometry = self.geometry
+        phases = len(geometry.phases)
+        accumulators = (0 if geometry.exact else 1) + (1 if phases > 1 else 0)
+        elements = phases * geometry.buffer_rows * geometry.row + accumulators * geometry.band * geometry.row
+        return elements * geometry.itemsize
 
     def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
         """``Y[n, c] = sum over taps of X[n, c, window] * W[c, 0, tap]`` (+ bias, activation),
         ``Y`` laid out channels-last."""
+        geometry = self.geometry
+        storage = allocate((x.shape[0], geometry.out_h, geometry.out_w, geometry.channels), x.dtype)
+        if self.keeps_scratch:
+            self._run_small(x, storage)
+        else:
+            self._run_bands(x, storage, allocate)
+        return storage.transpose(channels_first_order(4))
+
+    def _run_small(self, x: np.ndarray, storage: np.ndarray) -> None:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None or scratch.dtype != x.dtype:
+            scratch = self._local.scratch = _Scratch(self, x.dtype)
+        weights, bias, activation, subscripts = self.weights, self.bias, self.activation, self.subscripts
+        image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
+        for n in range(x.shape[0]):
+            for cells, source in scratch.fills:
+                np.copyto(cells, image[n][source])
+            total = storage[n] if self.geometry.exact else scratch.total
+            einsum(subscripts, scratch.views[0], weights[0], out=total)
+            for phase in range(1, len(scratch.views)):
+                einsum(subscripts, scratch.views[phase], weights[phase], out=scratch.spare)
+                np.add(total, scratch.spare, out=total)
+            if bias is not None:
+                np.add(total, bias, out=total)
+            source = total if self.geometry.exact else scratch.cropped
+            if activation is not None:
+                activations.apply_into(source, storage[n], *activation)
+            elif source is not storage[n]:
+                np.copyto(storage[n], source)
+
+    def _run_bands(self, x: np.ndarray, storage: np.ndarray, allocate) -> None:
         geometry, weights, bias, activation = self.geometry, self.weights, self.bias, self.activation
         batch, channels, exact = x.shape[0], geometry.channels, geometry.exact
         out_w, grid_w = geometry.out_w, geometry.grid_w
-        storage = allocate((batch, geometry.out_h, out_w, channels), x.dtype)  # (N, out_h, out_w, C)
         phases = len(geometry.phases)
         buffers = allocate((phases, geometry.buffer_rows, grid_w, channels), x.dtype)
         accumulator = None if exact else allocate((geometry.band, geometry.row), x.dtype)
@@ -233,25 +284,43 @@ class DepthwiseChannelsLast:
                 for phase, (shape, strides, offset) in enumerate(band.views):
                     view = np.ndarray(shape, buffers.dtype, buffers, offset, strides)
                     if phase == 0:
-                        np.einsum(self.subscripts, view, weights[0], out=total)
+                        einsum(self.subscripts, view, weights[0], out=total)
                     else:
-                        np.einsum(self.subscripts, view, weights[phase], out=spare[:rows])
+                        einsum(self.subscripts, view, weights[phase], out=spare[:rows])
                         np.add(total, spare[:rows], out=total)
                     del view
-                if exact:
-                    if bias is not None:
-                        np.add(target, bias, out=target)
-                else:
-                    # The wide rows cropped to the output on the way (with the bias added there).
-                    cropped = total.reshape(rows, grid_w, channels)[:, :out_w]
-                    if bias is not None:
-                        np.add(cropped, bias, out=target)
-                    else:
-                        np.copyto(target, cropped)
+                if bias is not None:
+                    np.add(total, bias, out=total)
+                # The wide rows are cropped to the output on the way through the activation.
+                source = total if exact else total.reshape(rows, grid_w, channels)[:, :out_w]
                 if activation is not None:
-                    activations.apply_into(target, target, *activation)
+                    activations.apply_into(source, target, *activation)
+                elif source is not target:
+                    np.copyto(target, source)
         del buffers, accumulator, spare
-        return storage.transpose(channels_first_order(4))
+
+
+class _Scratch:
+    """One thread's scratch for a one-band :class:`DepthwiseChannelsLast`: the phase buffers
+    (zero but for the image cells each call copies in), the accumulators, and the views of
+    them a call uses."""
+
+    def __init__(self, layer: DepthwiseChannelsLast, dtype):
+        geometry = layer.geometry
+        band = geometry.bands[0]
+        self.dtype = dtype
+        self.buffers = np.zeros((len(geometry.phases), geometry.buffer_rows, geometry.grid_w, geometry.channels),
+                                dtype)
+        self.fills = [(self.buffers[cells], source) for cells, source in band.filled]
+        self.views = [np.ndarray(shape, dtype, self.buffers, offset, strides) for shape, strides, offset in band.views]
+        for view in self.views:
+            view.flags.writeable = False
+        exact = geometry.exact
+        band_shape = (band.rows, geometry.out_w, geometry.channels) if exact else (band.rows, geometry.row)
+        self.total = None if exact else np.empty(band_shape, dtype)
+        self.cropped = None if exact else self.total.reshape(band.rows, geometry.grid_w, geometry.channels)[
+            :, : geometry.out_w]
+        self.spare = np.empty(band_shape, dtype) if len(geometry.phases) > 1 else None
 
 
 def depthwise_layer(x_shape, w, bias, activation, begin, end, strides, dilations, out_shape, dtype):

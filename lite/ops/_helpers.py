@@ -35,6 +35,25 @@ clip = _clip_ufunc()
 """``clip(x, low, high, out=None)``: ``minimum(maximum(x, low), high)`` elementwise, NaN kept."""
 
 
+def _c_einsum():
+    """numpy's C einsum without ``np.einsum``'s Python layer (1.2 µs a call, a tenth of a small
+    map's depthwise convolution); private like the clip ufunc, ``np.einsum`` where not found."""
+    import importlib
+
+    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            found = getattr(importlib.import_module(name), "c_einsum", None)
+        except ImportError:
+            continue
+        if callable(found):
+            return found
+    return np.einsum
+
+
+einsum = _c_einsum()
+"""``einsum(subscripts, *operands, out=None)``: numpy's einsum (no ``optimize``)."""
+
+
 def normalize_axis(op_type: str, axis: int, rank: int) -> int:
     """``axis`` in ``[-rank, rank)`` mapped to ``[0, rank)``."""
     axis = int(axis)

@@ -34,6 +34,7 @@ most of a convolution's time.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -62,6 +63,9 @@ _COLUMNS_BYTES = 1 << 20
 _MIN_GEMM_COLUMNS = 512
 # A 2-D convolution whose whole im2col matrix fits this is one copy and one GEMM (see _Im2col).
 _WHOLE_COLUMNS_BYTES = 1 << 20
+# A layer whose scratch is at most this big keeps one per thread instead of asking for it on
+# every call (see _Im2col).
+_KEPT_SCRATCH_BYTES = 256 * 1024
 # The channels-last im2col matrix (see _Im2col) for channels-first inputs of at most this many
 # pixels with at least this many channels.
 _ROWS_MAX_PIXELS = 256
@@ -334,6 +338,11 @@ class _Im2col:
         self.y_shape = (batch, out_channels, *out_shape)
         self.bias = None if bias is None else bias.reshape(out_channels, 1)
         self.activate = None if activation is None else activations.in_place(*activation)
+        # Small scratch that needs a copy of the input anyway: each thread keeps its own (the
+        # padded buffer's border is zeroed once; a call writes its interior and the columns).
+        scratch = (math.prod(self.columns_shape) + math.prod(self.padded_shape)) * item
+        self.keeps_scratch = self.copy and scratch <= _KEPT_SCRATCH_BYTES
+        self._local = threading.local()
 
     @staticmethod
     def suits(x, w, group, begin, end, out_shape) -> bool:
@@ -343,17 +352,27 @@ class _Im2col:
 
     def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
         y = allocate(self.product_shape, x.dtype)
-        columns = allocate(self.columns_shape, x.dtype)
-        padded = allocate(self.padded_shape, x.dtype) if self.copy else None
+        if self.keeps_scratch:
+            scratch = getattr(self._local, "scratch", None)
+            if scratch is None or scratch[0].dtype != x.dtype:
+                scratch = self._local.scratch = self._scratch(x.dtype)
+            columns, padded, view = scratch
+        else:
+            columns = allocate(self.columns_shape, x.dtype)
+            padded = allocate(self.padded_shape, x.dtype) if self.copy else None
+            view = None
         for n in range(x.shape[0]):
             image = x[n].transpose(self.order)
-            if padded is not None:
-                padded.fill(0)
-                padded[self.interior] = image
-                image = padded
-            view = np.ndarray(self.window_shape, x.dtype, image, 0, self.window_strides)
-            np.copyto(columns.reshape(self.window_shape), view)
-            del view
+            if view is None:
+                if padded is not None:
+                    padded.fill(0)
+                    padded[self.interior] = image
+                    image = padded
+                np.copyto(columns.reshape(self.window_shape),
+                          np.ndarray(self.window_shape, x.dtype, image, 0, self.window_strides))
+            else:
+                np.copyto(padded[self.interior], image)
+                np.copyto(columns.reshape(self.window_shape), view)
             if self.rows:
                 if self.split:
                     parallel.matmul(self.matrix, columns.T, y[n])
@@ -363,13 +382,22 @@ class _Im2col:
                 parallel.matmul(self.matrix[0], columns[0], y[n, 0])
             else:
                 np.matmul(self.matrix, columns, out=y[n])
-        del padded, columns
+        del padded, columns, view
         y = y.reshape(self.y_shape[0], self.y_shape[1], -1)
         if self.bias is not None:
             np.add(y, self.bias, out=y)
         if self.activate is not None:
             self.activate(y)
         return y.reshape(self.y_shape)
+
+    def _scratch(self, dtype):
+        """This thread's column matrix, zeroed padded buffer (only its interior is ever written)
+        and the windows view of it."""
+        columns = np.empty(self.columns_shape, dtype)
+        padded = np.zeros(self.padded_shape, dtype)
+        view = np.ndarray(self.window_shape, dtype, padded, 0, self.window_strides)
+        view.flags.writeable = False
+        return columns, padded, view
 
 
 class _Direct:

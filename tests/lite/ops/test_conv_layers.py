@@ -55,16 +55,16 @@ ACTIVATIONS = [None, ("Relu", ()), ("Clip", (0.0, 6.0)), ("HardSwish", ())]
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=["none", "Relu", "Clip", "HardSwish"])
 def test_prepared_layers_match_the_reference_and_are_reused(case, activation):
     x_shape, w_shape, attributes = CASES[case]
-    x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
-    prepared = conv.prepare_conv([None, w, b], [x.shape, w.shape, b.shape], **attributes)
-    expected = expected_conv(x, w, b, attributes, activation)
-    inputs = [x] + ([channels_last(x)] if x.ndim == 4 else [])
-    for given in inputs:
-        for _ in range(2):
-            got = conv.Conv(given, w, b, fused_activation=activation, prepared=prepared, **attributes)
-            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    w, b = normal(*w_shape), normal(w_shape[0])
+    prepared = conv.prepare_conv([None, w, b], [x_shape, w.shape, b.shape], **attributes)
+    layouts = [np.asarray] + ([channels_last] if len(x_shape) == 4 else [])
+    for layout in layouts:
+        for _ in range(2):  # the second call reuses the layer (and its scratch) on new data
+            x = normal(*x_shape)
+            got = conv.Conv(layout(x), w, b, fused_activation=activation, prepared=prepared, **attributes)
+            np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, activation), rtol=1e-4, atol=1e-4)
     # One layer per layout, built once.
-    assert len(prepared.layers) == len(inputs)
+    assert len(prepared.layers) == len(layouts)
 
 
 def test_a_layer_per_input_shape_and_activation():
