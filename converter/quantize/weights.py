@@ -17,11 +17,11 @@ which ONNX Runtime fuses into DynamicQuantizeMatMul; activations are quantized p
 their own min/max (https://onnx.ai/onnx/operators/onnx__DynamicQuantizeLinear.html), so no
 calibration data is needed. W's zero point is 0, MatMulInteger's default, so it is left out,
 and W_q carries no QuantParams (its scales are the W_scale constant: the file holds them once).
-Convolutions (patch embeddings, audio feature extractors) keep float arithmetic with int8
-weights, one scale per output channel, scaled back by a Cast and a Mul that both engines fold
-when they load the model (:func:`converter.quantize.tables.scaled_weight`); embedding tables and
-large Add/Mul constants are stored int8 too (:mod:`converter.quantize.tables`, which also stores a
-tied table and its LM head once).
+Convolutions (patch embeddings, audio feature extractors) and recurrent layers keep float
+arithmetic with int8 weights, one scale per output channel, scaled back by a Cast and a Mul that
+both engines fold when they load the model (:func:`converter.quantize.tables.scaled_weight`);
+embedding tables and large Add/Mul constants are stored int8 too (:mod:`converter.quantize.tables`,
+which also stores a tied table and its LM head once).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from converter.quantize.config import QuantConfig
 from converter.quantize.graph import GraphEditor, default_opset, float_attribute, int_attribute
 from converter.quantize.scheme import quantize_weight
 from converter.quantize.static import QuantizedGraph
-from converter.quantize.tables import Int8Weights, dequantized_weight, quantize_tables, scaled_weight
+from converter.quantize.tables import RECURRENT, Int8Weights, dequantized_weight, quantize_tables
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
 from lite.ops import fused_activation
@@ -49,9 +49,9 @@ WEIGHT_SLOTS: dict[str, tuple[int, int | None]] = {
     "Gather": (0, 0),  # a table that is also a layer's weight (tied): one DequantizeLinear for both
 }
 # the layers int8-dynamic runs in integer arithmetic (MatMulInteger), and those it keeps in float
-# arithmetic with int8 weights
+# arithmetic with int8 weights (converter.quantize.tables)
 DYNAMIC_LAYERS = ("MatMul", "Gemm")
-DEQUANTIZED_LAYERS = ("Conv", "ConvTranspose")
+FLOAT_LAYERS = ("Conv", "ConvTranspose", *RECURRENT)
 _INT = lite_ir.AttributeType.INT
 
 
@@ -68,13 +68,9 @@ def quantize_weights_only(model: lite_ir.Model, config: QuantConfig) -> Quantize
 
 
 def _dequantize_weights(graph: GraphEditor, config: QuantConfig, result: QuantizedGraph,
-                        slots: dict[str, tuple[int, int | None]], scaled: bool = False) -> None:
-    """Store the large float weights of the ``slots`` layers as int8 read through one
-    DequantizeLinear each, or with ``scaled``, through ``Mul(Cast(W_q), scale)``
-    (:func:`converter.quantize.tables.scaled_weight`: folded at load by both engines, per channel
-    at any opset). Below opset 13 DequantizeLinear has no axis: weights are quantized per tensor
-    (``int8-weight`` warns so)."""
-    per_axis_ok = scaled or default_opset(graph.source) >= 13
+                        slots: dict[str, tuple[int, int | None]]) -> None:
+    """Read the large float weights of the ``slots`` layers through one DequantizeLinear each."""
+    per_axis_ok = default_opset(graph.source) >= 13
     done: dict[int, int] = {}
     for node in graph.nodes:
         entry = slots.get(node.op_type) if node.domain in ("", "ai.onnx") else None
@@ -90,7 +86,7 @@ def _dequantize_weights(graph: GraphEditor, config: QuantConfig, result: Quantiz
         if not config.per_channel or not per_axis_ok or weight.ndim < 2:
             axis = None
         if index not in done:
-            done[index] = (scaled_weight if scaled else dequantized_weight)(graph, index, weight, axis)
+            done[index] = dequantized_weight(graph, index, weight, axis)
         node.inputs[slot] = done[index]
         result.quantized.append(node.name)
 
@@ -118,8 +114,8 @@ def quantize_dynamic(model: lite_ir.Model, config: QuantConfig) -> QuantizedGrap
             continue
         _rewrite_dynamic(graph, node, config, quantized_inputs, int8_weights)
         result.quantized.append(node.name)
-    _dequantize_weights(graph, config, result, {op: WEIGHT_SLOTS[op] for op in DEQUANTIZED_LAYERS}, scaled=True)
-    quantize_tables(graph, config, result.quantized, result.declined, int8_weights=int8_weights)
+    quantize_tables(graph, config, result.quantized, result.declined, layers=FLOAT_LAYERS,
+                    int8_weights=int8_weights)
     result.model = graph.finish()
     return result
 

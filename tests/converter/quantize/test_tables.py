@@ -237,3 +237,22 @@ def test_an_additive_mask_of_minus_infinity_stays_float(tmp_path):
         }""", mask=mask)
     _convert(model, tmp_path / "int8.lite", "int8-dynamic")
     assert [t.dtype.name for t in _constants(tmp_path / "int8.lite")] == ["FLOAT"]
+
+
+def test_int8_dynamic_stores_lstm_weights_int8_per_gate_row(tmp_path):
+    hidden = 32
+    model = make_model(
+        f"""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[10, N, 16] x) => (float[10, 1, N, {hidden}] output) {{
+            output = LSTM <hidden_size: int = {hidden}> (x, w, r, b)
+        }}""",
+        w=_table(1, 4 * hidden, 16) * 10, r=_table(1, 4 * hidden, hidden, seed=1) * 10, b=_table(1, 8 * hidden, seed=2))
+    converter.convert(model, tmp_path / "float.lite")
+    _convert(model, tmp_path / "int8.lite", "int8-dynamic")
+    stored = {(t.dtype.name, t.data.shape) for t in _constants(tmp_path / "int8.lite")}
+    assert {("INT8", (1, 4 * hidden, 16)), ("INT8", (1, 4 * hidden, hidden)), ("FLOAT", (1, 4 * hidden, 1))} <= stored
+    x = rng(8).normal(size=(10, 3, 16)).astype(np.float32)
+    expected = lite.Model.load(tmp_path / "float.lite", device="numpy")(x)
+    for device in ("numpy", "cpu"):
+        got = lite.Model.load(tmp_path / "int8.lite", device=device)(x)
+        assert _cosine(got, expected) > 0.999, (device, _cosine(got, expected))
