@@ -36,7 +36,7 @@ _SERIES_TERMS = 30
 _FRACTION_DEPTH = 40
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _MACLAURIN = [_TWO_OVER_SQRT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7)]
-_ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
              1.48851587, -0.82215223, 0.17087277)
 _MACLAURIN_LIMIT = 0.5
 
@@ -82,9 +82,9 @@ def erfc_float32_of_magnitude(magnitude: np.ndarray) -> np.ndarray:
     t = magnitude * np.float32(0.5)
     t += np.float32(1.0)
     np.reciprocal(t, out=t)
-    fit = t * np.float32(_ERFC_FIT[-1])
-    fit += np.float32(_ERFC_FIT[-2])
-    for coefficient in reversed(_ERFC_FIT[:-2]):
+    fit = t * np.float32(ERFC_FIT[-1])
+    fit += np.float32(ERFC_FIT[-2])
+    for coefficient in reversed(ERFC_FIT[:-2]):
         fit *= t
         fit += np.float32(coefficient)
     fit -= magnitude * magnitude
