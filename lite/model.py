@@ -59,7 +59,11 @@ class Model:
         ``options`` (ONNX Runtime devices): ``optimization`` ("all", "extended", "basic",
         "disable"), ``cache_dir`` (None disables the session cache), ``device_id``,
         ``gpu_mem_limit``, ``cudnn_conv_algo_search``, ``prefer_nhwc``, ``cuda_graph``,
-        ``fuse_conv_bias``, ``tf32``, ``cuda_options`` (more CUDA provider options, a dict), ``precision``; see :class:`lite.engines.ort.sessions.SessionConfig`.
+        ``fuse_conv_bias``, ``tf32``, ``cuda_options`` (more CUDA provider options, a dict), ``precision``,
+        ``int8_compute`` (int8 models on the CPU: ``"auto"``, the default, measures ONNX Runtime's
+        int8 kernels against the model's float form on dequantized weights at load and keeps the
+        faster, ``model.engine.decision`` says which and why; ``"int8"`` or ``"float"`` choose);
+        see :class:`lite.engines.ort.sessions.SessionConfig`.
 
         ``engine`` (orthogonal to ``device``, which then says where the engine runs; ``"auto"``
         lets the engine choose): None (the default) binds the engine ``device`` names, as above;
@@ -296,6 +300,8 @@ def _named_engine(model: ir.Model, engine: str, source: Any, device: str, thread
     if engine != "auto":
         if device == "numpy" and engine != "numpy":
             raise ValueError(f"device='numpy' is the numpy engine; engine={engine!r} needs device 'auto' or one it runs on")
+        if engine == "onnxruntime":
+            options.setdefault("int8_compute", "auto")  # as for device="cpu"
         request = EngineRequest(device=where, threads=threads, precision=precision, custom_ops=custom_ops,
                                 identity=identity, cache_dir=cache_dir, options=options)
         return create_engine(engine, model, request)
@@ -330,6 +336,7 @@ def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: C
         return create_engine("numpy", model, EngineRequest(device="cpu", threads=threads, custom_ops=custom_ops))
     # A device of ONNX Runtime's: its options (precision among them, in ONNX Runtime's terms) pass through.
     options = dict(options)
+    options.setdefault("int8_compute", "auto")  # int8 models: int8 kernels or the float form, the faster here
     cache_dir = options.pop("cache_dir", default_cache_dir())
     request = EngineRequest(device=device, threads=threads, custom_ops=custom_ops, identity=identity,
                             cache_dir=cache_dir, options=options)

@@ -28,7 +28,7 @@ import numpy as np
 from lite.cpu import int8_products_saturate
 from lite.device_arrays import DeviceArray, is_device_array, numpy_dtype_of_ortvalue
 from lite.engines.base import has_half_weights
-from lite.engines.ort import sessions
+from lite.engines.ort import int8_choice, sessions
 from lite.engines.ort.cuda import CudaRunner, caller_stream, torch_stream
 from lite.engines.ort.device_kernels import CudaStream, KernelSteps, run_bound
 from lite.engines.partition import Part, numpy_part, split
@@ -43,7 +43,9 @@ _MAX_REPARTITIONS = 16
 # What this engine does besides lowering (cutting the graph, rewriting the lowered model): a change
 # to them must not reuse a cached session either.
 _HERE = Path(__file__).resolve().parent
-_REWRITES = (_HERE / "half.py", _HERE / "unsigned.py", _HERE / "rewrites.py", _HERE.parent / "partition.py")
+_REWRITES = (_HERE / "half.py", _HERE / "unsigned.py", _HERE / "rewrites.py", _HERE / "dequantized.py",
+             _HERE / "int8_choice.py", _HERE.parent / "partition.py")
+_FLOAT_FORM = "float form"  # the form of an int8 model run on dequantized weights (see int8_choice.py)
 
 
 @dataclass
@@ -111,6 +113,15 @@ class OrtEngine:
         self.plain_config = dataclasses.replace(config, cuda_graph=False)
         self.cuda_graph_declined: str | None = None
         self.ort = sessions.import_onnxruntime(device)
+        # int8 models on the CPU: int8 kernels, or the float form where that is faster (int8_choice.py).
+        self.int8_form = "as stored"
+        self.decision: dict[str, Any] | None = None
+        wanted = config.int8_compute if device == "cpu" and int8_choice.quantizes(model) else "int8"
+        if wanted == "auto":
+            self.decision = int8_choice.recorded(self._decision_path())
+            if self.decision is not None:
+                self.decision["reused"] = True
+                self.int8_form = _FLOAT_FORM if self.decision["chosen"] == "float" else "as stored"
         on_numpy = {id(n) for n in model.main.nodes if not self._supported(n)}
         self._on_numpy = on_numpy
         self._rebuild_lock = threading.Lock()
@@ -129,7 +140,41 @@ class OrtEngine:
         self.output_names = [graph.tensors[i].name for i in graph.outputs]
         self.numpy_nodes = sum(len(s.nodes) for s in self.segments if not s.on_ort and not s.on_device_kernels)
         self.gpu = self._gpu_runner() if device != "cpu" else None
+        if wanted != "int8" and self.decision is None:
+            self.decision = self._settle_int8(wanted)
         self.direct = self._direct_session()
+
+    def _settle_int8(self, wanted: str) -> dict[str, Any]:
+        """Keep the int8 kernels or take the float form (``wanted``: "auto" measures, "float" takes it)."""
+        segment = self.segments[0]
+        if len(self.segments) != 1 or not isinstance(segment.runner, sessions.Session):
+            return {"chosen": "int8", "why": "the graph is partitioned: its int8 kernels run as they are"}
+        self.int8_form = _FLOAT_FORM
+        try:
+            floated = self._runner(segment, 0, 1)  # the session a later load builds or finds in the cache
+        except (UnsupportedOpError, sessions.MissingKernel) as err:
+            self.int8_form = "as stored"
+            return {"chosen": "int8", "why": f"no float form: {err}"}
+        if wanted == "float":
+            decision = {"chosen": "float", "why": "int8_compute='float'"}
+        else:
+            int8, names = segment.runner, self.output_names
+            decision = int8_choice.measure(lambda feeds: dict(zip(names, int8.run_arrays(names, feeds))),
+                                           lambda feeds: dict(zip(names, floated.run_arrays(names, feeds))),
+                                           int8_choice.random_feeds(self.model))
+            decision["reused"] = False
+            int8_choice.record(self._decision_path(), decision)
+        if decision["chosen"] == "float":
+            segment.runner = floated
+        else:
+            self.int8_form = "as stored"
+        return decision
+
+    def _decision_path(self) -> Path | None:
+        identity = self._identity("int8 or float form", "either")
+        if identity is None or self.config.cache_dir is None:
+            return None
+        return int8_choice.decision_path(self.config.cache_dir, f"{identity}|threads={self.config.threads}")
 
     def _direct_session(self) -> sessions.Session | None:
         """The session that runs the whole graph on the CPU, when numpy feeds can go to it as they
@@ -212,7 +257,7 @@ class OrtEngine:
             def build(input_types: dict[str, DataType] | None = None) -> sessions.Session:
                 typed = sorted((k, int(v)) for k, v in (input_types or {}).items())
                 return sessions.create(self.ort, lambda: self._lower(segment.nodes, inputs, outputs, name, input_types),
-                                       config, self._identity(f"{part}|{typed}"))
+                                       config, self._identity(f"{part}|{typed}", self.int8_form))
 
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
                 return _TypedOnFirstRun(build)
@@ -233,6 +278,12 @@ class OrtEngine:
         from lite.format.onnx.lower import lower_nodes
 
         lowered = lower_nodes(self.model, nodes, inputs, outputs, name=name, input_types=input_types)
+        if self.int8_form == _FLOAT_FORM:  # decided for this model before (int8_choice.py), so it has one
+            from lite.engines.ort.dequantized import float_form
+
+            lowered = float_form(lowered)
+            if isinstance(lowered, str):
+                raise UnsupportedOpError(f"the float form of this int8 model: {lowered}")
         if self.name == "cpu":
             from lite.engines.ort import rewrites
 
@@ -243,12 +294,13 @@ class OrtEngine:
             lowered = unsigned_weights(lowered)
         return to_half_compute(lowered) if self.compute_precision == "fp16" else lowered
 
-    def _identity(self, part: str) -> str | None:
+    def _identity(self, part: str, form: str = "as stored") -> str | None:
         """Names a lowered part of the model without lowering it, when the model came from a file."""
         if self.config.weights_identity is None:
             return None
         weights = "uint8 weights" if self.unsigned_weights else "weights as stored"
-        return f"{self.config.weights_identity}|{lowering_fingerprint(*_REWRITES)}|{self.compute_precision}|{weights}|{part}"
+        return (f"{self.config.weights_identity}|{lowering_fingerprint(*_REWRITES)}|{self.compute_precision}|{weights}|"
+                f"{form}|{part}")
 
     def _gpu_runner(self) -> CudaRunner | None:
         """IOBinding (and CUDA graph) execution when the whole graph is one ONNX Runtime session."""

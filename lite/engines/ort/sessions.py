@@ -75,6 +75,10 @@ class SessionConfig:
     # The CUDA stream (a cudaStream_t, as an int) the provider runs on; None: its own. Not part of
     # the cache key: it changes nothing in the optimized model.
     compute_stream: int | None = None
+    # int8 (QDQ) models on the CPU: "int8" runs ONNX Runtime's int8 kernels, "float" the float form
+    # (weights dequantized at load), "auto" measures both at load and keeps the faster (int8_choice.py;
+    # lite.Model.load's default). Not part of the cache key: the form is part of the lowered model's.
+    int8_compute: str = "int8"
     cache_dir: Path | None = field(default_factory=default_cache_dir)  # None: no cache
     weights_identity: str | None = None  # identity of the weights (file, size, mtime); None: hash them
 
@@ -96,6 +100,8 @@ class SessionConfig:
                 object.__setattr__(self, name, on_gpu)
         if self.fuse_conv_bias is None:
             object.__setattr__(self, "fuse_conv_bias", on_gpu and threading.current_thread() is threading.main_thread())
+        if self.int8_compute not in ("auto", "int8", "float"):
+            raise ValueError(f"int8_compute must be 'auto', 'int8' or 'float'; got {self.int8_compute!r}")
         if self.optimization not in _OPTIMIZATION_LEVELS:
             raise ValueError(f"optimization must be one of {', '.join(_OPTIMIZATION_LEVELS)}; got {self.optimization!r}")
         if self.cudnn_conv_algo_search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):

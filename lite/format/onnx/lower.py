@@ -38,7 +38,7 @@ MAX_DEFAULT_OPSET = 26
 # types of some size: ONNX Runtime reads small integer tensors (Reshape shapes, Slice starts,
 # ...) during shape inference, which it cannot do for external initializers.
 _EXTERNAL_TYPES = {DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16, DataType.INT8, DataType.UINT8}
-_EXTERNAL_MIN_BYTES = 4096
+EXTERNAL_MIN_BYTES = 4096
 
 
 @dataclass
@@ -198,7 +198,7 @@ class _Lowering:
 
     def initializer(self, tensor: ir.Tensor, top_level: bool) -> TensorProto:
         if (top_level and self.external_weights and tensor.dtype in _EXTERNAL_TYPES
-                and tensor.data.nbytes >= _EXTERNAL_MIN_BYTES):
+                and tensor.data.nbytes >= EXTERNAL_MIN_BYTES):
             proto = TensorProto(name=tensor.name, data_type=int(tensor.dtype), dims=list(tensor.shape))
             proto.data_location = TensorProto.EXTERNAL
             # The location is never read: the session receives the array itself.

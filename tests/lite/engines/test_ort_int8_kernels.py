@@ -86,7 +86,7 @@ def test_uint8_weights_compute_what_the_numpy_engine_does(build, shape):
 @pytest.mark.parametrize("build, shape", [(_saturating_conv, (1, 4, 8, 8)), (_saturating_matmul, (4, 64))])
 def test_onnx_runtime_engine_agrees_with_numpy_on_this_cpu(build, shape):
     data, x = build(), _inputs(shape)
-    on_cpu = lite.Model.load(data, device="cpu", cache_dir=None)
+    on_cpu = lite.Model.load(data, device="cpu", cache_dir=None, int8_compute="int8")  # the int8 kernels
     assert on_cpu.engine.unsigned_weights == cpu.int8_products_saturate()
     np.testing.assert_array_equal(on_cpu(x), lite.Model.load(data, device="numpy")(x))
 

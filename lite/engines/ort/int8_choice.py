@@ -1,0 +1,151 @@
+"""int8 kernels or the float form: which runs a static int8 model faster on this CPU.
+
+ONNX Runtime runs a QDQ model's layers with int8 kernels (QLinearConv, QGemm, QLinearAdd ...).
+Whether they beat its float kernels depends on the CPU and the layers: with AVX-512 VNNI (or
+AVX-VNNI, AMX) a u8 x s8 product accumulates in one instruction; with AVX2 only they need uint8
+weights to stay exact (:mod:`lite.engines.ort.unsigned`), which takes ONNX Runtime's slower U8U8
+kernels, and small layers pay int8's fixed costs (requantizing, NHWC transposes) for little
+arithmetic. On a 2-core AVX2 EPYC, int8 MobileNetV1/V2/V3, RegNet, PP-LCNet, BiT and ConvNeXt at
+64x64 took 1.1-1.7x their float time while ResNet-18 took 0.5x.
+
+So with ``int8_compute="auto"`` (``lite.Model.load``'s default on the CPU) the engine measures
+both at load: the model as stored, and its float form (:mod:`lite.engines.ort.dequantized`: the
+same layers on weights dequantized once, no activation rounding). The float form must agree
+with the int8 kernels on random inputs within :data:`TOLERANCE`; then the faster one is kept,
+timed in alternating rounds and compared round by round.
+
+The decision is a small JSON record, ``engine.decision``, written under
+``<cache_dir>/ort/int8/`` and reused by later loads of the same file on the same CPU, ONNX
+Runtime version, thread count and lowering code (the measurement costs about a second).
+``int8_compute="int8"`` keeps the int8 kernels without measuring (what quantization tools that
+evaluate int8 accuracy need, and the engine's own default), ``"float"`` takes the float form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lite import cpu
+from lite.atomic import atomic_write
+from lite.format import ir
+
+CHOICES = ("auto", "int8", "float")
+DECISION_FORMAT = 1
+# Calls slower than this get fewer rounds: their times vary less, and rounds cost more.
+_SLOW_CALL_MS = 20.0
+_MIN_CALLS = 3
+# The float form's largest difference from the int8 kernels, relative to an output's peak. It
+# differs by int8's own rounding, which reached 0.12-0.19 of the peak on BiT and EfficientNet
+# quantized with random calibration data (their float forms are the closer to the float model);
+# a float form that lost an activation (a Relu the quantizer left to a zero point) was off by 4x.
+TOLERANCE = 0.5
+
+
+def quantizes(model: ir.Model) -> bool:
+    """Whether the main graph has QuantizeLinear/DequantizeLinear nodes (a QDQ int8 model)."""
+    return any(node.op_type in ("QuantizeLinear", "DequantizeLinear") for node in model.main.nodes)
+
+
+def decision_path(cache_dir: Path, identity: str) -> Path:
+    """The record's file for a lowered part of a model (the engine's session identity), this CPU
+    and this ONNX Runtime."""
+    import onnxruntime
+
+    key = hashlib.sha256(json.dumps([identity, onnxruntime.__version__, cpu.signature()]).encode()).hexdigest()[:32]
+    return cache_dir / "ort" / "int8" / f"{key}.json"
+
+
+def recorded(path: Path | None) -> dict[str, Any] | None:
+    """A decision written earlier, or None (none, damaged or of another format)."""
+    if path is None:
+        return None
+    try:
+        decision = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(decision, dict) or decision.get("format") != DECISION_FORMAT or decision.get("chosen") not in (
+            "int8", "float"):
+        return None
+    return decision
+
+
+def record(path: Path | None, decision: dict[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as handle:
+        handle.write(json.dumps(decision, indent=2, sort_keys=True).encode())
+
+
+def measure(int8: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+            float_form: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+            feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Check the float form against the int8 kernels on ``feeds``, time both, and choose."""
+    from lite.autotune import agreement
+
+    decision: dict[str, Any] = {"format": DECISION_FORMAT, "cpu": cpu.name(),
+                                "vnni": not cpu.int8_products_saturate(), "tolerance": TOLERANCE}
+    started = time.perf_counter()
+    expected = int8(feeds)
+    first_ms = (time.perf_counter() - started) * 1e3
+    error, problem = agreement(expected, float_form(feeds), TOLERANCE)
+    decision["float_error"] = error
+    if problem is not None:
+        decision.update(chosen="int8", why=f"the float form disagrees with the int8 kernels: {problem}")
+        return decision
+    fast = first_ms < _SLOW_CALL_MS
+    ratios, times = _alternate({"int8": int8, "float": float_form}, feeds, rounds=5 if fast else 3,
+                               warmup_s=0.03 if fast else 0.0, measure_s=0.06 if fast else 0.0)
+    ratio = statistics.median(ratios)
+    decision.update(ms={label: statistics.median(values) for label, values in times.items()}, float_over_int8=ratio,
+                    rounds=ratios)
+    chosen = "float" if ratio < 1.0 else "int8"
+    decision["chosen"] = chosen
+    decision["why"] = (f"the float form ran in {ratio:.2f}x the int8 kernels' time (median of {len(ratios)} rounds, "
+                       "each timing both)")
+    return decision
+
+
+def _alternate(calls: dict[str, Callable[[dict[str, np.ndarray]], Any]], feeds: dict[str, np.ndarray], rounds: int,
+               warmup_s: float, measure_s: float) -> tuple[list[float], dict[str, list[float]]]:
+    """Per round, the float form's median time over the int8 kernels' (a paired comparison: both
+    see about the same load from other processes), the order alternating. Each turn starts with
+    untimed calls: the other session's worker threads spin on for a while after its last call."""
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    order = list(calls)
+    for index in range(rounds):
+        for label in order if index % 2 == 0 else order[::-1]:
+            call = calls[label]
+            deadline = time.perf_counter() + warmup_s
+            call(feeds)
+            while time.perf_counter() < deadline:
+                call(feeds)
+            samples = []
+            deadline = time.perf_counter() + measure_s
+            while len(samples) < _MIN_CALLS or time.perf_counter() < deadline:
+                started = time.perf_counter()
+                call(feeds)
+                samples.append(time.perf_counter() - started)
+            times[label].append(statistics.median(samples) * 1e3)
+    return [f / i for f, i in zip(times["float"], times["int8"])], times
+
+
+def random_feeds(model: ir.Model) -> dict[str, np.ndarray]:
+    """Standard normal inputs of batch 1 (symbolic sizes 1), as autotuning uses."""
+    from lite.signature import TensorSpec, concrete_shape, random_array
+
+    rng = np.random.default_rng(0)
+    graph = model.main
+    feeds = {}
+    for index in graph.inputs:
+        spec = TensorSpec.of(graph.tensors[index])
+        feeds[spec.name] = random_array(spec, concrete_shape(spec, 1), rng)
+    return feeds

@@ -1,0 +1,169 @@
+"""int8 models on ONNX Runtime's CPU provider: the float form, and the choice between it and int8 kernels."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import lite
+from lite.format import GraphBuilder, to_bytes
+
+ort = pytest.importorskip("onnxruntime", reason="the ONNX Runtime engine needs onnxruntime (the ort extra)")
+onnx = pytest.importorskip("onnx", reason="lowering to ONNX needs onnx (the ort extra)")
+
+from onnx.reference import ReferenceEvaluator
+
+from lite.engines import EngineRequest, create_engine
+from lite.engines.ort.dequantized import float_form
+from lite.format import load
+from lite.format.onnx.lower import lower_model
+
+
+def _pair(b: GraphBuilder, x: str, name: str, scale: float, zero: int) -> str:
+    """QuantizeLinear → DequantizeLinear of ``x`` with uint8 parameters."""
+    s, z = b.constant(f"{name}_scale", np.float32(scale)), b.constant(f"{name}_zero", np.uint8(zero))
+    return b.node("DequantizeLinear", [b.node("QuantizeLinear", [x, s, z]), s, z])
+
+
+def _weights(b: GraphBuilder, name: str, values: np.ndarray) -> str:
+    """int8 weights per output channel, read through DequantizeLinear."""
+    scale = np.abs(values).reshape(len(values), -1).max(axis=1) / 127
+    quantized = np.round(values / scale.reshape(-1, *[1] * (values.ndim - 1))).astype(np.int8)
+    return b.node("DequantizeLinear", [b.constant(f"{name}_q", quantized), b.constant(f"{name}_s", scale.astype(np.float32)),
+                                       b.constant(f"{name}_z", np.zeros(len(values), np.int8))], axis=0)
+
+
+def _residual(relu_left_to_the_pair: bool = True, zero: int = 0, relu_before: bool = False) -> bytes:
+    """x → Conv → (+x) → pair: the quantizer's form of Conv + Add + Relu with the Relu removed
+    (the pair's zero point at 0 clamps), or with a zero point above 0 (no Relu was there)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("residual", opset=17)
+    x = b.input("x", np.float32, ["N", 4, 6, 6])
+    xd = _pair(b, x, "x", 0.05, 128)
+    conv = b.node("Conv", [xd, _weights(b, "w", rng.standard_normal((4, 4, 3, 3)).astype(np.float32))], pads=[1, 1, 1, 1])
+    if relu_before:
+        conv = b.node("Relu", [conv])
+    conv = _pair(b, conv, "conv", 0.1, 128)
+    added = b.node("Add", [conv, xd])
+    y = _pair(b, added, "y", 0.05 if relu_left_to_the_pair else 0.1, zero)
+    b.output(b.node("GlobalAveragePool", [y], outputs=["pooled"]), np.float32, ["N", 4, 1, 1])
+    model = b.build()
+    for tensor in model.main.tensors:
+        if not tensor.is_constant and tensor.shape is None and tensor.dtype.name == "FLOAT":
+            tensor.shape = ("N", 4, 6, 6)
+    return to_bytes(model)
+
+
+def _feeds(seed: int = 1) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(seed).standard_normal((2, 4, 6, 6)).astype(np.float32)}
+
+
+def _float_reference(data: bytes, clamp_at_zero: bool) -> np.ndarray:
+    """The model in float32 on the dequantized weights, by hand: no rounding of activations."""
+    model = load(data)
+    tensors = {t.name: t for t in model.main.tensors}
+    w = tensors["w_q"].data.astype(np.float32) * tensors["w_s"].data.reshape(-1, 1, 1, 1)
+    x = _feeds()["x"]
+    session = ReferenceEvaluator(onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 4, 6, 6] x, float[4, 4, 3, 3] w) => (float[N, 4, 6, 6] y) {
+            y = Conv <pads = [1, 1, 1, 1]> (x, w)
+        }"""))
+    y = session.run(None, {"x": x, "w": w})[0] + x
+    if clamp_at_zero:
+        y = np.maximum(y, 0)
+    return y.mean(axis=(2, 3), keepdims=True)
+
+
+def test_float_form_has_no_quantization_left_and_computes_in_float():
+    lowered = float_form(lower_model(load(_residual()), external_weights=False))
+    assert not isinstance(lowered, str), lowered
+    ops = [node.op_type for node in lowered.model.graph.node]
+    assert ops == ["Conv", "Add", "Relu", "GlobalAveragePool"]
+    assert all(init.data_type == onnx.TensorProto.FLOAT for init in lowered.model.graph.initializer)
+    onnx.checker.check_model(lowered.model, full_check=True)
+    got = ReferenceEvaluator(lowered.model).run(None, _feeds())[0]
+    np.testing.assert_allclose(got, _float_reference(_residual(), clamp_at_zero=True), rtol=1e-5, atol=1e-6)
+
+
+def test_a_zero_point_above_the_bottom_clamps_nothing():
+    lowered = float_form(lower_model(load(_residual(zero=100)), external_weights=False))
+    assert [node.op_type for node in lowered.model.graph.node] == ["Conv", "Add", "GlobalAveragePool"]
+    got = ReferenceEvaluator(lowered.model).run(None, _feeds())[0]
+    np.testing.assert_allclose(got, _float_reference(_residual(zero=100), clamp_at_zero=False), rtol=1e-5, atol=1e-6)
+
+
+def test_values_that_cannot_be_negative_get_no_relu():
+    b = GraphBuilder("pooled", opset=17)
+    x = b.input("x", np.float32, ["N", 4, 6, 6])
+    y = _pair(b, b.node("Relu", [x]), "relu", 0.05, 0)
+    y = _pair(b, b.node("MaxPool", [y], kernel_shape=[2, 2]), "pool", 0.05, 0)
+    b.output(b.node("Mul", [y, y], outputs=["y"]), np.float32, ["N", 4, 5, 5])
+    lowered = float_form(lower_model(load(to_bytes(b.build())), external_weights=False))
+    assert [node.op_type for node in lowered.model.graph.node] == ["Relu", "MaxPool", "Mul"]
+
+
+def test_a_rounded_graph_output_keeps_its_name():
+    b = GraphBuilder("returned", opset=17)
+    x = b.input("x", np.float32, ["N", 4])
+    y = b.node("Sigmoid", [_pair(b, x, "x", 0.05, 128)])
+    b.output(b.node("DequantizeLinear", [b.node("QuantizeLinear", [y, b.constant("s", np.float32(1 / 255)),
+                                                                    b.constant("z", np.uint8(0))]),
+                                         "s", "z"], outputs=["y"]), np.float32, ["N", 4])
+    lowered = float_form(lower_model(load(to_bytes(b.build())), external_weights=False))
+    assert [node.op_type for node in lowered.model.graph.node] == ["Sigmoid", "Identity"]
+    assert [value.name for value in lowered.model.graph.output] == ["y"]
+
+
+def test_integer_kernels_have_no_float_form():
+    b = GraphBuilder("dynamic", opset=17)
+    x = _pair(b, b.input("x", np.float32, [4, 8]), "x", 0.05, 128)
+    quantized = b.node("DynamicQuantizeLinear", [x], outputs=["xq", "xs", "xz"])
+    product = b.node("MatMulInteger", [quantized[0], b.constant("w", np.ones((8, 2), np.uint8)), quantized[2]])
+    b.output(b.node("Cast", [product], outputs=["y"], to=1), np.float32, [4, 2])
+    reason = float_form(lower_model(load(to_bytes(b.build())), external_weights=False))
+    assert isinstance(reason, str) and "DynamicQuantizeLinear computes on integers" in reason
+
+
+def test_float_compute_runs_the_float_form():
+    data = _residual()
+    model = lite.Model.load(data, device="cpu", cache_dir=None, int8_compute="float")
+    assert model.engine.decision == {"chosen": "float", "why": "int8_compute='float'"}
+    assert model.engine.int8_form == "float form"
+    np.testing.assert_allclose(model.predict(_feeds())["pooled"], _float_reference(data, clamp_at_zero=True),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_auto_measures_records_and_reuses_its_decision(tmp_path):
+    path = tmp_path / "residual.lite"
+    path.write_bytes(_residual())
+    first = lite.Model.load(path, cache_dir=tmp_path / "cache")  # device="auto": int8_compute="auto"
+    decision = first.engine.decision
+    assert decision["chosen"] in ("int8", "float") and decision["reused"] is False
+    assert set(decision["ms"]) == {"int8", "float"} and decision["float_error"] < 0.5
+    records = list((tmp_path / "cache" / "ort" / "int8").glob("*.json"))
+    assert len(records) == 1 and json.loads(records[0].read_text())["chosen"] == decision["chosen"]
+    second = lite.Model.load(path, cache_dir=tmp_path / "cache")
+    assert second.engine.decision["reused"] is True
+    assert second.engine.int8_form == first.engine.int8_form
+    np.testing.assert_array_equal(second.predict(_feeds())["pooled"], first.predict(_feeds())["pooled"])
+
+
+def test_int8_kernels_without_a_choice():
+    data = _residual()
+    assert lite.Model.load(data, device="cpu", cache_dir=None, int8_compute="int8").engine.decision is None
+    # The engine's own default (quantization tools evaluate int8 accuracy with it) is the int8 kernels.
+    engine = create_engine("onnxruntime", load(data), EngineRequest(device="cpu", cache_dir=None))
+    assert engine.decision is None and engine.int8_form == "as stored"
+    # Float models have nothing to choose.
+    b = GraphBuilder("float", opset=17)
+    x = b.input("x", np.float32, ["N", 4])
+    b.output(b.node("Relu", [x], outputs=["y"]), np.float32, ["N", 4])
+    assert lite.Model.load(to_bytes(b.build()), cache_dir=None).engine.decision is None
+
+
+def test_unknown_int8_compute_is_refused():
+    with pytest.raises(ValueError, match="int8_compute must be"):
+        lite.Model.load(_residual(), device="cpu", cache_dir=None, int8_compute="fast")
