@@ -161,7 +161,7 @@ class OrtEngine:
             int8, names = segment.runner, self.output_names
             decision = int8_choice.measure(lambda feeds: dict(zip(names, int8.run_arrays(names, feeds))),
                                            lambda feeds: dict(zip(names, floated.run_arrays(names, feeds))),
-                                           int8_choice.random_feeds(self.model))
+                                           int8_choice.random_feeds(self.model), self._numpy_reference)
             decision["reused"] = False
             int8_choice.record(self._decision_path(), decision)
         if decision["chosen"] == "float":
@@ -169,6 +169,11 @@ class OrtEngine:
         else:
             self.int8_form = "as stored"
         return decision
+
+    def _numpy_reference(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        from lite.engines.numpy_engine import NumpyEngine
+
+        return NumpyEngine(self.model, self.custom_ops).run
 
     def _decision_path(self) -> Path | None:
         identity = self._identity("int8 or float form", "either")

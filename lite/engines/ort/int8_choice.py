@@ -11,8 +11,9 @@ arithmetic. On a 2-core AVX2 EPYC, int8 MobileNetV1/V2/V3, RegNet, PP-LCNet, BiT
 So with ``int8_compute="auto"`` (``lite.Model.load``'s default on the CPU) the engine measures
 both at load: the model as stored, and its float form (:mod:`lite.engines.ort.dequantized`: the
 same layers on weights dequantized once, no activation rounding). The float form must agree
-with the int8 kernels on random inputs within :data:`TOLERANCE`; then the faster one is kept,
-timed in alternating rounds and compared round by round.
+with the int8 kernels on random inputs within :data:`TOLERANCE` (where they disagree, the numpy
+engine tells which one is wrong); then the faster one is kept, timed in alternating rounds and
+compared round by round.
 
 The decision is a small JSON record, ``engine.decision``, written under
 ``<cache_dir>/ort/int8/`` and reused by later loads of the same file on the same CPU, ONNX
@@ -38,6 +39,7 @@ from lite.atomic import atomic_write
 from lite.format import ir
 
 CHOICES = ("auto", "int8", "float")
+Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 DECISION_FORMAT = 1
 # Calls slower than this get fewer rounds: their times vary less, and rounds cost more.
 _SLOW_CALL_MS = 20.0
@@ -85,21 +87,32 @@ def record(path: Path | None, decision: dict[str, Any]) -> None:
         handle.write(json.dumps(decision, indent=2, sort_keys=True).encode())
 
 
-def measure(int8: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
-            float_form: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
-            feeds: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Check the float form against the int8 kernels on ``feeds``, time both, and choose."""
-    from lite.autotune import agreement
+def measure(int8: Run, float_form: Run, feeds: dict[str, np.ndarray], reference: Callable[[], Run]) -> dict[str, Any]:
+    """Check the float form against the int8 kernels on ``feeds``, time both, and choose.
+
+    Where the two disagree, ``reference()`` (the numpy engine, which computes what the QDQ nodes
+    say) tells which is wrong: a float form that lost something keeps the int8 kernels, int8
+    kernels that compute something else (ONNX Runtime 1.32's fused QDQ EfficientNet returns
+    zeros) give way to the float form, whatever their times.
+    """
+    from lite.autotune import QUANTIZED_TOLERANCE, agreement
 
     decision: dict[str, Any] = {"format": DECISION_FORMAT, "cpu": cpu.name(),
                                 "vnni": not cpu.int8_products_saturate(), "tolerance": TOLERANCE}
     started = time.perf_counter()
-    expected = int8(feeds)
+    kernels = int8(feeds)
     first_ms = (time.perf_counter() - started) * 1e3
-    error, problem = agreement(expected, float_form(feeds), TOLERANCE)
+    floated = float_form(feeds)
+    error, problem = agreement(floated, kernels, TOLERANCE)
     decision["float_error"] = error
     if problem is not None:
-        decision.update(chosen="int8", why=f"the float form disagrees with the int8 kernels: {problem}")
+        expected = reference()(feeds)
+        int8_right = agreement(expected, kernels, QUANTIZED_TOLERANCE)[1] is None
+        float_right = agreement(expected, floated, TOLERANCE)[1] is None
+        chosen = "float" if float_right and not int8_right else "int8"
+        wrong = "the int8 kernels" if chosen == "float" else "the float form" if int8_right else "both"
+        decision.update(chosen=chosen, why=f"the float form and the int8 kernels disagree ({problem}); {wrong} "
+                                           "disagree with the numpy engine")
         return decision
     fast = first_ms < _SLOW_CALL_MS
     ratios, times = _alternate({"int8": int8, "float": float_form}, feeds, rounds=5 if fast else 3,

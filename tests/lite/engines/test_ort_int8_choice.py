@@ -167,3 +167,16 @@ def test_int8_kernels_without_a_choice():
 def test_unknown_int8_compute_is_refused():
     with pytest.raises(ValueError, match="int8_compute must be"):
         lite.Model.load(_residual(), device="cpu", cache_dir=None, int8_compute="fast")
+
+
+@pytest.mark.parametrize("wrong, chosen", [("int8", "float"), ("float", "int8"), ("both", "int8")])
+def test_the_numpy_engine_settles_a_disagreement(wrong, chosen):
+    from lite.engines.ort import int8_choice
+
+    right = {"y": np.linspace(-1, 1, 16, dtype=np.float32)}
+    zeros = {"y": np.zeros(16, np.float32)}
+    int8 = (lambda feeds: zeros) if wrong in ("int8", "both") else (lambda feeds: right)
+    floated = (lambda feeds: {"y": -right["y"]}) if wrong in ("float", "both") else (lambda feeds: right)
+    decision = int8_choice.measure(int8, floated, {}, reference=lambda: (lambda feeds: right))
+    assert decision["chosen"] == chosen and "disagree" in decision["why"]
+    assert "ms" not in decision  # a wrong result is not timed
