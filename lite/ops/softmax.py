@@ -14,6 +14,7 @@ marks the first maximum along the axis with 1 and everything else with 0.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -23,12 +24,50 @@ from lite.ops.registry import kernel
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    if axis == x.ndim - 1 and x.dtype in _FLOATS and x.size:
+        fast = _softmax_rows(x)
+        if fast is not None:
+            return fast
     # The ufuncs' reductions and in-place updates, not np.max/np.sum and fresh arrays: attention
     # runs this on small score tensors, where each call's overhead outweighs its arithmetic.
     shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True)
     np.exp(shifted, out=shifted)
     shifted /= np.add.reduce(shifted, axis=axis, keepdims=True)
     return shifted
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# A row whose exponentials sum to less than this was shifted too far down (see _softmax_rows).
+_SMALLEST_SUM = {np.dtype(np.float32): 1e-30, np.dtype(np.float64): 1e-290}
+
+
+def _softmax_rows(x: np.ndarray) -> np.ndarray | None:
+    """Softmax over the last axis, shifted by the tensor's maximum instead of each row's (None
+    when that does not work out). A row's maximum is a reduction over short rows, which numpy
+    runs one row at a time (26 of a 12x49x49 attention softmax's 105 µs); the result does not
+    depend on the shift, and one shift for all rows only needs every row to keep a sum of
+    exponentials well inside the float range. Masked entries (-inf, the float minimum) still
+    become exactly 0; a row shifted so far that its sum underflows, an infinite or NaN input,
+    leaves it to the row-by-row path. The row sums are a product with ones (also faster than a
+    reduction over short rows)."""
+    peak = np.maximum.reduce(x, axis=None)
+    if not np.isfinite(peak):
+        return None
+    shifted = np.subtract(x, peak)
+    np.exp(shifted, out=shifted)
+    rows = shifted.reshape(-1, x.shape[-1])
+    sums = np.matmul(rows, _ones(x.shape[-1], x.dtype))
+    if not np.minimum.reduce(sums) >= _SMALLEST_SUM[x.dtype]:
+        return None
+    np.divide(rows, sums[:, None], out=rows)
+    return shifted
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(length: int, dtype: np.dtype) -> np.ndarray:
+    ones = np.ones(length, dtype)
+    ones.flags.writeable = False
+    return ones
 
 
 def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:

@@ -49,6 +49,31 @@ def test_softmax_is_stable():
     np.testing.assert_allclose(logs, expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_softmax_over_rows_shifted_together_or_one_by_one(dtype):
+    """The last-axis softmax shifts every row by the tensor's maximum when the rows' sums stay
+    in range: masked entries (-inf, the float minimum) become 0; rows far below the maximum, a
+    row masked entirely, infinities and NaN take the row-by-row path, with the same values."""
+    lowest = np.finfo(dtype).min
+    scores = normal((2, 3, 5, 7), dtype, scale=4)
+    scores[0, 1, :, 4:] = -np.inf
+    scores[1, 2, 1:, :3] = lowest
+    far = normal((3, 7), dtype)
+    far[1] -= 500
+    masked_row = normal((3, 7), dtype)
+    masked_row[2] = -np.inf
+    special = normal((3, 7), dtype)
+    special[0, 0], special[2, 3] = np.inf, np.nan
+    for x in (scores, far, masked_row, special):
+        (got,) = kernel_outputs("Softmax", [x], {}, opset=13)
+        wide = x.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            shifted = wide - wide.max(axis=-1, keepdims=True)
+            expected = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-12)
+
+
 def test_hardmax_takes_first_maximum():
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], dtype=F32)
     (result,) = check("Hardmax", [x], opset=13)
