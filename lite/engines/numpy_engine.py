@@ -19,7 +19,6 @@ several threads are safe.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -33,6 +32,7 @@ from lite.format import ir
 from lite.format.values import attribute_value, tensor_value
 from lite.ops import KERNELS, KernelRegistry, fused_activation
 from lite.ops._blas import ONE_BLAS_THREAD
+from lite.ops._helpers import full_operand
 from lite.ops.registry import SMALL_ARRAY_BYTES, normalize_domain
 
 # Load-time constant folding runs deterministic ONNX ops only.
@@ -403,18 +403,35 @@ def _fuse_bias_adds(steps: list[_Step], constants: dict[int, Any], graph_outputs
                     or matmul.activation is not None or weights.ndim != 2 or bias.shape != weights.shape[1:]
                     or bias.dtype != weights.dtype or weights.dtype.kind != "f"):
                 continue
-            fused[id(step)] = replace(matmul, fn=functools.partial(_matmul_add, matmul.fn), inputs=matmul.inputs + [bias_index],
+            fused[id(step)] = replace(matmul, fn=_MatMulAdd(matmul.fn, bias), inputs=matmul.inputs + [bias_index],
                                       outputs=step.outputs, memo=None, memo_sources=[])
             dropped.add(id(matmul))
             break
     return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
 
 
-def _matmul_add(matmul: Callable, A, B, bias):
-    product = matmul(A, B)
-    if product.shape[-1:] != bias.shape or not product.flags.writeable or product.dtype != bias.dtype:
-        return np.add(product, bias)
-    return np.add(product, bias, out=product)
+class _MatMulAdd:
+    """The fused step's kernel: the MatMul's, then the bias added in place, as an array of the
+    product's shape where that is small (lite.ops._helpers.full_operand: numpy adds two arrays
+    of one shape in half the time of a broadcast row), one per product shape seen."""
+
+    def __init__(self, matmul: Callable, bias: np.ndarray) -> None:
+        self.matmul = matmul
+        self.bias = bias
+        self.full: dict[tuple[int, ...], np.ndarray] = {}
+
+    def __call__(self, A, B, bias):
+        product = self.matmul(A, B)
+        if product.shape[-1:] != bias.shape or not product.flags.writeable or product.dtype != bias.dtype:
+            return np.add(product, bias)
+        if bias is not self.bias:  # not the constant it was fused with (never from the engine)
+            return np.add(product, bias, out=product)
+        full = self.full.get(product.shape)
+        if full is None:
+            if len(self.full) >= _MEMO_ENTRIES:
+                self.full.clear()
+            full = self.full[product.shape] = full_operand(bias, product.shape)
+        return np.add(product, full, out=product)
 
 
 # Shapes of the graph inputs remembered per node (a server sees a few sequence lengths).

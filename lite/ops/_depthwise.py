@@ -36,7 +36,7 @@ import numpy as np
 
 from lite.ops import fused_activation as activations
 from lite.ops._conv_common import TapPlan
-from lite.ops._helpers import einsum
+from lite.ops._helpers import einsum, full_operand
 from lite.ops._layout import channels_first_order, is_channels_last
 
 # Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
@@ -209,6 +209,10 @@ class DepthwiseChannelsLast:
             tiled = np.empty((geometry.grid_w, geometry.channels), bias.dtype)
             tiled[...] = bias
             bias = tiled.reshape(-1)
+        if bias is not None and len(geometry.bands) == 1:
+            # The whole band's shape where small (an add without broadcasting).
+            rows = geometry.bands[0].rows
+            bias = full_operand(bias, (rows, geometry.out_w, geometry.channels) if geometry.exact else (rows, geometry.row))
         self.bias = bias
         self.activation = activation
         self.subscripts = "ijrwc,ijc->rwc" if geometry.exact else "ijrk,ijk->rk"

@@ -6,6 +6,7 @@ them without wrapping.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -52,6 +53,23 @@ def _c_einsum():
 
 einsum = _c_einsum()
 """``einsum(subscripts, *operands, out=None)``: numpy's einsum (no ``optimize``)."""
+
+
+# Operands up to this size are worth materializing at their full shape (see full_operand).
+FULL_OPERAND_BYTES = 64 * 1024
+
+
+def full_operand(operand: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``operand`` broadcast to ``shape`` and copied out, read-only, when that is at most
+    ``FULL_OPERAND_BYTES`` (else ``operand`` itself). For a constant added on every call (a
+    bias): a ufunc over operands of one shape takes numpy's fast path, half the time of one
+    that broadcasts a row or column (1.5 against 0.7 µs for a 16x64 bias add, 31 against 16 µs
+    for 196x768)."""
+    if math.prod(shape) * operand.itemsize > FULL_OPERAND_BYTES:
+        return operand
+    full = np.array(np.broadcast_to(operand, shape))
+    full.flags.writeable = False
+    return full
 
 
 def normalize_axis(op_type: str, axis: int, rank: int) -> int:

@@ -53,6 +53,7 @@ from lite.ops._conv_common import (
     windows,
 )
 from lite.ops._depthwise import depthwise_layer, depthwise_taps
+from lite.ops._helpers import full_operand
 from lite.ops._layout import channels_first_order, channels_last_order, empty_channels_last, is_channels_last
 from lite.ops.registry import kernel
 
@@ -254,7 +255,9 @@ class _Pointwise:
         self.y_shape = (batch, out_channels, *spatial)
         # Products large enough to be split between threads on a busy machine (lite.ops._parallel).
         self.split = out_channels * channels * pixels * (batch if self.rows else 1) >= parallel.SPLIT_MULTIPLY_ADDS
-        self.bias = None if bias is None else (bias if self.rows else bias.reshape(out_channels, 1))
+        self.bias = None if bias is None else full_operand(bias if self.rows else bias.reshape(out_channels, 1),
+                                                           (batch * pixels, out_channels) if self.rows else
+                                                           (batch, out_channels, pixels))
         self.activate = None if activation is None else activations.in_place(*activation)
 
     def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
@@ -336,7 +339,7 @@ class _Im2col:
         depth = channels // group * kernel_h * kernel_w
         self.split = group == 1 and out_channels * depth * pixels >= parallel.SPLIT_MULTIPLY_ADDS
         self.y_shape = (batch, out_channels, *out_shape)
-        self.bias = None if bias is None else bias.reshape(out_channels, 1)
+        self.bias = None if bias is None else full_operand(bias.reshape(out_channels, 1), (batch, out_channels, pixels))
         self.activate = None if activation is None else activations.in_place(*activation)
         # Small scratch that needs a copy of the input anyway: each thread keeps its own (the
         # padded buffer's border is zeroed once; a call writes its interior and the columns).

@@ -49,3 +49,29 @@ def test_depthwise_weights_are_laid_out_once_over_many_runs(monkeypatch):
     for _ in range(3):
         np.testing.assert_array_equal(engine.run({"x": x})["y"], first)
     assert len(laid_out) == 1
+
+
+def linear_model():
+    weights = np.random.default_rng(6)
+    b = GraphBuilder("linear", opset=13)
+    x = b.input("x", np.float32, ["N", "T", 16])
+    w = b.constant("w", weights.standard_normal((16, 24)).astype(np.float32))
+    bias = b.constant("b", weights.standard_normal(24).astype(np.float32))
+    b.output(b.node("Add", [b.node("MatMul", [x, w]), bias], outputs=["y"]), np.float32, ["N", "T", 24])
+    return load(to_bytes(b.build()))
+
+
+def test_a_linear_layer_is_one_step_for_every_input_shape():
+    """MatMul by constant weights + constant bias: one step adding the bias in place, its full
+    shape kept per product shape."""
+    model = linear_model()
+    engine = NumpyEngine(model)
+    (step,) = engine.plans[0].steps
+    constants = engine.plans[0].constants
+    w, bias = constants[engine.plans[0].index_of["w"]], constants[engine.plans[0].index_of["b"]]
+    rng = np.random.default_rng(7)
+    for shape in [(1, 5, 16), (2, 3, 16), (1, 5, 16), (3, 700, 16)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = engine.run({"x": x})["y"]
+        np.testing.assert_allclose(got, x @ w + bias, rtol=1e-5, atol=1e-5)
+    assert len(step.fn.full) == 3
