@@ -23,9 +23,32 @@ GRACE_S = 20  # long, so that a call or stream held for the whole grace period s
 
 @pytest.fixture()
 def repository(tmp_path):
-    slow_model(tmp_path / "slow" / "1" / "model.lite")
+    path = slow_model(tmp_path / "slow" / "1" / "model.lite")
+    layers = layers_for(path, SLOW_CALL_S)
+    if layers > SLOW_LAYERS:
+        slow_model(path, layers=layers)
     identity_model(tmp_path / "identity" / "1" / "model.lite")
     return tmp_path
+
+
+SLOW_LAYERS = 6  # slow_model's default
+SLOW_CALL_S = 0.3  # what a slow call should take: the tests act while calls are still running
+
+
+def layers_for(path, seconds: float) -> int:
+    """How many MatMul layers make one slow request take about ``seconds`` on this machine (a
+    16-core CPU ran the default 6 in a few ms, and all calls finished before the tests could act)."""
+    import math
+
+    import lite
+
+    model = lite.Model.load(path)
+    feeds = {"X": np.ones((1024, 512), np.float32)}
+    model.predict(feeds)
+    started = time.perf_counter()
+    model.predict(feeds)
+    took = max(time.perf_counter() - started, 1e-4)
+    return min(SLOW_LAYERS * math.ceil(seconds / took), 2000)
 
 
 def slow_request(rows: int = 1024) -> service_pb2.ModelInferRequest:
