@@ -214,6 +214,10 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
         layer = _Pointwise(X, w, bias, block_activation)
     elif _Im2col.suits(X, w, group, begin, end, out_shape):
         layer = _Im2col(X, w, bias, block_activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
+    elif len(x_shape) == 3 and _Im2col.suits(X[:, :, None], w[:, :, None], group, [0, *begin], [0, *end], [1, *out_shape]):
+        # 1-D (audio front ends): the 2-D layer over images one row high.
+        layer = _Rows(_Im2col(X[:, :, None], w[:, :, None], bias, block_activation, [1, *kernel_dims], [0, *begin],
+                              [0, *end], [1, *strides], [1, *dilations], [1, *out_shape], group))
     else:
         layer = _Direct(_direct_path(X, w, group, kernel_dims, begin, end, strides, out_shape), w, bias,
                         block_activation, begin, end, strides, dilations, out_shape, group, kernel_dims)
@@ -401,6 +405,17 @@ class _Im2col:
         view = np.ndarray(self.window_shape, dtype, padded, 0, self.window_strides)
         view.flags.writeable = False
         return columns, padded, view
+
+
+class _Rows:
+    """A 1-D convolution computed by a 2-D layer on its input as images one row high."""
+
+    def __init__(self, layer):
+        self.layer = layer
+
+    def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
+        y = self.layer(x[:, :, None], allocate)
+        return y.reshape(y.shape[0], y.shape[1], y.shape[3])
 
 
 class _Direct:
