@@ -44,9 +44,11 @@ def LayerNormalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1)
 
 
 def _as_rows(x: np.ndarray, axis: int, Scale, B) -> np.ndarray | None:
-    """``x`` as a (rows, normalized size) matrix view when Scale and B are whole rows."""
+    """``x`` as a (rows, normalized size) matrix when Scale and B are whole rows: a view, or for
+    a strided ``x`` (wav2vec2 normalizes a transposed convolution output) a contiguous copy,
+    still cheaper than the general path's reductions over strided axes."""
     width = math.prod(x.shape[axis:])
-    if np.size(Scale) != width or (B is not None and np.size(B) != width) or not x.flags.c_contiguous:
+    if np.size(Scale) != width or (B is not None and np.size(B) != width):
         return None
     return x.reshape(-1, width)
 

@@ -87,6 +87,19 @@ def test_layer_normalization(axis, with_bias):
     )
 
 
+def test_layer_normalization_of_a_transposed_input():
+    """wav2vec2 normalizes a transposed convolution output: rows of a strided array."""
+    x, scale, bias = normal(2, 32, 9).transpose(0, 2, 1), normal(32), normal(32)
+    assert not x.flags.c_contiguous
+    got = kernel_outputs("LayerNormalization", [x, scale, bias], {}, opset=17, output_count=3)
+    expected = kernel_outputs("LayerNormalization", [np.ascontiguousarray(x), scale, bias], {}, opset=17,
+                              output_count=3)
+    for value, reference in zip(got, expected):
+        np.testing.assert_array_equal(value, reference)
+    check_against_reference("LayerNormalization", [np.ascontiguousarray(x), scale, bias], {}, opset=17,
+                            output_count=3)
+
+
 @pytest.mark.parametrize("opset", [18, 21])
 def test_group_normalization(opset):
     groups = 2
