@@ -25,6 +25,10 @@ def GatherND(data, indices, *, batch_dims=0):
             f"GatherND: indices of shape {indices.shape} do not address data of shape "
             f"{data.shape} with batch_dims={batch_dims}"
         )
+    if batch_dims == 0 and depth and indices.size:
+        fast = _gather_flat(data, indices, depth)
+        if fast is not None:
+            return fast
     batch_shape = data.shape[:batch_dims]
     batches = int(np.prod(batch_shape, dtype=np.int64))
     flat_data = data.reshape((batches,) + data.shape[batch_dims:])
@@ -35,3 +39,20 @@ def GatherND(data, indices, *, batch_dims=0):
         addresses.append(checked_indices("GatherND", flat_indices[..., position], dimension))
     gathered = flat_data[tuple(addresses)]
     return gathered.reshape(indices.shape[:-1] + data.shape[batch_dims + depth :])
+
+
+def _gather_flat(data: np.ndarray, indices: np.ndarray, depth: int) -> np.ndarray | None:
+    """The common case in one take: every index tuple as one flat position into the first
+    ``depth`` axes (numpy checks the range; None when it refuses, for the path above to name
+    the offending indices). The general path's per-axis checks and fancy indexing took 33 µs of
+    a small BERT's attention-mask GatherND."""
+    dimensions = data.shape[:depth]
+    tuples = indices.reshape(-1, depth)
+    if tuples.min() < 0:
+        tuples = np.where(tuples < 0, tuples + np.asarray(dimensions, np.int64), tuples)
+    try:
+        flat = np.ravel_multi_index(tuple(tuples.T), dimensions)
+    except ValueError:
+        return None
+    gathered = np.take(data.reshape((-1,) + data.shape[depth:]), flat, axis=0)
+    return gathered.reshape(indices.shape[:-1] + data.shape[depth:])

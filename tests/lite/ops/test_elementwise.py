@@ -86,6 +86,18 @@ def test_pow_keeps_base_type(opset, exponent_dtype):
     check("Pow", [base, exponent], opset=opset)
 
 
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 3.0, 2.5])
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_pow_of_floats_by_small_scalar_exponents(exponent, dtype):
+    """1, 2 and 3 as products (GPT-2's GELU cubes its input), within an ulp of np.power."""
+    base = normal((3, 4, 5), dtype, scale=3)
+    base[0, 0, :3] = [np.inf, -np.inf, np.nan]
+    (result,) = kernel_outputs("Pow", [base, np.array(exponent, dtype)], {}, opset=15)
+    assert result.dtype == dtype
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(result, np.power(base, exponent), rtol=4 * np.finfo(dtype).eps)
+
+
 def test_pow_integers():
     base = np.array([2, -3, 1, -1, -1, 5, 0], dtype=np.int32)
     exponent = np.array([3, 3, -2, -3, -2, -1, 2], dtype=np.int32)

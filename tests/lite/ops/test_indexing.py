@@ -98,6 +98,16 @@ def test_gather_nd_negative_indices():
     data = normal((3, 4))
     (result,) = kernel_outputs("GatherND", [data, np.array([[-1, -2], [0, 3]], dtype=I64)], {}, opset=13)
     np.testing.assert_array_equal(result, [data[2, 2], data[0, 3]])
+    (rows,) = kernel_outputs("GatherND", [normal((3, 4, 2)), np.array([[[-3], [2]]], dtype=I64)], {}, opset=13)
+    assert rows.shape == (1, 2, 4, 2)
+
+
+@pytest.mark.parametrize("picked", [[[0, 4]], [[3, 0]], [[-4, 0]], [[0, -5]]])
+def test_gather_nd_out_of_range_names_the_indices(picked):
+    from lite.errors import KernelError
+
+    with pytest.raises(KernelError, match="GatherND"):
+        kernel_outputs("GatherND", [normal((3, 4)), np.array(picked, dtype=I64)], {}, opset=13)
 
 
 # --- scatters ---------------------------------------------------------------------------------
