@@ -32,9 +32,10 @@ Reducer = Callable[[np.ndarray, tuple, bool], np.ndarray]
 
 def _sum(x, axes, keepdims):
     if x.dtype in _BLAS_TYPES and axes:
-        if x.flags.c_contiguous and axes == tuple(range(x.ndim - len(axes), x.ndim)):
+        ordered = tuple(sorted(axes))  # exporters write [-1, -2] as often as [2, 3]
+        if x.flags.c_contiguous and ordered == tuple(range(x.ndim - len(axes), x.ndim)):
             return _sum_trailing(x, len(axes), keepdims)
-        if axes == tuple(range(2, x.ndim)) and is_channels_last(x) and x.size:
+        if ordered == tuple(range(2, x.ndim)) and is_channels_last(x) and x.size:
             return _sum_spatial_channels_last(x, keepdims)
     # The ufunc's reduce, not np.sum's wrapper: global pools of small maps are mostly overhead.
     return np.add.reduce(x, axis=axes, keepdims=keepdims, dtype=x.dtype)

@@ -243,8 +243,8 @@ def test_sums_over_the_spatial_axes_of_either_layout(op, layout, keepdims):
         given[...] = data
     else:
         given = data
-    axes = np.array([2, 3], np.int64)
-    (got,) = kernel_outputs(op, [given, axes], {"keepdims": keepdims}, opset=18)
-    (expected,) = kernel_outputs(op, [data.astype(np.float64), axes], {"keepdims": keepdims}, opset=18)
-    assert got.dtype == np.float32 and got.shape == expected.shape
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    for axes in (np.array([2, 3], np.int64), np.array([-1, -2], np.int64)):
+        (got,) = kernel_outputs(op, [given, axes], {"keepdims": keepdims}, opset=18)
+        (expected,) = kernel_outputs(op, [data.astype(np.float64), axes], {"keepdims": keepdims}, opset=18)
+        assert got.dtype == np.float32 and got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
