@@ -38,6 +38,7 @@ from lite.ops import fused_activation as activations
 from lite.ops._conv_common import TapPlan
 from lite.ops._helpers import einsum, full_operand
 from lite.ops._layout import channels_first_order, is_channels_last
+from lite.ops.registry import SMALL_ARRAY_BYTES
 
 # Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
 # a block of channels' phase buffers, accumulator and spare (taps), about 1.1 MiB in float32.
@@ -47,7 +48,7 @@ _DEPTHWISE_SCRATCH_ELEMENTS = 3 * 96 * 1024
 # wide form's rows of Q * C elements win despite the cropped columns.
 _EXACT_MIN_CHANNELS = 192
 # A one-band layer whose scratch is at most this big keeps one per thread (see _Scratch).
-_KEPT_SCRATCH_BYTES = 128 * 1024
+_KEPT_SCRATCH_BYTES = 256 * 1024
 # Weight arrays whose layout one geometry remembers (see _Geometry.weights).
 _REMEMBERED_WEIGHTS = 32
 
@@ -234,7 +235,10 @@ class DepthwiseChannelsLast:
         """``Y[n, c] = sum over taps of X[n, c, window] * W[c, 0, tap]`` (+ bias, activation),
         ``Y`` laid out channels-last."""
         geometry = self.geometry
-        storage = allocate((x.shape[0], geometry.out_h, geometry.out_w, geometry.channels), x.dtype)
+        shape = (x.shape[0], geometry.out_h, geometry.out_w, geometry.channels)
+        # Outputs below the arena's floor: numpy's allocator directly, without the pool's call.
+        small = math.prod(shape) * geometry.itemsize < SMALL_ARRAY_BYTES
+        storage = (np.empty if small else allocate)(shape, x.dtype)
         if self.keeps_scratch:
             self._run_small(x, storage)
         else:

@@ -55,7 +55,7 @@ from lite.ops._conv_common import (
 from lite.ops._depthwise import depthwise_layer, depthwise_taps
 from lite.ops._helpers import full_operand
 from lite.ops._layout import channels_first_order, channels_last_order, empty_channels_last, is_channels_last
-from lite.ops.registry import kernel
+from lite.ops.registry import SMALL_ARRAY_BYTES, kernel
 
 # im2col columns per GEMM: at most this many bytes (the scratch stays bounded on big images),
 # but at least _MIN_GEMM_COLUMNS output pixels, below which the GEMM slows down markedly; a
@@ -256,6 +256,8 @@ class _Pointwise:
         self.channels = channels
         self.sizes = (batch, channels, pixels)
         self.storage_shape = (batch, *spatial, out_channels) if self.rows else (batch, out_channels, pixels)
+        # Outputs below the arena's floor: numpy's allocator directly, without the pool's call.
+        self.small = math.prod(self.storage_shape) * w.dtype.itemsize < SMALL_ARRAY_BYTES
         self.y_shape = (batch, out_channels, *spatial)
         # Products large enough to be split between threads on a busy machine (lite.ops._parallel).
         self.split = out_channels * channels * pixels * (batch if self.rows else 1) >= parallel.SPLIT_MULTIPLY_ADDS
@@ -265,7 +267,7 @@ class _Pointwise:
         self.activate = None if activation is None else activations.in_place(*activation)
 
     def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
-        y = allocate(self.storage_shape, x.dtype)
+        y = (np.empty if self.small else allocate)(self.storage_shape, x.dtype)
         if self.rows:
             product, a, b = y.reshape(-1, self.matrix.shape[0]), x.transpose(self.order).reshape(-1, self.channels), self.matrix.T
         else:
@@ -343,6 +345,7 @@ class _Im2col:
         depth = channels // group * kernel_h * kernel_w
         self.split = group == 1 and out_channels * depth * pixels >= parallel.SPLIT_MULTIPLY_ADDS
         self.y_shape = (batch, out_channels, *out_shape)
+        self.small = math.prod(self.product_shape) * item < SMALL_ARRAY_BYTES  # see _Pointwise
         self.bias = None if bias is None else full_operand(bias.reshape(out_channels, 1), (batch, out_channels, pixels))
         self.activate = None if activation is None else activations.in_place(*activation)
         # Small scratch that needs a copy of the input anyway: each thread keeps its own (the
@@ -358,7 +361,7 @@ class _Im2col:
         return x.shape[1] * w.shape[2] * w.shape[3] * math.prod(out_shape) * w.dtype.itemsize <= _WHOLE_COLUMNS_BYTES
 
     def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
-        y = allocate(self.product_shape, x.dtype)
+        y = (np.empty if self.small else allocate)(self.product_shape, x.dtype)
         if self.keeps_scratch:
             scratch = getattr(self._local, "scratch", None)
             if scratch is None or scratch[0].dtype != x.dtype:
