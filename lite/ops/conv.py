@@ -241,7 +241,11 @@ class _Pointwise:
     """A 1x1 convolution with stride 1, no padding and one group: a GEMM, then the bias and the
     activation in place. A channels-first input is ``(N, C, pixels)``, one GEMM ``W @ X`` for
     the whole batch; a channels-last one is the matrix ``(N * pixels, C)`` and, on all but
-    small images, ``X @ W^T`` writes the output channels-last too (see :mod:`lite.ops._layout`)."""
+    small images, ``X @ W^T`` writes the output channels-last too (see :mod:`lite.ops._layout`).
+
+    A layer with more output than input channels (an inverted residual's expansion), unless
+    small, adds the bias in the GEMM: the input copied beside a row (or column) of ones, the bias beside the
+    weights. The copy is of the smaller side, and the pass over the larger output is saved."""
 
     def __init__(self, x, w, bias, activation):
         batch, channels = x.shape[:2]
@@ -261,6 +265,18 @@ class _Pointwise:
         self.y_shape = (batch, out_channels, *spatial)
         # Products large enough to be split between threads on a busy machine (lite.ops._parallel).
         self.split = out_channels * channels * pixels * (batch if self.rows else 1) >= parallel.SPLIT_MULTIPLY_ADDS
+        # Below about 16 KiB of output the add (of a full-shape bias) costs less than the copy.
+        self.fold = bias is not None and out_channels > channels and math.prod(self.storage_shape) * w.dtype.itemsize > 16384
+        if self.fold:
+            if self.rows:
+                self.folded = np.concatenate([self.matrix.T, bias[None, :]])  # (C + 1, M)
+                self.augmented_shape = (batch * pixels, channels + 1)
+            else:
+                self.folded = np.concatenate([self.matrix, bias[:, None]], axis=1)  # (M, C + 1)
+                self.augmented_shape = (batch, channels + 1, pixels)
+            self.keeps_scratch = math.prod(self.augmented_shape) * w.dtype.itemsize <= _KEPT_SCRATCH_BYTES
+            self._local = threading.local()
+            bias = None
         self.bias = None if bias is None else full_operand(bias if self.rows else bias.reshape(out_channels, 1),
                                                            (batch * pixels, out_channels) if self.rows else
                                                            (batch, out_channels, pixels))
@@ -278,6 +294,14 @@ class _Pointwise:
             else:
                 b = x.reshape(self.sizes)
             product, a = y, self.matrix
+        if self.fold:
+            augmented = self._augmented(x.dtype, allocate)
+            if self.rows:
+                np.copyto(augmented[:, : self.channels], a)
+                a, b = augmented, self.folded
+            else:
+                np.copyto(augmented[:, : self.channels], b)
+                a, b = self.folded, augmented
         if not self.split:
             np.matmul(a, b, out=product)
         elif self.rows:
@@ -290,6 +314,18 @@ class _Pointwise:
         if self.activate is not None:
             self.activate(product)
         return y.transpose(self.back) if self.rows else y.reshape(self.y_shape)
+
+    def _augmented(self, dtype, allocate) -> np.ndarray:
+        """The input's copy beside ones: this thread's, its ones set once, where small."""
+        if self.keeps_scratch:
+            augmented = getattr(self._local, "augmented", None)
+            if augmented is not None and augmented.dtype == dtype:
+                return augmented
+        augmented = (np.empty if self.keeps_scratch else allocate)(self.augmented_shape, dtype)
+        augmented[:, self.channels] = 1  # the column (rows) or the row (channels-first) of ones
+        if self.keeps_scratch:
+            self._local.augmented = augmented
+        return augmented
 
 
 class _Im2col:

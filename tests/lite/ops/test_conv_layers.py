@@ -33,6 +33,7 @@ def expected_conv(x, w, b, attributes, activation):
 CASES = {
     "pointwise": ((2, 12, 9, 8), (20, 12, 1, 1), {}),
     "pointwise small image": ((1, 16, 4, 4), (24, 16, 1, 1), {}),
+    "pointwise expansion": ((2, 8, 16, 16), (48, 8, 1, 1), {}),  # the bias added by the GEMM
     "pointwise strided": ((1, 12, 9, 8), (20, 12, 1, 1), {"strides": [2, 2]}),
     "pointwise grouped": ((1, 12, 6, 6), (8, 6, 1, 1), {"group": 2}),
     "depthwise": ((2, 16, 9, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}),
@@ -126,7 +127,7 @@ def test_pointwise_layer_keeps_the_layout_policy():
         np.testing.assert_allclose(got, expected_conv(np.ascontiguousarray(x), w, b, {}, None), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["pointwise", "3x3 small image", "3x3 strided", "3x3 dilated"])
+@pytest.mark.parametrize("case", ["pointwise", "pointwise expansion", "3x3 small image", "3x3 strided", "3x3 dilated"])
 def test_products_split_between_threads_give_the_same_values(monkeypatch, case):
     """On a busy machine the engine splits large products itself (lite.ops._parallel)."""
     from lite.ops import _parallel as parallel
