@@ -20,9 +20,13 @@ import numpy as np
 from lite.ops._blas import ONE_BLAS_THREAD
 
 # A block below this many multiply-adds costs about as much to hand to another thread as to compute.
-_BLOCK_MULTIPLY_ADDS = 1 << 20
-# Products below this are never split (kernels may skip preparing for matmul() below it).
-SPLIT_MULTIPLY_ADDS = 1 << 21
+_BLOCK_MULTIPLY_ADDS = 1 << 22
+# Products below this are never split (kernels may skip preparing for matmul() below it). Waking
+# a pool thread on a busy machine costs tens of microseconds: split 2.4M multiply-add products
+# (a 64x64 model's 3x3 convolutions, 60-70 us on one thread) took twice as long, 29M ones
+# 15-40% longer while both cores were taken; the split pays where one core is free and the
+# product runs for milliseconds (224x224 convolutions).
+SPLIT_MULTIPLY_ADDS = 1 << 24
 _BLOCKS_PER_THREAD = 3
 
 _lock = threading.Lock()

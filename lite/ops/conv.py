@@ -352,15 +352,21 @@ class _Im2col:
         self.rows = group == 1 and (is_channels_last(x) or (channels >= _ROWS_MIN_CHANNELS
                                                              and height * width <= _ROWS_MAX_PIXELS))
         item = w.dtype.itemsize  # the compute dtype's (x may be narrower)
+        depth = channels // group * kernel_h * kernel_w
+        # One group: the bias is a column of the weights, multiplied by a row of ones kept in
+        # the column matrix (set when the matrix is made), and the GEMM adds it.
+        self.fold = bias is not None and group == 1
         if self.rows:
-            self.matrix = w.transpose(0, 2, 3, 1).reshape(out_channels, -1).copy()
+            self.matrix = w.transpose(0, 2, 3, 1).reshape(out_channels, -1)
             self.padded_shape = (padded_h, padded_w, channels)
             self.interior = (slice(begin[0], begin[0] + height), slice(begin[1], begin[1] + width))
             row, column = padded_w * channels * item, channels * item
             self.window_shape = (*out_shape, kernel_h, kernel_w, channels)
             self.window_strides = (strides[0] * row, strides[1] * column, dilations[0] * row, dilations[1] * column,
                                    item)
-            self.columns_shape = (pixels, kernel_h * kernel_w * channels)
+            self.columns_shape = (pixels, depth + self.fold)
+            self.windows = (slice(None), slice(0, depth))  # the columns' cells the windows fill
+            self.ones = (slice(None), depth)
             self.product_shape = (batch, out_channels, pixels)
             self.order = (1, 2, 0)  # an image (C, H, W) as (H, W, C)
             contiguous = is_channels_last(x) if x.ndim == 4 else False
@@ -371,14 +377,21 @@ class _Im2col:
             plane, row = padded_h * padded_w * item, padded_w * item
             self.window_shape = (channels, *kernel_dims, *out_shape)
             self.window_strides = (plane, dilations[0] * row, dilations[1] * item, strides[0] * row, strides[1] * item)
-            self.columns_shape = (group, channels // group * kernel_h * kernel_w, pixels)
+            self.columns_shape = (group, depth + self.fold, pixels)
+            self.windows = (slice(None), slice(0, depth))
+            self.ones = (slice(None), depth)
             self.product_shape = (batch, group, out_channels // group, pixels)
             self.order = (0, 1, 2)
             contiguous = x.flags.c_contiguous
         # The image is copied into a buffer when it needs padding or is not laid out as the
         # view below needs (a view is built on a contiguous buffer).
         self.copy = any(begin) or any(end) or not contiguous
-        depth = channels // group * kernel_h * kernel_w
+        if self.fold:
+            matrix = self.matrix.reshape(out_channels, depth)
+            self.matrix = np.concatenate([matrix, bias.reshape(out_channels, 1)], axis=1)
+            if not self.rows:
+                self.matrix = self.matrix.reshape(1, out_channels, depth + 1)
+            bias = None
         self.split = group == 1 and out_channels * depth * pixels >= parallel.SPLIT_MULTIPLY_ADDS
         self.y_shape = (batch, out_channels, *out_shape)
         self.small = math.prod(self.product_shape) * item < SMALL_ARRAY_BYTES  # see _Pointwise
@@ -402,9 +415,12 @@ class _Im2col:
             scratch = getattr(self._local, "scratch", None)
             if scratch is None or scratch[0].dtype != x.dtype:
                 scratch = self._local.scratch = self._scratch(x.dtype)
-            columns, padded, view = scratch
+            columns, windows, padded, view = scratch
         else:
             columns = allocate(self.columns_shape, x.dtype)
+            if self.fold:
+                columns[self.ones] = 1
+            windows = columns[self.windows].reshape(self.window_shape)
             padded = allocate(self.padded_shape, x.dtype) if self.copy else None
             view = None
         for n in range(x.shape[0]):
@@ -414,11 +430,10 @@ class _Im2col:
                     padded.fill(0)
                     padded[self.interior] = image
                     image = padded
-                np.copyto(columns.reshape(self.window_shape),
-                          np.ndarray(self.window_shape, x.dtype, image, 0, self.window_strides))
+                np.copyto(windows, np.ndarray(self.window_shape, x.dtype, image, 0, self.window_strides))
             else:
                 np.copyto(padded[self.interior], image)
-                np.copyto(columns.reshape(self.window_shape), view)
+                np.copyto(windows, view)
             if self.rows:
                 if self.split:
                     parallel.matmul(self.matrix, columns.T, y[n])
@@ -428,7 +443,7 @@ class _Im2col:
                 parallel.matmul(self.matrix[0], columns[0], y[n, 0])
             else:
                 np.matmul(self.matrix, columns, out=y[n])
-        del padded, columns, view
+        del padded, columns, windows, view
         y = y.reshape(self.y_shape[0], self.y_shape[1], -1)
         if self.bias is not None:
             np.add(y, self.bias, out=y)
@@ -437,13 +452,15 @@ class _Im2col:
         return y.reshape(self.y_shape)
 
     def _scratch(self, dtype):
-        """This thread's column matrix, zeroed padded buffer (only its interior is ever written)
-        and the windows view of it."""
+        """This thread's column matrix (its row of ones set), the cells of it the windows fill,
+        the zeroed padded buffer (only its interior is ever written) and the windows view of it."""
         columns = np.empty(self.columns_shape, dtype)
+        if self.fold:
+            columns[self.ones] = 1
         padded = np.zeros(self.padded_shape, dtype)
         view = np.ndarray(self.window_shape, dtype, padded, 0, self.window_strides)
         view.flags.writeable = False
-        return columns, padded, view
+        return columns, columns[self.windows].reshape(self.window_shape), padded, view
 
 
 class _Rows:
