@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
@@ -75,3 +76,78 @@ def test_a_linear_layer_is_one_step_for_every_input_shape():
         got = engine.run({"x": x})["y"]
         np.testing.assert_allclose(got, x @ w + bias, rtol=1e-5, atol=1e-5)
     assert len(step.fn.full) == 3
+
+
+# -- squeeze-and-excitation -----------------------------------------------------------------------
+
+
+def squeeze_excite_model(*, opset=18, depthwise=True, axes=(2, 3), gate_output=False, kernel=1, swap=False):
+    """[depthwise conv ->] x -> ReduceMean -> Conv(Relu) -> Conv(Sigmoid) -> Mul(x, gate) -> y."""
+    weights = np.random.default_rng(12)
+    b = GraphBuilder("se", opset=opset)
+    x = b.input("x", np.float32, ["N", 16, 6, 6])
+    if depthwise:  # its output is channels-last (lite.ops._layout)
+        w = b.constant("dw", weights.standard_normal((16, 1, 3, 3)).astype(np.float32))
+        x = b.node("Conv", [x, w], group=16, pads=[1, 1, 1, 1])
+    if opset >= 18:
+        mean = b.node("ReduceMean", [x, b.constant("axes", np.array(axes, np.int64))], keepdims=1)
+    else:
+        mean = b.node("ReduceMean", [x], axes=list(axes), keepdims=1)
+    w1 = b.constant("w1", weights.standard_normal((4, 16, kernel, kernel)).astype(np.float32))
+    b1 = b.constant("b1", weights.standard_normal(4).astype(np.float32))
+    w2 = b.constant("w2", weights.standard_normal((16, 4, 1, 1)).astype(np.float32))
+    b2 = b.constant("b2", weights.standard_normal(16).astype(np.float32))
+    pad = (kernel - 1) // 2
+    hidden = b.node("Conv", [mean, w1, b1], fused_activation="Relu", pads=[pad] * 4)
+    gate = b.node("Conv", [hidden, w2, b2], fused_activation="Sigmoid", outputs=["gate"])
+    b.output(b.node("Mul", [gate, x] if swap else [x, gate], outputs=["y"]), np.float32, None)
+    if gate_output:
+        b.output(gate, np.float32, ["N", 16, 1, 1])
+    return load(to_bytes(b.build()))
+
+
+def expected_squeeze_excite(engine, x):
+    """The block node by node: each kernel on its own, no fusion."""
+    plan = engine.plans[0]
+    values = dict(plan.constants)
+    values[plan.graph.inputs[0]] = x
+    for node in engine.model.main.nodes:
+        step = engine._plan_node(node, 0, [])
+        args = [values.get(i) if i >= 0 else None for i in step.inputs]
+        result = step.fn(*args, **step.keywords)
+        values[node.outputs[0]] = result[0] if type(result) is tuple else result
+    return values[plan.index_of["y"]]
+
+
+def fused_steps(engine):
+    return [step for step in engine.plans[0].steps if type(step.fn).__name__ == "SqueezeExcite"]
+
+
+@pytest.mark.parametrize("options", [{}, {"opset": 13}, {"depthwise": False}, {"axes": (-1, -2)}, {"swap": True}],
+                         ids=["opset 18", "axes attribute", "channels-first", "negative axes", "gate first"])
+def test_a_squeeze_excite_block_is_one_step(options):
+    engine = NumpyEngine(squeeze_excite_model(**options))
+    assert len(fused_steps(engine)) == 1
+    assert [step.node.op_type for step in engine.plans[0].steps] == ["Conv", "Mul"][1 - options.get("depthwise", True):]
+    rng = np.random.default_rng(13)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 16, 6, 6)).astype(np.float32)
+        got = engine.run({"x": x})["y"]
+        np.testing.assert_allclose(got, expected_squeeze_excite(engine, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [{"gate_output": True}, {"axes": (2,)}, {"kernel": 3}],
+                         ids=["gate read elsewhere", "other axes", "3x3 convolution"])
+def test_blocks_that_are_not_squeeze_excite_stay_as_they_are(options):
+    engine = NumpyEngine(squeeze_excite_model(**options))
+    assert not fused_steps(engine)
+    x = np.random.default_rng(14).standard_normal((2, 16, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(engine.run({"x": x})["y"], expected_squeeze_excite(engine, x), rtol=1e-5, atol=1e-5)
+
+
+def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
+    engine = NumpyEngine(squeeze_excite_model(depthwise=False))
+    (step,) = fused_steps(engine)
+    x = np.random.default_rng(15).standard_normal((2, 16, 5, 7))
+    np.testing.assert_allclose(step.fn(x), expected_squeeze_excite(engine, x), rtol=1e-12)
+    assert step.fn(x).dtype == np.float64
