@@ -33,8 +33,6 @@ from lite.format import ir
 from lite.format.values import attribute_value, tensor_value
 from lite.ops import KERNELS, KernelRegistry, fused_activation
 from lite.ops._blas import ONE_BLAS_THREAD
-from lite.ops._helpers import full_operand
-from lite.ops._squeeze_excite import SqueezeExcite
 from lite.ops.registry import SMALL_ARRAY_BYTES, normalize_domain
 
 # Load-time constant folding runs deterministic ONNX ops only.
@@ -419,9 +417,12 @@ class _MatMulAdd:
     of one shape in half the time of a broadcast row), one per product shape seen."""
 
     def __init__(self, matmul: Callable, bias: np.ndarray) -> None:
+        from lite.ops._helpers import full_operand  # only models with such a layer load it
+
         self.matmul = matmul
         self.bias = bias
         self.full: dict[tuple[int, ...], np.ndarray] = {}
+        self.full_operand = full_operand
 
     def __call__(self, A, B, bias):
         product = self.matmul(A, B)
@@ -433,7 +434,7 @@ class _MatMulAdd:
         if full is None:
             if len(self.full) >= _MEMO_ENTRIES:
                 self.full.clear()
-            full = self.full[product.shape] = full_operand(bias, product.shape)
+            full = self.full[product.shape] = self.full_operand(bias, product.shape)
         return np.add(product, full, out=product)
 
 
@@ -466,6 +467,9 @@ def _fuse_squeeze_excite(steps: list[_Step], constants: dict[int, Any], graph_ou
             if any(readers.get(step.outputs[0]) != 1 or step.outputs[0] in graph_outputs for step in block):
                 continue
             mean, first, second = block
+            # Imported here: a model without such a block loads no more kernel modules than it uses.
+            from lite.ops._squeeze_excite import SqueezeExcite
+
             fused[id(mul)] = replace(
                 mul, fn=SqueezeExcite(*_conv_weights(first, constants), first.activation,
                                       *_conv_weights(second, constants), second.activation,
