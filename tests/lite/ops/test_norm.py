@@ -87,6 +87,18 @@ def test_layer_normalization(axis, with_bias):
     )
 
 
+@pytest.mark.parametrize("shape", [(2, 16, 64), (3, 5, 128), (2, 7, 300)], ids=["16x64", "width 128", "width 300"])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_normalization_with_only_its_first_output(shape, with_bias):
+    """A node declaring Y alone: narrow rows are centered by a product with I - 1/width."""
+    x, scale = normal(*shape) * 3 + 1, normal(shape[-1])
+    bias = normal(shape[-1]) if with_bias else None
+    (got,) = kernel_outputs("LayerNormalization", [x, scale, bias], {}, opset=17, output_count=1)
+    (expected, _, _) = kernel_outputs("LayerNormalization", [x, scale, bias], {}, opset=17, output_count=3)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    check_against_reference("LayerNormalization", [x, scale, bias], {}, opset=17)
+
+
 def test_layer_normalization_of_a_transposed_input():
     """wav2vec2 normalizes a transposed convolution output: rows of a strided array."""
     x, scale, bias = normal(2, 32, 9).transpose(0, 2, 1), normal(32), normal(32)
