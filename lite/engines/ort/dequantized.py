@@ -13,13 +13,17 @@ this form instead (:mod:`lite.engines.ort.int8_choice` decides):
       w_float = (w − zero_point) · scale        (scale, zero_point broadcast along ``axis``)
 
 - a ``QuantizeLinear`` whose every reader is a ``DequantizeLinear`` disappears with them: the
-  readers take the float value the pair rounded.
+  readers take the float value the pair rounded. Where the pair's zero point is the bottom of
+  the integer range it also clamped at 0, which may stand for a Relu the quantizer removed: a
+  Relu takes its place unless the value cannot be negative (see ``_FloatForm.clamp_from_zero``)::
+
+      x ──Conv──Add──Q(zp=0)──DQ──►        becomes        x ──Conv──Add──Relu──►
 
 The result computes each layer in float32 on the weights the int8 model stores: the weight
 rounding stays, the activation rounding goes, so it is closer to the float model than int8
 kernels are. :func:`float_form` declines (returns the reason) when anything integer would remain:
-integer ops (``QLinearConv``, ``MatMulInteger``, ``DynamicQuantizeLinear`` ...), a pair whose
-quantized value is also read or returned as it is, blocked quantization.
+integer ops (``QLinearConv``, ``MatMulInteger``, ``DynamicQuantizeLinear`` ...), a quantized value
+read by anything but ``DequantizeLinear``, blocked quantization.
 """
 
 from __future__ import annotations
@@ -34,11 +38,6 @@ from lite.format.onnx.lower import EXTERNAL_MIN_BYTES, Lowered
 _QUANTIZE = {"QuantizeLinear", "DequantizeLinear"}
 _INTEGER_TYPES = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16, TensorProto.INT4,
                   TensorProto.UINT4}
-
-
-def is_qdq(lowered: Lowered) -> bool:
-    """Whether the main graph quantizes anything (has QuantizeLinear or DequantizeLinear nodes)."""
-    return any(node.op_type in _QUANTIZE and node.domain in ("", "ai.onnx") for node in lowered.model.graph.node)
 
 
 def float_form(lowered: Lowered) -> Lowered | str:
@@ -81,6 +80,7 @@ class _FloatForm:
         self.dropped: set[str] = set()  # output names of the nodes that go
         self.returned: dict[str, str] = {}  # DequantizeLinear output the graph returns -> the float value
         self.relus: dict[str, onnx.NodeProto] = {}  # value -> the Relu added after it
+        self.orphans: set[str] = set()  # outputs of nodes that go once nothing reads them (int8-dynamic's)
         self.signs: dict[str, bool] = {}  # value -> whether it is >= 0 by construction
 
     def constant(self, name: str) -> np.ndarray | None:
@@ -92,6 +92,11 @@ class _FloatForm:
 
     def run(self) -> str | None:
         for node in list(self.graph.node):
+            if node.op_type == "MatMulInteger" and node.domain in ("", "ai.onnx"):
+                reason = self.unquantize_matmul(node)
+                if reason is not None:
+                    return reason
+                continue
             handled = node.output[0] in self.dropped or node.output[0] in self.returned
             if node.domain not in ("", "ai.onnx") or node.op_type not in _QUANTIZE or handled:
                 continue
@@ -110,18 +115,62 @@ class _FloatForm:
         self.rebuild()
         return _integer_left(self.graph)
 
-    def fold(self, node: onnx.NodeProto) -> str | None:
-        """A DequantizeLinear of constants: the float constant it computes."""
-        value = _dequantize(node, self.constant)
-        if value is None:
-            return f"{node.name}: cannot dequantize its constants"
-        name = node.output[0]
+    def unquantize_matmul(self, node: onnx.NodeProto) -> str | None:
+        """int8-dynamic's layer (converter.quantize: ``lite convert --quant int8-dynamic``)::
+
+            x ──DynamicQuantizeLinear──► (xq, xs, xz)
+            MatMulInteger(xq, Wq, xz, Wz) ──Cast(float)──Mul(xs · Ws)──►
+
+        computes ``x`` rounded to uint8 times ``(Wq − Wz) · Ws``; its float form is
+        ``MatMul(x, (Wq − Wz) · Ws)``, written in place of the Mul.
+        """
+        inputs = list(node.input) + [""] * (4 - len(node.input))
+        quantizer = self.producers.get(inputs[0])
+        weights, weight_zero = self.constant(inputs[1]), self.constant(inputs[3]) if inputs[3] else np.zeros((), np.int8)
+        if (quantizer is None or quantizer.op_type != "DynamicQuantizeLinear" or list(quantizer.output)[::2] !=
+                [inputs[0], inputs[2]] or weights is None or weight_zero is None or weights.ndim != 2):
+            return f"{node.name}: a MatMulInteger that is not int8-dynamic's (DynamicQuantizeLinear input, constant weights)"
+        cast = self.sole(node.output[0], "Cast")
+        scaled = self.sole(cast.output[0], "Mul") if cast is not None else None
+        if cast is None or scaled is None or not any(a.name == "to" and a.i == TensorProto.FLOAT for a in cast.attribute):
+            return f"{node.name}: its product is not cast to float and scaled"
+        scale = next((name for name in scaled.input if name != cast.output[0]), "")
+        product = self.producers.get(scale)
+        weight_scale = None
+        if product is not None and product.op_type == "Mul" and quantizer.output[1] in product.input:
+            weight_scale = self.constant(next((n for n in product.input if n != quantizer.output[1]), ""))
+        if weight_scale is None or weight_scale.dtype != np.float32:
+            return f"{node.name}: its scale is not the input's times a constant"
+        value = (weights.astype(np.float32) - weight_zero.astype(np.float32)) * weight_scale
+        name = self.fresh(f"{inputs[1]}_dequantized")
+        self.add_weight(name, np.ascontiguousarray(value, dtype=np.float32))
+        scaled.op_type = "MatMul"  # keeps its output and place; x is computed before it
+        scaled.input[:] = [quantizer.input[0], name]
+        self.dropped.update((node.output[0], cast.output[0]))
+        self.orphans.update((*quantizer.output, *product.output))
+        return None
+
+    def sole(self, value: str, op_type: str) -> onnx.NodeProto | None:
+        """The one reader of ``value``, when it is an ``op_type`` node."""
+        readers = self.readers.get(value, [])
+        ok = len(readers) == 1 and readers[0].op_type == op_type and value not in self.outputs
+        return readers[0] if ok else None
+
+    def add_weight(self, name: str, value: np.ndarray) -> None:
         if value.nbytes >= EXTERNAL_MIN_BYTES:  # handed to the session as it is, like the lowering's weights
             self.lowered.external[name] = value
             self.graph.initializer.append(_external(name, value))
         else:
             self.graph.initializer.append(numpy_helper.from_array(value, name))
         self.initializers[name] = self.graph.initializer[-1]
+
+    def fold(self, node: onnx.NodeProto) -> str | None:
+        """A DequantizeLinear of constants: the float constant it computes."""
+        value = _dequantize(node, self.constant)
+        if value is None:
+            return f"{node.name}: cannot dequantize its constants"
+        name = node.output[0]
+        self.add_weight(name, value)
         self.dropped.add(name)
         return None
 
@@ -247,6 +296,12 @@ class _FloatForm:
             nodes.append(node)
             for name in node.output:
                 nodes.extend(after.get(name, []))
+        while True:  # int8-dynamic's input quantizers and scale products, once no layer reads them
+            read = {name for node in nodes for name in node.input} | self.outputs
+            unread = [node for node in nodes if set(node.output) <= self.orphans and not set(node.output) & read]
+            if not unread:
+                break
+            nodes = [node for node in nodes if not any(node is gone for gone in unread)]
         del self.graph.node[:]
         self.graph.node.extend(nodes)
         _drop_unread(self.lowered)

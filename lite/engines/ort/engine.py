@@ -32,7 +32,7 @@ from lite.engines.ort import int8_choice, sessions
 from lite.engines.ort.cuda import CudaRunner, caller_stream, torch_stream
 from lite.engines.ort.device_kernels import CudaStream, KernelSteps, run_bound
 from lite.engines.partition import Part, numpy_part, split
-from lite.errors import EngineUnavailableError, InvalidInputError, UnsupportedOpError
+from lite.errors import EngineUnavailableError, InvalidInputError, LiteError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, from_numpy
 from lite.format.onnx.graph import lowering_fingerprint, node_name
@@ -116,7 +116,7 @@ class OrtEngine:
         # int8 models on the CPU: int8 kernels, or the float form where that is faster (int8_choice.py).
         self.int8_form = "as stored"
         self.decision: dict[str, Any] | None = None
-        wanted = config.int8_compute if device == "cpu" and int8_choice.quantizes(model) else "int8"
+        wanted = int8_choice.wanted(model, config.int8_compute) if device == "cpu" else "int8"
         if wanted == "auto":
             self.decision = int8_choice.recorded(self._decision_path())
             if self.decision is not None:
@@ -159,9 +159,13 @@ class OrtEngine:
             decision = {"chosen": "float", "why": "int8_compute='float'"}
         else:
             int8, names = segment.runner, self.output_names
-            decision = int8_choice.measure(lambda feeds: dict(zip(names, int8.run_arrays(names, feeds))),
-                                           lambda feeds: dict(zip(names, floated.run_arrays(names, feeds))),
-                                           int8_choice.random_feeds(self.model), self._numpy_reference)
+            try:
+                decision = int8_choice.measure(lambda feeds: dict(zip(names, int8.run_arrays(names, feeds))),
+                                               lambda feeds: dict(zip(names, floated.run_arrays(names, feeds))),
+                                               int8_choice.random_feeds(self.model), self._numpy_reference)
+            except LiteError as err:  # e.g. a symbolic length of 1 is too short for the model's convolutions
+                self.int8_form = "as stored"
+                return {"chosen": "int8", "why": f"not measured: random inputs did not run ({type(err).__name__}: {err})"}
             decision["reused"] = False
             int8_choice.record(self._decision_path(), decision)
         if decision["chosen"] == "float":

@@ -39,6 +39,7 @@ from lite.atomic import atomic_write
 from lite.format import ir
 
 CHOICES = ("auto", "int8", "float")
+_QUANTIZING = {"QuantizeLinear", "DequantizeLinear", "MatMulInteger"}
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 DECISION_FORMAT = 1
 # Calls slower than this get fewer rounds: their times vary less, and rounds cost more.
@@ -51,9 +52,19 @@ _MIN_CALLS = 3
 TOLERANCE = 0.5
 
 
-def quantizes(model: ir.Model) -> bool:
-    """Whether the main graph has QuantizeLinear/DequantizeLinear nodes (a QDQ int8 model)."""
-    return any(node.op_type in ("QuantizeLinear", "DequantizeLinear") for node in model.main.nodes)
+def wanted(model: ir.Model, setting: str) -> str:
+    """What ``int8_compute=setting`` asks of this model: "int8" (nothing to decide), "auto" or "float".
+
+    "auto" measures static int8 models (QuantizeLinear/DequantizeLinear pairs) only: int8-dynamic
+    models (DynamicQuantizeLinear → MatMulInteger) keep their int8 kernels, which quantization
+    tools compare with the numpy engine's int8 arithmetic; ``"float"`` runs their float form too.
+    """
+    ops = {node.op_type for node in model.main.nodes}
+    if setting == "int8" or not ops & _QUANTIZING:
+        return "int8"
+    if setting == "auto" and ops & {"DynamicQuantizeLinear", "MatMulInteger"}:
+        return "int8"
+    return setting
 
 
 def decision_path(cache_dir: Path, identity: str) -> Path:

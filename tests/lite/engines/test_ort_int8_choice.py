@@ -117,14 +117,14 @@ def test_a_rounded_graph_output_keeps_its_name():
     assert [value.name for value in lowered.model.graph.output] == ["y"]
 
 
-def test_integer_kernels_have_no_float_form():
+def test_integer_layers_of_other_forms_have_no_float_form():
     b = GraphBuilder("dynamic", opset=17)
     x = _pair(b, b.input("x", np.float32, [4, 8]), "x", 0.05, 128)
     quantized = b.node("DynamicQuantizeLinear", [x], outputs=["xq", "xs", "xz"])
     product = b.node("MatMulInteger", [quantized[0], b.constant("w", np.ones((8, 2), np.uint8)), quantized[2]])
     b.output(b.node("Cast", [product], outputs=["y"], to=1), np.float32, [4, 2])
     reason = float_form(lower_model(load(to_bytes(b.build())), external_weights=False))
-    assert isinstance(reason, str) and "DynamicQuantizeLinear computes on integers" in reason
+    assert isinstance(reason, str) and "MatMulInteger" in reason and "not cast to float and scaled" in reason
 
 
 def test_float_compute_runs_the_float_form():
@@ -180,3 +180,46 @@ def test_the_numpy_engine_settles_a_disagreement(wrong, chosen):
     decision = int8_choice.measure(int8, floated, {}, reference=lambda: (lambda feeds: right))
     assert decision["chosen"] == chosen and "disagree" in decision["why"]
     assert "ms" not in decision  # a wrong result is not timed
+
+
+def _dynamic_matmul() -> bytes:
+    """int8-dynamic's layer: DynamicQuantizeLinear → MatMulInteger → Cast → Mul(x scale · w scale) → Add(bias)."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("dynamic", opset=17)
+    x = b.input("x", np.float32, ["N", 16])
+    xq, xs, xz = b.node("DynamicQuantizeLinear", [x], outputs=["xq", "xs", "xz"])
+    weights = rng.integers(-127, 128, (16, 8)).astype(np.int8)
+    product = b.node("MatMulInteger", [xq, b.constant("w", weights), xz, b.constant("wz", np.zeros(8, np.int8))])
+    scale = b.node("Mul", [xs, b.constant("ws", np.linspace(0.01, 0.02, 8).astype(np.float32))])
+    y = b.node("Mul", [b.node("Cast", [product], to=1), scale])
+    b.output(b.node("Add", [y, b.constant("bias", np.ones(8, np.float32))], outputs=["y"]), np.float32, ["N", 8])
+    return to_bytes(b.build())
+
+
+def test_int8_dynamic_layers_have_a_float_form():
+    data = _dynamic_matmul()
+    lowered = float_form(lower_model(load(data), external_weights=False))
+    assert not isinstance(lowered, str), lowered
+    assert [node.op_type for node in lowered.model.graph.node] == ["MatMul", "Add"]
+    x = np.random.default_rng(4).standard_normal((3, 16)).astype(np.float32)
+    tensors = {t.name: t.data for t in load(data).main.tensors if t.data is not None}
+    expected = x @ (tensors["w"].astype(np.float32) * tensors["ws"]) + 1
+    np.testing.assert_allclose(ReferenceEvaluator(lowered.model).run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)
+    model = lite.Model.load(data, device="cpu", cache_dir=None, int8_compute="float")
+    assert model.engine.decision["chosen"] == "float"
+    np.testing.assert_allclose(model(x), expected, rtol=1e-5, atol=1e-5)
+    # "auto" leaves int8-dynamic models on their int8 kernels (tools compare them with the numpy engine).
+    assert lite.Model.load(data, device="cpu", cache_dir=None).engine.decision is None
+
+
+def test_random_inputs_that_do_not_run_keep_the_int8_kernels():
+    """A symbolic length the model cannot run at 1 (a convolution wider than it) is not measured."""
+    b = GraphBuilder("audio", opset=17)
+    x = b.input("x", np.float32, [1, 1, "T"])
+    w = b.node("DequantizeLinear", [b.constant("w", np.ones((2, 1, 5), np.int8)), b.constant("s", np.float32(0.1))])
+    y = _pair(b, b.node("Conv", [_pair(b, x, "x", 0.05, 128), w]), "y", 0.1, 128)
+    b.output(b.node("Identity", [y], outputs=["y"]), np.float32, [1, 2, "T-4"])
+    model = lite.Model.load(to_bytes(b.build()), device="cpu", cache_dir=None)
+    assert model.engine.decision["chosen"] == "int8" and "not measured" in model.engine.decision["why"]
+    assert model.engine.int8_form == "as stored"
+    assert model(np.ones((1, 1, 9), np.float32)).shape == (1, 2, 5)
