@@ -130,11 +130,11 @@ def Tanh(input):
 
 
 @kernel("Gelu", since=20)
-def Gelu(X, *, approximate="none"):
+def Gelu(X, *, approximate="none", allocate=np.empty):
     X = np.asarray(X)
     if approximate == "none":
         if X.dtype.kind == "f" and X.dtype.itemsize <= 4:
-            return _like(_gelu_float32(X.astype(np.float32, copy=False)), X)
+            return _like(_gelu_float32(X.astype(np.float32, copy=False), allocate), X)
         wide = X.astype(np.float64)
         return _like(0.5 * wide * (1 + erf(wide / math.sqrt(2))), X)
     if approximate == "tanh":
@@ -143,7 +143,7 @@ def Gelu(X, *, approximate="none"):
     raise KernelError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
-def _gelu_float32(x: np.ndarray) -> np.ndarray:
+def _gelu_float32(x: np.ndarray, allocate=np.empty) -> np.ndarray:
     """x * (1 + erf(x / sqrt(2))) / 2 in float32 as ``relu(x) - |x| * erfc(|x| / sqrt(2)) / 2``
     (the same value on either side of 0, with no cancellation in the negative tail: the gate is
     erfc's relative-accuracy fit alone, never 1 - erf). erfc comes from the Chebyshev fit of
@@ -152,16 +152,19 @@ def _gelu_float32(x: np.ndarray) -> np.ndarray:
     matrix-vector product with the fit's coefficients (and -1/2 for ``|x|^2``, ln 1/2 folded
     into the constant) sums the exponent. 17 passes over the tensor instead of Horner's 30: on
     a small transformer's 16x256 activations most of the time is numpy's per-call overhead.
-    Large tensors go through in chunks of ``_GELU_CHUNK`` elements (the matrix is 11 rows)."""
+    Large tensors go through in chunks of ``_GELU_CHUNK`` elements (the matrix is 12 rows, the last the exponent). The
+    output and the matrix come from ``allocate`` (the engine's arena: fresh megabytes of scratch
+    on every call cost page faults, milliseconds on a busy machine)."""
     flat = x.reshape(-1)
-    y = np.empty_like(flat)
+    y = allocate((flat.size,), np.float32)
+    basis = allocate((12, min(flat.size, _GELU_CHUNK)), np.float32)
     for start in range(0, flat.size, _GELU_CHUNK):
-        _gelu_float32_into(flat[start : start + _GELU_CHUNK], y[start : start + _GELU_CHUNK])
+        chunk = flat[start : start + _GELU_CHUNK]
+        _gelu_float32_into(chunk, y[start : start + _GELU_CHUNK], basis[:, : chunk.size])
     return y.reshape(x.shape)
 
 
-def _gelu_float32_into(x: np.ndarray, y: np.ndarray) -> None:
-    basis = np.empty((11, x.size), np.float32)
+def _gelu_float32_into(x: np.ndarray, y: np.ndarray, basis: np.ndarray) -> None:
     t, magnitude = basis[0], basis[10]
     np.abs(x, out=magnitude)
     # A finite bound keeps inf out of the products (gelu(inf) = inf - 0); NaN passes through.
@@ -174,7 +177,7 @@ def _gelu_float32_into(x: np.ndarray, y: np.ndarray) -> None:
     np.multiply(basis[0:4], basis[3], out=basis[4:8])
     np.multiply(basis[7], t, out=basis[8])
     np.multiply(magnitude, magnitude, out=basis[9])
-    exponent = np.matmul(_GELU_EXPONENT, basis[:10])
+    exponent = np.matmul(_GELU_EXPONENT, basis[:10], out=basis[11])
     exponent += _GELU_CONSTANT
     np.exp(exponent, out=exponent)
     exponent *= t
