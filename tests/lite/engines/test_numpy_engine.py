@@ -151,3 +151,39 @@ def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
     x = np.random.default_rng(15).standard_normal((2, 16, 5, 7))
     np.testing.assert_allclose(step.fn(x), expected_squeeze_excite(engine, x), rtol=1e-12)
     assert step.fn(x).dtype == np.float64
+
+
+# -- projections of one input ---------------------------------------------------------------------
+
+
+def projections_model():
+    """x -> MatMul(Wq) + bq, MatMul(Wk) + bk, MatMul(Wv) (no bias) -> q, k, v."""
+    weights = np.random.default_rng(16)
+    b = GraphBuilder("qkv", opset=13)
+    x = b.input("x", np.float32, ["N", "T", 16])
+    for name, width, bias in (("q", 8, True), ("k", 8, True), ("v", 12, False)):
+        w = b.constant(f"w{name}", weights.standard_normal((16, width)).astype(np.float32))
+        product = b.node("MatMul", [x, w], outputs=[name] if not bias else 1)
+        if bias:
+            bias_name = b.constant(f"b{name}", weights.standard_normal(width).astype(np.float32))
+            product = b.node("Add", [product, bias_name], outputs=[name])
+        b.output(product, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def test_projections_of_one_input_are_one_product():
+    model = projections_model()
+    engine = NumpyEngine(model)
+    (step,) = engine.plans[0].steps
+    assert len(step.outputs) == 3
+    constants, index_of = engine.plans[0].constants, engine.plans[0].index_of
+    rng = np.random.default_rng(17)
+    for shape in [(1, 5, 16), (2, 3, 16)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = engine.run({"x": x})
+        for name, bias in (("q", "bq"), ("k", "bk"), ("v", None)):
+            expected = x @ constants[index_of[f"w{name}"]]
+            if bias:
+                expected = expected + constants[index_of[bias]]
+            assert got[name].flags.c_contiguous
+            np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5)
