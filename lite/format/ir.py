@@ -27,7 +27,7 @@ from lite.format.dtypes import DataType
 # A dimension is a fixed size, a symbolic name, or unknown (None).
 Dim = Union[int, str, None]
 
-FORMAT_VERSION = (2, 0)  # the version written; readers read 1.x and 2.x (docs/format.md)
+FORMAT_VERSION = (2, 1)  # the version written; readers read 1.x and 2.x (docs/format.md)
 # Metadata key of the types of sequence and optional values (the tensor table holds only their
 # element type): JSON {graph index: {value name: "seq(tensor(float))", ...}}, written by the converter.
 VALUE_TYPES_KEY = "lite.value_types"

@@ -12,7 +12,8 @@ fused activations the engines know with the right parameters). Any violation is 
 
 Tensors stored with implied QDQ nodes (format 2.0, :mod:`lite.format.qdq`) are checked, then
 written out as explicit QuantizeLinear/DequantizeLinear nodes: the model returned is always
-explicit, and its integer weights are still views of the file.
+explicit, and its integer weights are still views of the file. Implied bias scales (format 2.1,
+:mod:`lite.format.implied_scale`) are recomputed first, so the returned parameters hold them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from lite.errors import ModelFormatError
-from lite.format import fused_activation, ir
+from lite.format import fused_activation, implied_scale, ir
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
 from lite.format.qdq import ImpliedQdq, expand, implied_problem
 from lite.format.verifier import verify_flatbuffer
@@ -181,6 +182,8 @@ class _Reader:
         tensor_tables = table["tensors"] or []
         tensors = [self.tensor(t, f"{where} tensor {i}") for i, t in enumerate(tensor_tables)]
         implied = {i: ImpliedQdq(t["implied_qdq"]) for i, t in enumerate(tensor_tables) if t["implied_qdq"]}
+        scales_implied = [i for i, t in enumerate(tensor_tables)
+                          if t["quant"] is not None and t["quant"]["implied_scale"]]
         count = len(tensors)
         names = set()
         for position, tensor in enumerate(tensors):
@@ -193,6 +196,7 @@ class _Reader:
         captures = self.indices(table["captures"], count, f"{where} captures")
         graph = ir.Graph(name=name, tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs, captures=captures)
         self.check_dataflow(graph, where)
+        self.recompute_scales(graph, tensor_tables, scales_implied, implied, where)
         if not implied:
             return graph
         self.check_implied(graph, implied, where)
@@ -224,7 +228,10 @@ class _Reader:
             data = self.string_constant(table, dtype, shape, where)
         elif buffer_index:
             data = self.constant(buffer_index, dtype, shape, where)
-        quant = self.quant(table["quant"], shape, where) if table["quant"] is not None else None
+        scale_implied = table["quant"] is not None and table["quant"]["implied_scale"]
+        if scale_implied:
+            self.check_implied_scale(table, in_graph, where)
+        quant = self.quant(table["quant"], shape, where) if table["quant"] is not None and not scale_implied else None
         tensor = ir.Tensor(name=name, dtype=dtype, shape=shape, data=data, quant=quant,
                            doc=self.text(table["doc"], f"{where} doc"))
         implied = ImpliedQdq(table["implied_qdq"])
@@ -235,10 +242,40 @@ class _Reader:
             if self.version < (2, 0):
                 raise self.fail(f"{where}: implied QDQ nodes ({implied.name}) need format 2.0, the file says "
                                 f"{self.version[0]}.{self.version[1]}")
-            problem = implied_problem(tensor, implied)
+            problem = implied_problem(tensor, implied) if not scale_implied else None  # else once recomputed
             if problem is not None:
                 raise self.fail(f"{where}: {implied.name} {problem}")
         return tensor
+
+    def check_implied_scale(self, table: dict[str, Any], in_graph: bool, where: str) -> None:
+        """What a tensor whose scales are implied must be before they are recomputed."""
+        kind = implied_scale.ImpliedScale(table["quant"]["implied_scale"])
+        label = f"{where} quantization: implied scales ({kind.name})"
+        if not in_graph:
+            raise self.fail(f"{label} on a tensor attribute; only a graph's bias tensors imply scales")
+        if self.version < implied_scale.IMPLIED_SCALE_SINCE:
+            raise self.fail(f"{label} need format 2.1, the file says {self.version[0]}.{self.version[1]}")
+        if table["quant"]["scale"] is not None:
+            raise self.fail(f"{label} but the scales are stored too; store one or the other")
+        if table["implied_qdq"] != ImpliedQdq.DEQUANTIZE:
+            raise self.fail(f"{label} need implied_qdq DEQUANTIZE (an int32 bias constant)")
+
+    def recompute_scales(self, graph: ir.Graph, tables: list[dict[str, Any]], indices: list[int],
+                         implied: dict[int, ImpliedQdq], where: str) -> None:
+        """Give the tensors at ``indices`` their implied scales, then check them as stored ones."""
+        if not indices:
+            return
+        reads = implied_scale.reads_of(graph)
+        for index in indices:
+            tensor = graph.tensors[index]
+            label = f"{where} tensor {index} ({tensor.name!r})"
+            scale = implied_scale.bias_scale(graph, index, implied, reads)
+            if isinstance(scale, str):
+                raise self.fail(f"{label}: its scales are implied (INPUT_TIMES_WEIGHT) but it {scale}")
+            tensor.quant = self.quant(tables[index]["quant"], tensor.shape, label, scale)
+            problem = implied_problem(tensor, implied[index])
+            if problem is not None:
+                raise self.fail(f"{label}: {implied[index].name} {problem}")
 
     def dim(self, table: dict[str, Any], where: str) -> ir.Dim:
         if table["param"] is not None:
@@ -289,9 +326,10 @@ class _Reader:
         array[:] = strings
         return array.reshape(shape)
 
-    def quant(self, table: dict[str, Any], shape, where: str) -> ir.QuantParams:
+    def quant(self, table: dict[str, Any], shape, where: str, implied: np.ndarray | None = None) -> ir.QuantParams:
+        """``implied``: the recomputed scales of a table whose scales are implied."""
         where = f"{where} quantization"
-        scale, zero_point = table["scale"], table["zero_point"]
+        scale, zero_point = (table["scale"] if implied is None else implied), table["zero_point"]
         scale = np.zeros(0, np.float32) if scale is None else scale
         # Absent zero points (format 2.0) are all 0; an empty vector is a count like any other.
         zero_point = np.zeros(len(scale), np.int64) if zero_point is None else zero_point

@@ -4,8 +4,11 @@ The flatbuffer holds the structure; weight bytes follow it in a data section, ea
 64-byte boundary, so the reader can view them in place. Writing is deterministic: the same model
 gives the same bytes.
 
-A model of format 2.0 (the default, :data:`ir.FORMAT_VERSION`) is written compactly: QDQ groups
-become tensors with implied nodes (:mod:`lite.format.qdq`), all-zero zero points are left out,
+A model of format 2.x (the default is :data:`ir.FORMAT_VERSION`) is written compactly: QDQ groups
+become tensors with implied nodes (:mod:`lite.format.qdq`), from 2.1 int32 bias scales that equal
+input scale × weight scales are left out for the reader to recompute
+(:mod:`lite.format.implied_scale`; a 2.1 model that has none is stamped 2.0, so 2.0 readers read
+it), all-zero zero points are left out,
 short strings, dimensions, shapes, attributes and quantization parameters are written once and
 shared, and empty fields are left out. A model whose ``version`` is 1.x is written as format 1.0
 writers wrote it, byte for byte, so 1.x readers read it.
@@ -22,7 +25,7 @@ import numpy as np
 
 from lite.atomic import atomic_write
 from lite.errors import ModelFormatError
-from lite.format import ir, qdq
+from lite.format import implied_scale, ir, qdq
 from lite.format._generated import model_generated as fb
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
 from lite.format.verifier import SHARED_WALK_COST
@@ -34,6 +37,7 @@ COMPACT_SINCE = (2, 0)
 _ONE_BYTE_FIELDS = {
     fb.TensorAddDtype, fb.TensorAddHasShape, fb.TensorAddIsStringConstant, fb.TensorAddImpliedQdq,
     fb.QuantParamsAddGranularity, fb.QuantParamsAddBits, fb.QuantParamsAddSigned, fb.QuantParamsAddSymmetric,
+    fb.QuantParamsAddImpliedScale,
 }
 
 
@@ -71,14 +75,17 @@ def _write(handle, header: bytes, payloads: list[tuple[int, np.ndarray]]) -> Non
 
 
 def _encode(model: ir.Model) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
-    encoder = _Encoder(compact=tuple(model.version) >= COMPACT_SINCE)
+    encoder = _Encoder(compact=tuple(model.version) >= COMPACT_SINCE,
+                       imply_scales=tuple(model.version) >= implied_scale.IMPLIED_SCALE_SINCE)
     return encoder.model(model), encoder.payloads
 
 
 class _Encoder:
-    def __init__(self, compact: bool) -> None:
+    def __init__(self, compact: bool, imply_scales: bool = False) -> None:
         self.builder = flatbuffers.Builder(4096)
         self.compact = compact
+        self.imply_scales = imply_scales
+        self.scales_implied = False  # whether a tensor's scales were left out (the file needs 2.1)
         self.buffers: list[tuple[int, int]] = [(0, 0)]  # index 0: the empty sentinel
         self.payloads: list[tuple[int, np.ndarray]] = []
         self.data_size = 0
@@ -179,9 +186,12 @@ class _Encoder:
         opsets_vec = self.table_vector(fb.ModelStartOpsetImportsVector, opsets)
         metadata_vec = self.table_vector(fb.ModelStartMetadataVector, metadata)
         buffers_vec = self.table_vector(fb.ModelStartBuffersVector, buffers)
+        version = tuple(model.version)
+        if version == implied_scale.IMPLIED_SCALE_SINCE and not self.scales_implied:
+            version = COMPACT_SINCE  # nothing of 2.1 in the file: 2.0 readers read it
         fb.ModelStart(b)
-        fb.ModelAddVersionMajor(b, model.version[0])
-        fb.ModelAddVersionMinor(b, model.version[1])
+        fb.ModelAddVersionMajor(b, version[0])
+        fb.ModelAddVersionMinor(b, version[1])
         fb.ModelAddGraphs(b, graphs_vec)
         fb.ModelAddOpsetImports(b, opsets_vec)
         fb.ModelAddMetadata(b, metadata_vec)
@@ -194,8 +204,11 @@ class _Encoder:
         implied: dict[int, qdq.ImpliedQdq] = {}
         if self.compact:
             graph, implied = qdq.compact(graph)
+        scales_implied = implied_scale.implied_scales(graph, implied) if self.imply_scales else set()
+        self.scales_implied |= bool(scales_implied)
         where = f"graph {index} ({graph.name!r})"
-        tensors = [self.tensor(t, where, implied.get(i, qdq.ImpliedQdq.NONE)) for i, t in enumerate(graph.tensors)]
+        tensors = [self.tensor(t, where, implied.get(i, qdq.ImpliedQdq.NONE), i in scales_implied)
+                   for i, t in enumerate(graph.tensors)]
         nodes = [self.node(n) for n in graph.nodes]
         name = self.optional_string(graph.name)
         tensors_vec = self.table_vector(fb.GraphStartTensorsVector, tensors)
@@ -212,7 +225,8 @@ class _Encoder:
         _add(fb.GraphAddCaptures, b, captures)
         return fb.GraphEnd(b)
 
-    def tensor(self, tensor: ir.Tensor, where: str, implied: qdq.ImpliedQdq = qdq.ImpliedQdq.NONE) -> int:
+    def tensor(self, tensor: ir.Tensor, where: str, implied: qdq.ImpliedQdq = qdq.ImpliedQdq.NONE,
+               scale_implied: bool = False) -> int:
         b = self.builder
         buffer_index = 0
         strings = None
@@ -230,7 +244,7 @@ class _Encoder:
         if dims or not self.compact:
             shape = self.shared(("shape", *dims), lambda: self.table_vector(fb.TensorStartShapeVector, dims),
                                 self.cost_of(dims))
-        quant = self.quant(tensor.quant) if tensor.quant is not None else None
+        quant = self.quant(tensor.quant, scale_implied) if tensor.quant is not None else None
         name = self.string(tensor.name)
         doc = self.string(tensor.doc) if tensor.doc else None
         fb.TensorStart(b)
@@ -258,7 +272,8 @@ class _Encoder:
         cost = 1 + (_vector_cost(len(dim.encode("utf-8"))) if isinstance(dim, str) else 0)
         return self.shared(("dim", type(dim), dim), make, cost)
 
-    def quant(self, quant: ir.QuantParams) -> int:
+    def quant(self, quant: ir.QuantParams, scale_implied: bool = False) -> int:
+        """``scale_implied``: the reader recomputes the scales (INPUT_TIMES_WEIGHT); they are left out."""
         b = self.builder
         if quant.axis is None:
             granularity = _GRANULARITY["tensor"]
@@ -269,7 +284,7 @@ class _Encoder:
                             and not np.any(quant.zero_point))
 
         def make() -> int:
-            scale = self.vector(quant.scale, "<f4")
+            scale = None if scale_implied else self.vector(quant.scale, "<f4")
             zero_point = None if omit_zero_points else self.vector(quant.zero_point, "<i8")
             fb.QuantParamsStart(b)
             self.fields(b, [
@@ -277,12 +292,17 @@ class _Encoder:
                 (fb.QuantParamsAddBlockSize, quant.block_size), (fb.QuantParamsAddBits, quant.bits),
                 (fb.QuantParamsAddSigned, quant.signed), (fb.QuantParamsAddSymmetric, quant.symmetric),
                 (fb.QuantParamsAddScale, scale), (fb.QuantParamsAddZeroPoint, zero_point),
+                (fb.QuantParamsAddImpliedScale,
+                 int(implied_scale.ImpliedScale.INPUT_TIMES_WEIGHT) if scale_implied else None),
             ])
             return fb.QuantParamsEnd(b)
 
+        # Implied scales are not stored: biases of any length may share one table.
         key = ("quant", granularity, quant.axis, quant.block_size, quant.bits, quant.signed, quant.symmetric,
-               quant.scale.astype("<f4").tobytes(), None if omit_zero_points else quant.zero_point.tobytes())
-        cost = 1 + _vector_cost(quant.scale.size) + (0 if omit_zero_points else _vector_cost(quant.zero_point.size))
+               None if scale_implied else quant.scale.astype("<f4").tobytes(),
+               None if omit_zero_points else quant.zero_point.tobytes())
+        cost = (1 + (0 if scale_implied else _vector_cost(quant.scale.size))
+                + (0 if omit_zero_points else _vector_cost(quant.zero_point.size)))
         return self.shared(key, make, cost)
 
     def node(self, node: ir.Node) -> int:

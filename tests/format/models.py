@@ -1,11 +1,11 @@
 """Explicit QDQ graphs for the format tests, helpers to compare graphs and look into stored files,
-and the format 1.0 golden file.
+and the format 1.0 and 2.0 golden files.
 
-    python -m tests.format.models    # rewrite tests/format/qdq_v1_0.lite
+    python -m tests.format.models    # rewrite tests/format/qdq_v1_0.lite and qdq_v2_0.lite
 
-The golden file was first written by format 1.0's writer; a model whose ``version`` is 1.x is
-still written byte for byte as that writer wrote it (``test_format_1_0_files_are_written_and_read_unchanged``),
-so this script regenerates the same bytes.
+Each golden file was first written by its format's writer; a model whose ``version`` is 1.x (2.0)
+is still written byte for byte as that writer wrote it (``test_format_1_0_files_are_written_and_read_unchanged``,
+``test_format_2_0_files_keep_their_bias_scales``), so this script regenerates the same bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from lite.format.qdq import ImpliedQdq
 from lite.format.verifier import verify_flatbuffer
 
 GOLDEN_V1_0 = Path(__file__).with_name("qdq_v1_0.lite")
+GOLDEN_V2_0 = Path(__file__).with_name("qdq_v2_0.lite")
 F, U8, I8, I32 = DataType.FLOAT, DataType.UINT8, DataType.INT8, DataType.INT32
 INT = ir.AttributeType.INT
 INTS = ir.AttributeType.INTS
@@ -129,13 +130,19 @@ def implied_tensors(data: bytes) -> dict[str, str]:
     return {t["name"].decode(): ImpliedQdq(t["implied_qdq"]).name for t in stored(data)["tensors"] if t["implied_qdq"]}
 
 
+def implied_scale_tensors(data: bytes) -> list[str]:
+    """The stored tensors whose scales the reader recomputes (format 2.1)."""
+    return [t["name"].decode() for t in stored(data)["tensors"] if t["quant"] is not None and t["quant"]["implied_scale"]]
+
+
 def stored_ops(data: bytes) -> list[str]:
     return [n["op_type"].decode() for n in stored(data)["nodes"]]
 
 
 def main() -> None:
-    save(conv_qdq_model(version=(1, 0)), GOLDEN_V1_0)
-    print(f"wrote {GOLDEN_V1_0}")
+    for version, path in (((1, 0), GOLDEN_V1_0), ((2, 0), GOLDEN_V2_0)):
+        save(conv_qdq_model(version=version), path)
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

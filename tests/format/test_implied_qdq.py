@@ -264,8 +264,8 @@ def test_annotations_on_tensor_attributes_are_rejected(monkeypatch):
     model.main.nodes[0].attributes["value"] = ir.Attribute(ir.AttributeType.TENSOR, constant)
     original = writer._Encoder.tensor
 
-    def tensor(self, value, where, implied=ImpliedQdq.NONE):
-        return original(self, value, where, ImpliedQdq.DEQUANTIZE if "attribute" in where else implied)
+    def tensor(self, value, where, implied=ImpliedQdq.NONE, *rest):
+        return original(self, value, where, ImpliedQdq.DEQUANTIZE if "attribute" in where else implied, *rest)
 
     monkeypatch.setattr(writer._Encoder, "tensor", tensor)
     with pytest.raises(ModelFormatError, match="implied QDQ nodes .DEQUANTIZE. on a tensor attribute"):

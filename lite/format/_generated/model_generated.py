@@ -63,6 +63,11 @@ class ImpliedQdq(object):
     QUANTIZE_DEQUANTIZE = 2
 
 
+class ImpliedScale(object):
+    STORED = 0
+    INPUT_TIMES_WEIGHT = 1
+
+
 class Dim(object):
     __slots__ = ['_tab']
 
@@ -231,8 +236,15 @@ class QuantParams(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         return o == 0
 
+    # QuantParams
+    def ImpliedScale(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
+        return 0
+
 def QuantParamsStart(builder):
-    builder.StartObject(8)
+    builder.StartObject(9)
 
 def QuantParamsAddGranularity(builder, granularity):
     builder.PrependInt8Slot(0, granularity, 0)
@@ -263,6 +275,9 @@ def QuantParamsAddZeroPoint(builder, zeroPoint):
 
 def QuantParamsStartZeroPointVector(builder, numElems):
     return builder.StartVector(8, numElems, 8)
+
+def QuantParamsAddImpliedScale(builder, impliedScale):
+    builder.PrependInt8Slot(8, impliedScale, 0)
 
 def QuantParamsEnd(builder):
     return builder.EndObject()

@@ -9,6 +9,7 @@ ENUMS = {
     'AttributeType': (1, frozenset([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])),
     'QuantGranularity': (1, frozenset([0, 1, 2])),
     'ImpliedQdq': (1, frozenset([0, 1, 2])),
+    'ImpliedScale': (1, frozenset([0, 1])),
 }
 # kind: ('scalar', size, enum or None) | ('string',) | ('table', name)
 #       | ('vector_scalar', size) | ('vector_string',) | ('vector_table', name)
@@ -26,6 +27,7 @@ TABLES = {
         ('symmetric', ('scalar', 1, None)),
         ('scale', ('vector_scalar', 4)),
         ('zero_point', ('vector_scalar', 8)),
+        ('implied_scale', ('scalar', 1, 'ImpliedScale')),
     ],
     'Buffer': [
         ('offset', ('scalar', 8, None)),

@@ -1,5 +1,6 @@
-"""Quantized digits networks in the compact .lite form (format 2.0, ``lite.format.qdq``): every QDQ
-group the quantizer makes is stored as one tensor, and the file reads back as the quantizer's graph."""
+"""Quantized digits networks in the compact .lite form (format 2.x, ``lite.format.qdq``): every QDQ
+group the quantizer makes is stored as one tensor, every int32 bias without its scales (2.1,
+``lite.format.implied_scale``), and the file reads back as the quantizer's graph."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from converter.quantize.calibrate import collect_stats, ranges
 from converter.quantize.config import QuantConfig
 from converter.quantize.static import quantize_static
 from lite.format import load, to_bytes
-from tests.format.models import canonical, implied_tensors, stored_ops
+from lite.format.dtypes import DataType
+from tests.format.models import canonical, implied_scale_tensors, implied_tensors, stored_ops
 
 
 def _quantized(path: str, calibration: np.ndarray):
@@ -36,6 +38,9 @@ def test_every_qdq_group_is_stored_compactly_and_read_back_exactly(network, requ
     groups += sum(n.op_type == "DequantizeLinear" and explicit.main.tensors[n.inputs[0]].data is not None
                   for n in explicit.main.nodes)
     assert len(implied_tensors(data)) == groups
+    biases = [n for n in explicit.main.nodes if n.op_type == "DequantizeLinear"
+              and explicit.main.tensors[n.inputs[0]].dtype == DataType.INT32]
+    assert biases and len(implied_scale_tensors(data)) == len(biases)
     read = load(data)
     assert canonical(read.main) == canonical(explicit.main)
     assert [n.name for n in read.main.nodes] == [n.name for n in explicit.main.nodes]
