@@ -6,7 +6,9 @@ AVX-VNNI, AMX) a u8 x s8 product accumulates in one instruction; with AVX2 only 
 weights to stay exact (:mod:`lite.engines.ort.unsigned`), which takes ONNX Runtime's slower U8U8
 kernels, and small layers pay int8's fixed costs (requantizing, NHWC transposes) for little
 arithmetic. On a 2-core AVX2 EPYC, int8 MobileNetV1/V2/V3, RegNet, PP-LCNet, BiT and ConvNeXt at
-64x64 took 1.1-1.7x their float time while ResNet-18 took 0.5x.
+64x64 took 1.1-1.7x their float time while ResNet-18 took 0.5x; on a Xeon with AMX and AVX-512
+VNNI (2 threads) the measurement kept the int8 kernels of MobileNetV2, RegNet, ResNet-18 and
+GoogLeNet (0.6-0.9x float) and the float form of the others.
 
 So with ``int8_compute="auto"`` (``lite.Model.load``'s default on the CPU) the engine measures
 both at load: the model as stored, and its float form (:mod:`lite.engines.ort.dequantized`: the
@@ -38,7 +40,6 @@ from lite import cpu
 from lite.atomic import atomic_write
 from lite.format import ir
 
-CHOICES = ("auto", "int8", "float")
 _QUANTIZING = {"QuantizeLinear", "DequantizeLinear", "MatMulInteger"}
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 DECISION_FORMAT = 1
