@@ -54,7 +54,7 @@ from lite.ops._conv_common import (
 )
 from lite.ops._depthwise import depthwise_layer, depthwise_taps
 from lite.ops._helpers import full_operand
-from lite.ops._layout import channels_first_order, channels_last_order, empty_channels_last, is_channels_last
+from lite.ops._layout import channels_first_order, channels_last_order, is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES, kernel
 
 # im2col columns per GEMM: at most this many bytes (the scratch stays bounded on big images),
@@ -542,20 +542,14 @@ class _Finish:
         if self.activation is not None:
             activations.apply_into(block, block, *self.activation)
 
-    def channels_last(self, block: np.ndarray) -> None:
-        """The same for a block ``(pixels, channels)`` holding every channel."""
-        if self.bias is not None:
-            np.add(block, self.bias, out=block)
-        if self.activation is not None:
-            activations.apply_into(block, block, *self.activation)
 
 
 def _pointwise(x, w, group, begin, end, strides, out_shape, finish, allocate):
+    """1x1 convolutions that are not _Pointwise's (grouped, strided or padded): a GEMM per image
+    and group."""
     plain = not any(begin) and not any(end) and all(s == 1 for s in strides)
     channels_last = plain and is_channels_last(x)
     pixels = math.prod(out_shape)
-    if channels_last and group == 1 and pixels >= _CHANNELS_LAST_MIN_PIXELS:
-        return _pointwise_channels_last(x, w, finish, allocate)
     if any(begin) or any(end):
         x = pad_input(x, begin, end, allocate=allocate)
     batch, channels = x.shape[:2]
@@ -580,19 +574,6 @@ def _pointwise(x, w, group, begin, end, strides, out_shape, finish, allocate):
             block = y[n, first:stop]
             parallel.matmul(weights[g], cols[n, g * per_group : (g + 1) * per_group], block)
             finish(block, first, stop)
-    return y
-
-
-def _pointwise_channels_last(x, w, finish, allocate):
-    """A channels-last input is a matrix (N * pixels, C): one GEMM against W^T for the whole
-    batch, its output channels-last as well."""
-    batch, channels = x.shape[:2]
-    out_channels = w.shape[0]
-    rows = x.transpose(channels_last_order(x.ndim)).reshape(-1, channels)  # a view, no copy
-    y = empty_channels_last((batch, out_channels) + x.shape[2:], x.dtype, allocate)
-    y_rows = y.transpose(channels_last_order(y.ndim)).reshape(-1, out_channels)
-    parallel.matmul(rows, w.reshape(out_channels, channels).T, y_rows)
-    finish.channels_last(y_rows)
     return y
 
 
