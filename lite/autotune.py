@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from lite.atomic import atomic_write
-from lite.compare import compare_outputs
+from lite.compare import QUANTIZED_TOLERANCE, TOLERANCES, agreement  # noqa: F401 - part of this module's API
 from lite.device_arrays import device_array_spec, is_device_array
 from lite.engines import ENGINES, PRECISIONS, EngineRequest, create_engine, default_precision, engine_versions
 from lite.errors import InvalidInputError, LiteError, UnsupportedOpError
@@ -51,15 +51,6 @@ from lite.format.dtypes import DataType
 from lite.signature import TensorSpec, concrete_shape, file_identity, random_array
 from lite.version import __version__
 
-# Largest error allowed against the numpy engine, relative to the largest magnitude of the
-# output: float32 reassociation stays far below 1e-3; bf16 keeps 8 significant bits (~0.4% a
-# rounding) and the errors of a deep network add up to a few of those.
-TOLERANCES = {"exact": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
-# Quantized models: engines may round a value the other way at a requantization step (1/255 of
-# a range) and such steps propagate through the layers. On int8 MobileNetV2 (random weights and
-# calibration) ONNX Runtime ends 3% of the peak away from the numpy engine and OpenVINO 5%, both
-# with the same top-5 classes; a wrong kernel is off by the order of the peak itself.
-QUANTIZED_TOLERANCE = 1e-1
 DECISION_FORMAT = 1
 _GIVE_UP = 3.0  # after round one, candidates this many times slower than the best are dropped
 _CLOSE = 0.10  # candidates this close to the best are measured longer
@@ -325,34 +316,6 @@ def _measure_bucket(model: ir.Model, batch: int | None, built: dict[str, Any], r
                                                   f"in the same rounds (median {entries[label]['ms']['median']:.3f} ms "
                                                   f"vs {entries[chosen]['ms']['median']:.3f} ms)")
     return {"batch": batch, "chosen": chosen, "candidates": entries}
-
-
-def agreement(expected: Mapping[str, Any], got: Mapping[str, Any], tolerance: float) -> tuple[float, str | None]:
-    """Largest error relative to each output's peak magnitude, and why it fails (None: it agrees).
-
-    The comparison is lite.compare's (IEEE-aware); integer outputs may differ in 1 % of their
-    elements under a precision policy looser than exact (rounding before a cast), in none otherwise.
-    """
-    worst = 0.0
-    for error in compare_outputs(expected, got):
-        name = error.name
-        if error.problem is not None:
-            return float("inf"), f"output {name!r}: {error.problem} (the numpy engine's)"
-        if error.mismatched_special:
-            return float("inf"), f"output {name!r}: NaN or infinity where the numpy engine has numbers (or the reverse)"
-        reference = np.asarray(expected[name])
-        if reference.dtype.kind not in "fc":  # integer or boolean: compared as values, whatever got's type
-            mismatched = float(np.mean(reference != np.asarray(got[name]))) if reference.size else 0.0
-            worst = max(worst, mismatched)
-            allowed = 0.0 if tolerance <= TOLERANCES["exact"] else 0.01
-            if mismatched > allowed:
-                return worst, f"output {name!r}: {mismatched:.2%} of the elements differ from the numpy engine"
-            continue
-        worst = max(worst, error.max_rel)
-        if error.max_rel > tolerance:
-            return worst, (f"output {name!r}: max error {error.max_rel:.3g} of the output's peak {error.magnitude:.3g}, "
-                           f"tolerance {tolerance:g}")
-    return worst, None
 
 
 def _random_feeds(model: ir.Model, batch: int) -> dict[str, np.ndarray]:

@@ -137,3 +137,43 @@ def _real(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind == "c":
         return np.concatenate([array.real.reshape(-1), array.imag.reshape(-1)]).astype(np.float64)
     return array.astype(np.float64).reshape(-1)
+
+
+# Engines checked against the numpy engine (engine='auto', the int8 form chosen at load): the
+# largest error allowed, relative to the largest magnitude of the output, per precision policy.
+# float32 reassociation stays far below 1e-3; bf16 keeps 8 significant bits (~0.4% a rounding)
+# and the errors of a deep network add up to a few of those.
+TOLERANCES = {"exact": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
+# Quantized models: engines may round a value the other way at a requantization step (1/255 of
+# a range) and such steps propagate through the layers. On int8 MobileNetV2 (random weights and
+# calibration) ONNX Runtime ends 3% of the peak away from the numpy engine and OpenVINO 5%, both
+# with the same top-5 classes; a wrong kernel is off by the order of the peak itself.
+QUANTIZED_TOLERANCE = 1e-1
+
+
+def agreement(expected: Mapping[str, Any], got: Mapping[str, Any], tolerance: float) -> tuple[float, str | None]:
+    """Largest error relative to each output's peak magnitude, and why it fails (None: it agrees).
+
+    The comparison is lite.compare's (IEEE-aware); integer outputs may differ in 1 % of their
+    elements under a precision policy looser than exact (rounding before a cast), in none otherwise.
+    """
+    worst = 0.0
+    for error in compare_outputs(expected, got):
+        name = error.name
+        if error.problem is not None:
+            return float("inf"), f"output {name!r}: {error.problem} (the numpy engine's)"
+        if error.mismatched_special:
+            return float("inf"), f"output {name!r}: NaN or infinity where the numpy engine has numbers (or the reverse)"
+        reference = np.asarray(expected[name])
+        if reference.dtype.kind not in "fc":  # integer or boolean: compared as values, whatever got's type
+            mismatched = float(np.mean(reference != np.asarray(got[name]))) if reference.size else 0.0
+            worst = max(worst, mismatched)
+            allowed = 0.0 if tolerance <= TOLERANCES["exact"] else 0.01
+            if mismatched > allowed:
+                return worst, f"output {name!r}: {mismatched:.2%} of the elements differ from the numpy engine"
+            continue
+        worst = max(worst, error.max_rel)
+        if error.max_rel > tolerance:
+            return worst, (f"output {name!r}: max error {error.max_rel:.3g} of the output's peak {error.magnitude:.3g}, "
+                           f"tolerance {tolerance:g}")
+    return worst, None

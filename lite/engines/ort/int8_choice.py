@@ -107,7 +107,7 @@ def measure(int8: Run, float_form: Run, feeds: dict[str, np.ndarray], reference:
     kernels that compute something else (ONNX Runtime 1.32's fused QDQ EfficientNet returns
     zeros) give way to the float form, whatever their times.
     """
-    from lite.autotune import QUANTIZED_TOLERANCE, agreement
+    from lite.compare import QUANTIZED_TOLERANCE, agreement
 
     decision: dict[str, Any] = {"format": DECISION_FORMAT, "cpu": cpu.name(),
                                 "vnni": not cpu.int8_products_saturate(), "tolerance": TOLERANCE}
