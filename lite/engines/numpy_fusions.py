@@ -1,0 +1,266 @@
+"""The numpy engine's fusions: runs of planned steps replaced by one step that computes them.
+
+Applied at load to the main graph's steps once constants are folded and kernels prepared (a
+subgraph may read an intermediate by name, so models with subgraphs are left as they are). Each
+fusion keeps the values the graph returns and every intermediate another step reads; each fused
+step computes what its steps computed, in the same arithmetic:
+
+- a MatMul by constant weights and the Add of its constant bias (:func:`_fuse_bias_adds`);
+- MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
+- a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from lite.engines.numpy_engine import _Step
+
+
+# Biases broadcast to a product's full shape, kept per shape (a server sees a few sequence lengths).
+_SHAPES_KEPT = 16
+
+
+def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with every fusion applied (``graph_outputs``: the indices the graph returns)."""
+    steps = _fuse_bias_adds(steps, constants, graph_outputs)
+    steps = _fuse_shared_input_matmuls(steps, constants)
+    return _fuse_squeeze_excite(steps, constants, graph_outputs)
+
+
+def _reader_counts(steps: list[_Step]) -> dict[int, int]:
+    """How many steps read each value."""
+    readers: dict[int, int] = {}
+    for step in steps:
+        for index in set(step.inputs):
+            if index >= 0:
+                readers[index] = readers.get(index, 0) + 1
+    return readers
+
+
+def _fuse_bias_adds(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """MatMul by constant weights ``(K, N)`` whose one reader is an Add of a constant bias
+    ``(N,)``: one step that adds the bias in place into the product (a transformer's linear
+    layers exported as MatMul + Add; one node less for each, and no second output array)::
+
+        x ──► MatMul(x, W) ──► Add(·, b) ──► y      becomes      x ──► MatMul+bias ──► y
+    """
+    readers = _reader_counts(steps)
+    producer_of = {step.outputs[0]: step for step in steps if step.outputs}
+    fused: dict[int, _Step] = {}  # id(Add step) -> the fused step, which takes its place
+    dropped: set[int] = set()
+    for step in steps:
+        if step.node.op_type != "Add" or step.node.domain or not step.inline or step.activation is not None:
+            continue
+        for position in (0, 1):
+            product, bias_index = step.inputs[position], step.inputs[1 - position]
+            matmul = producer_of.get(product)
+            if matmul is None or matmul.node.op_type != "MatMul" or matmul.node.domain or not matmul.inline:
+                continue
+            weights, bias = constants.get(matmul.inputs[1]), constants.get(bias_index)
+            if (weights is None or bias is None or readers.get(product) != 1 or product in graph_outputs
+                    or matmul.activation is not None or weights.ndim != 2 or bias.shape != weights.shape[1:]
+                    or bias.dtype != weights.dtype or weights.dtype.kind != "f"):
+                continue
+            fused[id(step)] = replace(matmul, fn=_MatMulAdd(matmul.fn, bias), inputs=matmul.inputs + [bias_index],
+                                      outputs=step.outputs, memo=None, memo_sources=[])
+            dropped.add(id(matmul))
+            break
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _fuse_shared_input_matmuls(steps: list[_Step], constants: dict[int, Any]) -> list[_Step]:
+    """MatMuls (with or without a fused bias) of one input by constant ``(K, N_i)`` weights: one
+    GEMM by the weights side by side, its outputs the column blocks of the product (views). An
+    attention layer's query, key and value projections become one product three times as wide
+    (two kernel calls and two bias adds fewer per layer)::
+
+        x ─┬─► MatMul(W_q) + b_q ─► q
+           ├─► MatMul(W_k) + b_k ─► k      becomes      x ─► x @ [W_q W_k W_v] + [b_q b_k b_v] ─► q, k, v
+           └─► MatMul(W_v) + b_v ─► v
+
+    The step runs where the first of them ran (it reads only x and constants).
+    """
+    groups: dict[int, list[tuple[_Step, np.ndarray, np.ndarray | None]]] = {}
+    for step in steps:
+        if step.node.op_type != "MatMul" or step.node.domain or not step.inline or step.activation is not None:
+            continue
+        weights = constants.get(step.inputs[1])
+        bias = None
+        if isinstance(step.fn, _MatMulAdd):
+            bias = step.fn.bias
+        elif len(step.inputs) != 2:
+            continue
+        if (not isinstance(weights, np.ndarray) or weights.ndim != 2 or weights.dtype.kind != "f"
+                or step.inputs[0] in constants):
+            continue
+        groups.setdefault(step.inputs[0], []).append((step, weights, bias))
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for members in groups.values():
+        first_weights = members[0][1]
+        members = [m for m in members if m[1].shape[0] == first_weights.shape[0] and m[1].dtype == first_weights.dtype]
+        if len(members) < 2:
+            continue
+        step = members[0][0]
+        weights = np.concatenate([m[1] for m in members], axis=1)
+        biases = None
+        if any(m[2] is not None for m in members):
+            biases = np.concatenate([m[2] if m[2] is not None else np.zeros(m[1].shape[1], weights.dtype)
+                                     for m in members])
+        edges = np.cumsum([0] + [m[1].shape[1] for m in members]).tolist()
+        fused[id(step)] = replace(step, fn=_SharedInputMatMul(weights, biases, edges), inputs=step.inputs[:1],
+                                  outputs=[m[0].outputs[0] for m in members], attributes={}, memo=None,
+                                  memo_sources=[], prepare=None, prepared=None)
+        dropped.update(id(m[0]) for m in members[1:])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+class _SharedInputMatMul:
+    """``x @ W`` (+ bias) for weights side by side; returns the product's column blocks."""
+
+    def __init__(self, weights: np.ndarray, bias: np.ndarray | None, edges: list[int]) -> None:
+        self.weights = weights
+        self.bias = bias
+        self.blocks = [slice(start, stop) for start, stop in zip(edges, edges[1:])]
+        self.full: dict[tuple[int, ...], np.ndarray] = {}
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        from lite.ops.mat_mul import MatMul
+
+        product = MatMul(x, self.weights)
+        if self.bias is not None:
+            full = self.full.get(product.shape)
+            if full is None:
+                from lite.ops._helpers import full_operand
+
+                if len(self.full) >= _SHAPES_KEPT:
+                    self.full.clear()
+                full = self.full[product.shape] = full_operand(self.bias, product.shape)
+            if product.dtype == full.dtype and product.flags.writeable:
+                np.add(product, full, out=product)
+            else:
+                product = np.add(product, full)
+        return tuple(product[..., block] for block in self.blocks)
+
+
+class _MatMulAdd:
+    """The fused step's kernel: the MatMul's, then the bias added in place, as an array of the
+    product's shape where that is small (lite.ops._helpers.full_operand: numpy adds two arrays
+    of one shape in half the time of a broadcast row), one per product shape seen."""
+
+    def __init__(self, matmul: Callable, bias: np.ndarray) -> None:
+        from lite.ops._helpers import full_operand  # only models with such a layer load it
+
+        self.matmul = matmul
+        self.bias = bias
+        self.full: dict[tuple[int, ...], np.ndarray] = {}
+        self.full_operand = full_operand
+
+    def __call__(self, A, B, bias):
+        product = self.matmul(A, B)
+        if product.shape[-1:] != bias.shape or not product.flags.writeable or product.dtype != bias.dtype:
+            return np.add(product, bias)
+        if bias is not self.bias:  # not the constant it was fused with (never from the engine)
+            return np.add(product, bias, out=product)
+        full = self.full.get(product.shape)
+        if full is None:
+            if len(self.full) >= _SHAPES_KEPT:
+                self.full.clear()
+            full = self.full[product.shape] = self.full_operand(bias, product.shape)
+        return np.add(product, full, out=product)
+
+
+def _fuse_squeeze_excite(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """A squeeze-and-excitation block whose intermediates are read once: one step computing it
+    (lite.ops._squeeze_excite; six kernel calls over a few hundred values were most of RegNet's
+    and EfficientNet's blocks)::
+
+        x ─┬─► ReduceMean ─► Conv 1x1 (act) ─► Conv 1x1 (act) ─► g ─┐
+           └─────────────────────────────────────────────────────────┴─► Mul ─► y
+
+    becomes ``x ─► SqueezeExcite ─► y``. The original steps stay inside it for inputs it does
+    not handle (not a 4-D float image of the weights' type).
+    """
+    readers = _reader_counts(steps)
+    producer_of = {step.outputs[0]: step for step in steps if step.outputs}
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for mul in steps:
+        if mul.node.op_type != "Mul" or mul.node.domain or not mul.inline or mul.activation or len(mul.inputs) != 2:
+            continue
+        for position in (0, 1):
+            x, block = mul.inputs[1 - position], _squeeze_excite_steps(mul.inputs[position], producer_of, constants)
+            if block is None or block[0].inputs[0] != x or any(id(step) in dropped for step in block):
+                continue
+            if any(readers.get(step.outputs[0]) != 1 or step.outputs[0] in graph_outputs for step in block):
+                continue
+            mean, first, second = block
+            # Imported here: a model without such a block loads no more kernel modules than it uses.
+            from lite.ops._squeeze_excite import SqueezeExcite
+
+            fused[id(mul)] = replace(
+                mul, fn=SqueezeExcite(*_conv_weights(first, constants), first.activation,
+                                      *_conv_weights(second, constants), second.activation,
+                                      functools.partial(_run_in_turn, [*block, mul], x, constants)),
+                inputs=[x], attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
+                wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+            dropped.update(id(step) for step in block)
+            break
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _squeeze_excite_steps(gate: int, producer_of: dict[int, _Step], constants: dict[int, Any]):
+    """(ReduceMean, Conv, Conv) computing ``gate`` from a spatial mean, or None."""
+    second = producer_of.get(gate)
+    first = producer_of.get(second.inputs[0]) if second is not None and second.inputs else None
+    mean = producer_of.get(first.inputs[0]) if first is not None and first.inputs else None
+    if mean is None or mean.node.op_type != "ReduceMean" or mean.node.domain or not mean.inline:
+        return None
+    axes = mean.attributes.get("axes")
+    if len(mean.inputs) > 1:
+        axes = constants.get(mean.inputs[1])
+    if (axes is None or sorted(int(a) for a in np.asarray(axes).reshape(-1)) not in ([2, 3], [-2, -1])
+            or mean.attributes.get("keepdims", 1) != 1 or mean.activation is not None):
+        return None
+    for conv in (first, second):
+        if conv.node.op_type != "Conv" or conv.node.domain or not conv.inline or _conv_weights(conv, constants) is None:
+            return None
+    channels = _conv_weights(first, constants)[0].shape
+    if _conv_weights(second, constants)[0].shape != channels[::-1]:
+        return None
+    return mean, first, second
+
+
+def _conv_weights(conv: _Step, constants: dict[int, Any]):
+    """(W as a matrix, bias or None) of a plain 1x1 float convolution with constant weights."""
+    w = constants.get(conv.inputs[1]) if len(conv.inputs) > 1 else None
+    bias = constants.get(conv.inputs[2]) if len(conv.inputs) > 2 else None
+    attributes = conv.attributes
+    plain = (attributes.get("group", 1) == 1 and not any(attributes.get("pads") or [])
+             and all(s == 1 for s in attributes.get("strides") or [1])
+             and attributes.get("auto_pad", "NOTSET") in ("NOTSET", "VALID"))
+    if (not isinstance(w, np.ndarray) or w.ndim != 4 or w.shape[2:] != (1, 1) or w.dtype.kind != "f" or not plain
+            or (len(conv.inputs) > 2 and (not isinstance(bias, np.ndarray) or bias.shape != w.shape[:1]))):
+        return None
+    return w.reshape(w.shape[:2]), None if bias is None else bias.astype(w.dtype, copy=False)
+
+
+def _run_in_turn(block: list[_Step], x_index: int, constants: dict[int, Any], x: np.ndarray,
+                 allocate: Callable) -> np.ndarray:
+    """The fused steps' own kernels one after the other, on ``x``."""
+    values = {x_index: x}
+    for step in block:
+        args = [values.get(i, constants.get(i)) if i >= 0 else None for i in step.inputs]
+        if step.wants_allocate:
+            result = step.fn(*args, allocate=allocate, **step.keywords)
+        else:
+            result = step.fn(*args, **step.keywords)
+        values[step.outputs[0]] = result[0] if type(result) is tuple else result
+    return values[block[-1].outputs[0]]
