@@ -56,12 +56,14 @@ def _fuse_bias_adds(steps: list[_Step], constants: dict[int, Any], graph_outputs
     fused: dict[int, _Step] = {}  # id(Add step) -> the fused step, which takes its place
     dropped: set[int] = set()
     for step in steps:
-        if step.node.op_type != "Add" or step.node.domain or not step.inline or step.activation is not None:
+        if (step.node.op_type != "Add" or step.node.domain or not step.inline or step.activation is not None
+                or len(step.inputs) != 2):
             continue
         for position in (0, 1):
             product, bias_index = step.inputs[position], step.inputs[1 - position]
             matmul = producer_of.get(product)
-            if matmul is None or matmul.node.op_type != "MatMul" or matmul.node.domain or not matmul.inline:
+            if (matmul is None or matmul.node.op_type != "MatMul" or matmul.node.domain or not matmul.inline
+                    or len(matmul.inputs) != 2):
                 continue
             weights, bias = constants.get(matmul.inputs[1]), constants.get(bias_index)
             if (weights is None or bias is None or readers.get(product) != 1 or product in graph_outputs
@@ -89,7 +91,8 @@ def _fuse_shared_input_matmuls(steps: list[_Step], constants: dict[int, Any]) ->
     """
     groups: dict[int, list[tuple[_Step, np.ndarray, np.ndarray | None]]] = {}
     for step in steps:
-        if step.node.op_type != "MatMul" or step.node.domain or not step.inline or step.activation is not None:
+        if (step.node.op_type != "MatMul" or step.node.domain or not step.inline or step.activation is not None
+                or len(step.inputs) < 2):  # a damaged file's MatMul may lack inputs: it fails when run
             continue
         weights = constants.get(step.inputs[1])
         bias = None
@@ -221,7 +224,7 @@ def _squeeze_excite_steps(gate: int, producer_of: dict[int, _Step], constants: d
     second = producer_of.get(gate)
     first = producer_of.get(second.inputs[0]) if second is not None and second.inputs else None
     mean = producer_of.get(first.inputs[0]) if first is not None and first.inputs else None
-    if mean is None or mean.node.op_type != "ReduceMean" or mean.node.domain or not mean.inline:
+    if mean is None or mean.node.op_type != "ReduceMean" or mean.node.domain or not mean.inline or not mean.inputs:
         return None
     axes = mean.attributes.get("axes")
     if len(mean.inputs) > 1:

@@ -260,3 +260,31 @@ def test_a_long_vector_that_only_inference_reveals_turns_data_propagation_off():
     model = ir.serde.deserialize_model(onnx.load_from_string(model_bytes(nodes, [x], [y], [shape], opset=17)))
     [result] = run_passes(model, (infer_shapes,))
     assert any("'m' is a vector of more than" in line for line in result.declined), result.declined
+
+
+@pytest.mark.parametrize("case", ["matmul-one-input", "add-one-input", "matmul-three-inputs", "reducemean-no-input"])
+def test_damaged_nodes_around_the_numpy_engines_fusions_are_kernel_errors(case, tmp_path):
+    # Found by the loader fuzzer: the fusions planned at load read a MatMul's second input.
+    import lite
+    from lite.errors import KernelError
+    from lite.format import GraphBuilder, save
+
+    b = GraphBuilder("m", opset=17)  # ReduceMean's axes an attribute
+    x = b.input("x", np.float32, [1, 4, 2, 2])
+    flat = b.node("Reshape", [x, b.constant("s", np.array([2, 8], np.int64))], outputs=["flat"])
+    w, bias = b.constant("w", np.ones((8, 3), np.float32)), b.constant("b", np.ones(3, np.float32))
+    if case == "matmul-one-input":
+        y = b.node("Add", [b.node("MatMul", [flat], outputs=["p"]), bias], outputs=["y"])
+    elif case == "add-one-input":
+        y = b.node("Add", [b.node("MatMul", [flat, w], outputs=["p"])], outputs=["y"])
+    elif case == "matmul-three-inputs":
+        y = b.node("MatMul", [flat, w, bias], outputs=["y"])
+    else:
+        mean = b.node("ReduceMean", [], outputs=["mean"], axes=[2, 3])
+        weights = b.constant("cw", np.ones((4, 4, 1, 1), np.float32))
+        gate = b.node("Conv", [b.node("Conv", [mean, weights], outputs=["c1"]), weights], outputs=["g"])
+        y = b.node("Mul", [x, gate], outputs=["y"])
+    b.output(y, np.float32, None)
+    save(b.build(), tmp_path / "m.lite")
+    with pytest.raises(KernelError):
+        lite.Model.load(tmp_path / "m.lite", device="numpy").predict({"x": np.ones((1, 4, 2, 2), np.float32)})
