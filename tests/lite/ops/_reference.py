@@ -148,3 +148,12 @@ def assert_same_across_threads(model, inputs: Sequence[np.ndarray], threads: int
         results = list(pool.map(lambda x: model.predict({"x": x})["y"], list(inputs) * repeats))
     for index, result in enumerate(results):
         np.testing.assert_array_equal(result, expected[index % len(inputs)])
+
+
+def channels_last(x: np.ndarray) -> np.ndarray:
+    """``x`` copied into a channels-last array of its shape (what the engine's kernels pass along)."""
+    from lite.ops._layout import empty_channels_last
+
+    y = empty_channels_last(x.shape, x.dtype)
+    y[...] = x
+    return y

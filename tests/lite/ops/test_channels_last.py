@@ -10,20 +10,14 @@ import pytest
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
 from lite.ops import _depthwise, arithmetic, conv, fused_activation
-from lite.ops._layout import empty_channels_last, is_channels_last
-from tests.lite.ops._reference import reference_outputs
+from lite.ops._layout import is_channels_last
+from tests.lite.ops._reference import channels_last, reference_outputs
 
 rng = np.random.default_rng(77)
 
 
 def normal(*shape):
     return rng.standard_normal(shape).astype(np.float32)
-
-
-def channels_last(x: np.ndarray) -> np.ndarray:
-    y = empty_channels_last(x.shape, x.dtype)
-    y[...] = x
-    return y
 
 
 # (channels, H, W, kernel, strides, dilations, pads): small channel counts take the wide form,

@@ -9,20 +9,14 @@ import numpy as np
 import pytest
 
 from lite.ops import conv, fused_activation
-from lite.ops._layout import empty_channels_last, is_channels_last
-from tests.lite.ops._reference import reference_outputs
+from lite.ops._layout import is_channels_last
+from tests.lite.ops._reference import channels_last, reference_outputs
 
 rng = np.random.default_rng(53)
 
 
 def normal(*shape):
     return rng.standard_normal(shape).astype(np.float32)
-
-
-def channels_last(x: np.ndarray) -> np.ndarray:
-    y = empty_channels_last(x.shape, x.dtype)
-    y[...] = x
-    return y
 
 
 def expected_conv(x, w, b, attributes, activation):
