@@ -62,6 +62,8 @@ def implied_problem(tensor: ir.Tensor, kind: ImpliedQdq) -> str | None:
     quant = tensor.quant
     if kind == ImpliedQdq.NONE:
         return None
+    if not tensor.name:
+        return "implies QDQ nodes, which are named after it, but has no name"
     if quant is None:
         return "implies QDQ nodes but has no quantization parameters"
     if quant.block_size:

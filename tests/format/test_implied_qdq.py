@@ -320,3 +320,14 @@ def test_byte_flips_of_a_compact_file_raise_only_model_format_error(data):
         return
     # What loads is explicit and consistent: writing it again and reading it gives the same graph.
     assert canonical(load(to_bytes(model)).main) == canonical(model.main)
+
+
+def test_an_unnamed_tensor_cannot_imply_qdq_nodes():
+    # A byte flip that empties the bias's name loaded as a graph the writer could not write back in the
+    # same form (its implied nodes would be named "_DequantizeLinear"); the reader refuses it instead.
+    raw = bytearray(COMPACT)
+    name = bytes(raw).find(b"\x01\x00\x00\x00b\x00")  # the bias's name: length 1, "b", NUL
+    assert name > 0
+    raw[name] = 0
+    with pytest.raises(ModelFormatError, match="has no name"):
+        load(bytes(raw))
