@@ -4,7 +4,8 @@ A path is memory-mapped read-only and each constant becomes a read-only ``np.fro
 of the map, so loading costs the same for a 1 MB and a 1 GB model and the pages are shared
 between processes (or, with ``memory_map=False``, read once into private memory, for files that
 may be rewritten in place while loaded). Everything is checked before use: the structure by
-:mod:`lite.format.verifier`, then the semantics here (indices in range, sizes equal to shape ×
+:mod:`lite.format.verifier`, then the semantics here, in :mod:`lite.format.graph_checks` and in
+:mod:`lite.format.quant_params` (indices in range, sizes equal to shape ×
 dtype, quantization parameters consistent with the quantized axis, one producer per tensor,
 nodes in execution order, no cycles between graphs, opset versions that are version numbers,
 fused activations the engines know with the right parameters). Any violation is a
@@ -21,22 +22,23 @@ from __future__ import annotations
 import mmap
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lite.errors import ModelFormatError
-from lite.format import fused_activation, implied_scale, ir
+from lite.format import fused_activation, graph_checks, implied_scale, ir
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
 from lite.format.qdq import ImpliedQdq, expand, implied_problem
+from lite.format.quant_params import quant_params
 from lite.format.verifier import verify_flatbuffer
 from lite.format.writer import ALIGNMENT
 
 SUPPORTED_MAJOR = ir.FORMAT_VERSION[0]
 # Larger products cannot describe a real tensor; refusing them keeps arithmetic bounded.
 _MAX_ELEMENTS = 1 << 48
-_GRANULARITY_PER_TENSOR, _GRANULARITY_PER_AXIS, _GRANULARITY_PER_BLOCK = 0, 1, 2
 # ONNX opset versions are positive and fit a C int (onnx.defs.get_schema takes one).
 MAX_OPSET_VERSION = (1 << 31) - 1
 
@@ -109,6 +111,13 @@ class _Reader:
     def fail(self, message: str) -> ModelFormatError:
         return ModelFormatError(f"{self.origin}: {message}")
 
+    def checked(self, check: Callable[..., None], *args: Any) -> None:
+        """Run one of :mod:`lite.format.graph_checks`, its error naming this file."""
+        try:
+            check(*args)
+        except ModelFormatError as err:
+            raise self.fail(str(err)) from None
+
     def model(self) -> ir.Model:
         try:
             root = verify_flatbuffer(self.buf)
@@ -128,7 +137,7 @@ class _Reader:
         if not graph_tables:
             raise self.fail("the model has no graphs (expected the main graph at index 0)")
         graphs = [self.graph(table, index, len(graph_tables)) for index, table in enumerate(graph_tables)]
-        self.check_graph_references(graphs)
+        self.checked(graph_checks.check_graph_references, graphs)
         opsets: dict[str, int] = {}
         for entry in root["opset_imports"] or []:
             domain = self.text(entry["domain"], "opset_imports.domain")
@@ -195,11 +204,11 @@ class _Reader:
         outputs = self.indices(table["outputs"], count, f"{where} outputs")
         captures = self.indices(table["captures"], count, f"{where} captures")
         graph = ir.Graph(name=name, tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs, captures=captures)
-        self.check_dataflow(graph, where)
+        self.checked(graph_checks.check_dataflow, graph, where)
         self.recompute_scales(graph, tensor_tables, scales_implied, implied, where)
         if not implied:
             return graph
-        self.check_implied(graph, implied, where)
+        self.checked(graph_checks.check_implied, graph, implied, where)
         try:
             return expand(graph, implied)
         except ModelFormatError as err:
@@ -328,46 +337,10 @@ class _Reader:
 
     def quant(self, table: dict[str, Any], shape, where: str, implied: np.ndarray | None = None) -> ir.QuantParams:
         """``implied``: the recomputed scales of a table whose scales are implied."""
-        where = f"{where} quantization"
-        scale, zero_point = (table["scale"] if implied is None else implied), table["zero_point"]
-        scale = np.zeros(0, np.float32) if scale is None else scale
-        # Absent zero points (format 2.0) are all 0; an empty vector is a count like any other.
-        zero_point = np.zeros(len(scale), np.int64) if zero_point is None else zero_point
-        if len(zero_point) != len(scale):
-            raise self.fail(f"{where}: {len(scale)} scales but {len(zero_point)} zero points")
-        bits = table["bits"]
-        if not 1 <= bits <= 32:
-            raise self.fail(f"{where}: bit width {bits} is not in 1..32")
-        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-            raise self.fail(f"{where}: scales must be finite and positive")
-        granularity, axis, block = table["granularity"], table["axis"], table["block_size"]
-        if granularity == _GRANULARITY_PER_TENSOR:
-            if len(scale) != 1:
-                raise self.fail(f"{where}: per-tensor quantization has 1 scale, found {len(scale)}")
-            return ir.QuantParams(scale, zero_point, None, bits, table["signed"], table["symmetric"], 0)
-        if shape is not None:
-            if not -len(shape) <= axis < len(shape):
-                raise self.fail(f"{where}: axis {axis} is out of range for rank {len(shape)}")
-            extent = shape[axis]
-            if isinstance(extent, int):
-                if granularity == _GRANULARITY_PER_AXIS:
-                    expected = extent
-                else:
-                    if block <= 0:
-                        raise self.fail(f"{where}: per-block quantization needs block_size > 0, got {block}")
-                    others = 1
-                    for position, dim in enumerate(shape):
-                        if position != axis % len(shape):
-                            others = others * dim if isinstance(dim, int) else -1
-                    expected = -(-extent // block) * others if others >= 0 else len(scale)
-                if len(scale) != expected:
-                    raise self.fail(
-                        f"{where}: {len(scale)} scales, but axis {axis} of shape {shape} needs {expected}"
-                    )
-        if granularity == _GRANULARITY_PER_BLOCK and block <= 0:
-            raise self.fail(f"{where}: per-block quantization needs block_size > 0, got {block}")
-        return ir.QuantParams(scale, zero_point, axis, bits, table["signed"], table["symmetric"],
-                              block if granularity == _GRANULARITY_PER_BLOCK else 0)
+        try:
+            return quant_params(table, shape, where, implied)
+        except ModelFormatError as err:
+            raise self.fail(str(err)) from None
 
     def node(self, table: dict[str, Any], where: str, tensor_count: int, graph_count: int) -> ir.Node:
         op_type = self.text(table["op_type"], f"{where} op_type")
@@ -382,7 +355,7 @@ class _Reader:
                 raise self.fail(f"{where}: attribute {attribute_name!r} appears twice")
             attributes[attribute_name] = self.attribute(attribute, f"{where} attribute {attribute_name!r}", graph_count)
         if fused_activation.ATTRIBUTE in attributes or fused_activation.PARAMS_ATTRIBUTE in attributes:
-            self.check_fused_activation(attributes, where)
+            self.checked(graph_checks.check_fused_activation, attributes, where)
         return ir.Node(
             op_type=op_type,
             domain=self.text(table["domain"], f"{where} domain"),
@@ -426,103 +399,3 @@ class _Reader:
         else:
             raise self.fail(f"{where}: attribute type is UNDEFINED")
         return ir.Attribute(kind, value)
-
-    def check_fused_activation(self, attributes: dict[str, ir.Attribute], where: str) -> None:
-        """A fused activation (:mod:`lite.format.fused_activation`) is a known name, as STRING, with
-        FLOATS parameters of its count: the engines and the ONNX lowering index them unchecked."""
-        kind = attributes.get(fused_activation.ATTRIBUTE)
-        if kind is None:
-            raise self.fail(f"{where}: has {fused_activation.PARAMS_ATTRIBUTE} without {fused_activation.ATTRIBUTE}")
-        if kind.type != ir.AttributeType.STRING:
-            raise self.fail(
-                f"{where}: {fused_activation.ATTRIBUTE} is {kind.type.name}, expected a STRING naming the activation"
-            )
-        try:
-            name = bytes(kind.value).decode()
-        except UnicodeDecodeError:
-            raise self.fail(f"{where}: {fused_activation.ATTRIBUTE} is not UTF-8 text; the file is damaged") from None
-        params_attribute = attributes.get(fused_activation.PARAMS_ATTRIBUTE)
-        params: list[float] = []
-        if params_attribute is not None:
-            if params_attribute.type != ir.AttributeType.FLOATS:
-                raise self.fail(
-                    f"{where}: {fused_activation.PARAMS_ATTRIBUTE} is {params_attribute.type.name}, expected FLOATS"
-                )
-            params = [float(value) for value in params_attribute.value]
-        reason = fused_activation.check(name, params)
-        if reason is not None:
-            raise self.fail(f"{where}: {reason}; the file is damaged")
-
-    # -- whole-graph checks ---------------------------------------------------------------------
-    def check_implied(self, graph: ir.Graph, implied: dict[int, ImpliedQdq], where: str) -> None:
-        """Implied nodes have a place: a quantized value is computed here (a graph input or a node
-        output), and no graph output or capture stands for implied nodes."""
-        produced = {index for node in graph.nodes for index in node.outputs}
-        for index, kind in implied.items():
-            label = f"{where} tensor {index} ({graph.tensors[index].name!r}): {kind.name}"
-            if index in graph.outputs or index in graph.captures:
-                raise self.fail(f"{label} on a graph {'output' if index in graph.outputs else 'capture'}; "
-                                "store its QDQ nodes explicitly")
-            if kind == ImpliedQdq.QUANTIZE_DEQUANTIZE and index not in produced and index not in graph.inputs:
-                raise self.fail(f"{label} on a value that is neither a graph input nor a node output")
-
-    def check_dataflow(self, graph: ir.Graph, where: str) -> None:
-        """Every tensor has at most one producer, and nodes only read values already available."""
-        available = set(graph.inputs) | set(graph.captures)
-        available.update(i for i, t in enumerate(graph.tensors) if t.is_constant)
-        produced: dict[int, int] = {}
-        for index in graph.inputs:
-            if graph.tensors[index].is_constant:
-                raise self.fail(f"{where}: graph input {graph.tensors[index].name!r} is also a constant")
-        for position, node in enumerate(graph.nodes):
-            for tensor_index in node.inputs:
-                if tensor_index >= 0 and tensor_index not in available:
-                    raise self.fail(
-                        f"{where}: node {position} ({node.name or node.op_type!r}) reads "
-                        f"{graph.tensors[tensor_index].name!r} before anything produces it "
-                        "(nodes must be stored in execution order, and the graph must be acyclic)"
-                    )
-            for tensor_index in node.outputs:
-                if tensor_index < 0:
-                    continue
-                if tensor_index in produced or tensor_index in available:
-                    raise self.fail(
-                        f"{where}: tensor {graph.tensors[tensor_index].name!r} is produced by node {position} "
-                        f"({node.name or node.op_type!r}) but is already a graph input, a constant "
-                        f"or the output of node {produced.get(tensor_index, '-')}"
-                    )
-                produced[tensor_index] = position
-                available.add(tensor_index)
-        for index in graph.outputs:
-            if index not in available:
-                raise self.fail(f"{where}: graph output {graph.tensors[index].name!r} is never produced")
-
-    def check_graph_references(self, graphs: list[ir.Graph]) -> None:
-        """Subgraph references form no cycle (a body may not contain itself)."""
-        edges = []
-        for graph in graphs:
-            targets = set()
-            for node in graph.nodes:
-                for attribute in node.attributes.values():
-                    if attribute.type == ir.AttributeType.GRAPH:
-                        targets.add(attribute.value)
-                    elif attribute.type == ir.AttributeType.GRAPHS:
-                        targets.update(attribute.value)
-            edges.append(targets)
-        state = [0] * len(graphs)  # 0 unvisited, 1 on the stack, 2 done
-        for start in range(len(graphs)):
-            if state[start]:
-                continue
-            stack = [(start, iter(edges[start]))]
-            state[start] = 1
-            while stack:
-                current, children = stack[-1]
-                child = next(children, None)
-                if child is None:
-                    state[current] = 2
-                    stack.pop()
-                elif state[child] == 1:
-                    raise self.fail(f"graph {child} ({graphs[child].name!r}) contains itself through subgraph attributes")
-                elif state[child] == 0:
-                    state[child] = 1
-                    stack.append((child, iter(edges[child])))
