@@ -96,3 +96,37 @@ def test_preactivation_batchnorm_keeps_only_its_shift():
     rewritten, _ = apply(model, *DEFAULT_PASSES)
     assert ops(rewritten) == ["Concat", "Add", "Relu", "Conv"]
     assert_same_outputs(model, rewritten)
+
+
+HEAD = """<ir_version: 8, opset_import: ["" : 18]>
+g (float[2, 4, 8, 8] x) => (float[2, 5] y) {{
+    m = Mul (x, s)
+    a = Add (m, t)
+    r = Relu (a)
+    p = ReduceMean <keepdims: int = 1> (r, axes)
+    f = Reshape (p, shape)
+    y = Gemm <transB: int = {trans_b}> (f, w)
+}}"""
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_scale_reaches_the_classifier_through_pooling_and_reshape(trans_b):
+    weights = _weights()
+    weights["w"] = rng(5).normal(size=(5, 4) if trans_b else (4, 5)).astype(np.float32)
+    weights["axes"] = np.array([2, 3], np.int64)
+    weights["shape"] = np.array([-1, 4], np.int64)
+    model = make_model(HEAD.format(trans_b=trans_b), **weights)
+    rewritten, _ = apply(model, *DEFAULT_PASSES)
+    assert "Mul" not in ops(rewritten)
+    assert_same_outputs(model, rewritten)
+
+
+def test_pooling_over_channels_is_declined():
+    weights = _weights()
+    weights["w"] = rng(5).normal(size=(1, 5)).astype(np.float32)
+    weights["axes"] = np.array([1, 2, 3], np.int64)
+    weights["shape"] = np.array([-1, 1], np.int64)
+    model = make_model(HEAD.format(trans_b=0), **weights)
+    rewritten, [result] = apply(model, fold_scale_through_relu)
+    assert result.changed == 0 and "Mul" in ops(rewritten)
+    assert "channel axis" in result.declined[0]
