@@ -177,6 +177,12 @@ def _check(chain: _Chain) -> str | None:
         return "the scale has entries that are zero, negative or not finite (Relu commutes with positive scales only)"
     if chain.t is not None and _per_channel(chain.t, rank, channels) is None:
         return f"shift of shape {chain.t.shape} is not one value per input channel ({channels})"
+    with np.errstate(all="ignore"):  # a tiny scale can push t/s or W·s out of the weight's range
+        moved = [_scale_inputs(layer, weight, s.astype(np.float64)).astype(weight.dtype)]
+        if chain.t is not None:
+            moved.append((_per_channel(chain.t, rank, channels).astype(np.float64) / s).astype(weight.dtype))
+    if not all(np.all(np.isfinite(value)) for value in moved):
+        return f"moving the scale overflows {weight.dtype} (t/s or the scaled weights are not finite)"
     return None
 
 

@@ -130,3 +130,12 @@ def test_pooling_over_channels_is_declined():
     rewritten, [result] = apply(model, fold_scale_through_relu)
     assert result.changed == 0 and "Mul" in ops(rewritten)
     assert "channel axis" in result.declined[0]
+
+
+def test_a_scale_that_would_overflow_the_shift_is_declined():
+    # A BatchNormalization with a near-zero gamma: t/s overflows float32, so the Mul stays.
+    s = np.array([1.0, 1e-39, 2.0, 1.5], np.float32).reshape(4, 1, 1)
+    model = make_model(_chain(), **_weights(s=s))
+    rewritten, [result] = apply(model, fold_scale_through_relu)
+    assert result.changed == 0 and ops(rewritten) == ["Mul", "Add", "Relu", "Conv"]
+    assert "overflows" in result.declined[0]
