@@ -16,12 +16,14 @@ explicit and ordered; each step prepares the next:
 8. ``fold_add_into_bias``: a per-channel constant Add after Conv/ConvTranspose/Gemm into the bias
    (after 7, so a Mul + Add pair, e.g. a decomposed BatchNormalization, folds completely).
 9. ``batchnorm_to_scale_shift``: any BatchNormalization left becomes one Mul + Add.
-10. ``global_pool``: an AveragePool/MaxPool whose one window covers the whole (static) input
+10. ``fold_scale_through_relu``: a positive per-channel Mul (+ Add) → Relu → Conv loses the Mul
+    into the Conv's weights (after 9: DenseNet's pre-activation BatchNormalizations).
+11. ``global_pool``: an AveragePool/MaxPool whose one window covers the whole (static) input
     becomes GlobalAveragePool/GlobalMaxPool.
-11. ``fuse_activation``: Relu/Clip/LeakyRelu/Sigmoid/HardSigmoid/HardSwish/Silu after
+12. ``fuse_activation``: Relu/Clip/LeakyRelu/Sigmoid/HardSigmoid/HardSwish/Silu after
     Conv/Gemm/MatMul become the node's ``fused_activation`` attribute (last: it must see the
     layers in their final form).
-12. ``remove_unused`` again.
+13. ``remove_unused`` again.
 
 ``store_weights_fp16`` is not in the default list: ``--fp16`` appends it.
 """
@@ -37,6 +39,7 @@ from converter.passes.fold_constants import fold_constants
 from converter.passes.fp16 import store_weights_fp16
 from converter.passes.fuse_activation import fuse_activation
 from converter.passes.global_pool import global_pool
+from converter.passes.scale_through_relu import fold_scale_through_relu
 from converter.passes.shape_inference import infer_shapes
 
 DEFAULT_PASSES: tuple[Pass, ...] = (
@@ -49,6 +52,7 @@ DEFAULT_PASSES: tuple[Pass, ...] = (
     fold_mul_into_weights,
     fold_add_into_bias,
     batchnorm_to_scale_shift,
+    fold_scale_through_relu,
     global_pool,
     fuse_activation,
     remove_unused,

@@ -34,7 +34,7 @@ from converter.quantize.config import QuantConfig
 from converter.quantize.errors import QuantizationError
 from converter.quantize.graph import GraphEditor, default_opset, describe
 from converter.quantize.quantizers import QUANTIZERS, Request
-from converter.quantize.scheme import activation_params, quantize_bias, quantize_weight
+from converter.quantize.scheme import activation_bounds, activation_params, quantize_bias, quantize_weight
 from converter.quantize.tables import quantize_tables
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
@@ -70,11 +70,12 @@ def quantize_static(model: lite_ir.Model, ranges: dict[str, Range], config: Quan
     graph = GraphEditor(model)
     excluded = set(exclude) | set(config.exclude)
     requests = _requests(graph, config, include, excluded, result)
+    _keep_constant_operands_cheap(graph, requests, result)
     forced = _remove_activations(graph, requests, ranges, result)
     shared, own = _mark_tensors(graph, requests, forced)
     params = _parameters(graph, own, shared, ranges, forced, config)
     for node, request in requests:
-        _quantize_weights(graph, node, request, params)
+        _quantize_weights(graph, node, request, params, config.activation_type)
     _insert_pairs(graph, params, shared, config)
     result.quantized = [node.name for node, _ in requests]
     # Tables last, on the finished graph: a Gather's rows are rewritten after its output's Q/DQ pair.
@@ -103,6 +104,33 @@ def _requests(graph: GraphEditor, config: QuantConfig, include, excluded, result
         else:
             requests.append((node, outcome))
     return requests
+
+
+def _keep_constant_operands_cheap(graph: GraphEditor, requests, result: QuantizedGraph) -> None:
+    """Decline Add/Mul with a constant operand unless other nodes quantize its input and output.
+
+    Where both already pass through Q/DQ pairs (DenseNet: Concat → Add(shift) → Relu → Conv),
+    quantizing the node only changes how its constant is stored. Elsewhere it would add pairs,
+    and error, where there were none (a BatchNormalization on a residual branch, a float
+    MatMul output before its bias Add).
+    """
+    inputs: set[int] = set()
+    outputs: set[int] = set()
+    for node, request in requests:
+        if request.constants:
+            continue
+        inputs.update(node.inputs[slot] for slot in request.activations)
+        if request.output in ("always", "shared"):
+            outputs.add(node.outputs[0])
+    kept = []
+    for node, request in requests:
+        sources = [node.inputs[slot] for slot in request.activations]
+        if request.constants and (node.outputs[0] not in inputs or not set(sources) <= inputs | outputs):
+            result.declined.append((node.name, node.op_type, "its input or output is not quantized otherwise "
+                                    "(quantizing it would add Q/DQ pairs; the constant stays float)"))
+            continue
+        kept.append((node, request))
+    requests[:] = kept
 
 
 def _remove_activations(graph: GraphEditor, requests, ranges: dict[str, Range], result: QuantizedGraph) -> dict[int, Range]:
@@ -176,7 +204,7 @@ def _parameters(graph: GraphEditor, own: set[int], shared: dict[int, int], range
     return params
 
 
-def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, params) -> None:
+def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, params, activation_type: str) -> None:
     weight_scales = None
     for slot, axis in request.weights.items():
         index = node.inputs[slot]
@@ -185,6 +213,9 @@ def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, 
         weight_scales = weight_params.scale
         quantized = graph.add_constant(tensor.name + QUANTIZED, values, DataType.INT8, weight_params)
         node.inputs[slot] = _dequantize_constant(graph, node, quantized, weight_params, tensor)
+    for slot in request.constants:
+        index = node.inputs[slot]
+        node.inputs[slot] = _quantize_constant(graph, node, index, activation_type)
     if request.bias is None:
         return
     index = node.inputs[request.bias]
@@ -193,6 +224,25 @@ def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, 
     values, bias_params = quantize_bias(graph.constant(index), float(input_params.scale[0]), weight_scales)
     quantized = graph.add_constant(tensor.name + QUANTIZED, values, DataType.INT32, bias_params)
     node.inputs[request.bias] = _dequantize_constant(graph, node, quantized, bias_params, tensor)
+
+
+def _quantize_constant(graph: GraphEditor, reader: lite_ir.Node, index: int, activation_type: str) -> int:
+    """A constant operand of Add/Mul as DQ(integers of the activation type, per tensor, its own range)."""
+    tensor = graph.tensor(index)
+    value = graph.constant(index)
+    params = activation_params(float(value.min()), float(value.max()), activation_type)
+    qmin, qmax = activation_bounds(activation_type)
+    integer, storage = (DataType.UINT8, np.uint8) if activation_type == "uint8" else (DataType.INT8, np.int8)
+    scale, zero_point = params.scale[0], int(params.zero_point[0])
+    values = np.clip(np.rint(value / scale) + zero_point, qmin, qmax).astype(storage)
+    quantized = graph.add_constant(tensor.name + QUANTIZED, values, integer, params)
+    scale_index = graph.add_constant(tensor.name + SCALE, np.float32(scale), DataType.FLOAT)
+    zero_index = graph.add_constant(tensor.name + ZERO_POINT, np.array(zero_point, storage), integer)
+    output = graph.add_tensor(tensor.name + DEQUANTIZED, DataType.FLOAT, tensor.shape)
+    node = graph.new_node("DequantizeLinear", [quantized, scale_index, zero_index], [output],
+                          tensor.name + DEQUANTIZE_NODE)
+    graph.place_before(reader, [node])
+    return output
 
 
 def _dequantize_constant(graph: GraphEditor, reader: lite_ir.Node, quantized: int,
