@@ -9,7 +9,9 @@ step computes what its steps computed, in the same arithmetic:
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
 - summed convolutions of one input, and a convolution's residual Add and Relu
-  (:mod:`lite.engines.conv_fusions`).
+  (:mod:`lite.engines.conv_fusions`);
+- a group normalization written as an instance normalization between Reshapes
+  (:mod:`lite.engines.group_norm_fusion`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines import conv_fusions
+from lite.engines import conv_fusions, group_norm_fusion
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -36,7 +38,8 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_bias_adds(steps, constants, graph_outputs)
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
-    return conv_fusions.fuse(steps, constants, graph_outputs)
+    steps = conv_fusions.fuse(steps, constants, graph_outputs)
+    return group_norm_fusion.fuse_group_norm(steps, constants, graph_outputs)
 
 
 def _reader_counts(steps: list[_Step]) -> dict[int, int]:
