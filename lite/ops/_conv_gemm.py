@@ -17,6 +17,7 @@ import numpy as np
 
 from lite.ops import _parallel as parallel
 from lite.ops import fused_activation as activations
+from lite.ops._conv_common import PlanesToRows, transposes_through_pitch
 from lite.ops._helpers import full_operand
 from lite.ops._layout import channels_first_order, channels_last_order, is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES
@@ -200,6 +201,11 @@ class Im2col:
         scratch = (math.prod(self.columns_shape) + math.prod(self.padded_shape)) * item
         self.keeps_scratch = self.copy and scratch <= _KEPT_SCRATCH_BYTES
         self._local = threading.local()
+        # A channels-first image filling the channels-last buffer: transposed through pitched
+        # planes where that is faster (see lite.ops._conv_common.PlanesToRows).
+        self.to_rows = None
+        if self.rows and x.flags.c_contiguous and transposes_through_pitch(channels, height, width, item):
+            self.to_rows = PlanesToRows(channels, height, width)
 
     @staticmethod
     def suits(x, w, group, begin, end, out_shape) -> bool:
@@ -221,16 +227,18 @@ class Im2col:
             windows = columns[self.windows].reshape(self.window_shape)
             padded = allocate(self.padded_shape, x.dtype) if self.copy else None
             view = None
+        to_rows = self.to_rows if x.flags.c_contiguous else None
+        planes = None if to_rows is None else allocate((x.shape[1], to_rows.pitch), x.dtype)
         for n in range(x.shape[0]):
             image = x[n].transpose(self.order)
             if view is None:
                 if padded is not None:
                     padded.fill(0)
-                    padded[self.interior] = image
+                    self._fill(padded[self.interior], x[n], image, to_rows, planes)
                     image = padded
                 np.copyto(windows, np.ndarray(self.window_shape, x.dtype, image, 0, self.window_strides))
             else:
-                np.copyto(padded[self.interior], image)
+                self._fill(padded[self.interior], x[n], image, to_rows, planes)
                 np.copyto(windows, view)
             if self.rows:
                 if self.split:
@@ -241,13 +249,21 @@ class Im2col:
                 parallel.matmul(self.matrix[0], columns[0], y[n, 0])
             else:
                 np.matmul(self.matrix, columns, out=y[n])
-        del padded, columns, windows, view
+        del padded, columns, windows, view, planes
         y = y.reshape(self.y_shape[0], self.y_shape[1], -1)
         if self.bias is not None:
             np.add(y, self.bias, out=y)
         if self.activate is not None:
             self.activate(y)
         return y.reshape(self.y_shape)
+
+    @staticmethod
+    def _fill(interior: np.ndarray, x_image: np.ndarray, image: np.ndarray, to_rows, planes) -> None:
+        """The padded buffer's interior := the image in the buffer's layout."""
+        if to_rows is not None:
+            to_rows(x_image, interior, planes)
+        else:
+            np.copyto(interior, image)
 
     def _scratch(self, dtype):
         """This thread's column matrix (its row of ones set), the cells of it the windows fill,
