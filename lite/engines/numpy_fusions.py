@@ -11,7 +11,8 @@ step computes what its steps computed, in the same arithmetic:
 - summed convolutions of one input, and a convolution's residual Add and Relu
   (:mod:`lite.engines.conv_fusions`);
 - a group normalization written as an instance normalization between Reshapes
-  (:mod:`lite.engines.group_norm_fusion`).
+  (:mod:`lite.engines.group_norm_fusion`);
+- a per-channel Mul and Add of constants and the Relu after them (:mod:`lite.engines.affine_fusion`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines import conv_fusions, group_norm_fusion
+from lite.engines import affine_fusion, conv_fusions, group_norm_fusion
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -39,7 +40,8 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
     steps = conv_fusions.fuse(steps, constants, graph_outputs)
-    return group_norm_fusion.fuse_group_norm(steps, constants, graph_outputs)
+    steps = group_norm_fusion.fuse_group_norm(steps, constants, graph_outputs)
+    return affine_fusion.fuse_channel_affine(steps, constants, graph_outputs)
 
 
 def _reader_counts(steps: list[_Step]) -> dict[int, int]:
