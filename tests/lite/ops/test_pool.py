@@ -132,3 +132,17 @@ def test_max_pool_of_images_reuses_its_padding_and_never_reads_stale_data(shape,
                                      strides=attributes["strides"], dilations=None, auto_pad="NOTSET",
                                      pads=attributes["pads"], ceil_mode=0)
             np.testing.assert_array_equal(MaxPool(x, **attributes), _separable_max(x, geometry, np.empty))
+
+
+@pytest.mark.parametrize("shape, kernel", [((1, 40, 16, 16), [2, 2]), ((2, 3, 10, 9), [3, 2]), ((1, 2, 5, 5), [1, 1]),
+                                           ((1, 4, 12), [4]), ((1, 2, 4, 6, 6), [2, 3, 2])])
+def test_average_pool_of_windows_that_tile_the_input(shape, kernel):
+    """kernel == stride without pads: sums of strided slices (lite.ops._pool_common.tile_sum);
+    the input is left as it was."""
+    from lite.ops.average_pool import AveragePool
+
+    x = normal(*shape)
+    before = x.copy()
+    check_against_reference("AveragePool", [x], {"kernel_shape": kernel, "strides": kernel}, opset=11)
+    AveragePool(x, kernel_shape=kernel, strides=kernel)
+    np.testing.assert_array_equal(x, before)
