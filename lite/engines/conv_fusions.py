@@ -1,31 +1,28 @@
 """The numpy engine's convolution fusions (applied by :func:`lite.engines.numpy_fusions.fuse`).
 
-On a 64x64 CNN a node costs the engine a few microseconds before its kernel does any work, and
-ONNX Runtime about six in all: the Adds and Relus between convolutions were a tenth of a
-ResNet's time and a third of a RepVGG's nodes. Two fusions remove them:
+Each step of a 64x64 CNN costs a few numpy calls of 1-2 µs; ONNX Runtime takes about six µs per
+node in all. RepVGG's training-form blocks are two thirds Adds, Muls and Relus around their
+convolutions, and the branches themselves are two convolutions where one would do.
 
 - :func:`merge_parallel_convs`: convolutions of one input whose outputs are summed are one
   convolution, by the linearity of convolution: ``conv(x, Wa) + ba + conv(x, Wb) + bb =
   conv(x, Wa + Wb') + (ba + bb)``, ``Wb'`` the smaller kernel zero-padded to the larger one's
   extent at the offset where it reads the same pixels. A per-channel affine map of the input
   ``x * s + t`` (a BatchNormalization folded by the converter) is the 1x1 convolution of
-  weights ``diag(s)`` and bias ``t``, and ``x`` alone that of ``diag(1)``. RepVGG's training-form
-  block becomes one 3x3 convolution (the re-parameterization its authors do offline)::
+  weights ``diag(s)`` and bias ``t``. RepVGG's training-form block becomes one 3x3 convolution (the re-parameterization its authors do offline)::
 
       x ─┬─► Conv 3x3 ──────┐
          ├─► Conv 1x1 ──────┴─► Add ─┐
          └─► Mul(s) ─► Add(t) ───────┴─► Add ─► Relu ─► y    becomes    x ─► Conv 3x3 (Relu) ─► y
 
-- :func:`fuse_conv_residual`: a convolution whose one reader is an Add of another value (a
-  residual connection), and a Relu after it: one step that adds the other value into the
-  convolution's fresh output in place and applies the Relu there::
+The fusion keeps the values the graph returns and every intermediate another step reads. The
+merged convolution sums in another order than the nodes did (a rounding difference of the order
+of float32's epsilon per product). It declines with the reason (:func:`_branch`,
+:func:`_merge_reason`).
 
-      x ─► Conv ─► Add(·, r) ─► Relu ─► y     becomes     x, r ─► Conv+residual (Relu) ─► y
-
-Each keeps the values the graph returns and every intermediate another step reads. The merged
-convolution sums in another order than the nodes did (a rounding difference of the order of
-float32's epsilon per product); the residual fusion computes exactly what the nodes computed.
-Each declines with the reason (:func:`_branch`, :func:`_merge_reason`, :func:`_residual_reason`).
+A residual Add (and Relu) done in place in the convolution's step was tried too: it saved two
+steps per ResNet block and no time (the Add and Relu kernels are one numpy call each, and the
+engine's per-step cost is about a microsecond), so residual connections stay as they are.
 """
 
 from __future__ import annotations
@@ -36,8 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.ops import fused_activation
-
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
 
@@ -45,10 +40,8 @@ _RELU = ("Relu", ())
 
 
 def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
-    """``steps`` with both fusions applied, the merge first (it leaves the Add-free
-    convolutions the residual fusion then looks at)."""
-    steps = merge_parallel_convs(steps, constants, graph_outputs)
-    return fuse_conv_residual(steps, graph_outputs)
+    """``steps`` with the convolution fusions applied."""
+    return merge_parallel_convs(steps, constants, graph_outputs)
 
 
 def _reader_counts(steps: list[_Step]) -> dict[int, int]:
@@ -276,72 +269,3 @@ class _MergedConv:
     def __call__(self, x: np.ndarray, *, allocate: Callable, fused_activation=None) -> np.ndarray:
         return self.conv(x, self.weights, self.bias, prepared=self.prepared, fused_activation=fused_activation,
                          allocate=allocate, **self.attributes)
-
-
-# -- residual connections ------------------------------------------------------------------------------
-def _residual_reason(conv: _Step | None, add: _Step, graph_outputs: set[int], readers: dict[int, int]) -> str | None:
-    if conv is None or conv.node.op_type != "Conv" or conv.node.domain or not conv.inline or not conv.wants_allocate:
-        return "the Add's operand is not computed by an inline Conv step"
-    if conv.activation is not None and not conv.kernel_applies_activation:
-        return "the engine, not the kernel, applies the convolution's activation"
-    if readers.get(conv.outputs[0]) != 1 or conv.outputs[0] in graph_outputs:
-        return "the convolution's output is read elsewhere"
-    return None
-
-
-def fuse_conv_residual(steps: list[_Step], graph_outputs: set[int]) -> list[_Step]:
-    """A Conv step (or a merged one) whose output's one reader is an Add of another value: one
-    step, at the Add's place, that adds that value into the convolution's output in place,
-    with the Relu that is the sum's one reader, if any, applied there too."""
-    readers = _reader_counts(steps)
-    producer_of = {step.outputs[0]: step for step in steps if step.outputs}
-    reader_of = _first_readers(steps)
-    replaced: dict[int, _Step] = {}
-    dropped: set[int] = set()
-    for add in steps:
-        if not _plain_binary(add, "Add") or add.inputs[0] == add.inputs[1]:
-            continue
-        for position in (0, 1):
-            conv, other = producer_of.get(add.inputs[position]), add.inputs[1 - position]
-            if _residual_reason(conv, add, graph_outputs, readers) is not None or id(conv) in dropped:
-                continue
-            relu = _one_relu_reader(add.outputs[0], reader_of, readers, graph_outputs)
-            kernel = _ConvResidual(conv.fn, add.fn, _RELU if relu is not None else None)
-            replaced[id(relu if relu is not None else add)] = replace(
-                conv, fn=kernel, inputs=conv.inputs + [other], outputs=(relu or add).outputs, memo=None,
-                memo_sources=[], release=[])
-            dropped.add(id(conv))
-            if relu is not None:
-                dropped.add(id(add))
-            break
-    if not replaced:
-        return steps
-    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
-
-
-class _ConvResidual:
-    """The convolution's kernel, then ``y += residual`` in place on its fresh output and the
-    activation after the sum there; the Add's own kernel where the sum is not of ``y``'s shape
-    and type (broadcasting up, type promotion), so it fails as the Add node would."""
-
-    def __init__(self, conv: Callable, add: Callable, activation: tuple[str, tuple[float, ...]] | None) -> None:
-        self.conv = conv
-        self.add = add
-        self.activation = activation
-
-    def __call__(self, *inputs: Any, allocate: Callable, **keywords: Any) -> np.ndarray:
-        *conv_inputs, residual = inputs
-        y = self.conv(*conv_inputs, allocate=allocate, **keywords)
-        if (isinstance(residual, np.ndarray) and residual.dtype == y.dtype and y.flags.writeable
-                and residual.ndim <= y.ndim and _broadcasts_into(residual.shape, y.shape)
-                and not np.may_share_memory(y, residual)):
-            np.add(y, residual, out=y)
-        else:
-            y = self.add(y, residual, allocate=allocate)
-        if self.activation is not None:
-            fused_activation.apply_into(y, y, *self.activation)
-        return y
-
-
-def _broadcasts_into(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    return all(size in (1, full) for size, full in zip(shape[::-1], target[::-1]))

@@ -1,5 +1,5 @@
 """The numpy engine's convolution fusions (lite.engines.conv_fusions): summed convolutions of one
-input as one convolution, a convolution's residual Add and Relu in its step."""
+input as one convolution."""
 
 from __future__ import annotations
 
@@ -90,64 +90,3 @@ def test_convolutions_that_cannot_be_merged_stay_as_they_are(options):
     got, expected = engine.run(feeds), expected_node_by_node(engine, feeds)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
-
-
-# -- residual connections --------------------------------------------------------------------------
-
-
-def residual_model(*, depthwise=False, conv_output=False, relu=True, residual_shape=(8, 6, 6), activation=None):
-    """x, r -> Add(Conv(x), r) -> Relu -> y."""
-    rng = np.random.default_rng(24)
-    b = GraphBuilder("residual", opset=13)
-    x = b.input("x", np.float32, ["N", 8, 6, 6])
-    r = b.input("r", np.float32, ["N", *residual_shape])
-    if depthwise:
-        w = b.constant("w", rng.standard_normal((8, 1, 3, 3)).astype(np.float32))
-        attributes = {"group": 8, "pads": [1] * 4}
-    else:
-        w = b.constant("w", rng.standard_normal((8, 8, 1, 1)).astype(np.float32))
-        attributes = {}
-    if activation:
-        attributes["fused_activation"] = activation
-    bias = b.constant("b", rng.standard_normal(8).astype(np.float32))
-    y = b.node("Conv", [x, w, bias], outputs=["c"], **attributes)
-    total = b.node("Add", [r, y], outputs=["y"] if not relu else 1)
-    if relu:
-        total = b.node("Relu", [total], outputs=["y"])
-    b.output(total, np.float32, None)
-    if conv_output:
-        b.output(y, np.float32, None)
-    return load(to_bytes(b.build()))
-
-
-@pytest.mark.parametrize("options", [{}, {"depthwise": True}, {"relu": False}, {"activation": "Relu"}],
-                         ids=["pointwise", "depthwise (channels-last)", "no relu", "activated convolution"])
-def test_a_convolutions_residual_add_and_relu_are_its_step(options):
-    engine = NumpyEngine(residual_model(**options))
-    assert op_types(engine) == ["Conv"]
-    rng = np.random.default_rng(25)
-    for batch in (1, 3):
-        feeds = {"x": rng.standard_normal((batch, 8, 6, 6)).astype(np.float32),
-                 "r": rng.standard_normal((batch, 8, 6, 6)).astype(np.float32)}
-        got, expected = engine.run(feeds), expected_node_by_node(engine, feeds)
-        for name in expected:
-            np.testing.assert_array_equal(got[name], expected[name])
-
-
-def test_a_convolution_read_elsewhere_keeps_its_add():
-    engine = NumpyEngine(residual_model(conv_output=True))
-    assert op_types(engine) == ["Conv", "Add", "Relu"]
-
-
-def test_a_residual_that_broadcasts_the_sum_up_runs_the_adds_kernel():
-    engine = NumpyEngine(residual_model(residual_shape=(8, 1, 6)))  # broadcasts into the output: in place
-    assert op_types(engine) == ["Conv"]
-    rng = np.random.default_rng(26)
-    feeds = {"x": rng.standard_normal((2, 8, 6, 6)).astype(np.float32),
-             "r": rng.standard_normal((2, 8, 1, 6)).astype(np.float32)}
-    np.testing.assert_array_equal(engine.run(feeds)["y"], expected_node_by_node(engine, feeds)["y"])
-    feeds["r"] = rng.standard_normal((3, 2, 8, 6, 6)).astype(np.float32)  # a larger sum: the Add kernel's
-    np.testing.assert_array_equal(engine.run(feeds)["y"], expected_node_by_node(engine, feeds)["y"])
-    feeds["r"] = rng.standard_normal((2, 8, 5, 6)).astype(np.float32)  # no sum at all: the Add's error
-    with pytest.raises(KernelError):
-        engine.run(feeds)
