@@ -8,7 +8,7 @@ step computes what its steps computed, in the same arithmetic:
 - a MatMul by constant weights and the Add of its constant bias (:func:`_fuse_bias_adds`);
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
-- summed convolutions of one input, and a convolution's residual Add and Relu
+- summed convolutions of one input (RepVGG's branches)
   (:mod:`lite.engines.conv_fusions`);
 - a group normalization written as an instance normalization between Reshapes
   (:mod:`lite.engines.group_norm_fusion`);
