@@ -7,7 +7,12 @@ step computes what its steps computed, in the same arithmetic:
 
 - a MatMul by constant weights and the Add of its constant bias (:func:`_fuse_bias_adds`);
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
-- a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`).
+- a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
+- summed convolutions of one input (RepVGG's branches)
+  (:mod:`lite.engines.conv_fusions`);
+- a group normalization written as an instance normalization between Reshapes
+  (:mod:`lite.engines.group_norm_fusion`);
+- a per-channel Mul and Add of constants and the Relu after them (:mod:`lite.engines.affine_fusion`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from lite.engines import affine_fusion, conv_fusions, group_norm_fusion
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -31,7 +38,10 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     """``steps`` with every fusion applied (``graph_outputs``: the indices the graph returns)."""
     steps = _fuse_bias_adds(steps, constants, graph_outputs)
     steps = _fuse_shared_input_matmuls(steps, constants)
-    return _fuse_squeeze_excite(steps, constants, graph_outputs)
+    steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
+    steps = conv_fusions.fuse(steps, constants, graph_outputs)
+    steps = group_norm_fusion.fuse_group_norm(steps, constants, graph_outputs)
+    return affine_fusion.fuse_channel_affine(steps, constants, graph_outputs)
 
 
 def _reader_counts(steps: list[_Step]) -> dict[int, int]:

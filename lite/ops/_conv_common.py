@@ -232,3 +232,41 @@ def fill_phase(grid_view, x, residue, begin, strides):
         target.append(slice(t_start, t_start + count))
         source.append(slice(x_start, x_start + s * (count - 1) + 1, s))
     grid_view[tuple(target)] = x[tuple(source)]
+
+
+# Channels from which a channels-first image whose planes are a multiple of 1 KiB is transposed
+# through a pitched copy (see PlanesToRows); below it, or on other plane sizes, the direct
+# transpose is as fast.
+PITCHED_MIN_CHANNELS = 16
+
+
+def transposes_through_pitch(channels: int, height: int, width: int, itemsize: int) -> bool:
+    """Whether PlanesToRows beats the direct transpose for this image."""
+    plane = height * width * itemsize
+    return channels >= PITCHED_MIN_CHANNELS and plane >= 1024 and plane % 1024 == 0
+# Elements added to each plane's row pitch: 64 bytes, one cache line, for float32.
+_PITCH_PAD = 16
+
+
+class PlanesToRows:
+    """Copies a channels-first image ``(C, H, W)`` into a channels-last ``(H, W, C)`` buffer.
+
+    The direct transpose reads one element from each of C planes per output pixel. When a
+    plane's size is a multiple of 1 KiB (a 16x16 or 32x32 float32 map) those C reads fall in
+    the same few L1 cache sets and evict each other: a 48-channel 32x32 image took 200-330 µs.
+    The image is first copied as it is into planes whose pitch is a cache line longer (a
+    contiguous copy, a few µs), then transposed from there, where the reads spread over the
+    sets (55 µs for that image). The pitched buffer is the caller's (one per thread)."""
+
+    def __init__(self, channels: int, height: int, width: int):
+        self.shape = (channels, height, width)
+        self.pitch = height * width + _PITCH_PAD
+
+    def buffer(self, dtype) -> np.ndarray:
+        return np.empty((self.shape[0], self.pitch), dtype)
+
+    def __call__(self, image: np.ndarray, rows: np.ndarray, buffer: np.ndarray) -> None:
+        channels, height, width = self.shape
+        planes = buffer[:, : height * width].reshape(channels, height, width)
+        np.copyto(planes, image)
+        np.copyto(rows, planes.transpose(1, 2, 0))

@@ -35,7 +35,7 @@ import weakref
 import numpy as np
 
 from lite.ops import fused_activation as activations
-from lite.ops._conv_common import TapPlan
+from lite.ops._conv_common import PlanesToRows, TapPlan, transposes_through_pitch
 from lite.ops._helpers import einsum, full_operand
 from lite.ops._layout import channels_first_order, is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES
@@ -251,9 +251,17 @@ class DepthwiseChannelsLast:
             scratch = self._local.scratch = _Scratch(self, x.dtype)
         weights, bias, activation, subscripts = self.weights, self.bias, self.activation, self.subscripts
         image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
+        # A channels-first image with many channels: transposed once through pitched planes
+        # (see PlanesToRows), the phase buffers then filled from its channels-last copy.
+        pitched = scratch.to_rows is not None and x.flags.c_contiguous
         for n in range(x.shape[0]):
+            if pitched:
+                scratch.to_rows(x[n], scratch.rows, scratch.planes)
+                source_image = scratch.rows
+            else:
+                source_image = image[n]
             for cells, source in scratch.fills:
-                np.copyto(cells, image[n][source])
+                np.copyto(cells, source_image[source])
             total = storage[n] if self.geometry.exact else scratch.total
             einsum(subscripts, scratch.views[0], weights[0], out=total)
             for phase in range(1, len(scratch.views)):
@@ -277,7 +285,17 @@ class DepthwiseChannelsLast:
         band_shape = (geometry.band, out_w, channels) if exact else (geometry.band, geometry.row)
         spare = allocate(band_shape, x.dtype) if phases > 1 else None
         image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
+        to_rows = planes = rows_image = None
+        if x.flags.c_contiguous and transposes_through_pitch(channels, geometry.height, geometry.width,
+                                                             geometry.itemsize):  # see _run_small
+            to_rows = PlanesToRows(channels, geometry.height, geometry.width)
+            planes = allocate((channels, to_rows.pitch), x.dtype)
+            rows_image = allocate((geometry.height, geometry.width, channels), x.dtype)
         for n in range(batch):
+            source_image = image[n]
+            if to_rows is not None:
+                to_rows(x[n], rows_image, planes)
+                source_image = rows_image
             if self.zero_all:
                 buffers.fill(0)
             for band in geometry.bands:
@@ -288,7 +306,7 @@ class DepthwiseChannelsLast:
                     for cells in band.zeroed:
                         buffers[cells] = 0
                 for cells, source in band.filled:
-                    buffers[cells] = image[n][source]
+                    buffers[cells] = source_image[source]
                 for phase, (shape, strides, offset) in enumerate(band.views):
                     view = np.ndarray(shape, buffers.dtype, buffers, offset, strides)
                     if phase == 0:
@@ -305,7 +323,7 @@ class DepthwiseChannelsLast:
                     activations.apply_into(source, target, *activation)
                 elif source is not target:
                     np.copyto(target, source)
-        del buffers, accumulator, spare
+        del buffers, accumulator, spare, planes, rows_image
 
 
 class _Scratch:
@@ -329,6 +347,11 @@ class _Scratch:
         self.cropped = None if exact else self.total.reshape(band.rows, geometry.grid_w, geometry.channels)[
             :, : geometry.out_w]
         self.spare = np.empty(band_shape, dtype) if len(geometry.phases) > 1 else None
+        self.to_rows = None
+        if transposes_through_pitch(geometry.channels, geometry.height, geometry.width, geometry.itemsize):
+            self.to_rows = PlanesToRows(geometry.channels, geometry.height, geometry.width)
+            self.planes = self.to_rows.buffer(dtype)
+            self.rows = np.empty((geometry.height, geometry.width, geometry.channels), dtype)
 
 
 def depthwise_layer(x_shape, w, bias, activation, begin, end, strides, dilations, out_shape, dtype):

@@ -1,6 +1,6 @@
 """im2col on a wide grid: 2-D convolutions whose tap rows are long contiguous copies.
 
-The classic im2col (the general path of conv.py) copies each tap's window row by row, and a row
+The classic im2col (the general path of lite.ops._conv_blocks) copies each tap's window row by row, and a row
 is only ``out_w`` long: on small images numpy's per-row overhead dominates the copy. Here the
 zero-padded input is split into its ``stride_w`` column phases (as in the depthwise path,
 :mod:`lite.ops._depthwise`), each ``grid_w = ceil(padded_w / stride_w)`` columns wide. Output

@@ -8,10 +8,12 @@ separable over the spatial axes, so it is an outer product of 1-D counts.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from lite.ops._conv_common import compute_dtype
-from lite.ops._pool_common import pool_geometry
+from lite.ops._pool_common import pool_geometry, tile_sum
 from lite.ops.registry import kernel
 
 
@@ -43,6 +45,11 @@ def AveragePool(
         # One window over the whole input: its sum is the input's (the padding adds nothing).
         total = np.add.reduce(np.asarray(X, dtype=dtype), axis=tuple(range(2, X.ndim)), keepdims=True)
         return (total / divisor).astype(X.dtype, copy=False)
+    if geometry.tiles(X.shape[2:]):
+        # Windows side by side: sums of every k-th slice along each axis.
+        total = tile_sum(np.asarray(X, dtype=dtype), geometry)
+        total /= dtype.type(math.prod(geometry.kernel))
+        return total.astype(X.dtype, copy=False)
     plan = geometry.tap_plan(np.asarray(X, dtype=dtype), 0)
     regions = plan.regions()
     total = np.array(next(regions))

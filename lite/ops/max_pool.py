@@ -3,7 +3,8 @@
 https://onnx.ai/onnx/operators/onnx__MaxPool.html
 
 The maximum over a box is separable: the max over the first spatial axis's taps, then over the
-next axis's taps of that, and so on. Each axis costs ``kernel[axis]`` ``np.maximum`` passes
+next axis's taps of that, and so on. Float images (N, C, H, W) are padded with -inf first (see
+:func:`_padded_max_2d`); other inputs run the general form below. Each axis costs ``kernel[axis]`` ``np.maximum`` passes
 over strided views, only over the outputs a tap reaches inside the input (padding never wins a
 max, so it is never materialised), a block of channels at a time so the intermediate stays in
 cache. Indices (opset 8+) are flat positions in the unpadded input, row-major or, with
@@ -13,6 +14,7 @@ cache. Indices (opset 8+) are flat positions in the unpadded input, row-major or
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -45,7 +47,11 @@ def MaxPool(
         pads=pads,
         ceil_mode=ceil_mode,
     )
-    y = _separable_max(np.asarray(X), geometry, allocate)
+    x = np.asarray(X)
+    if x.ndim == 4 and x.dtype.kind == "f" and x.size:
+        y = _padded_max_2d(x, geometry, allocate)
+    else:
+        y = _separable_max(x, geometry, allocate)
     if output_count < 2:
         return y
     end = [e + extra for e, extra in zip(geometry.end, geometry.overhang)]
@@ -55,6 +61,60 @@ def MaxPool(
 
 # Elements of the per-block intermediate of _separable_max (it stays in L2).
 _BLOCK_ELEMENTS = 64 * 1024
+
+
+def _padded_max_2d(x, geometry, allocate):
+    """Images (N, C, H, W) of floats: the input copied once into a buffer padded with -inf
+    (padding then never wins a max, and every window is in range), then the max over the
+    kernel's rows and over its columns, each ``kernel - 1`` ``np.maximum`` calls over strided
+    views of whole images. A 64x64 model's 3x3 stride-2 pool is six numpy calls instead of
+    about twenty around the boundary handling of :func:`_separable_max`."""
+    padded = _padded(x, geometry, allocate)
+    (kernel_h, kernel_w), (stride_h, stride_w) = geometry.kernel, geometry.strides
+    (dilation_h, dilation_w), (out_h, out_w) = geometry.dilations, geometry.out_shape
+    rows = allocate((*x.shape[:2], out_h, padded.shape[3]), x.dtype)
+    span_h, span_w = (out_h - 1) * stride_h + 1, (out_w - 1) * stride_w + 1
+    _max_of_taps([padded[:, :, i * dilation_h : i * dilation_h + span_h : stride_h] for i in range(kernel_h)], rows)
+    y = allocate((*x.shape[:2], out_h, out_w), x.dtype)
+    _max_of_taps([rows[..., j * dilation_w : j * dilation_w + span_w : stride_w] for j in range(kernel_w)], y)
+    return y
+
+
+# Padded buffers of this size or less are kept per thread, input shape and geometry, their
+# -inf border filled once (a call copies the image into the interior); at most _KEPT of them.
+_KEPT_PADDED_BYTES = 256 * 1024
+_KEPT = 16
+_local = threading.local()
+
+
+def _padded(x, geometry, allocate):
+    begin = geometry.begin
+    end = [e + extra for e, extra in zip(geometry.end, geometry.overhang)]
+    if min(begin) < 0 or min(end) < 0 or not any(begin) and not any(end):
+        return pad_input(x, begin, end, lowest(x.dtype), allocate)
+    shape = (*x.shape[:2], x.shape[2] + begin[0] + end[0], x.shape[3] + begin[1] + end[1])
+    if math.prod(shape) * x.itemsize > _KEPT_PADDED_BYTES:
+        return pad_input(x, begin, end, lowest(x.dtype), allocate)
+    kept = getattr(_local, "padded", None)
+    if kept is None:
+        kept = _local.padded = {}
+    key = (x.shape, x.dtype, geometry)
+    padded = kept.get(key)
+    if padded is None:
+        if len(kept) >= _KEPT:
+            kept.clear()
+        padded = kept[key] = np.full(shape, lowest(x.dtype), x.dtype)
+    np.copyto(padded[:, :, begin[0] : begin[0] + x.shape[2], begin[1] : begin[1] + x.shape[3]], x)
+    return padded
+
+
+def _max_of_taps(taps, out) -> None:
+    if len(taps) == 1:
+        np.copyto(out, taps[0])
+        return
+    np.maximum(taps[0], taps[1], out=out)
+    for tap in taps[2:]:
+        np.maximum(out, tap, out=out)
 
 
 def _separable_max(x, geometry, allocate):

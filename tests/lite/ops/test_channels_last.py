@@ -9,7 +9,7 @@ import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
-from lite.ops import _depthwise, arithmetic, conv, fused_activation
+from lite.ops import _conv_gemm, _depthwise, arithmetic, conv, fused_activation
 from lite.ops._layout import is_channels_last
 from tests.lite.ops._reference import channels_last, reference_outputs
 
@@ -60,7 +60,7 @@ def test_pointwise_keeps_a_channels_last_input_channels_last(strides, pads, size
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     # One GEMM over rows of pixels: the plain case on all but small images stays channels-last.
     plain = strides == (1, 1) and not any(pads)
-    assert is_channels_last(got) == (plain and size[0] * size[1] >= conv._CHANNELS_LAST_MIN_PIXELS)
+    assert is_channels_last(got) == (plain and size[0] * size[1] >= _conv_gemm._CHANNELS_LAST_MIN_PIXELS)
     assert not is_channels_last(conv.Conv(x, w, b, **attributes))
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
-from lite.ops import _wide_im2col, _winograd, conv, fused_activation
+from lite.ops import _conv_blocks, _conv_gemm, _wide_im2col, _winograd, conv, fused_activation
 from lite.ops.registry import KernelRegistry
 from tests.lite.ops._reference import assert_same_across_threads, reference_outputs
 
@@ -101,9 +101,9 @@ WIDE = [
 @pytest.mark.parametrize("x_shape, w_shape, attributes", WIDE)
 @pytest.mark.parametrize("columns_bytes", [512, 1 << 20], ids=["row chunks", "whole"])
 def test_wide_im2col_matches_the_reference(monkeypatch, x_shape, w_shape, attributes, columns_bytes):
-    monkeypatch.setattr(conv, "_COLUMNS_BYTES", columns_bytes)
+    monkeypatch.setattr(_conv_blocks, "_COLUMNS_BYTES", columns_bytes)
     monkeypatch.setattr(conv, "_GROUPED_COLUMNS_BYTES", 0)  # grouped: the wide path, not one batched GEMM
-    monkeypatch.setattr(conv, "_WHOLE_COLUMNS_BYTES", 0)  # small images: the wide path, not one copy and GEMM
+    monkeypatch.setattr(_conv_gemm, "_WHOLE_COLUMNS_BYTES", 0)  # small images: the wide path, not one copy and GEMM
     calls = []
     monkeypatch.setattr(_wide_im2col, "convolve", _recording(_wide_im2col.convolve, calls))
     x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
@@ -171,8 +171,8 @@ GROUPED = [
 def test_grouped_convolution_in_one_batched_gemm_matches_the_reference(monkeypatch, x_shape, w_shape, attributes,
                                                                         activation):
     calls = []
-    monkeypatch.setattr(conv, "_WHOLE_COLUMNS_BYTES", 0)  # 2-D: not the one-copy path (test_conv_layers.py)
-    monkeypatch.setattr(conv, "_im2col_grouped", _recording(conv._im2col_grouped, calls))
+    monkeypatch.setattr(_conv_gemm, "_WHOLE_COLUMNS_BYTES", 0)  # 2-D: not the one-copy path (test_conv_layers.py)
+    monkeypatch.setattr(_conv_blocks, "_im2col_grouped", _recording(_conv_blocks._im2col_grouped, calls))
     x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
     got = conv.Conv(x, w, b, fused_activation=activation, **attributes)
     assert calls, "expected the batched grouped path"

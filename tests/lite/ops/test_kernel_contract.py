@@ -13,7 +13,7 @@ import pytest
 import lite
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
-from lite.ops import KERNELS, _depthwise, conv, fused_activation, max_pool
+from lite.ops import KERNELS, _conv_blocks, _conv_gemm, _depthwise, conv, fused_activation, max_pool
 from tests.lite.ops._reference import assert_same_across_threads, check_against_reference
 
 rng = np.random.default_rng(2024)
@@ -58,7 +58,7 @@ def test_registry_reports_engine_parameters_and_not_as_attributes():
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda a: a[0])
 def test_conv_fused_activation_is_exactly_the_engines(monkeypatch, path, activation):
     # Outputs below SMALL_ARRAY_BYTES may skip allocate (lite.ops.registry): not these.
-    monkeypatch.setattr(conv, "SMALL_ARRAY_BYTES", 0)
+    monkeypatch.setattr(_conv_gemm, "SMALL_ARRAY_BYTES", 0)
     monkeypatch.setattr(_depthwise, "SMALL_ARRAY_BYTES", 0)
     x_shape, w_shape, attributes = CONV_PATHS[path]
     x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
@@ -91,8 +91,8 @@ def test_gemm_fused_activation_is_exactly_the_engines(activation):
 def test_conv_blocks_match_the_reference(monkeypatch):
     """Tiny block budgets: im2col over several row chunks, depthwise over several bands of rows
     (channels-last) and several channel blocks (taps): each path's loop boundaries."""
-    monkeypatch.setattr(conv, "_COLUMNS_BYTES", 512)
-    monkeypatch.setattr(conv, "_WHOLE_COLUMNS_BYTES", 0)
+    monkeypatch.setattr(_conv_blocks, "_COLUMNS_BYTES", 512)
+    monkeypatch.setattr(_conv_gemm, "_WHOLE_COLUMNS_BYTES", 0)
     monkeypatch.setattr(_depthwise, "_DEPTHWISE_SCRATCH_ELEMENTS", 600)
     cases = [
         ((2, 3, 11, 9), (4, 3, 3, 3), {"pads": [1, 2, 0, 1], "strides": [2, 1], "dilations": [1, 2]}),

@@ -111,3 +111,38 @@ def test_windows_mostly_outside_the_input_visit_only_taps_that_reach_it(shape, a
     pytest.importorskip("onnxruntime")
     check_against_onnxruntime("AveragePool", [normal(*shape)], dict(attributes, count_include_pad=count_include_pad),
                               opset=19)
+
+
+@pytest.mark.parametrize("shape, attributes", [
+    ((1, 4, 32, 32), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # a kept padded buffer
+    ((1, 64, 64, 64), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # too large to keep
+    ((2, 3, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, -1, 1]}),  # a negative pad crops
+])
+def test_max_pool_of_images_reuses_its_padding_and_never_reads_stale_data(shape, attributes):
+    """The -inf border of a kept padded buffer is filled once; every call writes the interior."""
+    from lite.ops._pool_common import pool_geometry
+    from lite.ops.max_pool import MaxPool, _separable_max
+
+    for dtype in (np.float32, np.float16):
+        for _ in range(2):
+            x = normal(*shape, dtype=dtype)
+            if min(attributes["pads"]) >= 0:
+                check_against_reference("MaxPool", [x], attributes, opset=12)
+            geometry = pool_geometry("MaxPool", x, kernel_shape=attributes["kernel_shape"],
+                                     strides=attributes["strides"], dilations=None, auto_pad="NOTSET",
+                                     pads=attributes["pads"], ceil_mode=0)
+            np.testing.assert_array_equal(MaxPool(x, **attributes), _separable_max(x, geometry, np.empty))
+
+
+@pytest.mark.parametrize("shape, kernel", [((1, 40, 16, 16), [2, 2]), ((2, 3, 10, 9), [3, 2]), ((1, 2, 5, 5), [1, 1]),
+                                           ((1, 4, 12), [4]), ((1, 2, 4, 6, 6), [2, 3, 2])])
+def test_average_pool_of_windows_that_tile_the_input(shape, kernel):
+    """kernel == stride without pads: sums of strided slices (lite.ops._pool_common.tile_sum);
+    the input is left as it was."""
+    from lite.ops.average_pool import AveragePool
+
+    x = normal(*shape)
+    before = x.copy()
+    check_against_reference("AveragePool", [x], {"kernel_shape": kernel, "strides": kernel}, opset=11)
+    AveragePool(x, kernel_shape=kernel, strides=kernel)
+    np.testing.assert_array_equal(x, before)

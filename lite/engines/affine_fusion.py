@@ -1,0 +1,111 @@
+"""The numpy engine's per-channel affine fusion (applied by :func:`lite.engines.numpy_fusions.fuse`).
+
+A BatchNormalization the converter could not fold into a convolution (one that comes first in
+a pre-activation block: DenseNet's BN-ReLU-Conv on every concatenation) is a Mul and an Add of
+per-channel constants, usually followed by a Relu; three steps, each a kernel call and an
+output array::
+
+    x ─► Mul(s) ─► Add(t) ─► Relu ─► y        becomes        x ─► ChannelAffine(s, t, Relu) ─► y
+
+:func:`fuse_channel_affine` makes them one step that computes the same operations in the same
+order into one output (``y = x * s``, ``y += t``, ``y = max(y, 0)``: the same floats as the
+nodes'). Inputs it does not handle (not an image of the constants' type with C channels) run
+the original steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lite.engines.group_norm_fusion import _InTurn, _only_step, _per_channel
+from lite.ops import fused_activation
+
+if TYPE_CHECKING:
+    from lite.engines.numpy_engine import _Step
+
+# Full-shape operands kept per input shape (a server sees a few image sizes).
+_SHAPES_KEPT = 8
+
+
+def _match(mul: _Step, readers: dict[int, list[_Step]], constants: dict[int, Any], graph_outputs: set[int]):
+    """(x, scale, shift, steps, relu) of the block starting at ``mul``, or why there is none."""
+    if len(mul.inputs) != 2:
+        return "not a two-input Mul"
+    for side in (0, 1):
+        x, scale = mul.inputs[side], _per_channel(constants.get(mul.inputs[1 - side]))
+        if scale is not None and x >= 0 and x not in constants:
+            break
+    else:
+        return "the Mul is not of a computed value by a per-channel constant"
+    add = _only_step(mul.outputs[0], readers, graph_outputs, "Add")
+    if add is None or len(add.inputs) != 2:
+        return "the product's one reader is not an Add"
+    shift = _per_channel(constants.get(add.inputs[1 - add.inputs.index(mul.outputs[0])]))
+    if shift is None or shift.shape != scale.shape or shift.dtype != scale.dtype or add.inputs[0] == add.inputs[1]:
+        return "the Add is not of a per-channel constant of the scale's shape and type"
+    relu = _only_step(add.outputs[0], readers, graph_outputs, "Relu")
+    return x, scale, shift, [mul, add] + ([relu] if relu is not None else []), relu is not None
+
+
+def fuse_channel_affine(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """Every Mul and Add of per-channel constants (and the Relu after them) as one step, at the
+    place of the last of them."""
+    readers: dict[int, list[_Step]] = {}
+    for step in steps:
+        for index in set(step.inputs):
+            readers.setdefault(index, []).append(step)
+    replaced: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for mul in steps:
+        if (mul.node.op_type != "Mul" or mul.node.domain or not mul.inline or mul.activation is not None
+                or id(mul) in dropped or id(mul) in replaced):
+            continue
+        match = _match(mul, readers, constants, graph_outputs)
+        if isinstance(match, str):
+            continue
+        x, scale, shift, block, relu = match
+        kernel = ChannelAffine(scale, shift, relu, _InTurn(block, x, constants))
+        replaced[id(block[-1])] = replace(
+            mul, fn=kernel, inputs=[x], outputs=block[-1].outputs, attributes={}, output_count=None,
+            activation=None, kernel_applies_activation=False, wants_allocate=True, prepare=None, prepared=None,
+            memo=None, memo_sources=[], release=[])
+        dropped.update(id(step) for step in block[:-1])
+    if not replaced:
+        return steps
+    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+class ChannelAffine:
+    """``y = x * scale + shift`` per channel of an image, and an optional Relu, into one output;
+    ``fallback(x, allocate)`` for inputs it does not handle."""
+
+    def __init__(self, scale: np.ndarray, shift: np.ndarray, relu: bool,
+                 fallback: Callable[[np.ndarray, Callable], np.ndarray]) -> None:
+        self.scale = scale.reshape(-1, 1, 1)
+        self.shift = shift.reshape(-1, 1, 1)
+        self.relu = relu
+        self.fallback = fallback
+        # Per image shape (C, H, W): scale and shift broadcast to it (numpy multiplies and adds
+        # arrays of one shape faster than it broadcasts a column).
+        self.full: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, x: np.ndarray, *, allocate: Callable = np.empty) -> np.ndarray:
+        if (not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype != self.scale.dtype
+                or x.shape[1] != self.scale.shape[0] or not x.flags.c_contiguous):
+            return self.fallback(x, allocate)
+        full = self.full.get(x.shape[1:])
+        if full is None:
+            if len(self.full) >= _SHAPES_KEPT:
+                self.full.clear()
+            full = self.full[x.shape[1:]] = (np.ascontiguousarray(np.broadcast_to(self.scale, x.shape[1:])),
+                                             np.ascontiguousarray(np.broadcast_to(self.shift, x.shape[1:])))
+        y = allocate(x.shape, x.dtype)
+        np.multiply(x, full[0], out=y)
+        np.add(y, full[1], out=y)
+        if self.relu:
+            fused_activation.apply_into(y, y, "Relu", ())
+        return y

@@ -1,0 +1,58 @@
+"""The numpy engine's per-channel affine fusion (lite.engines.affine_fusion)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite.engines.numpy_engine import NumpyEngine
+from lite.format import GraphBuilder, load, to_bytes
+from tests.lite.engines.test_conv_fusions import expected_node_by_node, op_types
+
+
+def affine_model(*, relu=True, scale_shape=(8, 1, 1), product_output=False, swap=False):
+    """x -> Mul(s) -> Add(t) [-> Relu] -> y."""
+    rng = np.random.default_rng(41)
+    b = GraphBuilder("affine", opset=13)
+    x = b.input("x", np.float32, ["N", 8, 5, 6])
+    scale = b.constant("s", rng.standard_normal(scale_shape).astype(np.float32))
+    shift = b.constant("t", rng.standard_normal((1, 8, 1, 1)).astype(np.float32))
+    product = b.node("Mul", [scale, x] if swap else [x, scale], outputs=["product"])
+    y = b.node("Add", [shift, product] if swap else [product, shift], outputs=["y"] if not relu else 1)
+    if relu:
+        y = b.node("Relu", [y], outputs=["y"])
+    b.output(y, np.float32, None)
+    if product_output:
+        b.output(product, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+@pytest.mark.parametrize("options", [{}, {"relu": False}, {"swap": True}],
+                         ids=["with relu", "no relu", "constants first"])
+def test_a_per_channel_affine_map_is_one_step_with_the_same_floats(options):
+    engine = NumpyEngine(affine_model(**options))
+    assert op_types(engine) == ["Mul"]
+    rng = np.random.default_rng(42)
+    for batch in (1, 3):
+        feeds = {"x": rng.standard_normal((batch, 8, 5, 6)).astype(np.float32)}
+        np.testing.assert_array_equal(engine.run(feeds)["y"], expected_node_by_node(engine, feeds)["y"])
+
+
+@pytest.mark.parametrize("options", [{"product_output": True}, {"scale_shape": (8, 5, 1)}],
+                         ids=["product read elsewhere", "not per channel"])
+def test_maps_that_are_not_per_channel_affine_stay_as_they_are(options):
+    engine = NumpyEngine(affine_model(**options))
+    assert op_types(engine) == ["Mul", "Add", "Relu"]
+
+
+def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
+    engine = NumpyEngine(affine_model())
+    (step,) = engine.plans[0].steps
+    rng = np.random.default_rng(43)
+    for x in [rng.standard_normal((2, 8, 5, 6)),  # float64
+              rng.standard_normal((8, 5, 6)).astype(np.float32),  # not an image: broadcast as the nodes do
+              np.ascontiguousarray(rng.standard_normal((2, 5, 6, 8)).astype(np.float32)).transpose(0, 3, 1, 2)]:
+        expected = expected_node_by_node(engine, {"x": x})["y"]
+        got = step.fn(x)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
