@@ -6,6 +6,9 @@ per-channel constants, usually followed by a Relu; three steps, each a kernel ca
 output array::
 
     x ─► Mul(s) ─► Add(t) ─► Relu ─► y        becomes        x ─► ChannelAffine(s, t, Relu) ─► y
+    x ─► Add(t) ─► Relu ─► y                  becomes        x ─► ChannelAffine(-, t, Relu) ─► y
+
+(the second where the converter moved the scale into the next convolution, leaving the shift).
 
 :func:`fuse_channel_affine` makes them one step that computes the same operations in the same
 order into one output (``y = x * s``, ``y += t``, ``y = max(y, 0)``: the same floats as the
@@ -51,6 +54,22 @@ def _match(mul: _Step, readers: dict[int, list[_Step]], constants: dict[int, Any
     return x, scale, shift, [mul, add] + ([relu] if relu is not None else []), relu is not None
 
 
+def _match_shift(add: _Step, readers: dict[int, list[_Step]], constants: dict[int, Any], graph_outputs: set[int]):
+    """(x, None, shift, steps, True) of an Add of a per-channel constant read by a Relu alone."""
+    if len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+        return "not a two-input Add"
+    for side in (0, 1):
+        x, shift = add.inputs[side], _per_channel(constants.get(add.inputs[1 - side]))
+        if shift is not None and x >= 0 and x not in constants:
+            break
+    else:
+        return "the Add is not of a computed value and a per-channel constant"
+    relu = _only_step(add.outputs[0], readers, graph_outputs, "Relu")
+    if relu is None:
+        return "the sum's one reader is not a Relu (an Add alone is one step already)"
+    return x, None, shift, [add, relu], True
+
+
 def fuse_channel_affine(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """Every Mul and Add of per-channel constants (and the Relu after them) as one step, at the
     place of the last of them."""
@@ -61,10 +80,10 @@ def fuse_channel_affine(steps: list[_Step], constants: dict[int, Any], graph_out
     replaced: dict[int, _Step] = {}
     dropped: set[int] = set()
     for mul in steps:
-        if (mul.node.op_type != "Mul" or mul.node.domain or not mul.inline or mul.activation is not None
+        if (mul.node.op_type not in ("Mul", "Add") or mul.node.domain or not mul.inline or mul.activation is not None
                 or id(mul) in dropped or id(mul) in replaced):
             continue
-        match = _match(mul, readers, constants, graph_outputs)
+        match = (_match if mul.node.op_type == "Mul" else _match_shift)(mul, readers, constants, graph_outputs)
         if isinstance(match, str):
             continue
         x, scale, shift, block, relu = match
@@ -80,13 +99,13 @@ def fuse_channel_affine(steps: list[_Step], constants: dict[int, Any], graph_out
 
 
 class ChannelAffine:
-    """``y = x * scale + shift`` per channel of an image, and an optional Relu, into one output;
-    ``fallback(x, allocate)`` for inputs it does not handle."""
+    """``y = x * scale + shift`` (``x + shift`` without a scale) per channel of an image, and an
+    optional Relu, into one output; ``fallback(x, allocate)`` for inputs it does not handle."""
 
-    def __init__(self, scale: np.ndarray, shift: np.ndarray, relu: bool,
+    def __init__(self, scale: np.ndarray | None, shift: np.ndarray, relu: bool,
                  fallback: Callable[[np.ndarray, Callable], np.ndarray]) -> None:
-        self.scale = scale.reshape(-1, 1, 1)
         self.shift = shift.reshape(-1, 1, 1)
+        self.scale = None if scale is None else scale.reshape(-1, 1, 1)
         self.relu = relu
         self.fallback = fallback
         # Per image shape (C, H, W): scale and shift broadcast to it (numpy multiplies and adds
@@ -94,18 +113,22 @@ class ChannelAffine:
         self.full: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     def __call__(self, x: np.ndarray, *, allocate: Callable = np.empty) -> np.ndarray:
-        if (not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype != self.scale.dtype
-                or x.shape[1] != self.scale.shape[0] or not x.flags.c_contiguous):
+        if (not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype != self.shift.dtype
+                or x.shape[1] != self.shift.shape[0] or not x.flags.c_contiguous):
             return self.fallback(x, allocate)
         full = self.full.get(x.shape[1:])
         if full is None:
             if len(self.full) >= _SHAPES_KEPT:
                 self.full.clear()
-            full = self.full[x.shape[1:]] = (np.ascontiguousarray(np.broadcast_to(self.scale, x.shape[1:])),
-                                             np.ascontiguousarray(np.broadcast_to(self.shift, x.shape[1:])))
+            full = self.full[x.shape[1:]] = (
+                None if self.scale is None else np.ascontiguousarray(np.broadcast_to(self.scale, x.shape[1:])),
+                np.ascontiguousarray(np.broadcast_to(self.shift, x.shape[1:])))
         y = allocate(x.shape, x.dtype)
-        np.multiply(x, full[0], out=y)
-        np.add(y, full[1], out=y)
+        if full[0] is None:
+            np.add(x, full[1], out=y)
+        else:
+            np.multiply(x, full[0], out=y)
+            np.add(y, full[1], out=y)
         if self.relu:
             fused_activation.apply_into(y, y, "Relu", ())
         return y

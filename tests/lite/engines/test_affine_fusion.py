@@ -40,9 +40,12 @@ def test_a_per_channel_affine_map_is_one_step_with_the_same_floats(options):
 
 @pytest.mark.parametrize("options", [{"product_output": True}, {"scale_shape": (8, 5, 1)}],
                          ids=["product read elsewhere", "not per channel"])
-def test_maps_that_are_not_per_channel_affine_stay_as_they_are(options):
+def test_maps_that_are_not_per_channel_affine_keep_their_mul(options):
+    # The Mul stays; the Add of the per-channel shift and its Relu are still one step.
     engine = NumpyEngine(affine_model(**options))
-    assert op_types(engine) == ["Mul", "Add", "Relu"]
+    assert op_types(engine) == ["Mul", "Add"]
+    feeds = {"x": np.random.default_rng(46).standard_normal((2, 8, 5, 6)).astype(np.float32)}
+    np.testing.assert_array_equal(engine.run(feeds)["y"], expected_node_by_node(engine, feeds)["y"])
 
 
 def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
@@ -56,3 +59,31 @@ def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
         got = step.fn(x)
         assert got.dtype == expected.dtype and got.shape == expected.shape
         np.testing.assert_array_equal(got, expected)
+
+
+def shift_model(*, relu=True, swap=False):
+    """x -> Add(t) [-> Relu] -> y: a BatchNormalization whose scale the converter moved into the next Conv."""
+    rng = np.random.default_rng(44)
+    b = GraphBuilder("shift", opset=13)
+    x = b.input("x", np.float32, ["N", 8, 5, 6])
+    shift = b.constant("t", rng.standard_normal((8, 1, 1)).astype(np.float32))
+    y = b.node("Add", [shift, x] if swap else [x, shift], outputs=["y"] if not relu else 1)
+    if relu:
+        y = b.node("Relu", [y], outputs=["y"])
+    b.output(y, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+@pytest.mark.parametrize("swap", [False, True], ids=["shift second", "shift first"])
+def test_a_per_channel_shift_and_its_relu_are_one_step_with_the_same_floats(swap):
+    engine = NumpyEngine(shift_model(swap=swap))
+    assert op_types(engine) == ["Add"]
+    rng = np.random.default_rng(45)
+    for x in (rng.standard_normal((2, 8, 5, 6)).astype(np.float32), rng.standard_normal((8, 5, 6)).astype(np.float32)):
+        np.testing.assert_array_equal(engine.run({"x": x})["y"], expected_node_by_node(engine, {"x": x})["y"])
+
+
+def test_a_shift_without_a_relu_stays_one_add():
+    engine = NumpyEngine(shift_model(relu=False))
+    assert op_types(engine) == ["Add"]
+    assert not isinstance(engine.plans[0].steps[0].fn, type(NumpyEngine(shift_model()).plans[0].steps[0].fn))
