@@ -54,13 +54,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.zoo.architectures import ARCHITECTURES, BY_NAME, EXPORTERS, Architecture, export_by_name  # noqa: E402
+from tests.zoo.architectures import (  # noqa: E402
+    ARCHITECTURES,
+    BY_NAME,
+    EXPORTERS,
+    Architecture,
+    export_by_name,
+    group,
+)
 
 CALIBRATION_SAMPLES = 16
-# Vision architectures built around attention or token mixing (the rest of "vision" are CNNs):
-# the goals hold transformers to 3x ONNX Runtime, CNNs to 2.5x.
-VISION_TRANSFORMERS = {"vit", "deit_distilled", "beit", "dinov2", "swin", "swinv2", "levit", "mobilevit",
-                       "mobilevitv2", "poolformer", "pvt", "pvt_v2", "segformer", "focalnet", "swiftformer"}
+# The goals hold transformers to 3x ONNX Runtime, CNNs to 2.5x.
 GOALS = {"cnn": 2.5, "vision-transformer": 3.0, "text": 3.0, "audio": 3.0}
 SPINNER = """
 import numpy as np
@@ -68,12 +72,6 @@ a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
 while True:
     b = a @ a
 """
-
-
-def group(architecture: Architecture) -> str:
-    if architecture.family != "vision":
-        return architecture.family
-    return "vision-transformer" if architecture.name in VISION_TRANSFORMERS else "cnn"
 
 
 # -- files ---------------------------------------------------------------------------------------

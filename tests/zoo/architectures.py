@@ -41,6 +41,18 @@ class Architecture:
     torchscript_opset: int = 17  # the TorchScript exporter's opset (users' common choice)
 
 
+# Vision architectures built around attention or token mixing (the rest of "vision" are CNNs).
+VISION_TRANSFORMERS = frozenset({"vit", "deit_distilled", "beit", "dinov2", "swin", "swinv2", "levit", "mobilevit",
+                                 "mobilevitv2", "poolformer", "pvt", "pvt_v2", "segformer", "focalnet", "swiftformer"})
+
+
+def group(architecture: Architecture) -> str:
+    """"cnn", "vision-transformer", "text" or "audio"."""
+    if architecture.family != "vision":
+        return architecture.family
+    return "vision-transformer" if architecture.name in VISION_TRANSFORMERS else "cnn"
+
+
 def _image(size: int, name: str = "image") -> Callable[[np.random.Generator], Feeds]:
     def make(rng: np.random.Generator) -> Feeds:
         return {name: rng.standard_normal((1, 3, size, size)).astype(np.float32)}
