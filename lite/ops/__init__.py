@@ -209,7 +209,13 @@ MODULES: dict[tuple[str, str], str] = {
     ('ai.onnx.ml', 'ArrayFeatureExtractor'): 'array_feature_extractor',
     ('ai.onnx.ml', 'Binarizer'): 'binarizer',
     ('ai.onnx.ml', 'LabelEncoder'): 'label_encoder',
+    ('ai.onnx.ml', 'LinearClassifier'): 'linear_classifier',
+    ('ai.onnx.ml', 'LinearRegressor'): 'linear_regressor',
+    ('ai.onnx.ml', 'Normalizer'): 'normalizer',
+    ('ai.onnx.ml', 'Scaler'): 'scaler',
     ('ai.onnx.ml', 'TreeEnsemble'): 'tree_ensemble',
+    ('ai.onnx.ml', 'TreeEnsembleClassifier'): 'tree_ensemble_classifier',
+    ('ai.onnx.ml', 'TreeEnsembleRegressor'): 'tree_ensemble_regressor',
     ('ai.onnx.preview', 'FlexAttention'): 'flex_attention',
 }
 

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import converter
+import lite
 from converter.errors import ModelImportError
 
 pytest.importorskip("onnxruntime")
@@ -42,3 +43,57 @@ def test_a_zipmap_output_is_refused_naming_the_node_and_the_tensor_to_use(tmp_pa
     assert "'output_probability' is a sequence(map(int64, tensor(float)))" in message
     assert "ZipMap node 'ZipMap'" in message and "'probability_tensor'" in message
     assert "zipmap" in message and "malformed" not in message
+
+
+def _scaled_classifier() -> onnx.ModelProto:
+    """StandardScaler -> LogisticRegression (binary) without ZipMap, as skl2onnx writes it."""
+    scaler = helper.make_node("Scaler", ["X"], ["scaled"], domain="ai.onnx.ml", offset=[0.5, -1.0, 2.0],
+                              scale=[2.0, 0.5, 0.25])
+    linear = helper.make_node(
+        "LinearClassifier", ["scaled"], ["label", "probabilities"], domain="ai.onnx.ml", classlabels_ints=[0, 1],
+        coefficients=[-0.5, 0.25, -1.0, 0.5, -0.25, 1.0], intercepts=[-0.1, 0.1], post_transform="LOGISTIC",
+    )
+    normalizer = helper.make_node("Normalizer", ["probabilities"], ["probability"], domain="ai.onnx.ml", norm="L1")
+    graph = helper.make_graph(
+        [scaler, linear, normalizer], "sklearn_like",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("probability", TensorProto.FLOAT, [None, 2])],
+    )
+    return helper.make_model(graph, opset_imports=_OPSETS)
+
+
+def _forest_regressor() -> onnx.ModelProto:
+    """A two-tree forest regressor (TreeEnsembleRegressor, ai.onnx.ml 3) averaging its leaves."""
+    forest = helper.make_node(
+        "TreeEnsembleRegressor", ["X"], ["variable"], domain="ai.onnx.ml", n_targets=1, aggregate_function="AVERAGE",
+        nodes_treeids=[0, 0, 0, 1, 1, 1], nodes_nodeids=[0, 1, 2, 0, 1, 2], nodes_featureids=[1, 0, 0, 2, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF", "BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_values=[0.1, 0.0, 0.0, -0.3, 0.0, 0.0], nodes_truenodeids=[1, 0, 0, 1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0, 2, 0, 0], target_treeids=[0, 0, 1, 1], target_nodeids=[1, 2, 1, 2],
+        target_ids=[0, 0, 0, 0], target_weights=[10.0, 20.0, -4.0, 4.0],
+    )
+    graph = helper.make_graph(
+        [forest], "sklearn_like", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("variable", TensorProto.FLOAT, [None, 1])],
+    )
+    return helper.make_model(graph, opset_imports=_OPSETS)
+
+
+@pytest.mark.parametrize("make", [_scaled_classifier, _forest_regressor])
+@pytest.mark.parametrize("device", ["numpy", "auto"])
+def test_scikit_learn_predictors_convert_verify_and_run(tmp_path, make, device):
+    import onnxruntime
+
+    proto = make()
+    report = converter.convert(proto, tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+    x = np.random.default_rng(0).standard_normal((16, 3)).astype(np.float32)
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"X": x})))
+    got = lite.Model.load(tmp_path / "m.lite", device=device).predict({"X": x})
+    for name, want in expected.items():
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got[name], want, err_msg=name)
