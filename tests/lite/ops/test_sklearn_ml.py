@@ -139,3 +139,28 @@ def test_tree_ensemble_classifier_string_labels():
 
 def test_tree_ensemble_classifier_scoring_the_second_class_only():
     check_ml("TreeEnsembleClassifier", features(), classifier([0.9, 0.2, 0.6, 0.3, 0.8], [1] * 5), output_count=2)
+
+
+@pytest.mark.parametrize("attributes,x", [
+    ({"imputed_value_floats": [1.5, -2.0, 3.0], "replaced_value_float": float("nan")}, "nan"),
+    ({"imputed_value_floats": [7.0], "replaced_value_float": 0.0}, "zeros"),
+    ({"imputed_value_int64s": [5, 6, 7], "replaced_value_int64": -1}, "ints"),
+])
+def test_imputer(attributes, x):
+    values = normal(5, 3)
+    if x == "nan":
+        values[::2, 1] = np.nan
+    elif x == "zeros":
+        values[1] = 0.0
+    else:
+        values = np.array([[-1, 2, 3], [4, -1, -1]], dtype=np.int64)
+    check_ml("Imputer", values, attributes)
+
+
+@pytest.mark.parametrize("x,attributes", [
+    (np.array([[1, 4], [3, 9]], dtype=np.int64), {"cats_int64s": [1, 3, 4]}),
+    (np.array([[1.0], [3.0], [2.0]], dtype=np.float32), {"cats_int64s": [1, 2, 3]}),
+    (np.array([["a", "c"], ["b", "z"]], dtype=object), {"cats_strings": ["a", "b", "c"]}),
+])
+def test_one_hot_encoder(x, attributes):
+    check_ml("OneHotEncoder", x, attributes)
