@@ -214,6 +214,8 @@ MODULES: dict[tuple[str, str], str] = {
     ('ai.onnx.ml', 'LinearRegressor'): 'linear_regressor',
     ('ai.onnx.ml', 'Normalizer'): 'normalizer',
     ('ai.onnx.ml', 'OneHotEncoder'): 'one_hot_encoder',
+    ('ai.onnx.ml', 'SVMClassifier'): 'svm_classifier',
+    ('ai.onnx.ml', 'SVMRegressor'): 'svm_regressor',
     ('ai.onnx.ml', 'Scaler'): 'scaler',
     ('ai.onnx.ml', 'TreeEnsemble'): 'tree_ensemble',
     ('ai.onnx.ml', 'TreeEnsembleClassifier'): 'tree_ensemble_classifier',

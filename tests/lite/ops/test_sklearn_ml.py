@@ -164,3 +164,41 @@ def test_imputer(attributes, x):
 ])
 def test_one_hot_encoder(x, attributes):
     check_ml("OneHotEncoder", x, attributes)
+
+
+KERNEL_PARAMS = {"LINEAR": [0.0, 0.0, 0.0], "POLY": [0.3, 1.0, 3.0], "RBF": [0.25, 0.0, 3.0], "SIGMOID": [0.1, 0.5, 0.0]}
+
+
+def svm_classifier(kernel_type: str, per_class: list[int], probabilities: bool) -> dict[str, Any]:
+    classes, vectors = len(per_class), sum(per_class)
+    pairs = classes * (classes - 1) // 2
+    attributes = {
+        "classlabels_ints": [10 + c for c in range(classes)], "vectors_per_class": per_class,
+        "support_vectors": normal(vectors * 4).tolist(), "coefficients": normal((classes - 1) * vectors).tolist(),
+        "rho": normal(pairs).tolist(), "kernel_type": kernel_type, "kernel_params": KERNEL_PARAMS[kernel_type],
+    }
+    if probabilities:
+        attributes["prob_a"] = (-1 - np.abs(normal(pairs))).tolist()
+        attributes["prob_b"] = (normal(pairs) * 0.1).tolist()
+    return attributes
+
+
+@pytest.mark.parametrize("kernel_type", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+@pytest.mark.parametrize("per_class", [[3, 2], [2, 3, 2], [2, 1, 2, 3]], ids=["2", "3", "4"])
+@pytest.mark.parametrize("probabilities", [False, True], ids=["decisions", "probabilities"])
+def test_svm_classifier(kernel_type, per_class, probabilities):
+    check_ml("SVMClassifier", normal(10, 4), svm_classifier(kernel_type, per_class, probabilities), output_count=2)
+
+
+@pytest.mark.parametrize("kernel_type", ["LINEAR", "RBF", "POLY"])
+@pytest.mark.parametrize("one_class", [0, 1])
+def test_svm_regressor(kernel_type, one_class):
+    attributes = {"n_supports": 5, "support_vectors": normal(5 * 4).tolist(), "coefficients": normal(5).tolist(),
+                  "rho": [0.3], "kernel_type": kernel_type, "kernel_params": KERNEL_PARAMS[kernel_type],
+                  "one_class": one_class}
+    check_ml("SVMRegressor", normal(10, 4), attributes)
+
+
+def test_linear_svm_regressor_without_support_vectors():
+    check_ml("SVMRegressor", normal(10, 4), {"coefficients": normal(4).tolist(), "rho": [-0.5],
+                                            "kernel_params": KERNEL_PARAMS["LINEAR"]})
