@@ -97,3 +97,60 @@ def test_scikit_learn_predictors_convert_verify_and_run(tmp_path, make, device):
             np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
         else:
             np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
+def _gradient_boosting_binary() -> onnx.ModelProto:
+    """skl2onnx's binary GradientBoostingClassifier: TreeEnsembleClassifier, then an Identity to
+    the declared output, importing ai.onnx.ml 1, whose TreeEnsembleClassifier ONNX's shape
+    inference gives no output types."""
+    forest = helper.make_node(
+        "TreeEnsembleClassifier", ["X"], ["label", "probability_tensor"], domain="ai.onnx.ml",
+        classlabels_int64s=[0, 1], base_values=[0.2], post_transform="LOGISTIC",
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[1, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.1, 0.0, 0.0], nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0], class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[0, 0],
+        class_weights=[-1.5, 2.0],
+    )
+    graph = helper.make_graph(
+        [forest, helper.make_node("Identity", ["probability_tensor"], ["probabilities"])], "sklearn_like",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, 2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+
+
+def test_a_bypassed_identity_keeps_the_declared_output_type(tmp_path):
+    converter.convert(_gradient_boosting_binary(), tmp_path / "m.lite")
+    outputs = {spec.name: spec for spec in lite.Model.load(tmp_path / "m.lite", device="numpy").outputs}
+    assert outputs["probabilities"].dtype == np.float32, outputs
+    assert outputs["probabilities"].shape == (None, 2), outputs
+
+
+def _scale_the_scaler(model, context):
+    """A deliberately wrong rewrite: the Scaler's scales double."""
+    from converter.passes.base import PassResult
+
+    import onnx_ir as ir
+
+    scaler = next(node for node in model.graph if node.op_type == "Scaler")
+    doubled = [2 * scale for scale in scaler.attributes["scale"].value]
+    scaler.attributes["scale"] = ir.Attr("scale", ir.AttributeType.FLOATS, doubled)
+    return PassResult("scale_the_scaler", changed=1)
+
+
+def test_a_divergence_after_an_untyped_value_is_found(tmp_path, monkeypatch):
+    """The Scaler's output has no inferred type; the search for the first differing node must still
+    run the original with it as an output."""
+    from converter import api
+    from converter.errors import VerificationError
+    from converter.passes import DEFAULT_PASSES
+
+    monkeypatch.setattr(api, "DEFAULT_PASSES", (*DEFAULT_PASSES, _scale_the_scaler))
+    report = tmp_path / "report.json"
+    with pytest.raises(VerificationError):
+        converter.convert(_scaled_classifier(), tmp_path / "m.lite", report_path=report)
+    import json
+
+    divergence = json.loads(report.read_text())["verification"]["divergence"]
+    assert divergence.get("op_type") == "Scaler" and divergence.get("tensor") == "scaled", divergence
