@@ -3,14 +3,20 @@ options. Built with onnx.helper, so the tests need neither skl2onnx nor scikit-l
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
 import converter
 import lite
-from converter.errors import ModelImportError
+from converter import api
+from converter.errors import ModelImportError, VerificationError
+from converter.passes import DEFAULT_PASSES
+from converter.passes.base import PassResult
 
 pytest.importorskip("onnxruntime")
 
@@ -129,10 +135,6 @@ def test_a_bypassed_identity_keeps_the_declared_output_type(tmp_path):
 
 def _scale_the_scaler(model, context):
     """A deliberately wrong rewrite: the Scaler's scales double."""
-    from converter.passes.base import PassResult
-
-    import onnx_ir as ir
-
     scaler = next(node for node in model.graph if node.op_type == "Scaler")
     doubled = [2 * scale for scale in scaler.attributes["scale"].value]
     scaler.attributes["scale"] = ir.Attr("scale", ir.AttributeType.FLOATS, doubled)
@@ -142,15 +144,9 @@ def _scale_the_scaler(model, context):
 def test_a_divergence_after_an_untyped_value_is_found(tmp_path, monkeypatch):
     """The Scaler's output has no inferred type; the search for the first differing node must still
     run the original with it as an output."""
-    from converter import api
-    from converter.errors import VerificationError
-    from converter.passes import DEFAULT_PASSES
-
     monkeypatch.setattr(api, "DEFAULT_PASSES", (*DEFAULT_PASSES, _scale_the_scaler))
     report = tmp_path / "report.json"
     with pytest.raises(VerificationError):
         converter.convert(_scaled_classifier(), tmp_path / "m.lite", report_path=report)
-    import json
-
     divergence = json.loads(report.read_text())["verification"]["divergence"]
     assert divergence.get("op_type") == "Scaler" and divergence.get("tensor") == "scaled", divergence
