@@ -10,6 +10,7 @@ pass sees plain ONNX nodes (within a size budget: :mod:`converter.functions`).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 from dataclasses import dataclass
@@ -161,11 +162,26 @@ def _type_text(value_type: onnx.TypeProto) -> str:
     return kind or "value of unknown type"
 
 
+class _UndefinedInputNotes(logging.Filter):
+    """Drops onnx_ir's warnings about node inputs no scope defines: :func:`check_model` refuses
+    the first such input with the graph, node and value named, and the warnings (one per input,
+    dozens for a model missing its weights) only buried that error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return "cannot be found in any scope" not in message and not message.startswith("Caveat: The value is created")
+
+
 def _deserialize(proto: onnx.ModelProto, what: str) -> ir.Model:
+    notes = _UndefinedInputNotes()
+    logger = logging.getLogger(ir.serde.__name__)
+    logger.addFilter(notes)
     try:
         return ir.serde.deserialize_model(proto)
     except Exception as err:
         raise ModelImportError(f"{what}: the ONNX graph is malformed ({_root_cause(err)}); run onnx.checker on it") from err
+    finally:
+        logger.removeFilter(notes)
 
 
 def _root_cause(err: BaseException) -> BaseException:
