@@ -131,17 +131,24 @@ def leaf_weights(op: str, forest: Forest, width: int, treeids, nodeids, ids,
 def aggregate(op: str, forest: Forest, leaves: np.ndarray, table: np.ndarray, named: np.ndarray,
               function) -> tuple[np.ndarray, np.ndarray]:
     """[N, width] twice: the leaves' weights combined across trees by SUM, AVERAGE, MIN or MAX
-    (MIN and MAX over the trees whose leaf names the target), and whether any leaf named it."""
+    (MIN and MAX over the trees whose leaf names the target), and whether any leaf named it.
+    One tree at a time, so memory stays [N, width] however many trees there are."""
     name = text(function)
-    per_tree = table[leaves]  # [N, trees, width]
-    hits = named[leaves]
-    reached = hits.any(axis=1)
-    if name == "SUM":
-        return per_tree.sum(axis=1), reached
+    if name not in ("SUM", "AVERAGE", "MIN", "MAX"):
+        raise KernelError(f"{op}: aggregate_function must be SUM, AVERAGE, MIN or MAX, got {name!r}")
+    samples, width = leaves.shape[0], table.shape[1]
+    start = {"MIN": np.inf, "MAX": -np.inf}.get(name, 0.0)
+    scores = np.full((samples, width), start)
+    reached = np.zeros((samples, width), dtype=bool)
+    for tree in range(leaves.shape[1]):
+        weights, hits = table[leaves[:, tree]], named[leaves[:, tree]]
+        reached |= hits
+        if name in ("SUM", "AVERAGE"):
+            scores += weights
+        elif name == "MIN":
+            scores = np.where(hits, np.minimum(scores, weights), scores)
+        else:
+            scores = np.where(hits, np.maximum(scores, weights), scores)
     if name == "AVERAGE":
-        return per_tree.sum(axis=1) / max(forest.roots.shape[0], 1), reached
-    if name == "MIN":
-        return np.where(reached, np.where(hits, per_tree, np.inf).min(axis=1), 0.0), reached
-    if name == "MAX":
-        return np.where(reached, np.where(hits, per_tree, -np.inf).max(axis=1), 0.0), reached
-    raise KernelError(f"{op}: aggregate_function must be SUM, AVERAGE, MIN or MAX, got {name!r}")
+        scores /= max(forest.roots.shape[0], 1)
+    return np.where(reached, scores, 0.0) if name in ("MIN", "MAX") else scores, reached
