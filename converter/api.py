@@ -159,8 +159,11 @@ def convert(
     options = (options or ConvertOptions()).replace(**keywords)
     output = Path(output_path)
     suffix = output.suffix.lower()
+    if output.is_dir():
+        raise InvalidOptionError(f"output {output} is a directory; name the file to write, e.g. {output / 'model.lite'}")
     if suffix not in OUTPUT_FORMATS:
-        raise InvalidOptionError(f"output {output}: the extension must be .lite or .onnx, got {suffix or 'none'!r}")
+        raise InvalidOptionError(
+            f"output {output}: the extension must be .lite or .onnx, got {repr(suffix) if suffix else 'none'}")
     quant_config = options.quantization.config()
     options = options.settled()
     graph, quantization = options.graph, options.quantization

@@ -84,6 +84,9 @@ def _with_outputs(proto: onnx.ModelProto, names: list[str], tensors: dict[str, l
     for name in names:
         if name in declared:
             copy.graph.output.append(declared[name])
+        elif tensors[name].dtype == lite_ir.DataType.UNDEFINED:
+            # A type nothing inferred (ops ONNX's inference does not know): ONNX Runtime fills it in.
+            copy.graph.output.append(onnx.ValueInfoProto(name=name))
         else:
             copy.graph.output.append(onnx.helper.make_tensor_value_info(name, int(tensors[name].dtype), None))
     return copy

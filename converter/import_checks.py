@@ -36,6 +36,13 @@ def check_model(model: ir.Model, what: str) -> None:
         if not 1 <= version < 1 << 31:
             raise ModelImportError(f"{what}: opset version {version} of domain {domain!r} is not a version number")
     _check_graph(model.graph, set(), model.opset_imports, what)
+    if not model.graph.outputs:
+        # ONNX Runtime refuses to run such a model ("At least one output should be requested");
+        # converted, it would return nothing.
+        raise ModelImportError(
+            f"{what}: graph {model.graph.name!r} declares no outputs, so the model computes nothing; "
+            "export it again with its outputs (the graph's output list is empty)"
+        )
 
 
 def _text(value: object, where: str, what: str) -> None:

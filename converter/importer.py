@@ -10,6 +10,7 @@ pass sees plain ONNX nodes (within a size budget: :mod:`converter.functions`).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 from dataclasses import dataclass
@@ -101,14 +102,86 @@ def _checked_proto(proto: onnx.ModelProto, what: str) -> onnx.ModelProto:
     # Protobuf parses many non-ONNX byte strings (and empty ones) as a ModelProto with no graph.
     if not proto.HasField("graph"):
         raise ModelImportError(f"{what}: holds no graph, so it is not an ONNX model (or it is truncated)")
+    _reject_maps(proto.graph, what)
     return proto
 
 
+def _reject_maps(graph: onnx.GraphProto, what: str) -> None:
+    """Raise :class:`ModelImportError` naming the first value typed as a map (or a sequence of maps).
+
+    The lite format holds tensors and sequences of tensors; ai.onnx.ml's ZipMap, DictVectorizer
+    and CastMap make or read maps (https://onnx.ai/onnx/repo-docs/IR.html, "Types"), which onnx_ir
+    cannot read either: without this check the import failed with onnx_ir's "Map types are not
+    supported yet" and a hint that the (valid) graph was malformed.
+    """
+    producers = {output: node for node in graph.node for output in node.output}
+    declared = [("input", value) for value in graph.input] + [("output", value) for value in graph.output]
+    for role, value in [*declared, *(("value", value) for value in graph.value_info)]:
+        if not _holds_map(value.type):
+            continue
+        node = producers.get(value.name)
+        made_by = f" (made by {node.op_type} node {node.name!r})" if node is not None else ""
+        advice = "feed the model tensors instead"
+        if node is not None and node.op_type == "ZipMap":
+            advice = (f"its input {node.input[0]!r} holds the same numbers as a tensor: export without ZipMap "
+                      "(skl2onnx: options={'zipmap': False}) or remove the node and make that tensor the output")
+        elif role != "input":
+            advice = "export the model with tensor outputs"
+        raise ModelImportError(
+            f"{what}: graph {graph.name!r} {role} {value.name!r} is a {_type_text(value.type)}{made_by}; "
+            f"lite holds tensors and sequences of tensors, not maps: {advice}"
+        )
+    for node in graph.node:
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else attribute.graphs:
+                _reject_maps(subgraph, what)
+
+
+def _holds_map(value_type: onnx.TypeProto) -> bool:
+    kind = value_type.WhichOneof("value")
+    if kind == "map_type":
+        return True
+    if kind == "sequence_type":
+        return _holds_map(value_type.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _holds_map(value_type.optional_type.elem_type)
+    return False
+
+
+def _type_text(value_type: onnx.TypeProto) -> str:
+    kind = value_type.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({onnx.TensorProto.DataType.Name(value_type.tensor_type.elem_type).lower()})"
+    if kind == "map_type":
+        key = onnx.TensorProto.DataType.Name(value_type.map_type.key_type).lower()
+        return f"map({key}, {_type_text(value_type.map_type.value_type)})"
+    if kind == "sequence_type":
+        return f"sequence({_type_text(value_type.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_text(value_type.optional_type.elem_type)})"
+    return kind or "value of unknown type"
+
+
+class _UndefinedInputNotes(logging.Filter):
+    """Drops onnx_ir's warnings about node inputs no scope defines: :func:`check_model` refuses
+    the first such input with the graph, node and value named, and the warnings (one per input,
+    dozens for a model missing its weights) only buried that error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return "cannot be found in any scope" not in message and not message.startswith("Caveat: The value is created")
+
+
 def _deserialize(proto: onnx.ModelProto, what: str) -> ir.Model:
+    notes = _UndefinedInputNotes()
+    logger = logging.getLogger(ir.serde.__name__)
+    logger.addFilter(notes)
     try:
         return ir.serde.deserialize_model(proto)
     except Exception as err:
         raise ModelImportError(f"{what}: the ONNX graph is malformed ({_root_cause(err)}); run onnx.checker on it") from err
+    finally:
+        logger.removeFilter(notes)
 
 
 def _root_cause(err: BaseException) -> BaseException:

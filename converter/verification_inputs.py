@@ -9,10 +9,15 @@ indices below the table's two rows). So the inputs are planned from the graph:
   shared by name takes one size everywhere; a leading batch dimension is 1
   (2 for ``batch``, the name ``--dynamic-batch`` gives); the others get sizes by their role,
   in rounds of growing size (images 64, then 224, then 640 pixels; token sequences 8, 32, 128;
-  audio 4000, then 16000 samples), so a model that rejects small inputs is retried with larger;
+  audio 512, 4000, then 16000 samples: 512 is the one chunk size streaming voice models such as
+  Silero VAD take), so a model that rejects small inputs is retried with larger; the unknown axis
+  1 of a float ``[fixed, ?, fixed]`` input is the batch of a recurrent state (ONNX LSTM/GRU
+  ``initial_h`` is ``[directions, batch, hidden]``) and takes the batch's size;
 - **values**: integers that reach a Gather's indices (through Cast, Unsqueeze, Reshape...) lie
   in ``[0, rows)`` of what they index; divisors, OneHot depths and Resize scales or sizes are
-  positive (OneHot's float indices and depths whole numbers); masks are ones; lengths are the sequence's size; other integers lie in [0, 4),
+  positive (OneHot's float indices and depths whole numbers); masks are ones; lengths are the sequence's size;
+  a value the graph only compares (``Equal``) with a constant, such as a sample rate checked
+  against 16000, is that constant; other integers lie in [0, 4),
   floats are standard normal, booleans random, strings short words.
 
 :func:`plans` yields the rounds; :func:`feeds` makes one round's arrays.
@@ -32,6 +37,7 @@ _PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten
                  "Slice", "Tile", "Concat", "Clip", "Add"}
 _WORDS = ("the", "model", "reads", "short", "words", "and", "numbers", "like", "these")
 _SIZES = (  # per round: image side, sequence length, audio samples, anything else
+    {"image": 64, "sequence": 8, "audio": 512, "other": 8},
     {"image": 64, "sequence": 8, "audio": 4000, "other": 8},
     {"image": 224, "sequence": 32, "audio": 16000, "other": 16},
     {"image": 640, "sequence": 128, "audio": 16000, "other": 32},
@@ -51,6 +57,7 @@ class _Value:
     positive: bool = False
     ones: bool = False
     length_of: str | None = None  # a symbolic dimension whose size this input holds
+    equals: float | None = None  # the constant the graph compares it with (Equal)
     whole: bool = False  # float-typed but read as an integer (OneHot's indices and depth)
 
 
@@ -128,11 +135,22 @@ def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, i
         if param and param in sizes:
             shape.append(sizes[param])
             continue
-        size = _size(param, axis, len(dims), dtype, round_sizes)
+        if _recurrent_state_batch(dims, axis, dtype):
+            size = 1  # the batch, as on the leading axis of the other inputs
+        else:
+            size = _size(param, axis, len(dims), dtype, round_sizes)
         if param:
             sizes[param] = size
         shape.append(size)
     return shape
+
+
+def _recurrent_state_batch(dims: list, axis: int, dtype: np.dtype) -> bool:
+    """Whether ``axis`` is the unnamed middle of a float ``[fixed, ?, fixed]`` shape, the layout of
+    an LSTM or GRU state (``[directions, batch, hidden]``)."""
+    if dtype.kind != "f" or len(dims) != 3 or axis != 1 or dims[1].HasField("dim_param"):
+        return False
+    return all(dims[other].HasField("dim_value") and dims[other].dim_value > 0 for other in (0, 2))
 
 
 def _size(param: str, axis: int, rank: int, dtype: np.dtype, round_sizes: dict[str, int]) -> int:
@@ -161,6 +179,8 @@ def _array(rng: np.random.Generator, dtype: np.dtype, shape: list[int], hint: _V
         return np.ones(shape, dtype)
     if hint.length_of is not None and hint.length_of in sizes:
         return np.full(shape, sizes[hint.length_of], dtype)
+    if hint.equals is not None:
+        return np.full(shape, hint.equals, dtype)
     if dtype.kind == "f" and not hint.whole:
         if hint.positive:
             return rng.uniform(1.0, 2.0, size=shape).astype(dtype)
@@ -180,14 +200,17 @@ def _value_hints(proto: onnx.ModelProto, names: list[str]) -> dict[str, _Value]:
         for slot, value in enumerate(node.input):
             readers.setdefault(value, []).append((node, slot))
     dims = _known_dims(proto)
+    constants = _scalar_constants(proto)
     hints = {}
     for name in names:
         hint = _Value()
         lowered = name.lower()
         if "mask" in lowered:
             hint.ones = True
-        for node, slot in _uses(name, readers):
+        uses = list(_uses(name, readers))
+        for node, slot in uses:
             _apply_use(hint, node, slot, dims)
+        hint.equals = _compared_constant(uses, constants)
         if re.search(r"(^|_)(len|lens|length|lengths)$", lowered):
             hint.length_of = _first_symbolic(graph, exclude=name)
         hints[name] = hint
@@ -229,6 +252,37 @@ def _apply_use(hint: _Value, node: onnx.NodeProto, slot: int, dims: dict[str, li
         hint.positive = True
     elif op in ("Range", "ConstantOfShape", "Tile") or (op in ("Reshape", "Expand") and slot == 1):
         hint.positive = True
+
+
+def _compared_constant(uses: list[tuple[onnx.NodeProto, int]], constants: dict[str, float]) -> float | None:
+    """The constant a value is compared with, when every use of it is an ``Equal`` with the same
+    scalar constant (sample rates, modes); None otherwise."""
+    seen = set()
+    for node, slot in uses:
+        if node.op_type in _PASS_THROUGH and slot == 0:
+            continue  # the values reach the uses after it unchanged
+        if node.op_type != "Equal" or len(node.input) != 2 or node.input[1 - slot] not in constants:
+            return None
+        seen.add(constants[node.input[1 - slot]])
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _scalar_constants(proto: onnx.ModelProto) -> dict[str, float]:
+    """Initializers and Constant outputs of one element, by name."""
+    tensors = {init.name: init for init in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attribute in node.attribute:
+                if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
+                    tensors[node.output[0]] = attribute.t
+    scalars = {}
+    for name, tensor in tensors.items():
+        if int(np.prod(tensor.dims)) == 1 and tensor.data_type != onnx.TensorProto.STRING:
+            try:
+                scalars[name] = onnx.numpy_helper.to_array(tensor).reshape(-1)[0].item()
+            except (ValueError, TypeError):  # external or malformed data: no hint
+                continue
+    return scalars
 
 
 def _known_dims(proto: onnx.ModelProto) -> dict[str, list[int | None]]:

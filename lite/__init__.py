@@ -16,6 +16,7 @@ from lite.errors import (
     KernelError,
     LiteError,
     ModelFormatError,
+    ModelNotFoundError,
     PreprocessingError,
     UnsupportedOpError,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "LiteError",
     "Model",
     "ModelFormatError",
+    "ModelNotFoundError",
     "PreprocessingError",
     "TensorSpec",
     "UnsupportedOpError",

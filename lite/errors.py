@@ -19,6 +19,10 @@ class ModelFormatError(LiteError, ValueError):
     """
 
 
+class ModelNotFoundError(LiteError, FileNotFoundError):
+    """No file at the model path given to ``Model.load`` (or the CLI)."""
+
+
 class UnsupportedOpError(LiteError, NotImplementedError):
     """A node uses an op type, opset version or attribute that no engine implements."""
 

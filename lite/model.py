@@ -249,11 +249,16 @@ def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]
         array = value
         if spec.dtype == _OBJECT and array.dtype.kind in "SU":
             array = array.astype(object)  # fixed-width bytes/str arrays hold the same strings
+        if spec.dtype == _OBJECT and array.dtype != _OBJECT:
+            # .astype(object) of numbers keeps numbers: the hint is to pass text.
+            raise InvalidInputError(
+                f"input {spec.name!r} has dtype {array.dtype}, the model expects strings: "
+                "pass an array of str (e.g. np.array(['a', 'b']))"
+            )
         if spec.dtype is not None and array.dtype != spec.dtype:
-            hint = "object" if spec.dtype == _OBJECT else f"np.{spec.dtype.name}"
             raise InvalidInputError(
                 f"input {spec.name!r} has dtype {array.dtype}, the model expects {spec.dtype} "
-                f"(convert with .astype({hint}))"
+                f"(convert with .astype(np.{spec.dtype.name}))"
             )
     else:
         try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite.errors import InvalidInputError
+from lite.errors import InvalidInputError, ModelNotFoundError
 from lite.format import ir
 from lite.format.dtypes import DataType, storage_dtype
 
@@ -43,7 +43,7 @@ def file_identity(path: str | os.PathLike) -> str:
     try:
         stat = os.stat(path)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"model file not found: {path}") from err
+        raise ModelNotFoundError(f"model file not found: {path}; check the path") from err
     return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
 
 

@@ -225,13 +225,18 @@ def replace_output(old: ir.Value, new: ir.Value) -> None:
     """Make every reader of ``old`` (and the graph outputs) read ``new`` instead.
 
     When ``old`` is a graph output, ``new`` takes over its name, so the model's interface is
-    unchanged.
+    unchanged: its declared type and shape too, where ``new`` has none (shape inference knows no
+    types for ops such as ai.onnx.ml's TreeEnsembleClassifier, whose outputs an exporter declares).
     """
     if old.is_graph_output():
         name = old.name
         old.name = None
         old.replace_all_uses_with(new, replace_graph_outputs=True)
         new.name = name
+        if new.type is None and old.type is not None:
+            new.type = old.type
+        if new.shape is None and old.shape is not None:
+            new.shape = old.shape
     else:
         old.replace_all_uses_with(new)
 

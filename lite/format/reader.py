@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lite.errors import ModelFormatError
+from lite.errors import ModelFormatError, ModelNotFoundError
 from lite.format import fused_activation, graph_checks, implied_scale, ir
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
 from lite.format.qdq import ImpliedQdq, expand, implied_problem
@@ -60,7 +60,7 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, memory_m
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"model file not found: {path}") from err
+        raise ModelNotFoundError(f"model file not found: {path}; check the path") from err
     except IsADirectoryError as err:
         raise ModelFormatError(f"{path} is a directory, not a .lite model file") from err
     before = os.fstat(descriptor)

@@ -77,9 +77,11 @@ def verify_flatbuffer(buf: memoryview) -> dict[str, Any]:
     if total < 12:
         raise ModelFormatError(f"file is {total} bytes long, too short for a .lite model (at least 12)")
     if bytes(buf[8:12]) != FILE_IDENTIFIER:
+        # An ONNX ModelProto starts with field 1 (ir_version) as a varint: tag byte 0x08.
+        hint = "; an ONNX model? convert it first: lite convert MODEL.onnx -o MODEL.lite" if buf[0] == 0x08 else ""
         raise ModelFormatError(
             f"not a .lite file: expected identifier {FILE_IDENTIFIER!r} at bytes 8..12, "
-            f"found {bytes(buf[8:12])!r}"
+            f"found {bytes(buf[8:12])!r}{hint}"
         )
     size = _U32.unpack_from(buf, 0)[0]
     if size < 8 or 4 + size > total:

@@ -208,8 +208,18 @@ MODULES: dict[tuple[str, str], str] = {
     ('', 'Xor'): 'logical',
     ('ai.onnx.ml', 'ArrayFeatureExtractor'): 'array_feature_extractor',
     ('ai.onnx.ml', 'Binarizer'): 'binarizer',
+    ('ai.onnx.ml', 'Imputer'): 'imputer',
     ('ai.onnx.ml', 'LabelEncoder'): 'label_encoder',
+    ('ai.onnx.ml', 'LinearClassifier'): 'linear_classifier',
+    ('ai.onnx.ml', 'LinearRegressor'): 'linear_regressor',
+    ('ai.onnx.ml', 'Normalizer'): 'normalizer',
+    ('ai.onnx.ml', 'OneHotEncoder'): 'one_hot_encoder',
+    ('ai.onnx.ml', 'SVMClassifier'): 'svm_classifier',
+    ('ai.onnx.ml', 'SVMRegressor'): 'svm_regressor',
+    ('ai.onnx.ml', 'Scaler'): 'scaler',
     ('ai.onnx.ml', 'TreeEnsemble'): 'tree_ensemble',
+    ('ai.onnx.ml', 'TreeEnsembleClassifier'): 'tree_ensemble_classifier',
+    ('ai.onnx.ml', 'TreeEnsembleRegressor'): 'tree_ensemble_regressor',
     ('ai.onnx.preview', 'FlexAttention'): 'flex_attention',
 }
 

@@ -75,6 +75,13 @@ def test_bad_extension_and_missing_file(tmp_path):
         converter.convert(tmp_path / "missing.onnx", tmp_path / "m.lite")
 
 
+def test_an_output_directory_asks_for_a_file_name(tmp_path):
+    with pytest.raises(InvalidOptionError, match="is a directory; name the file to write, e.g. .*model.lite"):
+        converter.convert(_small(), tmp_path)
+    with pytest.raises(InvalidOptionError, match="got none$"):
+        converter.convert(_small(), tmp_path / "model")
+
+
 def _custom_model() -> onnx.ModelProto:
     nodes = [
         helper.make_node("Swish2", ["x"], ["a"], name="first", domain="com.example"),

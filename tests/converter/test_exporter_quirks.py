@@ -80,3 +80,24 @@ def test_repeated_node_names_convert_and_are_verified(tmp_path):
     report = converter.convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
                                tmp_path / "m.lite")
     assert report.verification.passed, report.verification.reason
+
+
+def test_a_graph_without_outputs_is_refused(tmp_path):
+    """An exporter that lost the output list: the converted model would return nothing."""
+    from converter.errors import ModelImportError
+
+    model = _paddle_like_conv()
+    del model.graph.output[:]
+    with pytest.raises(ModelImportError, match="graph 'paddle_like' declares no outputs, so the model computes nothing"):
+        converter.convert(model, tmp_path / "m.lite")
+    assert not (tmp_path / "m.lite").exists()
+
+
+def test_a_model_missing_its_weights_gets_one_error_not_a_warning_per_weight(tmp_path, caplog):
+    from converter.errors import ModelImportError
+
+    model = _paddle_like_conv()
+    del model.graph.initializer[:]
+    with caplog.at_level("WARNING"), pytest.raises(ModelImportError, match="reads 'w', which no graph input"):
+        converter.convert(model, tmp_path / "m.lite")
+    assert not [record for record in caplog.records if "cannot be found in any scope" in record.getMessage()]

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from passtools import make_model, rng, scale_last_conv
 
 import converter
@@ -179,3 +180,50 @@ def test_a_tensor_whose_reader_was_folded_away_is_not_blamed(monkeypatch, tmp_pa
         converter.convert(model, tmp_path / "m.lite", report_path=report_path)
     divergence = json.loads(report_path.read_text())["verification"]["divergence"]
     assert divergence["tensor"] == "h2", divergence  # not h1, which the fold changed on purpose
+
+
+def _streaming_vad_like() -> onnx.ModelProto:
+    """Silero VAD's contract: one 512-sample chunk per call, a sample rate the graph checks with
+    Equal(sr, 16000) before an If, and a recurrent state [2, ?, 128] whose unnamed axis is the batch.
+    The original rejects any other chunk size, rate branch or state batch."""
+    chunk = helper.make_tensor_value_info("chunk", TensorProto.FLOAT, [1, 512])
+    then_branch = helper.make_graph(
+        [helper.make_node("Reshape", ["input", "chunk_shape"], ["chunk"])], "rate_16k", [], [chunk])
+    else_branch = helper.make_graph(
+        [helper.make_node("Reshape", ["input", "half_shape"], ["chunk"])], "rate_8k", [], [chunk])
+    nodes = [
+        helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
+        helper.make_node("If", ["is_16k"], ["chunk"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("ReduceMean", ["chunk"], ["output"], axes=[1], keepdims=1),
+        helper.make_node("Reshape", ["state", "state_shape"], ["state_n"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "vad_like",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, None]),
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, None, 128]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1]),
+         helper.make_tensor_value_info("state_n", TensorProto.FLOAT, [2, 1, 128])],
+        [numpy_helper.from_array(np.array(16000, np.int64), "rate"),
+         numpy_helper.from_array(np.array([1, 512], np.int64), "chunk_shape"),
+         numpy_helper.from_array(np.array([2, 256], np.int64), "half_shape"),
+         numpy_helper.from_array(np.array([2, 1, 128], np.int64), "state_shape")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_synthesized_inputs_fit_a_streaming_voice_model(tmp_path):
+    report = converter.convert(_streaming_vad_like(), tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+    assert "input[1, 512], state[2, 1, 128], sr[]" in report.verification.inputs
+
+
+def test_an_input_compared_with_different_constants_gets_no_single_value():
+    from converter.verification_inputs import feeds, plans
+
+    model = _streaming_vad_like()
+    model.graph.initializer.append(numpy_helper.from_array(np.array(8000, np.int64), "rate_8k"))
+    model.graph.node.append(helper.make_node("Equal", ["sr", "rate_8k"], ["unused"]))
+    plan = next(plans(model))
+    assert plan.values["sr"].equals is None
+    assert feeds(plan)["sr"].item() in range(4)

@@ -60,6 +60,16 @@ def test_bad_inputs_are_typed_and_precise(feeds, message):
         model.predict(feeds)
 
 
+def test_numbers_given_for_a_string_input_ask_for_text():
+    b = GraphBuilder("labels")
+    words = b.input("words", object, ["N"])
+    b.output(b.node("Identity", [words], outputs=["same"]), object, ["N"])
+    model = lite.Model.load(to_bytes(b.build()))
+    with pytest.raises(lite.InvalidInputError, match=r"has dtype int64, the model expects strings: pass an array of str"):
+        model.predict({"words": np.array([1, 2])})
+    assert model.predict({"words": np.array(["a", "b"])})["same"].tolist() == ["a", "b"]
+
+
 def test_lists_are_converted_to_the_model_dtype():
     model = lite.Model.load(matmul_model())
     assert model.predict({"x": [[1, 0, 0, 0]]})["y"].dtype == np.float32

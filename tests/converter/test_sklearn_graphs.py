@@ -1,0 +1,152 @@
+"""Graphs as skl2onnx writes them for scikit-learn models (ai.onnx.ml ops), converted with default
+options. Built with onnx.helper, so the tests need neither skl2onnx nor scikit-learn."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper
+
+import converter
+import lite
+from converter import api
+from converter.errors import ModelImportError, VerificationError
+from converter.passes import DEFAULT_PASSES
+from converter.passes.base import PassResult
+
+pytest.importorskip("onnxruntime")
+
+_OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+
+
+def _zipmap_classifier() -> onnx.ModelProto:
+    """A LogisticRegression with skl2onnx's default ZipMap: probabilities as a list of dicts."""
+    linear = helper.make_node(
+        "LinearClassifier", ["X"], ["label", "probability_tensor"], domain="ai.onnx.ml",
+        classlabels_ints=[0, 1], coefficients=[0.5, -0.25, -0.5, 0.25], intercepts=[0.1, -0.1],
+        multi_class=1, post_transform="LOGISTIC",
+    )
+    zipmap = helper.make_node("ZipMap", ["probability_tensor"], ["output_probability"], domain="ai.onnx.ml",
+                              classlabels_int64s=[0, 1], name="ZipMap")
+    map_type = helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+    graph = helper.make_graph(
+        [linear, zipmap], "sklearn_like",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_value_info("output_probability", helper.make_sequence_type_proto(map_type))],
+    )
+    return helper.make_model(graph, opset_imports=_OPSETS)
+
+
+def test_a_zipmap_output_is_refused_naming_the_node_and_the_tensor_to_use(tmp_path):
+    with pytest.raises(ModelImportError) as caught:
+        converter.convert(_zipmap_classifier(), tmp_path / "m.lite")
+    message = str(caught.value)
+    assert "'output_probability' is a sequence(map(int64, tensor(float)))" in message
+    assert "ZipMap node 'ZipMap'" in message and "'probability_tensor'" in message
+    assert "zipmap" in message and "malformed" not in message
+
+
+def _scaled_classifier() -> onnx.ModelProto:
+    """StandardScaler -> LogisticRegression (binary) without ZipMap, as skl2onnx writes it."""
+    scaler = helper.make_node("Scaler", ["X"], ["scaled"], domain="ai.onnx.ml", offset=[0.5, -1.0, 2.0],
+                              scale=[2.0, 0.5, 0.25])
+    linear = helper.make_node(
+        "LinearClassifier", ["scaled"], ["label", "probabilities"], domain="ai.onnx.ml", classlabels_ints=[0, 1],
+        coefficients=[-0.5, 0.25, -1.0, 0.5, -0.25, 1.0], intercepts=[-0.1, 0.1], post_transform="LOGISTIC",
+    )
+    normalizer = helper.make_node("Normalizer", ["probabilities"], ["probability"], domain="ai.onnx.ml", norm="L1")
+    graph = helper.make_graph(
+        [scaler, linear, normalizer], "sklearn_like",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("probability", TensorProto.FLOAT, [None, 2])],
+    )
+    return helper.make_model(graph, opset_imports=_OPSETS)
+
+
+def _forest_regressor() -> onnx.ModelProto:
+    """A two-tree forest regressor (TreeEnsembleRegressor, ai.onnx.ml 3) averaging its leaves."""
+    forest = helper.make_node(
+        "TreeEnsembleRegressor", ["X"], ["variable"], domain="ai.onnx.ml", n_targets=1, aggregate_function="AVERAGE",
+        nodes_treeids=[0, 0, 0, 1, 1, 1], nodes_nodeids=[0, 1, 2, 0, 1, 2], nodes_featureids=[1, 0, 0, 2, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF", "BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_values=[0.1, 0.0, 0.0, -0.3, 0.0, 0.0], nodes_truenodeids=[1, 0, 0, 1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0, 2, 0, 0], target_treeids=[0, 0, 1, 1], target_nodeids=[1, 2, 1, 2],
+        target_ids=[0, 0, 0, 0], target_weights=[10.0, 20.0, -4.0, 4.0],
+    )
+    graph = helper.make_graph(
+        [forest], "sklearn_like", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("variable", TensorProto.FLOAT, [None, 1])],
+    )
+    return helper.make_model(graph, opset_imports=_OPSETS)
+
+
+@pytest.mark.parametrize("make", [_scaled_classifier, _forest_regressor])
+@pytest.mark.parametrize("device", ["numpy", "auto"])
+def test_scikit_learn_predictors_convert_verify_and_run(tmp_path, make, device):
+    import onnxruntime
+
+    proto = make()
+    report = converter.convert(proto, tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+    x = np.random.default_rng(0).standard_normal((16, 3)).astype(np.float32)
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"X": x})))
+    got = lite.Model.load(tmp_path / "m.lite", device=device).predict({"X": x})
+    for name, want in expected.items():
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
+def _gradient_boosting_binary() -> onnx.ModelProto:
+    """skl2onnx's binary GradientBoostingClassifier: TreeEnsembleClassifier, then an Identity to
+    the declared output, importing ai.onnx.ml 1, whose TreeEnsembleClassifier ONNX's shape
+    inference gives no output types."""
+    forest = helper.make_node(
+        "TreeEnsembleClassifier", ["X"], ["label", "probability_tensor"], domain="ai.onnx.ml",
+        classlabels_int64s=[0, 1], base_values=[0.2], post_transform="LOGISTIC",
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[1, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.1, 0.0, 0.0], nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0], class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[0, 0],
+        class_weights=[-1.5, 2.0],
+    )
+    graph = helper.make_graph(
+        [forest, helper.make_node("Identity", ["probability_tensor"], ["probabilities"])], "sklearn_like",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, 2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+
+
+def test_a_bypassed_identity_keeps_the_declared_output_type(tmp_path):
+    converter.convert(_gradient_boosting_binary(), tmp_path / "m.lite")
+    outputs = {spec.name: spec for spec in lite.Model.load(tmp_path / "m.lite", device="numpy").outputs}
+    assert outputs["probabilities"].dtype == np.float32, outputs
+    assert outputs["probabilities"].shape == (None, 2), outputs
+
+
+def _scale_the_scaler(model, context):
+    """A deliberately wrong rewrite: the Scaler's scales double."""
+    scaler = next(node for node in model.graph if node.op_type == "Scaler")
+    doubled = [2 * scale for scale in scaler.attributes["scale"].value]
+    scaler.attributes["scale"] = ir.Attr("scale", ir.AttributeType.FLOATS, doubled)
+    return PassResult("scale_the_scaler", changed=1)
+
+
+def test_a_divergence_after_an_untyped_value_is_found(tmp_path, monkeypatch):
+    """The Scaler's output has no inferred type; the search for the first differing node must still
+    run the original with it as an output."""
+    monkeypatch.setattr(api, "DEFAULT_PASSES", (*DEFAULT_PASSES, _scale_the_scaler))
+    report = tmp_path / "report.json"
+    with pytest.raises(VerificationError):
+        converter.convert(_scaled_classifier(), tmp_path / "m.lite", report_path=report)
+    divergence = json.loads(report.read_text())["verification"]["divergence"]
+    assert divergence.get("op_type") == "Scaler" and divergence.get("tensor") == "scaled", divergence
