@@ -20,6 +20,13 @@ scale_shift_as_batchnorm
 
     Declines: a Mul output read elsewhere or returned, operands that are not float32 constants,
     an unknown rank, constants that do not broadcast along axis 1 only.
+
+shift_as_batchnorm
+    The same for a shift alone, ``Add(x, t)`` of an image (rank 4) with ``t`` per channel: what is
+    left of such a BatchNormalization once the converter moved its scale into the next layer
+    (``converter.passes.scale_through_relu``): ``BatchNormalization(x, 1, t, 0, 1)``. Declines,
+    besides the above: an Add after a Conv, MatMul or Gemm (ONNX Runtime adds it to that layer's
+    bias itself), a tensor of another rank.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ class _Graph:
     graph: onnx.GraphProto = field(init=False)
     initializers: dict[str, TensorProto] = field(init=False)
     readers: dict[str, list[onnx.NodeProto]] = field(init=False)
+    producers: dict[str, onnx.NodeProto] = field(init=False)
     ranks: dict[str, int] = field(init=False)
     taken: set[str] = field(init=False)
     outputs: set[str] = field(init=False)
@@ -51,9 +59,12 @@ class _Graph:
         self.graph = self.lowered.model.graph
         self.initializers = {init.name: init for init in self.graph.initializer}
         self.readers = {}
+        self.producers = {}
         for node in self.graph.node:
             for name in node.input:
                 self.readers.setdefault(name, []).append(node)
+            for name in node.output:
+                self.producers[name] = node
         self.ranks = {}
         for value in (*self.graph.input, *self.graph.value_info, *self.graph.output):
             tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
@@ -167,6 +178,56 @@ def _rewrite_scale_shift(graph: _Graph, match: _ScaleShift) -> None:
     graph.drop_unread_constants([match.scale, match.shift])
 
 
+@dataclass
+class _Shift:
+    add: onnx.NodeProto
+    x: str
+    shift: str
+
+
+_BIASED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}  # ONNX Runtime folds an Add after these itself
+
+
+def _match_shift(graph: _Graph, node: onnx.NodeProto) -> _Shift | None:
+    if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+        return None
+    x, shift = node.input if node.input[1] in graph.initializers else node.input[::-1]
+    return _Shift(node, x, shift)
+
+
+def _check_shift(graph: _Graph, match: _Shift) -> str | None:
+    if match.x in graph.initializers or match.shift not in graph.initializers:
+        return "not an Add of a computed value and a constant"
+    if graph.ranks.get(match.x) != 4:
+        return f"{match.x!r} is not an image (rank 4)"
+    producer = graph.producers.get(match.x)
+    if producer is not None and producer.op_type in _BIASED:
+        return f"after a {producer.op_type}, whose bias ONNX Runtime folds the Add into"
+    shift = _float_constant(graph, match.shift)
+    if shift is None:
+        return "the shift is not a float32 constant"
+    t = _per_channel(shift, 4)
+    if t is None or t.size == 1:
+        return "the shift is not one value per channel of axis 1"
+    return None
+
+
+def _rewrite_shift(graph: _Graph, match: _Shift) -> None:
+    t = np.ascontiguousarray(_per_channel(graph.constant(match.shift), 4), dtype=np.float32)
+    channels = t.size
+    base = match.add.name or match.add.output[0]
+    inputs = [match.x, graph.add_constant(f"{base}/scale", np.ones(channels, np.float32)),
+              graph.add_constant(f"{base}/bias", t), graph.add_constant(f"{base}/mean", np.zeros(channels, np.float32)),
+              graph.add_constant(f"{base}/var", np.ones(channels, np.float32))]
+    batchnorm = helper.make_node("BatchNormalization", inputs, [match.add.output[0]], name=base, epsilon=0.0)
+    nodes = graph.graph.node
+    position = list(nodes).index(match.add)
+    nodes.remove(match.add)
+    nodes.insert(position, batchnorm)
+    graph.readers[match.x] = [batchnorm if n == match.add else n for n in graph.readers.get(match.x, [])]
+    graph.drop_unread_constants([match.shift])
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -178,6 +239,7 @@ class Rule:
 # The rules, in the order they run.
 RULES = (
     Rule("scale_shift_as_batchnorm", _match_scale_shift, _check_scale_shift, _rewrite_scale_shift),
+    Rule("shift_as_batchnorm", _match_shift, _check_shift, _rewrite_shift),
 )
 
 

@@ -1,4 +1,4 @@
-"""The lowered model in ONNX Runtime's preferred forms: declared shapes, scale + shift as BatchNormalization."""
+"""The lowered model in ONNX Runtime's preferred forms: declared shapes, scale + shift (or a shift alone) as BatchNormalization."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from lite.format import load
 from lite.format.onnx.lower import lower_model
 
 RULE = {rule.name: rule for rule in rewrites.RULES}["scale_shift_as_batchnorm"]
+SHIFT_RULE = {rule.name: rule for rule in rewrites.RULES}["shift_as_batchnorm"]
 
 
 def _scale_shift(scale_shape=(6, 1, 1), shift_shape=(6, 1, 1), rank=4, shared=False, seed=0) -> bytes:
@@ -54,7 +55,7 @@ def _feeds(rank=4, seed=1) -> dict[str, np.ndarray]:
 def test_scale_shift_becomes_batchnorm(scale_shape, shift_shape):
     lowered = _lowered(_scale_shift(scale_shape, shift_shape))
     expected = ReferenceEvaluator(lowered.model).run(None, _feeds())[0]
-    assert rewrites.apply(lowered) == {"scale_shift_as_batchnorm": 1}
+    assert rewrites.apply(lowered) == {"scale_shift_as_batchnorm": 1, "shift_as_batchnorm": 0}
     ops = [node.op_type for node in lowered.model.graph.node]
     assert ops == ["Concat", "BatchNormalization", "Relu"]
     onnx.checker.check_model(lowered.model, full_check=True)
@@ -80,7 +81,7 @@ def test_rank_two_scale_shift_becomes_batchnorm():
 def test_scale_shift_declines(kwargs, reason):
     lowered = _lowered(_scale_shift(**kwargs))
     declined = rewrites.declined(lowered, RULE)
-    assert rewrites.apply(lowered)["scale_shift_as_batchnorm"] == 0
+    assert rewrites.apply(lowered, rules=(RULE,))["scale_shift_as_batchnorm"] == 0
     assert "BatchNormalization" not in [node.op_type for node in lowered.model.graph.node]
     if reason is None:
         assert declined == []
@@ -113,3 +114,52 @@ def test_lowering_declares_intermediate_shapes():
         dims = value.type.tensor_type.shape.dim
         assert [d.dim_param or d.dim_value for d in dims] == ["N", 6, 5, 4]
         assert value.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+
+
+def _shift(after: str = "Concat", rank: int = 4, shift_shape=(6, 1, 1), seed=0) -> bytes:
+    """Concat (or Conv) → Add(shift) → Relu: a BatchNormalization whose scale the converter moved on."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("shift", opset=17)
+    shape = [1, 3, 5, 4][:rank]
+    x = b.input("x", np.float32, ["N", *shape[1:]])
+    if after == "Concat":
+        joined = b.node("Concat", [x, x], axis=1)
+    else:
+        joined = b.node("Conv", [x, b.constant("w", rng.standard_normal((6, 3, 1, 1)).astype(np.float32))])
+    shifted = b.node("Add", [b.constant("t", rng.standard_normal(shift_shape).astype(np.float32)), joined])
+    b.output(b.node("Relu", [shifted], outputs=["y"]), np.float32, ["N", 6, *shape[2:]])
+    model = b.build()
+    for tensor in model.main.tensors:
+        if not tensor.is_constant and tensor.name != "x":
+            tensor.dtype, tensor.shape = DataType.FLOAT, ("N", 6, *shape[2:])
+    return to_bytes(model)
+
+
+def test_a_per_channel_shift_of_an_image_becomes_batchnorm():
+    lowered = _lowered(_shift())
+    expected = ReferenceEvaluator(lowered.model).run(None, _feeds())[0]
+    assert rewrites.apply(lowered) == {"scale_shift_as_batchnorm": 0, "shift_as_batchnorm": 1}
+    assert [node.op_type for node in lowered.model.graph.node] == ["Concat", "BatchNormalization", "Relu"]
+    onnx.checker.check_model(lowered.model, full_check=True)
+    np.testing.assert_allclose(ReferenceEvaluator(lowered.model).run(None, _feeds())[0], expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"after": "Conv"}, "after a Conv"),
+    ({"rank": 3, "shift_shape": (6, 1)}, "not an image"),
+    ({"shift_shape": (6, 5, 1)}, "not one value per channel"),
+    ({"shift_shape": (1,)}, "not one value per channel"),
+])
+def test_a_shift_declines(kwargs, reason):
+    lowered = _lowered(_shift(**kwargs))
+    declined = rewrites.declined(lowered, SHIFT_RULE)
+    assert rewrites.apply(lowered)["shift_as_batchnorm"] == 0
+    assert len(declined) == 1 and reason in declined[0][1]
+
+
+def test_engine_runs_a_shift_as_batchnorm_with_the_same_results():
+    data = _shift()
+    model = lite.Model.load(data, device="cpu", threads=1, cache_dir=None)
+    reference = lite.Model.load(data, device="numpy")
+    feeds = _feeds()
+    np.testing.assert_allclose(model.predict(feeds)["y"], reference.predict(feeds)["y"], rtol=1e-6, atol=1e-6)
