@@ -7,7 +7,8 @@ step computes what its steps computed, in the same arithmetic:
 
 - a MatMul by constant weights and the Add of its constant bias (:func:`_fuse_bias_adds`);
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
-- a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`).
+- a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
+- a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from lite.engines.numpy_attention import fuse_attention
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -31,7 +34,8 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     """``steps`` with every fusion applied (``graph_outputs``: the indices the graph returns)."""
     steps = _fuse_bias_adds(steps, constants, graph_outputs)
     steps = _fuse_shared_input_matmuls(steps, constants)
-    return _fuse_squeeze_excite(steps, constants, graph_outputs)
+    steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
+    return fuse_attention(steps, constants, graph_outputs)
 
 
 def _reader_counts(steps: list[_Step]) -> dict[int, int]:
