@@ -111,14 +111,17 @@ class _Graph:
             return None
         return step
 
-    def only_reader(self, index: int, op_type: str, inputs: int, fn: Callable) -> _Step | None:
-        """The plain ``op_type`` step that alone reads ``index``, as its first input."""
+    def only_reader(self, index: int, op_type: str, inputs: int | None, fn: Callable | None,
+                    first: bool = True) -> _Step | None:
+        """The plain ``op_type`` step (``inputs`` inputs, any number if None; kernel ``fn`` if
+        given) that alone reads ``index``: as its first input, or with ``first`` False anywhere."""
         found = self.readers_of.get(index, [])
         if len(found) != 1 or index in self.graph_outputs:
             return None
         step = found[0]
-        if (step.node.op_type != op_type or not _plain(step, inputs) or step.fn is not fn
-                or step.inputs[0] != index or index in step.inputs[1:]):
+        if (step.node.op_type != op_type or not _plain(step, len(step.inputs) if inputs is None else inputs)
+                or (fn is not None and step.fn is not fn) or step.inputs.count(index) != 1
+                or (first and step.inputs[0] != index)):
             return None
         return step
 

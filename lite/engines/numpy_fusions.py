@@ -8,7 +8,8 @@ step computes what its steps computed, in the same arithmetic:
 - a MatMul by constant weights and the Add of its constant bias (:func:`_fuse_bias_adds`);
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
-- a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`).
+- a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`);
+- an RMSNorm written as elementwise nodes (:mod:`lite.engines.numpy_norms`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines.numpy_attention import fuse_attention
+from lite.engines.numpy_norms import fuse_rms_norm
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -35,7 +37,8 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_bias_adds(steps, constants, graph_outputs)
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
-    return fuse_attention(steps, constants, graph_outputs)
+    steps = fuse_attention(steps, constants, graph_outputs)
+    return fuse_rms_norm(steps, constants, graph_outputs)
 
 
 def _reader_counts(steps: list[_Step]) -> dict[int, int]:

@@ -1,0 +1,156 @@
+"""The numpy engine's RMS normalization fusion: an RMSNorm written as elementwise nodes, as one step.
+
+torch.export writes T5's and Llama's RMSNorm as seven nodes, each a kernel call on a few
+thousand values::
+
+    x ─┬─► Pow(·, 2) ─► ReduceMean(last axis, keepdims) ─► Add(ε) ─► Sqrt ─► Reciprocal ─┐
+       └───────────────────────────────────────────────────────────────────────────────── Mul ─► [Mul(γ)] ─► y
+
+becomes one step computing ``x · 1/sqrt(mean(x²) + ε) [· γ]`` with the same numpy operations in
+the same order (lite.ops.arithmetic's square for Pow(·, 2), lite.ops.reduce's mean over the last
+axis), the intermediates written in place. ε and γ are constants of x's float type; every node
+but the last is read by the next alone and is not a graph output. Inputs the step does not
+handle (another element type, a ReduceMean axis that is not the last) run the original kernels
+one after the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lite.engines.numpy_attention import _FLOATS, _broadcasts_to, _Graph, _plain
+
+if TYPE_CHECKING:
+    from lite.engines.numpy_engine import _Step
+
+
+def fuse_rms_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with every RMSNorm chain (module docstring) replaced by one step."""
+    graph = _Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for step in steps:
+        if step.node.op_type != "Pow" or not _plain(step, 2):
+            continue
+        match, _reason = match_rms_norm(step, graph, constants)
+        if match is None or any(id(s) in dropped or id(s) in fused for s in match[0]):
+            continue
+        block, x, axis, epsilon, weight = match
+        last = block[-1]
+        fused[id(last)] = replace(
+            last, fn=FusedRMSNorm(block, x, axis, epsilon, weight, constants), inputs=[x], outputs=[last.outputs[0]],
+            attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
+            wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+        dropped.update(id(s) for s in block[:-1])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _constant_of(step: _Step, constants: dict[int, Any]) -> tuple[int, np.ndarray] | tuple[None, None]:
+    """(position, value) of the float constant among a binary step's inputs, if one is."""
+    for position in (1, 0):
+        value = constants.get(step.inputs[position])
+        if isinstance(value, np.ndarray) and value.dtype in _FLOATS and step.inputs[1 - position] not in constants:
+            return position, value
+    return None, None
+
+
+def match_rms_norm(power: _Step, graph: _Graph, constants: dict[int, Any]):
+    """(steps, x, the mean's axis, ε, γ or None) of the RMSNorm starting at ``power``, or None;
+    and the reason it is not one."""
+    exponent = constants.get(power.inputs[1])
+    x = power.inputs[0]
+    if not isinstance(exponent, np.ndarray) or exponent.size != 1 or exponent.dtype not in _FLOATS or x in constants:
+        return None, "not a square of a computed tensor"
+    if float(exponent.reshape(())) != 2.0:
+        return None, "not a square"
+    mean = graph.only_reader(power.outputs[0], "ReduceMean", None, None)
+    if mean is None or mean.attributes.get("keepdims", 1) != 1 or len(mean.inputs) > 2:
+        return None, "the square is not averaged (ReduceMean, keepdims) alone"
+    axes = constants.get(mean.inputs[1]) if len(mean.inputs) == 2 else mean.attributes.get("axes")
+    if axes is None or np.asarray(axes).size != 1:
+        return None, "the mean is not over one constant axis"
+    axis = int(np.asarray(axes).reshape(()))
+    add = graph.only_reader(mean.outputs[0], "Add", 2, None)
+    position, epsilon = _constant_of(add, constants) if add is not None else (None, None)
+    if epsilon is None or epsilon.size != 1 or add.inputs[1 - position] != mean.outputs[0]:
+        return None, "no constant ε added to the mean"
+    sqrt = graph.only_reader(add.outputs[0], "Sqrt", 1, None)
+    reciprocal = graph.only_reader(sqrt.outputs[0], "Reciprocal", 1, None) if sqrt is not None else None
+    if reciprocal is None:
+        return None, "not the reciprocal of a square root"
+    scale = graph.only_reader(reciprocal.outputs[0], "Mul", 2, None, first=False)
+    if scale is None or sorted(scale.inputs) != sorted([x, reciprocal.outputs[0]]):
+        return None, "x is not multiplied by the reciprocal"
+    block = [power, mean, add, sqrt, reciprocal, scale]
+    weight = None
+    gain = graph.only_reader(scale.outputs[0], "Mul", 2, None, first=False)
+    if gain is not None:
+        position, value = _constant_of(gain, constants)
+        if value is not None and gain.inputs[1 - position] == scale.outputs[0]:
+            weight = value
+            block.append(gain)
+    dtypes = {exponent.dtype, epsilon.dtype} | ({weight.dtype} if weight is not None else set())
+    if len(dtypes) != 1:
+        return None, "ε and γ are not of one float type"
+    positions = {id(step): graph.position[id(step)] for step in block}
+    if max(positions.values()) != positions[id(block[-1])]:
+        return None, "the chain's last node does not run last"
+    return (block, x, axis, epsilon, weight), ""
+
+
+class FusedRMSNorm:
+    """The fused step's kernel (see the module docstring)."""
+
+    def __init__(self, block: list[_Step], x: int, axis: int, epsilon: np.ndarray, weight: np.ndarray | None,
+                 constants: dict[int, Any]) -> None:
+        self.block = block
+        self.x = x
+        self.axis = axis
+        self.epsilon = epsilon
+        self.weight = weight
+        self.dtype = epsilon.dtype
+        self.constants = constants
+
+    def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
+        if (type(x) is not np.ndarray or x.dtype != self.dtype or not x.ndim or not x.size
+                or self.axis not in (-1, x.ndim - 1) or not x.flags.c_contiguous
+                or (self.weight is not None and not _broadcasts_to(self.weight.shape, x.shape))
+                or self.epsilon.ndim > x.ndim):
+            return self._in_turn(x, allocate)
+        length = x.shape[-1]
+        square = np.multiply(x, x)
+        # ReduceMean's last-axis path: row sums as a product with ones, then the division.
+        mean = np.matmul(square.reshape(-1, length), _ones(length, x.dtype))
+        np.divide(mean, x.dtype.type(length), out=mean)
+        mean = mean.reshape(x.shape[:-1] + (1,))
+        if self.epsilon.ndim == mean.ndim and self.epsilon.shape != (1,) * mean.ndim:
+            return self._in_turn(x, allocate)
+        np.add(mean, self.epsilon, out=mean)
+        np.sqrt(mean, out=mean)
+        np.reciprocal(mean, out=mean)
+        y = np.multiply(x, mean)
+        if self.weight is not None:
+            np.multiply(y, self.weight, out=y)
+        return y
+
+    def _in_turn(self, x: Any, allocate: Callable) -> np.ndarray:
+        """The chain's own kernels one after the other."""
+        values: dict[int, Any] = {self.x: x}
+        for step in self.block:
+            args = [values[i] if i in values else self.constants.get(i) for i in step.inputs]
+            if step.wants_allocate:
+                result = step.fn(*args, allocate=allocate, **step.keywords)
+            else:
+                result = step.fn(*args, **step.keywords)
+            values[step.outputs[0]] = result[0] if type(result) is tuple else result
+        return values[self.block[-1].outputs[0]]
+
+
+def _ones(length: int, dtype: np.dtype) -> np.ndarray:
+    from lite.ops.reduce import _ones as ones
+
+    return ones(length, dtype)

@@ -1,0 +1,100 @@
+"""The numpy engine's RMSNorm fusion (lite.engines.numpy_norms): which chains become one step,
+and that the step computes what the nodes compute, fused or run in turn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite.engines.numpy_engine import NumpyEngine
+from lite.engines.numpy_norms import FusedRMSNorm
+from lite.format import GraphBuilder, load, to_bytes
+
+WIDTH = 16
+
+
+def rms_norm_model(*, opset=18, weight=True, weight_first=True, swap=False, exponent=2.0, axis=-1, epsilon=1e-6,
+                   epsilon_type=np.float32, root_output=False):
+    """x (N, T, 16) -> Pow, ReduceMean, Add ε, Sqrt, Reciprocal, Mul x, [Mul γ] -> y, as torch.export writes
+    T5's and Llama's RMSNorm."""
+    b = GraphBuilder("rms", opset=opset)
+    x = b.input("x", np.float32, ["N", "T", WIDTH])
+    square = b.node("Pow", [x, b.constant("two", np.array(exponent, np.float32))])
+    if opset >= 18:
+        mean = b.node("ReduceMean", [square, b.constant("axes", np.array([axis], np.int64))], keepdims=1)
+    else:
+        mean = b.node("ReduceMean", [square], axes=[axis], keepdims=1)
+    shifted = b.node("Add", [mean, b.constant("epsilon", np.array(epsilon, epsilon_type))])
+    root = b.node("Sqrt", [shifted], outputs=["root"])
+    inverse = b.node("Reciprocal", [root])
+    y = b.node("Mul", [inverse, x] if swap else [x, inverse], outputs=["y" if not weight else "normalized"])
+    if weight:
+        gamma = b.constant("gamma", np.random.default_rng(3).standard_normal(WIDTH).astype(np.float32))
+        y = b.node("Mul", [gamma, y] if weight_first else [y, gamma], outputs=["y"])
+    b.output(y, np.float32, None)
+    if root_output:
+        b.output(root, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def node_by_node(model, inputs):
+    engine = NumpyEngine(model)
+    plan = engine.plans[0]
+    values = dict(plan.constants)
+    for index in plan.graph.inputs:
+        values[index] = inputs[plan.graph.tensors[index].name]
+    for node in model.main.nodes:
+        step = engine._plan_node(node, 0, [])
+        args = [values.get(i) if i >= 0 else None for i in step.inputs]
+        result = step.fn(*args, **step.keywords)
+        values[node.outputs[0]] = result[0] if type(result) is tuple else result
+    return {plan.graph.tensors[i].name: values[i] for i in plan.graph.outputs}
+
+
+def fused(engine):
+    return [step for step in engine.plans[0].steps if isinstance(step.fn, FusedRMSNorm)]
+
+
+@pytest.mark.parametrize("options", [{}, {"opset": 13}, {"weight": False}, {"weight_first": False}, {"swap": True},
+                                     {"axis": 2}],
+                         ids=["opset 18", "axes attribute", "no weight", "weight second", "reciprocal first",
+                              "positive axis"])
+def test_an_rms_norm_is_one_step(options):
+    model = rms_norm_model(**options)
+    engine = NumpyEngine(model)
+    assert len(fused(engine)) == 1
+    assert len(engine.plans[0].steps) == 1
+    rng = np.random.default_rng(4)
+    for shape in [(2, 5, WIDTH), (1, 7, WIDTH)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = engine.run({"x": x})["y"]
+        expected = x / np.sqrt((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True) + 1e-6)
+        if options.get("weight", True):
+            expected = expected * engine.plans[0].constants[engine.plans[0].index_of["gamma"]]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+        # The same numpy operations in the same order as the nodes' kernels: the same float32 values.
+        np.testing.assert_array_equal(got, node_by_node(model, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("options", [{"exponent": 3.0}, {"root_output": True}, {"epsilon_type": np.float64}],
+                         ids=["a cube", "the root returned", "a float64 epsilon"])
+def test_chains_that_are_not_rms_norms_stay_as_they_are(options):
+    model = rms_norm_model(**options)
+    engine = NumpyEngine(model)
+    assert not fused(engine)
+    x = np.random.default_rng(5).standard_normal((2, 3, WIDTH)).astype(np.float32)
+    expected = node_by_node(model, {"x": x})
+    for name, value in engine.run({"x": x}).items():
+        np.testing.assert_array_equal(value, expected[name])
+
+
+def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
+    """A ReduceMean axis that is not the last for this input, and a float64 input: the nodes run in turn."""
+    model = rms_norm_model(axis=2, weight=False)
+    engine = NumpyEngine(model)
+    assert len(fused(engine)) == 1
+    (step,) = engine.plans[0].steps
+    x = np.random.default_rng(6).standard_normal((2, 3, WIDTH, 2)).astype(np.float32)
+    np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
+    x64 = np.random.default_rng(7).standard_normal((2, 3, WIDTH))
+    np.testing.assert_array_equal(step.fn(x64), node_by_node(model, {"x": x64})["y"])
