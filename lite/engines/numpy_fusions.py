@@ -10,7 +10,8 @@ step computes what its steps computed, in the same arithmetic:
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
 - a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`);
 - an RMSNorm written as elementwise nodes, a one-group GroupNorm written through
-  InstanceNormalization (:mod:`lite.engines.numpy_norms`).
+  InstanceNormalization, a LayerNormalization with the residual Add before it
+  (:mod:`lite.engines.numpy_norms`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines.numpy_attention import fuse_attention
-from lite.engines.numpy_norms import fuse_group_norm, fuse_rms_norm
+from lite.engines.numpy_norms import fuse_group_norm, fuse_residual_layer_norm, fuse_rms_norm
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -40,7 +41,8 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
     steps = fuse_attention(steps, constants, graph_outputs)
     steps = fuse_rms_norm(steps, constants, graph_outputs)
-    return fuse_group_norm(steps, constants, graph_outputs)
+    steps = fuse_group_norm(steps, constants, graph_outputs)
+    return fuse_residual_layer_norm(steps, constants, graph_outputs)
 
 
 def _reader_counts(steps: list[_Step]) -> dict[int, int]:

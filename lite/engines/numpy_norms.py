@@ -293,3 +293,46 @@ def _run_in_turn(block: list[_Step], x_index: int, x: Any, constants: dict[int, 
             result = step.fn(*args, **step.keywords)
         values[step.outputs[0]] = result[0] if type(result) is tuple else result
     return values[block[-1].outputs[0]]
+
+
+# -- residual connection and LayerNormalization ---------------------------------------------------
+
+
+def fuse_residual_layer_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with each LayerNormalization of a sum read by nothing else (a post-norm
+    transformer's residual connection, BERT's) computed with that Add in one step::
+
+        a ─► Add(a, b) ─► LayerNormalization(·, γ, β) ─► y      becomes      a, b ─► Add+LayerNorm ─► y
+
+    The sum is numpy's add of the two arrays when they share a float type, else the Add kernel.
+    """
+    graph = _Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for norm in steps:
+        if (norm.node.op_type != "LayerNormalization" or norm.node.domain or not norm.inline or norm.activation
+                or norm.memo is not None or not norm.inputs or min(norm.inputs) < 0 or len(norm.outputs) != 1):
+            continue
+        add = graph.producer(norm.inputs[0], "Add", 2)
+        if add is None or id(add) in dropped or norm.inputs[0] in norm.inputs[1:]:
+            continue
+        fused[id(norm)] = replace(
+            norm, fn=ResidualLayerNorm(add.fn, norm.fn), inputs=add.inputs + norm.inputs[1:],
+            wants_allocate=True, memo=None, memo_sources=[])
+        dropped.add(id(add))
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+class ResidualLayerNorm:
+    """The fused step's kernel: the sum, then the LayerNormalization kernel on it."""
+
+    def __init__(self, add: Callable, norm: Callable) -> None:
+        self.add = add
+        self.norm = norm
+
+    def __call__(self, a: Any, b: Any, *parameters: Any, allocate: Callable = np.empty, **attributes: Any) -> Any:
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype in _FLOATS:
+            total = np.add(a, b)
+        else:
+            total = self.add(a, b, allocate=allocate)
+        return self.norm(total, *parameters, **attributes)

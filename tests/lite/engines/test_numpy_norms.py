@@ -47,7 +47,7 @@ def node_by_node(model, inputs):
         step = engine._plan_node(node, 0, [])
         args = [values.get(i) if i >= 0 else None for i in step.inputs]
         result = step.fn(*args, **step.keywords)
-        values[node.outputs[0]] = result[0] if type(result) is tuple else result
+        values.update(zip(node.outputs, result if type(result) is tuple else (result,)))
     return {plan.graph.tensors[i].name: values[i] for i in plan.graph.outputs}
 
 
@@ -177,3 +177,58 @@ def test_inputs_the_fused_group_norm_does_not_handle_run_the_original_kernels():
     np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
     strided = np.random.default_rng(12).standard_normal((2, CHANNELS, 4, 8)).astype(np.float32)[..., ::2]
     np.testing.assert_array_equal(step.fn(strided), node_by_node(model, {"x": strided})["y"])
+
+
+# -- residual Add + LayerNormalization ------------------------------------------------------------
+
+
+def residual_model(*, sum_output=False, statistics=False):
+    """a, b (N, T, 16) -> Add -> LayerNormalization(γ, β) -> y [, the sum] [, Mean, InvStdDev]."""
+    rng = np.random.default_rng(13)
+    b = GraphBuilder("residual", opset=17)
+    first, second = b.input("a", np.float32, ["N", "T", WIDTH]), b.input("b", np.float32, ["N", "T", WIDTH])
+    total = b.node("Add", [first, second], outputs=["sum"])
+    gamma = b.constant("gamma", rng.standard_normal(WIDTH).astype(np.float32))
+    beta = b.constant("beta", rng.standard_normal(WIDTH).astype(np.float32))
+    outputs = ["y", "mean", "inv_std"] if statistics else ["y"]
+    b.node("LayerNormalization", [total, gamma, beta], outputs=outputs, epsilon=1e-5)
+    for name in outputs:
+        b.output(name, np.float32, None)
+    if sum_output:
+        b.output("sum", np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def test_a_residual_add_and_its_layer_norm_are_one_step():
+    model = residual_model()
+    engine = NumpyEngine(model)
+    assert [type(step.fn).__name__ for step in engine.plans[0].steps] == ["ResidualLayerNorm"]
+    rng = np.random.default_rng(14)
+    for shape in [(2, 5, WIDTH), (1, 3, WIDTH)]:
+        inputs = {name: rng.standard_normal(shape).astype(np.float32) for name in "ab"}
+        total = inputs["a"].astype(np.float64) + inputs["b"]
+        normalized = (total - total.mean(-1, keepdims=True)) / np.sqrt(total.var(-1, keepdims=True) + 1e-5)
+        constants, index_of = engine.plans[0].constants, engine.plans[0].index_of
+        expected = normalized * constants[index_of["gamma"]] + constants[index_of["beta"]]
+        got = engine.run(inputs)["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got, node_by_node(model, inputs)["y"])
+    mixed = {"a": rng.standard_normal((1, 3, WIDTH)).astype(np.float32), "b": rng.standard_normal((1, 3, WIDTH))}
+    (step,) = engine.plans[0].steps
+    constants = [engine.plans[0].constants[i] for i in step.inputs[2:]]
+    np.testing.assert_array_equal(step.fn(mixed["a"], mixed["b"], *constants, **step.keywords),
+                                  node_by_node(model, mixed)["y"])
+
+
+@pytest.mark.parametrize("options", [{"sum_output": True}, {"statistics": True}], ids=["sum returned", "statistics"])
+def test_a_layer_norm_whose_sum_or_statistics_are_read_stays_as_it_is(options):
+    model = residual_model(**options)
+    engine = NumpyEngine(model)
+    assert not [step for step in engine.plans[0].steps if type(step.fn).__name__ == "ResidualLayerNorm"]
+    rng = np.random.default_rng(15)
+    inputs = {name: rng.standard_normal((2, 3, WIDTH)).astype(np.float32) for name in "ab"}
+    expected = node_by_node(model, inputs)
+    got = engine.run(inputs)
+    assert set(got) == set(expected)
+    for name, value in got.items():
+        np.testing.assert_array_equal(value, expected[name])
