@@ -11,7 +11,8 @@ step computes what its steps computed, in the same arithmetic:
 - a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`);
 - an RMSNorm written as elementwise nodes, a one-group GroupNorm written through
   InstanceNormalization, a LayerNormalization with the residual Add before it
-  (:mod:`lite.engines.numpy_norms`).
+  (:mod:`lite.engines.numpy_norms`);
+- a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_norms import fuse_group_norm, fuse_residual_layer_norm, fuse_rms_norm
+from lite.engines.numpy_rotary import fuse_rotary_embedding
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -42,7 +44,8 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = fuse_attention(steps, constants, graph_outputs)
     steps = fuse_rms_norm(steps, constants, graph_outputs)
     steps = fuse_group_norm(steps, constants, graph_outputs)
-    return fuse_residual_layer_norm(steps, constants, graph_outputs)
+    steps = fuse_residual_layer_norm(steps, constants, graph_outputs)
+    return fuse_rotary_embedding(steps, constants, graph_outputs)
 
 
 def _reader_counts(steps: list[_Step]) -> dict[int, int]:
