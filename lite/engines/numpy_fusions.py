@@ -10,8 +10,8 @@ step computes what its steps computed, in the same arithmetic:
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
 - a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`);
 - an RMSNorm written as elementwise nodes, a one-group GroupNorm written through
-  InstanceNormalization, a LayerNormalization with the residual Add before it
-  (:mod:`lite.engines.numpy_norms`);
+  InstanceNormalization, a LayerNormalization with the residual Add before it, an L2
+  normalization over the last axis (:mod:`lite.engines.numpy_norms`);
 - a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`);
 - a MatMul and the reshapes and elementwise updates its result alone goes through
   (:mod:`lite.engines.numpy_epilogue`).
@@ -28,7 +28,12 @@ import numpy as np
 
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
-from lite.engines.numpy_norms import fuse_group_norm, fuse_residual_layer_norm, fuse_rms_norm
+from lite.engines.numpy_norms import (
+    fuse_group_norm,
+    fuse_l2_normalize,
+    fuse_residual_layer_norm,
+    fuse_rms_norm,
+)
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 
 if TYPE_CHECKING:
@@ -48,6 +53,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = fuse_rms_norm(steps, constants, graph_outputs)
     steps = fuse_group_norm(steps, constants, graph_outputs)
     steps = fuse_residual_layer_norm(steps, constants, graph_outputs)
+    steps = fuse_l2_normalize(steps, constants, graph_outputs)
     steps = fuse_rotary_embedding(steps, constants, graph_outputs)
     return fuse_product_epilogues(steps, constants, graph_outputs)
 

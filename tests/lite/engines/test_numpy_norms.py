@@ -232,3 +232,59 @@ def test_a_layer_norm_whose_sum_or_statistics_are_read_stays_as_it_is(options):
     assert set(got) == set(expected)
     for name, value in got.items():
         np.testing.assert_array_equal(value, expected[name])
+
+
+# -- L2 normalization -----------------------------------------------------------------------------
+
+
+def l2_normalize_model(*, expand=True, opset=18, norm_output=False, divide_other=False):
+    """x (N, H, T, 8) -> x / Expand(Clip(ReduceL2(x, -1, keepdims), 1e-12)), as torch.export writes F.normalize."""
+    b = GraphBuilder("normalize", opset=opset)
+    x = b.input("x", np.float32, ["N", 2, "T", 8])
+    other = b.input("other", np.float32, ["N", 2, "T", 8])
+    if opset >= 18:
+        norm = b.node("ReduceL2", [x, b.constant("axes", np.array([-1], np.int64))], keepdims=1, outputs=["norm"])
+    else:
+        norm = b.node("ReduceL2", [x], axes=[-1], keepdims=1, outputs=["norm"])
+    clipped = b.node("Clip", [norm, b.constant("epsilon", np.array(1e-12, np.float32))])
+    if expand:
+        clipped = b.node("Expand", [clipped, b.node("Shape", [x])])
+    b.output(b.node("Div", [other if divide_other else x, clipped], outputs=["y"]), np.float32, None)
+    if norm_output:
+        b.output(norm, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def fused_normalizations(engine):
+    return [step for step in engine.plans[0].steps if type(step.fn).__name__ == "FusedL2Normalize"]
+
+
+@pytest.mark.parametrize("options", [{}, {"expand": False}, {"opset": 13}], ids=["expanded", "broadcast", "axes attribute"])
+def test_an_l2_normalization_is_one_step(options):
+    model = l2_normalize_model(**options)
+    engine = NumpyEngine(model)
+    assert len(fused_normalizations(engine)) == 1
+    rng = np.random.default_rng(16)
+    for shape in [(1, 2, 5, 8), (2, 2, 3, 8)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        x[0, 0, 0] = 0  # a zero row: divided by ε, as clamp_min makes it
+        inputs = {"x": x, "other": x}
+        got = engine.run(inputs)["y"]
+        norm = np.sqrt((x.astype(np.float64) ** 2).sum(-1, keepdims=True))
+        np.testing.assert_allclose(got, x / np.maximum(norm, 1e-12), rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(got, node_by_node(model, inputs)["y"])
+        transposed = np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)  # a strided view
+        strided = {"x": transposed, "other": transposed}
+        np.testing.assert_allclose(engine.run(strided)["y"], node_by_node(model, strided)["y"], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("options", [{"norm_output": True}, {"divide_other": True}], ids=["norm returned", "another tensor divided"])
+def test_other_divisions_by_a_norm_stay_as_they_are(options):
+    model = l2_normalize_model(**options)
+    engine = NumpyEngine(model)
+    assert not fused_normalizations(engine)
+    rng = np.random.default_rng(17)
+    inputs = {name: rng.standard_normal((1, 2, 3, 8)).astype(np.float32) for name in ("x", "other")}
+    expected = node_by_node(model, inputs)
+    for name, value in engine.run(inputs).items():
+        np.testing.assert_array_equal(value, expected[name])
