@@ -13,6 +13,7 @@ step computes what its steps computed, in the same arithmetic:
   InstanceNormalization, a LayerNormalization with the residual Add before it, an L2
   normalization over the last axis (:mod:`lite.engines.numpy_norms`);
 - a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`);
+- a tanh-approximated GELU written as elementwise nodes (:mod:`lite.engines.numpy_gelu`);
 - a MatMul and the reshapes and elementwise updates its result alone goes through
   (:mod:`lite.engines.numpy_epilogue`).
 """
@@ -28,6 +29,7 @@ import numpy as np
 
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
+from lite.engines.numpy_gelu import fuse_tanh_gelu
 from lite.engines.numpy_norms import (
     fuse_group_norm,
     fuse_l2_normalize,
@@ -55,6 +57,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = fuse_residual_layer_norm(steps, constants, graph_outputs)
     steps = fuse_l2_normalize(steps, constants, graph_outputs)
     steps = fuse_rotary_embedding(steps, constants, graph_outputs)
+    steps = fuse_tanh_gelu(steps, constants, graph_outputs)
     return fuse_product_epilogues(steps, constants, graph_outputs)
 
 
