@@ -28,10 +28,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.errors import LiteError
-from lite.ops import softmax as softmax_ops
-from lite.ops.mat_mul import MatMul
-from lite.ops.reshape import Reshape
-from lite.ops.transpose import Transpose
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -39,6 +35,15 @@ if TYPE_CHECKING:
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # Reshape targets remembered per input shape (a server sees a few sequence lengths).
 _SHAPES_KEPT = 16
+
+
+def is_kernel(fn: Any, module: str, name: str) -> bool:
+    """Whether ``fn`` is the kernel ``name`` of ``lite.ops.<module>``, told by its names: the
+    fusions import no kernel module a model does not use."""
+    return getattr(fn, "__module__", None) == f"lite.ops.{module}" and getattr(fn, "__qualname__", None) == name
+
+
+MATMUL, RESHAPE, TRANSPOSE = ("mat_mul", "MatMul"), ("reshape", "Reshape"), ("transpose", "Transpose")
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -103,24 +108,26 @@ class _Graph:
         """Whether ``index`` is read by one step and is not a graph output."""
         return len(self.readers_of.get(index, ())) == 1 and index not in self.graph_outputs
 
-    def producer(self, index: int, op_type: str, inputs: int, fn: Callable | None = None) -> _Step | None:
-        """The plain ``op_type`` step computing ``index`` if ``index`` has no other reader."""
+    def producer(self, index: int, op_type: str, inputs: int, kernel: tuple[str, str] | None = None) -> _Step | None:
+        """The plain ``op_type`` step (of ``kernel``, (module, name), if given) computing
+        ``index`` if ``index`` has no other reader."""
         step = self.producer_of.get(index)
         if (step is None or step.node.op_type != op_type or not _plain(step, inputs) or not self.single(index)
-                or (fn is not None and step.fn is not fn)):
+                or (kernel is not None and not is_kernel(step.fn, *kernel))):
             return None
         return step
 
-    def only_reader(self, index: int, op_type: str, inputs: int | None, fn: Callable | None,
+    def only_reader(self, index: int, op_type: str, inputs: int | None, kernel: tuple[str, str] | None,
                     first: bool = True) -> _Step | None:
-        """The plain ``op_type`` step (``inputs`` inputs, any number if None; kernel ``fn`` if
-        given) that alone reads ``index``: as its first input, or with ``first`` False anywhere."""
+        """The plain ``op_type`` step (``inputs`` inputs, any number if None; of ``kernel``,
+        (module, name), if given) that alone reads ``index``: as its first input, or with
+        ``first`` False anywhere."""
         found = self.readers_of.get(index, [])
         if len(found) != 1 or index in self.graph_outputs:
             return None
         step = found[0]
         if (step.node.op_type != op_type or not _plain(step, len(step.inputs) if inputs is None else inputs)
-                or (fn is not None and step.fn is not fn) or step.inputs.count(index) != 1
+                or (kernel is not None and not is_kernel(step.fn, *kernel)) or step.inputs.count(index) != 1
                 or (first and step.inputs[0] != index)):
             return None
         return step
@@ -137,7 +144,7 @@ _SCORE_STEPS = ("MatMul", "Mul", "Div", "Add")
 
 def match_attention(softmax: _Step, graph: _Graph, constants: dict[int, Any]) -> tuple[AttentionBlock | None, str]:
     """The attention block around ``softmax``, or None and the reason it is not one."""
-    if softmax.fn is not softmax_ops.Softmax or softmax.attributes.get("axis", -1) != -1:
+    if not is_kernel(softmax.fn, "softmax", "Softmax") or softmax.attributes.get("axis", -1) != -1:
         return None, "not a Softmax over the last axis (opset 13 on)"
     # Backwards from the softmax: up to two adds, a scale, the scores' product.
     chain: list[_Step] = []
@@ -168,7 +175,7 @@ def match_attention(softmax: _Step, graph: _Graph, constants: dict[int, Any]) ->
                 break
         if scale is None:
             return None, f"the scores' {op_type} is not by a float constant"
-    scores = graph.producer(current, "MatMul", 2, MatMul)
+    scores = graph.producer(current, "MatMul", 2, MATMUL)
     if scores is None:
         return None, "the softmax's input is not a product of two tensors (MatMul, scale, mask adds)"
     chain.append(scores)
@@ -177,7 +184,7 @@ def match_attention(softmax: _Step, graph: _Graph, constants: dict[int, Any]) ->
     if nan_guard is not None:
         guard, nan_fill = nan_guard
         probabilities = guard[-1].outputs[0]
-    context = graph.only_reader(probabilities, "MatMul", 2, MatMul)
+    context = graph.only_reader(probabilities, "MatMul", 2, MATMUL)
     if context is None:
         return None, "the softmax's output is not read by one product, as its left operand"
     steps = chain[::-1] + [softmax, *guard, context]
@@ -202,9 +209,9 @@ def match_attention(softmax: _Step, graph: _Graph, constants: dict[int, Any]) ->
         heads.append(resolved)
     merge = None
     output = context.outputs[0]
-    transpose = graph.only_reader(output, "Transpose", 1, Transpose)
+    transpose = graph.only_reader(output, "Transpose", 1, TRANSPOSE)
     if transpose is not None and transpose.attributes.get("perm"):
-        reshape = graph.only_reader(transpose.outputs[0], "Reshape", 2, Reshape)
+        reshape = graph.only_reader(transpose.outputs[0], "Reshape", 2, RESHAPE)
         if reshape is not None:
             merge = (list(transpose.attributes["perm"]), len(inputs))
             inputs.append(reshape.inputs[1])
@@ -249,10 +256,10 @@ def _split_heads(source: int, graph: _Graph, constants: dict[int, Any]):
         step = graph.producer_of.get(source)
         if step is None or not graph.single(source):
             break
-        if step.node.op_type == "Transpose" and step.fn is Transpose and _plain(step, 1) and step.attributes.get("perm"):
+        if step.node.op_type == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and _plain(step, 1) and step.attributes.get("perm"):
             operations.append(("Transpose", list(step.attributes["perm"])))
             origin = step.inputs[0]
-        elif step.node.op_type == "Reshape" and step.fn is Reshape and _plain(step, 2) and step.inputs[0] not in constants:
+        elif step.node.op_type == "Reshape" and is_kernel(step.fn, *RESHAPE) and _plain(step, 2) and step.inputs[0] not in constants:
             operations.append(("Reshape", step.inputs[1]))
             origin = step.inputs[0]
         elif step.node.op_type == "Mul" and _plain(step, 2) and step.inputs[0] != step.inputs[1]:
@@ -294,6 +301,11 @@ class FusedAttention:
     """The fused step's kernel (see the module docstring)."""
 
     def __init__(self, block: AttentionBlock, constants: dict[int, Any]) -> None:
+        from lite.ops.reshape import Reshape
+        from lite.ops.softmax import softmax_last_axis
+
+        self.reshape = Reshape
+        self.softmax = softmax_last_axis
         self.block = block
         self.constants = constants
         self.scale = block.scale
@@ -319,7 +331,7 @@ class FusedAttention:
             if type(mask) is not np.ndarray or mask.dtype != scores.dtype or not _broadcasts_to(mask.shape, scores.shape):
                 return self._in_turn(args, allocate)
             np.add(scores, mask, out=scores)
-        probabilities = softmax_ops.softmax_last_axis(scores)
+        probabilities = self.softmax(scores)
         if block.nan_fill is not None:
             if block.nan_fill.dtype != probabilities.dtype or block.nan_fill.ndim > probabilities.ndim:
                 return self._in_turn(args, allocate)
@@ -374,7 +386,7 @@ class FusedAttention:
                 return None
             shape = tuple(shape[axis] for axis in perm)
         try:
-            result = Reshape(np.empty(shape, np.uint8), target).shape
+            result = self.reshape(np.empty(shape, np.uint8), target).shape
         except LiteError:
             return None
         if len(self.targets) >= _SHAPES_KEPT:

@@ -22,12 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_attention import _broadcasts_to, _Graph, _plain
+from lite.engines.numpy_attention import MATMUL, RESHAPE, TRANSPOSE, _broadcasts_to, _Graph, _plain, is_kernel
 from lite.errors import LiteError
-from lite.ops.gemm import Gemm
-from lite.ops.mat_mul import MatMul
-from lite.ops.reshape import Reshape
-from lite.ops.transpose import Transpose
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -46,7 +42,8 @@ def fuse_product_epilogues(steps: list[_Step], constants: dict[int, Any], graph_
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
-        if (step.node.op_type not in ("MatMul", "Gemm") or not (step.fn in (MatMul, Gemm) or isinstance(step.fn, _MatMulAdd))
+        if (step.node.op_type not in ("MatMul", "Gemm")
+                or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or isinstance(step.fn, _MatMulAdd))
                 or not _plain(step, len(step.inputs)) or len(step.inputs) < 2 or id(step) in dropped):
             continue
         chain, operations, extra = _epilogue(step, graph, constants)
@@ -78,10 +75,10 @@ def _epilogue(product: _Step, graph: _Graph, constants: dict[int, Any]):
             break
         step = readers[0]
         kind = step.node.op_type
-        if kind == "Reshape" and step.fn is Reshape and _plain(step, 2) and step.inputs[0] == current != step.inputs[1]:
+        if kind == "Reshape" and is_kernel(step.fn, *RESHAPE) and _plain(step, 2) and step.inputs[0] == current != step.inputs[1]:
             operations.append((kind, first_extra + len(extra)))
             extra.append(step.inputs[1])
-        elif (kind == "Transpose" and step.fn is Transpose and _plain(step, 1) and step.attributes.get("perm")):
+        elif kind == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and _plain(step, 1) and step.attributes.get("perm"):
             operations.append((kind, list(step.attributes["perm"])))
         elif kind in _UFUNCS and _plain(step, 2) and step.inputs.count(current) == 1:
             if kind in ("Sub", "Div") and step.inputs[0] != current:
@@ -112,6 +109,13 @@ class ProductEpilogue:
     """The fused step's kernel: the product's own kernel, then the chain's operations."""
 
     def __init__(self, product: _Step, operations: list[tuple[str, Any]], product_inputs: int) -> None:
+        from lite.ops import arithmetic
+        from lite.ops.reshape import Reshape
+        from lite.ops.transpose import Transpose
+
+        self.arithmetic = arithmetic
+        self.reshape = Reshape
+        self.transpose = Transpose
         self.product = product.fn
         self.keywords = product.keywords
         self.product_allocates = product.wants_allocate
@@ -120,8 +124,6 @@ class ProductEpilogue:
         self.targets: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
 
     def __call__(self, *args: Any, allocate: Callable = np.empty) -> Any:
-        from lite.ops import arithmetic
-
         if self.product_allocates:
             y = self.product(*args[: self.product_inputs], allocate=allocate, **self.keywords)
         else:
@@ -130,9 +132,9 @@ class ProductEpilogue:
         for kind, argument in self.operations:
             if kind == "Reshape":
                 target = self._target(y.shape, args[argument])
-                y = y.reshape(target) if target is not None else Reshape(y, args[argument])
+                y = y.reshape(target) if target is not None else self.reshape(y, args[argument])
             elif kind == "Transpose":
-                y = Transpose(y, perm=argument)
+                y = self.transpose(y, perm=argument)
             else:
                 other = args[argument]
                 swapped = kind.endswith("Swapped")
@@ -142,7 +144,7 @@ class ProductEpilogue:
                     _UFUNCS[kind](y, other, out=y)
                 else:
                     operands = (other, y) if swapped else (y, other)
-                    y = getattr(arithmetic, kind)(*operands, allocate=allocate)
+                    y = getattr(self.arithmetic, kind)(*operands, allocate=allocate)
                     owned = type(y) is np.ndarray and y.flags.writeable
         return y
 
@@ -157,7 +159,7 @@ class ProductEpilogue:
         if known is not None and known[0] is target:
             return known[1]
         try:
-            result = Reshape(np.empty(shape, np.uint8), target).shape
+            result = self.reshape(np.empty(shape, np.uint8), target).shape
         except LiteError:
             return None
         if len(self.targets) >= _SHAPES_KEPT:

@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines.numpy_attention import _FLOATS, _broadcasts_to, _Graph, _plain
-from lite.ops._helpers import einsum
-from lite.ops._layout import channels_last_order, is_channels_last
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -247,6 +245,9 @@ class FusedGroupNorm:
         self.shift = np.add(np.multiply(gain, bias.reshape(())), shift)
         self.epsilon = self.dtype.type(epsilon)
         self.constants = constants
+        from lite.ops._helpers import einsum
+
+        self.einsum = einsum
 
     def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
         rows = _sample_rows(x) if type(x) is np.ndarray and x.dtype == self.dtype and x.ndim >= 3 and x.size else None
@@ -263,7 +264,7 @@ class FusedGroupNorm:
         if centered_rows is None:
             centered = np.ascontiguousarray(centered)
             centered_rows = centered.reshape(batch, width)
-        variance = einsum("ij,ij->i", centered_rows, centered_rows)
+        variance = self.einsum("ij,ij->i", centered_rows, centered_rows)
         variance *= inverse_width
         variance += self.epsilon
         np.sqrt(variance, out=variance)
@@ -275,6 +276,8 @@ class FusedGroupNorm:
 def _sample_rows(x: np.ndarray) -> np.ndarray | None:
     """``x`` (N, C, *spatial) as an (N, C * pixels) view in its memory order (C-contiguous or
     channels-last), or None."""
+    from lite.ops._layout import channels_last_order, is_channels_last
+
     if x.flags.c_contiguous:
         return x.reshape(x.shape[0], -1)
     if is_channels_last(x):
