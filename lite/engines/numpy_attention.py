@@ -27,39 +27,33 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lite.engines.numpy_patterns import (
+    FLOATS,
+    MATMUL,
+    RESHAPE,
+    TRANSPOSE,
+    Graph,
+    broadcasts_to,
+    float_scalar,
+    is_kernel,
+    plain,
+)
 from lite.errors import LiteError
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # Reshape targets remembered per input shape (a server sees a few sequence lengths).
 _SHAPES_KEPT = 16
 
 
-def is_kernel(fn: Any, module: str, name: str) -> bool:
-    """Whether ``fn`` is the kernel ``name`` of ``lite.ops.<module>``, told by its names: the
-    fusions import no kernel module a model does not use."""
-    return getattr(fn, "__module__", None) == f"lite.ops.{module}" and getattr(fn, "__qualname__", None) == name
-
-
-MATMUL, RESHAPE, TRANSPOSE = ("mat_mul", "MatMul"), ("reshape", "Reshape"), ("transpose", "Transpose")
-
-
-def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """Whether an operand of ``shape`` broadcasts to ``target`` without enlarging it."""
-    if len(shape) > len(target):
-        return False
-    return all(size == 1 or size == wanted for size, wanted in zip(shape[::-1], target[::-1]))
-
-
 def fuse_attention(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with every attention block (module docstring) replaced by one step."""
-    graph = _Graph(steps, graph_outputs)
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
-        if step.node.op_type != "Softmax" or not _plain(step, 1):
+        if step.node.op_type != "Softmax" or not plain(step, 1):
             continue
         block, _reason = match_attention(step, graph, constants)
         if block is None or any(id(s) in dropped or id(s) in fused for s in block.steps):
@@ -91,58 +85,10 @@ class AttentionBlock:
     nan_fill: np.ndarray | None = None
 
 
-class _Graph:
-    """Who produces and who reads each value, and where each step runs."""
-
-    def __init__(self, steps: list[_Step], graph_outputs: set[int]) -> None:
-        self.producer_of = {index: step for step in steps for index in step.outputs if index >= 0}
-        self.readers_of: dict[int, list[_Step]] = {}
-        for step in steps:
-            for index in set(step.inputs):
-                if index >= 0:
-                    self.readers_of.setdefault(index, []).append(step)
-        self.position = {id(step): position for position, step in enumerate(steps)}
-        self.graph_outputs = graph_outputs
-
-    def single(self, index: int) -> bool:
-        """Whether ``index`` is read by one step and is not a graph output."""
-        return len(self.readers_of.get(index, ())) == 1 and index not in self.graph_outputs
-
-    def producer(self, index: int, op_type: str, inputs: int, kernel: tuple[str, str] | None = None) -> _Step | None:
-        """The plain ``op_type`` step (of ``kernel``, (module, name), if given) computing
-        ``index`` if ``index`` has no other reader."""
-        step = self.producer_of.get(index)
-        if (step is None or step.node.op_type != op_type or not _plain(step, inputs) or not self.single(index)
-                or (kernel is not None and not is_kernel(step.fn, *kernel))):
-            return None
-        return step
-
-    def only_reader(self, index: int, op_type: str, inputs: int | None, kernel: tuple[str, str] | None,
-                    first: bool = True) -> _Step | None:
-        """The plain ``op_type`` step (``inputs`` inputs, any number if None; of ``kernel``,
-        (module, name), if given) that alone reads ``index``: as its first input, or with
-        ``first`` False anywhere."""
-        found = self.readers_of.get(index, [])
-        if len(found) != 1 or index in self.graph_outputs:
-            return None
-        step = found[0]
-        if (step.node.op_type != op_type or not _plain(step, len(step.inputs) if inputs is None else inputs)
-                or (kernel is not None and not is_kernel(step.fn, *kernel)) or step.inputs.count(index) != 1
-                or (first and step.inputs[0] != index)):
-            return None
-        return step
-
-
-def _plain(step: _Step, inputs: int) -> bool:
-    """A standard-domain step the engine runs inline, with ``inputs`` inputs and nothing fused in."""
-    return (not step.node.domain and step.inline and step.activation is None and step.memo is None
-            and len(step.inputs) == inputs and all(i >= 0 for i in step.inputs))
-
-
 _SCORE_STEPS = ("MatMul", "Mul", "Div", "Add")
 
 
-def match_attention(softmax: _Step, graph: _Graph, constants: dict[int, Any]) -> tuple[AttentionBlock | None, str]:
+def match_attention(softmax: _Step, graph: Graph, constants: dict[int, Any]) -> tuple[AttentionBlock | None, str]:
     """The attention block around ``softmax``, or None and the reason it is not one."""
     if not is_kernel(softmax.fn, "softmax", "Softmax") or softmax.attributes.get("axis", -1) != -1:
         return None, "not a Softmax over the last axis (opset 13 on)"
@@ -168,7 +114,7 @@ def match_attention(softmax: _Step, graph: _Graph, constants: dict[int, Any]) ->
         for position in positions:
             value = constants.get(step.inputs[position])
             # A scalar, or a per-head scale (SwinV2's logit scale) checked against the scores' shape when run.
-            if isinstance(value, np.ndarray) and value.dtype in _FLOATS and step.inputs[1 - position] not in constants:
+            if isinstance(value, np.ndarray) and value.dtype in FLOATS and step.inputs[1 - position] not in constants:
                 scale, divide = value, op_type == "Div"
                 current = step.inputs[1 - position]
                 chain.append(step)
@@ -229,7 +175,7 @@ def match_attention(softmax: _Step, graph: _Graph, constants: dict[int, Any]) ->
     return AttentionBlock(steps, inputs, output, heads, scale, divide, mask_positions, merge, nan_fill), ""
 
 
-def _scores_side(index: int, graph: _Graph, depth: int = 3) -> bool:
+def _scores_side(index: int, graph: Graph, depth: int = 3) -> bool:
     """Whether ``index`` is computed, through at most ``depth`` single-reader Mul, Div or Add
     nodes, from a MatMul (the scores, not a mask computed beside them)."""
     step = graph.producer_of.get(index)
@@ -246,7 +192,7 @@ def _scores_side(index: int, graph: _Graph, depth: int = 3) -> bool:
 _HEAD_STEPS = 6
 
 
-def _split_heads(source: int, graph: _Graph, constants: dict[int, Any]):
+def _split_heads(source: int, graph: Graph, constants: dict[int, Any]):
     """The Reshape, Transpose and Mul-by-a-scalar nodes computing ``source`` from another tensor,
     each read by the next alone: (their steps, the tensor they start from, their operations in
     the order they run: ("Reshape", shape tensor), ("Transpose", perm), ("Mul", scalar))."""
@@ -256,14 +202,14 @@ def _split_heads(source: int, graph: _Graph, constants: dict[int, Any]):
         step = graph.producer_of.get(source)
         if step is None or not graph.single(source):
             break
-        if step.node.op_type == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and _plain(step, 1) and step.attributes.get("perm"):
+        if step.node.op_type == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and plain(step, 1) and step.attributes.get("perm"):
             operations.append(("Transpose", list(step.attributes["perm"])))
             origin = step.inputs[0]
-        elif step.node.op_type == "Reshape" and is_kernel(step.fn, *RESHAPE) and _plain(step, 2) and step.inputs[0] not in constants:
+        elif step.node.op_type == "Reshape" and is_kernel(step.fn, *RESHAPE) and plain(step, 2) and step.inputs[0] not in constants:
             operations.append(("Reshape", step.inputs[1]))
             origin = step.inputs[0]
-        elif step.node.op_type == "Mul" and _plain(step, 2) and step.inputs[0] != step.inputs[1]:
-            position = next((p for p in (1, 0) if _float_scalar(constants.get(step.inputs[p]))), None)
+        elif step.node.op_type == "Mul" and plain(step, 2) and step.inputs[0] != step.inputs[1]:
+            position = next((p for p in (1, 0) if float_scalar(constants.get(step.inputs[p]))), None)
             if position is None or step.inputs[1 - position] in constants:
                 break
             operations.append(("Mul", constants[step.inputs[position]]))
@@ -275,11 +221,7 @@ def _split_heads(source: int, graph: _Graph, constants: dict[int, Any]):
     return steps, source, operations[::-1]
 
 
-def _float_scalar(value: Any) -> bool:
-    return isinstance(value, np.ndarray) and value.size == 1 and value.dtype in _FLOATS
-
-
-def _nan_guard(softmax: _Step, graph: _Graph, constants: dict[int, Any]):
+def _nan_guard(softmax: _Step, graph: Graph, constants: dict[int, Any]):
     """(IsNaN, Where) steps computing ``Where(IsNaN(p), fill, p)`` from the softmax's output p,
     and the constant scalar fill; None if the softmax is not read so."""
     p = softmax.outputs[0]
@@ -288,11 +230,11 @@ def _nan_guard(softmax: _Step, graph: _Graph, constants: dict[int, Any]):
         return None
     isnan = next((r for r in readers if r.node.op_type == "IsNaN"), None)
     where = next((r for r in readers if r.node.op_type == "Where"), None)
-    if isnan is None or where is None or not _plain(isnan, 1) or not _plain(where, 3):
+    if isnan is None or where is None or not plain(isnan, 1) or not plain(where, 3):
         return None
     fill = constants.get(where.inputs[1])
     if (where.inputs[0] != isnan.outputs[0] or where.inputs[2] != p or not graph.single(isnan.outputs[0])
-            or not _float_scalar(fill) or not graph.single(where.outputs[0])):
+            or not float_scalar(fill) or not graph.single(where.outputs[0])):
         return None
     return [isnan, where], fill
 
@@ -315,12 +257,12 @@ class FusedAttention:
         block = self.block
         q, k, v = self._split(args, 0), self._split(args, 1), self._split(args, 2)
         if (q is None or k is None or v is None or q.ndim != 4 or k.ndim != 4 or v.ndim != 4
-                or q.dtype not in _FLOATS or k.dtype != q.dtype or v.dtype != q.dtype
+                or q.dtype not in FLOATS or k.dtype != q.dtype or v.dtype != q.dtype
                 or (self.scale is not None and self.scale.dtype != q.dtype) or not (q.size and k.size and v.size)):
             return self._in_turn(args, allocate)
         scores = np.matmul(q, k)
         if self.scale is not None:
-            if not _broadcasts_to(self.scale.shape, scores.shape):
+            if not broadcasts_to(self.scale.shape, scores.shape):
                 return self._in_turn(args, allocate)
             if block.divide:
                 np.divide(scores, self.scale, out=scores)
@@ -328,7 +270,7 @@ class FusedAttention:
                 np.multiply(scores, self.scale, out=scores)
         for position in block.masks:
             mask = args[position]
-            if type(mask) is not np.ndarray or mask.dtype != scores.dtype or not _broadcasts_to(mask.shape, scores.shape):
+            if type(mask) is not np.ndarray or mask.dtype != scores.dtype or not broadcasts_to(mask.shape, scores.shape):
                 return self._in_turn(args, allocate)
             np.add(scores, mask, out=scores)
         probabilities = self.softmax(scores)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_attention import MATMUL, RESHAPE, TRANSPOSE, _broadcasts_to, _Graph, _plain, is_kernel
+from lite.engines.numpy_patterns import MATMUL, RESHAPE, TRANSPOSE, Graph, broadcasts_to, is_kernel, plain
 from lite.errors import LiteError
 
 if TYPE_CHECKING:
@@ -38,13 +38,13 @@ def fuse_product_epilogues(steps: list[_Step], constants: dict[int, Any], graph_
     its result alone (module docstring) replaced by one step."""
     from lite.engines.numpy_fusions import _MatMulAdd
 
-    graph = _Graph(steps, graph_outputs)
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
         if (step.node.op_type not in ("MatMul", "Gemm")
                 or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or isinstance(step.fn, _MatMulAdd))
-                or not _plain(step, len(step.inputs)) or len(step.inputs) < 2 or id(step) in dropped):
+                or not plain(step, len(step.inputs)) or len(step.inputs) < 2 or id(step) in dropped):
             continue
         chain, operations, extra = _epilogue(step, graph, constants)
         if all(kind in ("Reshape", "Transpose") for kind, _ in operations):
@@ -60,7 +60,7 @@ def fuse_product_epilogues(steps: list[_Step], constants: dict[int, Any], graph_
     return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
 
 
-def _epilogue(product: _Step, graph: _Graph, constants: dict[int, Any]):
+def _epilogue(product: _Step, graph: Graph, constants: dict[int, Any]):
     """(the steps after ``product`` that its result alone goes through, their operations, the
     extra inputs they read). An operation is (op type, its input's position among the fused
     step's inputs, or a perm for Transpose); "AddSwapped" and "MulSwapped" have the product second."""
@@ -75,12 +75,12 @@ def _epilogue(product: _Step, graph: _Graph, constants: dict[int, Any]):
             break
         step = readers[0]
         kind = step.node.op_type
-        if kind == "Reshape" and is_kernel(step.fn, *RESHAPE) and _plain(step, 2) and step.inputs[0] == current != step.inputs[1]:
+        if kind == "Reshape" and is_kernel(step.fn, *RESHAPE) and plain(step, 2) and step.inputs[0] == current != step.inputs[1]:
             operations.append((kind, first_extra + len(extra)))
             extra.append(step.inputs[1])
-        elif kind == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and _plain(step, 1) and step.attributes.get("perm"):
+        elif kind == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and plain(step, 1) and step.attributes.get("perm"):
             operations.append((kind, list(step.attributes["perm"])))
-        elif kind in _UFUNCS and _plain(step, 2) and step.inputs.count(current) == 1:
+        elif kind in _UFUNCS and plain(step, 2) and step.inputs.count(current) == 1:
             if kind in ("Sub", "Div") and step.inputs[0] != current:
                 break  # x - y and x / y: only with the product on the left
             other = step.inputs[1] if step.inputs[0] == current else step.inputs[0]
@@ -140,7 +140,7 @@ class ProductEpilogue:
                 swapped = kind.endswith("Swapped")
                 kind = kind.removesuffix("Swapped")
                 if (owned and type(other) is np.ndarray and other.dtype == y.dtype and y.dtype.kind == "f"
-                        and y.flags.writeable and _broadcasts_to(other.shape, y.shape)):
+                        and y.flags.writeable and broadcasts_to(other.shape, y.shape)):
                     _UFUNCS[kind](y, other, out=y)
                 else:
                     operands = (other, y) if swapped else (y, other)

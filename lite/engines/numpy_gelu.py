@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_attention import _FLOATS, _Graph, _plain
-from lite.engines.numpy_norms import _run_in_turn
+from lite.engines.numpy_patterns import FLOATS, Graph, plain, run_in_turn
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -29,11 +28,11 @@ if TYPE_CHECKING:
 
 def fuse_tanh_gelu(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with every tanh-approximated GELU (module docstring) replaced by one step."""
-    graph = _Graph(steps, graph_outputs)
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
-        if step.node.op_type != "Tanh" or not _plain(step, 1):
+        if step.node.op_type != "Tanh" or not plain(step, 1):
             continue
         match = match_tanh_gelu(step, graph, constants)
         if match is None or any(id(s) in dropped or id(s) in fused for s in match.block):
@@ -49,17 +48,17 @@ def fuse_tanh_gelu(steps: list[_Step], constants: dict[int, Any], graph_outputs:
 
 def _by_constant(step: _Step | None, op_type: str, constants: dict[int, Any]) -> tuple[int, np.ndarray] | None:
     """(the other input, the constant) of an ``op_type`` step by a scalar float constant."""
-    if step is None or step.node.op_type != op_type or not _plain(step, 2):
+    if step is None or step.node.op_type != op_type or not plain(step, 2):
         return None
     for position in (1, 0):
         value = constants.get(step.inputs[position])
-        if (isinstance(value, np.ndarray) and value.size == 1 and value.dtype in _FLOATS
+        if (isinstance(value, np.ndarray) and value.size == 1 and value.dtype in FLOATS
                 and step.inputs[1 - position] not in constants):
             return step.inputs[1 - position], value
     return None
 
 
-def match_tanh_gelu(tanh: _Step, graph: _Graph, constants: dict[int, Any]) -> FusedTanhGelu | None:
+def match_tanh_gelu(tanh: _Step, graph: Graph, constants: dict[int, Any]) -> FusedTanhGelu | None:
     """The :class:`FusedTanhGelu` around ``tanh``, or None."""
     inner = graph.producer(tanh.inputs[0], "Mul", 2)
     scaled = _by_constant(inner, "Mul", constants)
@@ -109,7 +108,7 @@ class FusedTanhGelu:
 
     def __call__(self, x: Any, allocate: Callable = np.empty) -> Any:
         if type(x) is not np.ndarray or x.dtype != self.dtype or x.ndim < self.rank:
-            return _run_in_turn(self.block, self.x, x, self.constants, allocate)
+            return run_in_turn(self.block, self.x, x, self.constants, allocate)
         y = np.multiply(x, self.half)
         gate = np.multiply(np.multiply(x, x), x)
         np.multiply(gate, self.cubic, out=gate)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_attention import _FLOATS, _broadcasts_to, _Graph, _plain
+from lite.engines.numpy_patterns import FLOATS, Graph, broadcasts_to, constant_of, ones, plain, run_in_turn
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -30,11 +30,11 @@ if TYPE_CHECKING:
 
 def fuse_rms_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with every RMSNorm chain (module docstring) replaced by one step."""
-    graph = _Graph(steps, graph_outputs)
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
-        if step.node.op_type != "Pow" or not _plain(step, 2):
+        if step.node.op_type != "Pow" or not plain(step, 2):
             continue
         match, _reason = match_rms_norm(step, graph, constants)
         if match is None or any(id(s) in dropped or id(s) in fused for s in match[0]):
@@ -49,21 +49,12 @@ def fuse_rms_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: 
     return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
 
 
-def _constant_of(step: _Step, constants: dict[int, Any]) -> tuple[int, np.ndarray] | tuple[None, None]:
-    """(position, value) of the float constant among a binary step's inputs, if one is."""
-    for position in (1, 0):
-        value = constants.get(step.inputs[position])
-        if isinstance(value, np.ndarray) and value.dtype in _FLOATS and step.inputs[1 - position] not in constants:
-            return position, value
-    return None, None
-
-
-def match_rms_norm(power: _Step, graph: _Graph, constants: dict[int, Any]):
+def match_rms_norm(power: _Step, graph: Graph, constants: dict[int, Any]):
     """(steps, x, the mean's axis, ε, γ or None) of the RMSNorm starting at ``power``, or None;
     and the reason it is not one."""
     exponent = constants.get(power.inputs[1])
     x = power.inputs[0]
-    if not isinstance(exponent, np.ndarray) or exponent.size != 1 or exponent.dtype not in _FLOATS or x in constants:
+    if not isinstance(exponent, np.ndarray) or exponent.size != 1 or exponent.dtype not in FLOATS or x in constants:
         return None, "not a square of a computed tensor"
     if float(exponent.reshape(())) != 2.0:
         return None, "not a square"
@@ -75,7 +66,7 @@ def match_rms_norm(power: _Step, graph: _Graph, constants: dict[int, Any]):
         return None, "the mean is not over one constant axis"
     axis = int(np.asarray(axes).reshape(()))
     add = graph.only_reader(mean.outputs[0], "Add", 2, None)
-    position, epsilon = _constant_of(add, constants) if add is not None else (None, None)
+    position, epsilon = constant_of(add, constants) if add is not None else (None, None)
     if epsilon is None or epsilon.size != 1 or add.inputs[1 - position] != mean.outputs[0]:
         return None, "no constant ε added to the mean"
     sqrt = graph.only_reader(add.outputs[0], "Sqrt", 1, None)
@@ -89,7 +80,7 @@ def match_rms_norm(power: _Step, graph: _Graph, constants: dict[int, Any]):
     weight = None
     gain = graph.only_reader(scale.outputs[0], "Mul", 2, None, first=False)
     if gain is not None:
-        position, value = _constant_of(gain, constants)
+        position, value = constant_of(gain, constants)
         if value is not None and gain.inputs[1 - position] == scale.outputs[0]:
             weight = value
             block.append(gain)
@@ -118,13 +109,13 @@ class FusedRMSNorm:
     def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
         if (type(x) is not np.ndarray or x.dtype != self.dtype or not x.ndim or not x.size
                 or self.axis not in (-1, x.ndim - 1) or not x.flags.c_contiguous
-                or (self.weight is not None and not _broadcasts_to(self.weight.shape, x.shape))
+                or (self.weight is not None and not broadcasts_to(self.weight.shape, x.shape))
                 or self.epsilon.ndim > x.ndim):
             return self._in_turn(x, allocate)
         length = x.shape[-1]
         square = np.multiply(x, x)
         # ReduceMean's last-axis path: row sums as a product with ones, then the division.
-        mean = np.matmul(square.reshape(-1, length), _ones(length, x.dtype))
+        mean = np.matmul(square.reshape(-1, length), ones(length, x.dtype))
         np.divide(mean, x.dtype.type(length), out=mean)
         mean = mean.reshape(x.shape[:-1] + (1,))
         if self.epsilon.ndim == mean.ndim and self.epsilon.shape != (1,) * mean.ndim:
@@ -150,12 +141,6 @@ class FusedRMSNorm:
         return values[self.block[-1].outputs[0]]
 
 
-def _ones(length: int, dtype: np.dtype) -> np.ndarray:
-    from lite.ops.reduce import _ones as ones
-
-    return ones(length, dtype)
-
-
 # -- group normalization with one group -----------------------------------------------------------
 
 
@@ -173,11 +158,11 @@ def fuse_group_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs
     at load: the same statistics, the affine part rounded once instead of twice. Other group
     counts and layouts run the original kernels one after the other.
     """
-    graph = _Graph(steps, graph_outputs)
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
-        if step.node.op_type != "InstanceNormalization" or not _plain(step, 3):
+        if step.node.op_type != "InstanceNormalization" or not plain(step, 3):
             continue
         match, _reason = match_group_norm(step, graph, constants)
         if match is None or any(id(s) in dropped or id(s) in fused for s in match.block):
@@ -191,12 +176,12 @@ def fuse_group_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs
     return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
 
 
-def match_group_norm(norm: _Step, graph: _Graph, constants: dict[int, Any]):
+def match_group_norm(norm: _Step, graph: Graph, constants: dict[int, Any]):
     """The :class:`FusedGroupNorm` of the one-group GroupNorm around ``norm``, or None; and the
     reason it is not one."""
     scale, bias = constants.get(norm.inputs[1]), constants.get(norm.inputs[2])
     if not (isinstance(scale, np.ndarray) and isinstance(bias, np.ndarray) and scale.shape == bias.shape == (1,)
-            and scale.dtype in _FLOATS and bias.dtype == scale.dtype):
+            and scale.dtype in FLOATS and bias.dtype == scale.dtype):
         return None, "not one group's constant scale and bias"
     split = graph.producer(norm.inputs[0], "Reshape", 2)
     target = constants.get(split.inputs[1]) if split is not None else None
@@ -216,7 +201,7 @@ def match_group_norm(norm: _Step, graph: _Graph, constants: dict[int, Any]):
         step = graph.only_reader(output, op_type, 2, None, first=False)
         if step is None:
             continue
-        position, value = _constant_of(step, constants)
+        position, value = constant_of(step, constants)
         if value is None or step.inputs[1 - position] != output or value.dtype != scale.dtype:
             continue
         if op_type == "Mul":
@@ -252,12 +237,12 @@ class FusedGroupNorm:
     def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
         rows = _sample_rows(x) if type(x) is np.ndarray and x.dtype == self.dtype and x.ndim >= 3 and x.size else None
         if (rows is None or self.gain.ndim > x.ndim or self.shift.ndim > x.ndim
-                or not _broadcasts_to(self.gain.shape, x.shape[1:]) or not _broadcasts_to(self.shift.shape, x.shape[1:])):
-            return _run_in_turn(self.block, self.x, x, self.constants, allocate)
+                or not broadcasts_to(self.gain.shape, x.shape[1:]) or not broadcasts_to(self.shift.shape, x.shape[1:])):
+            return run_in_turn(self.block, self.x, x, self.constants, allocate)
         batch, width = rows.shape
         statistics = (batch,) + (1,) * (x.ndim - 1)
         inverse_width = x.dtype.type(1.0 / width)
-        mean = np.matmul(rows, _ones(width, x.dtype))
+        mean = np.matmul(rows, ones(width, x.dtype))
         mean *= inverse_width
         centered = np.subtract(x, mean.reshape(statistics))
         centered_rows = _sample_rows(centered)
@@ -285,19 +270,6 @@ def _sample_rows(x: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def _run_in_turn(block: list[_Step], x_index: int, x: Any, constants: dict[int, Any], allocate: Callable) -> Any:
-    """A block's own kernels one after the other, on ``x``."""
-    values: dict[int, Any] = {x_index: x}
-    for step in block:
-        args = [values[i] if i in values else constants.get(i) for i in step.inputs]
-        if step.wants_allocate:
-            result = step.fn(*args, allocate=allocate, **step.keywords)
-        else:
-            result = step.fn(*args, **step.keywords)
-        values[step.outputs[0]] = result[0] if type(result) is tuple else result
-    return values[block[-1].outputs[0]]
-
-
 # -- residual connection and LayerNormalization ---------------------------------------------------
 
 
@@ -309,7 +281,7 @@ def fuse_residual_layer_norm(steps: list[_Step], constants: dict[int, Any], grap
 
     The sum is numpy's add of the two arrays when they share a float type, else the Add kernel.
     """
-    graph = _Graph(steps, graph_outputs)
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for norm in steps:
@@ -334,7 +306,7 @@ class ResidualLayerNorm:
         self.norm = norm
 
     def __call__(self, a: Any, b: Any, *parameters: Any, allocate: Callable = np.empty, **attributes: Any) -> Any:
-        if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype in _FLOATS:
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype in FLOATS:
             total = np.add(a, b)
         else:
             total = self.add(a, b, allocate=allocate)
@@ -357,11 +329,11 @@ def fuse_l2_normalize(steps: list[_Step], constants: dict[int, Any], graph_outpu
     kernel, and divides x by it broadcast: the values the Expand would copy out, not a copy.
     Inputs it does not handle run the original kernels one after the other.
     """
-    graph = _Graph(steps, graph_outputs)
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for norm in steps:
-        if norm.node.op_type != "ReduceL2" or not _plain(norm, len(norm.inputs)) or not norm.inputs:
+        if norm.node.op_type != "ReduceL2" or not plain(norm, len(norm.inputs)) or not norm.inputs:
             continue
         match = match_l2_normalize(norm, graph, constants)
         if match is None or any(id(s) in dropped or id(s) in fused for s in match.block):
@@ -375,7 +347,7 @@ def fuse_l2_normalize(steps: list[_Step], constants: dict[int, Any], graph_outpu
     return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
 
 
-def match_l2_normalize(norm: _Step, graph: _Graph, constants: dict[int, Any]) -> FusedL2Normalize | None:
+def match_l2_normalize(norm: _Step, graph: Graph, constants: dict[int, Any]) -> FusedL2Normalize | None:
     """The :class:`FusedL2Normalize` starting at ``norm`` (a ReduceL2), or None."""
     x = norm.inputs[0]
     axes = constants.get(norm.inputs[1]) if len(norm.inputs) == 2 else norm.attributes.get("axes")
@@ -416,14 +388,14 @@ class FusedL2Normalize:
         self.constants = constants
 
     def __call__(self, x: Any, *shape: Any, allocate: Callable = np.empty) -> Any:
-        if (type(x) is not np.ndarray or x.dtype not in _FLOATS or not x.ndim or not x.size
+        if (type(x) is not np.ndarray or x.dtype not in FLOATS or not x.ndim or not x.size
                 or self.axis not in (-1, x.ndim - 1)
                 or (shape and not (type(shape[0]) is np.ndarray and shape[0].ndim == 1
-                                   and _broadcasts_to(tuple(shape[0].tolist()), x.shape)))):
+                                   and broadcasts_to(tuple(shape[0].tolist()), x.shape)))):
             return self._in_turn(x, shape, allocate)
         length = x.shape[-1]
         square = np.multiply(x, x)
-        total = np.matmul(square.reshape(-1, length), _ones(length, x.dtype))
+        total = np.matmul(square.reshape(-1, length), ones(length, x.dtype))
         norm = np.sqrt(total).reshape(x.shape[:-1] + (1,))
         clipped = self.clip(norm, *self.clip_arguments, **self.clip_keywords)
         if type(clipped) is not np.ndarray or clipped.dtype != x.dtype:
@@ -432,4 +404,4 @@ class FusedL2Normalize:
 
     def _in_turn(self, x: Any, shape: tuple[Any, ...], allocate: Callable) -> Any:
         constants = {**self.constants, **dict(zip(self.extra, shape))}
-        return _run_in_turn(self.block, self.x, x, constants, allocate)
+        return run_in_turn(self.block, self.x, x, constants, allocate)

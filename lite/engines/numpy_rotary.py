@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_attention import _FLOATS, _broadcasts_to, _Graph, _plain
-from lite.engines.numpy_norms import _run_in_turn
+from lite.engines.numpy_patterns import FLOATS, Graph, broadcasts_to, plain, run_in_turn
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -32,11 +31,11 @@ _END = 2**62  # an end at or past this is the end of the axis
 
 def fuse_rotary_embedding(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with every rotary embedding (module docstring) replaced by one step."""
-    graph = _Graph(steps, graph_outputs)
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
-        if step.node.op_type != "Concat" or not _plain(step, 2):
+        if step.node.op_type != "Concat" or not plain(step, 2):
             continue
         match, _reason = match_rotary_embedding(step, graph, constants)
         if match is None or any(id(s) in dropped or id(s) in fused for s in match.block):
@@ -63,12 +62,12 @@ def _half(step: _Step | None, constants: dict[int, Any]) -> tuple[int, int, int,
     return step.inputs[0], start, end, axis
 
 
-def _slice_producing(index: int, graph: _Graph) -> _Step | None:
+def _slice_producing(index: int, graph: Graph) -> _Step | None:
     step = graph.producer_of.get(index)
     return graph.producer(index, "Slice", len(step.inputs)) if step is not None else None
 
 
-def match_rotary_embedding(concat: _Step, graph: _Graph, constants: dict[int, Any]):
+def match_rotary_embedding(concat: _Step, graph: Graph, constants: dict[int, Any]):
     """The :class:`FusedRotaryEmbedding` around ``concat``, or None; and the reason it is not one."""
     if concat.attributes.get("axis") != -1:
         return None, "not a concatenation along the last axis"
@@ -111,9 +110,9 @@ class FusedRotaryEmbedding:
     def __call__(self, x: Any, cos: Any, sin: Any, allocate: Callable = np.empty) -> np.ndarray:
         half = self.half
         if (type(x) is not np.ndarray or type(cos) is not np.ndarray or type(sin) is not np.ndarray
-                or x.dtype not in _FLOATS or cos.dtype != x.dtype or sin.dtype != x.dtype or not x.ndim
+                or x.dtype not in FLOATS or cos.dtype != x.dtype or sin.dtype != x.dtype or not x.ndim
                 or x.shape[-1] != 2 * half or self.axis not in (-1, x.ndim - 1)
-                or not _broadcasts_to(cos.shape, x.shape) or not _broadcasts_to(sin.shape, x.shape)):
+                or not broadcasts_to(cos.shape, x.shape) or not broadcasts_to(sin.shape, x.shape)):
             return self._in_turn(x, cos, sin, allocate)
         rotated = np.empty(x.shape, x.dtype)
         np.negative(x[..., half:], out=rotated[..., :half])
@@ -124,4 +123,4 @@ class FusedRotaryEmbedding:
 
     def _in_turn(self, x: Any, cos: Any, sin: Any, allocate: Callable) -> Any:
         constants = {**self.constants, self.cos: cos, self.sin: sin}
-        return _run_in_turn(self.block, self.x, x, constants, allocate)
+        return run_in_turn(self.block, self.x, x, constants, allocate)
