@@ -283,7 +283,7 @@ class NumpyEngine:
         for step in steps:
             if step.inline:
                 if step.memo is not None:
-                    key = tuple(values[i].tobytes() for i in step.memo_sources)
+                    key = tuple([values[i].tobytes() for i in step.memo_sources])
                     known = step.memo.get(key)
                     if known is not None:
                         values[step.outputs[0]] = known

@@ -12,7 +12,15 @@ step computes what its steps computed, in the same arithmetic:
   (:mod:`lite.engines.conv_fusions`);
 - a group normalization written as an instance normalization between Reshapes
   (:mod:`lite.engines.group_norm_fusion`);
-- a per-channel Mul and Add of constants and the Relu after them (:mod:`lite.engines.affine_fusion`).
+- a per-channel Mul and Add of constants and the Relu after them (:mod:`lite.engines.affine_fusion`);
+- a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`);
+- an RMSNorm written as elementwise nodes, a one-group GroupNorm written through
+  InstanceNormalization, a LayerNormalization with the residual Add before it, an L2
+  normalization over the last axis (:mod:`lite.engines.numpy_norms`);
+- a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`);
+- a tanh-approximated GELU written as elementwise nodes (:mod:`lite.engines.numpy_gelu`);
+- a MatMul and the reshapes and elementwise updates its result alone goes through
+  (:mod:`lite.engines.numpy_epilogue`).
 """
 
 from __future__ import annotations
@@ -25,6 +33,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines import affine_fusion, conv_fusions, group_norm_fusion
+from lite.engines.numpy_attention import fuse_attention
+from lite.engines.numpy_epilogue import fuse_product_epilogues
+from lite.engines.numpy_gelu import fuse_tanh_gelu
+from lite.engines.numpy_norms import (
+    fuse_group_norm,
+    fuse_l2_normalize,
+    fuse_residual_layer_norm,
+    fuse_rms_norm,
+)
+from lite.engines.numpy_rotary import fuse_rotary_embedding
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -40,6 +58,14 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
     steps = conv_fusions.fuse(steps, constants, graph_outputs)
+    steps = fuse_attention(steps, constants, graph_outputs)
+    steps = fuse_rms_norm(steps, constants, graph_outputs)
+    steps = fuse_group_norm(steps, constants, graph_outputs)
+    steps = fuse_residual_layer_norm(steps, constants, graph_outputs)
+    steps = fuse_l2_normalize(steps, constants, graph_outputs)
+    steps = fuse_rotary_embedding(steps, constants, graph_outputs)
+    steps = fuse_tanh_gelu(steps, constants, graph_outputs)
+    steps = fuse_product_epilogues(steps, constants, graph_outputs)
     steps = group_norm_fusion.fuse_group_norm(steps, constants, graph_outputs)
     return affine_fusion.fuse_channel_affine(steps, constants, graph_outputs)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +71,39 @@ def full_operand(operand: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     full = np.array(np.broadcast_to(operand, shape))
     full.flags.writeable = False
     return full
+
+
+class ReadOnlyInputs:
+    """What a kernel derives from small read-only inputs (constants, values the engine remembers
+    from shapes: both never change) and a data shape, kept by the inputs' identities: Slice's
+    windows from its starts, ends, axes and steps cost more to work out than to apply. An entry
+    holds its inputs, so their ids are not reused while it is kept; writeable inputs are never
+    kept (``key`` is None for them)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.entries: dict[tuple, tuple[tuple, Any]] = {}
+
+    @staticmethod
+    def key(shape: tuple[int, ...], inputs: tuple) -> tuple | None:
+        for value in inputs:
+            if value is not None and (type(value) is not np.ndarray or value.flags.writeable):
+                return None
+        return (shape, *map(id, inputs))
+
+    def get(self, key: tuple, inputs: tuple) -> Any:
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        for kept, value in zip(entry[0], inputs):
+            if kept is not value:
+                return None
+        return entry[1]
+
+    def put(self, key: tuple, inputs: tuple, result: Any) -> None:
+        if len(self.entries) >= self.size:
+            self.entries.clear()
+        self.entries[key] = (inputs, result)
 
 
 def normalize_axis(op_type: str, axis: int, rank: int) -> int:

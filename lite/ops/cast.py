@@ -60,6 +60,10 @@ def _cast(input, dtype: np.dtype) -> np.ndarray:
         return input.astype(str).astype(object)
     if input.dtype.kind in "OUS":
         return _parse_text(input, dtype)
+    if input.dtype.kind in "biu" and (dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize >= 4)):
+        # Nothing to warn about (integers wrap, every integer has a float32 neighbour): no
+        # errstate, which costs more than a small cast (an attention mask's, on every call).
+        return input.astype(dtype)
     # Out-of-range float -> int conversions are undefined in the spec; numpy warns about them.
     with np.errstate(invalid="ignore", over="ignore"):
         return input.astype(dtype)

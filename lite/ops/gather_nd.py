@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lite.errors import KernelError
+from lite.ops._helpers import ReadOnlyInputs
 from lite.ops.gather import checked_indices
 from lite.ops.registry import kernel
 
@@ -41,18 +42,27 @@ def GatherND(data, indices, *, batch_dims=0):
     return gathered.reshape(indices.shape[:-1] + data.shape[batch_dims + depth :])
 
 
+# Flat positions of constant index tuples (an attention mask's, from the sequence length), per data shape.
+_POSITIONS = ReadOnlyInputs()
+
+
 def _gather_flat(data: np.ndarray, indices: np.ndarray, depth: int) -> np.ndarray | None:
     """The common case in one take: every index tuple as one flat position into the first
     ``depth`` axes (numpy checks the range; None when it refuses, for the path above to name
     the offending indices). The general path's per-axis checks and fancy indexing took 33 µs of
     a small BERT's attention-mask GatherND."""
     dimensions = data.shape[:depth]
-    tuples = indices.reshape(-1, depth)
-    if tuples.min() < 0:
-        tuples = np.where(tuples < 0, tuples + np.asarray(dimensions, np.int64), tuples)
-    try:
-        flat = np.ravel_multi_index(tuple(tuples.T), dimensions)
-    except ValueError:
-        return None
+    key = _POSITIONS.key(dimensions, (indices,))
+    flat = None if key is None else _POSITIONS.get(key, (indices,))
+    if flat is None:
+        tuples = indices.reshape(-1, depth)
+        if tuples.min() < 0:
+            tuples = np.where(tuples < 0, tuples + np.asarray(dimensions, np.int64), tuples)
+        try:
+            flat = np.ravel_multi_index(tuple(tuples.T), dimensions)
+        except ValueError:
+            return None
+        if key is not None:
+            _POSITIONS.put(key, (indices,), flat)
     gathered = np.take(data.reshape((-1,) + data.shape[depth:]), flat, axis=0)
     return gathered.reshape(indices.shape[:-1] + data.shape[depth:])

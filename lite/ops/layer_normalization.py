@@ -21,7 +21,7 @@ _STASH_TYPES = {1: np.float32, 11: np.float64}
 
 
 @kernel("LayerNormalization", since=17)
-def LayerNormalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+def LayerNormalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, output_count=3):
     if stash_type not in _STASH_TYPES:
         raise UnsupportedOpError(
             f"LayerNormalization: stash_type {stash_type} is not supported (expected 1 float32 or 11 double)"
@@ -32,7 +32,7 @@ def LayerNormalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1)
     if 0 <= axis < x.ndim and x.size:
         rows = _as_rows(x, axis, Scale, B)
         if rows is not None:
-            return _normalize_rows(x, rows, axis, Scale, B, stash.type(epsilon), np.asarray(X).dtype)
+            return _normalize_rows(x, rows, axis, Scale, B, stash.type(epsilon), np.asarray(X).dtype, output_count)
     axes = tuple(range(axis, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
     centered = x - mean
@@ -53,11 +53,12 @@ def _as_rows(x: np.ndarray, axis: int, Scale, B) -> np.ndarray | None:
     return x.reshape(-1, width)
 
 
-def _normalize_rows(x: np.ndarray, rows: np.ndarray, axis: int, Scale, B, epsilon, dtype):
+def _normalize_rows(x: np.ndarray, rows: np.ndarray, axis: int, Scale, B, epsilon, dtype, output_count: int = 3):
     """The same statistics as above, in fewer passes: small transformers run this kernel on
     16x64 tensors, where each numpy call's overhead outweighs its arithmetic. Row means are
     products with a vector of 1/width: numpy reduces a short row at a time (wav2vec2's 799 rows
-    of 32 channels), a matrix-vector product runs over them all at once."""
+    of 32 channels), a matrix-vector product runs over them all at once. With one output (Y
+    alone, as exporters write it), the statistics are neither reshaped nor returned."""
     width = rows.shape[1]
     stash = rows.dtype
     mean = np.matmul(rows, _mean_weights(width, stash))
@@ -68,12 +69,23 @@ def _normalize_rows(x: np.ndarray, rows: np.ndarray, axis: int, Scale, B, epsilo
     inv_std = np.sqrt(variance, out=variance)
     np.reciprocal(inv_std, out=inv_std)
     centered *= inv_std[:, None]
-    centered *= np.asarray(Scale).astype(stash, copy=False).reshape(width)
+    centered *= _row(Scale, stash, width)
     if B is not None:
-        centered += np.asarray(B).astype(stash, copy=False).reshape(width)
+        centered += _row(B, stash, width)
+    y = centered.reshape(x.shape)
+    if y.dtype != dtype:
+        y = y.astype(dtype)
+    if output_count == 1:
+        return y
     statistics = x.shape[:axis] + (1,) * (x.ndim - axis)
-    return (centered.reshape(x.shape).astype(dtype, copy=False), mean.reshape(statistics),
-            inv_std.reshape(statistics))
+    return y, mean.reshape(statistics), inv_std.reshape(statistics)
+
+
+def _row(value, stash: np.dtype, width: int) -> np.ndarray:
+    """Scale or B as a row of ``width`` in the stash type (itself when it already is one)."""
+    if type(value) is np.ndarray and value.dtype == stash and value.shape == (width,):
+        return value
+    return np.asarray(value).astype(stash, copy=False).reshape(width)
 
 
 @functools.lru_cache(maxsize=64)

@@ -145,6 +145,15 @@ def ReduceSum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
 
 @kernel("ReduceMean", since=18)
 def ReduceMean(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    if (type(data) is np.ndarray and type(axes) is np.ndarray and axes.shape == (1,) and data.ndim
+            and data.dtype in _BLAS_TYPES and data.flags.c_contiguous and data.size
+            and int(axes[0]) in (-1, data.ndim - 1)):
+        # Over the last axis (RMSNorm as exported: Pow, ReduceMean, Add, Sqrt, ...): what
+        # _mean computes, without the general path's axis handling (most of a small call).
+        length = data.shape[-1]
+        total = np.matmul(data.reshape(-1, length), _ones(length, data.dtype))
+        np.divide(total, data.dtype.type(length), out=total)
+        return total.reshape(data.shape[:-1] + (1,) if keepdims else data.shape[:-1])
     return _reduce("ReduceMean", _mean, data, axes, keepdims, noop_with_empty_axes)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lite.errors import KernelError
-from lite.ops._helpers import int_list, normalize_axes
+from lite.ops._helpers import ReadOnlyInputs, int_list, normalize_axes
 from lite.ops.registry import kernel
 
 
@@ -30,8 +30,24 @@ def _window(start: int, end: int, step: int, dimension: int) -> slice:
     return slice(start, end if end >= 0 else None, step)
 
 
+# Windows worked out from constant starts, ends, axes and steps, per data shape.
+_WINDOWS = ReadOnlyInputs()
+
+
 def _slice(data, starts, ends, axes, steps) -> np.ndarray:
     data = np.asarray(data)
+    inputs = (starts, ends, axes, steps)
+    key = _WINDOWS.key(data.shape, inputs)
+    if key is not None:
+        windows = _WINDOWS.get(key, inputs)
+        if windows is None:
+            windows = _windows(data, starts, ends, axes, steps)
+            _WINDOWS.put(key, inputs, windows)
+        return data[windows]
+    return data[_windows(data, starts, ends, axes, steps)]
+
+
+def _windows(data: np.ndarray, starts, ends, axes, steps) -> tuple[slice, ...]:
     starts = int_list(starts)
     ends = int_list(ends)
     if len(starts) != len(ends):
@@ -47,7 +63,7 @@ def _slice(data, starts, ends, axes, steps) -> np.ndarray:
     windows = [slice(None)] * data.ndim
     for axis, start, end, step in zip(normalize_axes("Slice", axes, data.ndim), starts, ends, steps):
         windows[axis] = _window(start, end, step, data.shape[axis])
-    return data[tuple(windows)]
+    return tuple(windows)
 
 
 @kernel("Slice", since=10)

@@ -41,6 +41,12 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _SMALLEST_SUM = {np.dtype(np.float32): 1e-30, np.dtype(np.float64): 1e-290}
 
 
+def softmax_last_axis(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis of a non-empty float32 or float64 ``x``, as the kernel computes
+    it (for the engine's attention fusion, which calls it on scores it computed itself)."""
+    return _softmax(x, x.ndim - 1)
+
+
 def _softmax_rows(x: np.ndarray) -> np.ndarray | None:
     """Softmax over the last axis, shifted by the tensor's maximum instead of each row's (None
     when that does not work out). A row's maximum is a reduction over short rows, which numpy

@@ -95,6 +95,15 @@ def test_transpose(perm):
     check("Transpose", [normal((2, 3, 4))], {} if perm is None else {"perm": perm}, opset=13)
 
 
+@pytest.mark.parametrize("perm", [[0, -1, 1], [0, 0, 1], [0, 1, 3], [1, 0]])
+def test_transpose_refuses_what_is_not_a_permutation_of_the_axes(perm):
+    """numpy would take [0, -1, 1]; the spec wants a permutation of 0..rank-1."""
+    from lite.ops.transpose import Transpose
+
+    with pytest.raises(KernelError, match="not a permutation"):
+        Transpose(normal((2, 3, 4)), perm=perm)
+
+
 # --- Concat, Split, Slice ---------------------------------------------------------------------
 
 

@@ -1,0 +1,349 @@
+"""The numpy engine's attention fusion: a scaled dot-product attention block as one step.
+
+Exporters write a transformer's attention as a dozen small nodes (torch.export: BERT, GPT-2,
+T5, Llama, the vision transformers), each run on a few thousand values, where a node's fixed
+cost outweighs its arithmetic::
+
+    q ─► [Reshape ─► Transpose] ─────────┐
+    k ─► [Reshape ─► Transpose] ─► MatMul(q, kᵀ) ─► [Mul | Div by a scalar] ─► [Add m₁] ─► [Add m₂]
+                                                                                  │
+    v ─► [Reshape ─► Transpose] ───────────────────────────────┐                  ▼
+                                          y ◄─ [Reshape ◄─ Transpose] ◄─ MatMul(p, v) ◄─ Softmax(-1)
+
+becomes one step computing ``softmax(q kᵀ · s + m₁ + m₂) v`` with the same numpy operations in
+the same order (the products, the scale and the masks added in place into the scores, the
+softmax of :mod:`lite.ops.softmax` in place), the head reshapes and transposes as views.
+Bracketed nodes are optional; every node of the block but the last must have a single reader
+and not be a graph output. At run time, inputs the fused step does not handle (an integer or
+mixed element type, a rank other than 4 after the head split, masks that broadcast the scores
+to a larger shape) run the original kernels one after the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lite.engines.numpy_patterns import (
+    FLOATS,
+    MATMUL,
+    RESHAPE,
+    TRANSPOSE,
+    Graph,
+    broadcasts_to,
+    float_scalar,
+    is_kernel,
+    plain,
+)
+from lite.errors import LiteError
+
+if TYPE_CHECKING:
+    from lite.engines.numpy_engine import _Step
+
+# Reshape targets remembered per input shape (a server sees a few sequence lengths).
+_SHAPES_KEPT = 16
+
+
+def fuse_attention(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with every attention block (module docstring) replaced by one step."""
+    graph = Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for step in steps:
+        if step.node.op_type != "Softmax" or not plain(step, 1):
+            continue
+        block, _reason = match_attention(step, graph, constants)
+        if block is None or any(id(s) in dropped or id(s) in fused for s in block.steps):
+            continue
+        last = block.steps[-1]
+        fused[id(last)] = replace(
+            last, fn=FusedAttention(block, constants), inputs=block.inputs, outputs=[block.output],
+            attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
+            wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+        dropped.update(id(s) for s in block.steps[:-1])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+@dataclass
+class AttentionBlock:
+    """The matched steps (in graph order, the last computing the output) and how to compute them."""
+
+    steps: list[_Step]
+    inputs: list[int]  # tensor indices: the q, k, v sources, then the masks, then the shapes reshapes read
+    output: int
+    # For q, k and v, from its source: ("Reshape", shape input position), ("Transpose", perm),
+    # ("Mul", constant scalar), each a node of the block.
+    heads: list[list[tuple[str, Any]]] = field(default_factory=list)
+    scale: np.ndarray | None = None
+    divide: bool = False  # the scale divides (Div) instead of multiplying
+    masks: list[int] = field(default_factory=list)  # input positions of the added masks
+    merge: tuple[list[int], int] | None = None  # the output Transpose's perm, the Reshape's shape position
+    # Where(IsNaN(p), fill, p) after the softmax (torch's decomposed scaled_dot_product_attention): fill.
+    nan_fill: np.ndarray | None = None
+
+
+_SCORE_STEPS = ("MatMul", "Mul", "Div", "Add")
+
+
+def match_attention(softmax: _Step, graph: Graph, constants: dict[int, Any]) -> tuple[AttentionBlock | None, str]:
+    """The attention block around ``softmax``, or None and the reason it is not one."""
+    if not is_kernel(softmax.fn, "softmax", "Softmax") or softmax.attributes.get("axis", -1) != -1:
+        return None, "not a Softmax over the last axis (opset 13 on)"
+    # Backwards from the softmax: up to two adds, a scale, the scores' product.
+    chain: list[_Step] = []
+    masks: list[int] = []
+    current = softmax.inputs[0]
+    for _ in range(2):
+        add = graph.producer(current, "Add", 2)
+        if add is None:
+            break
+        scored = [p for p in (0, 1) if _scores_side(add.inputs[p], graph) and not _scores_side(add.inputs[1 - p], graph)]
+        if len(scored) != 1 or add.inputs[0] == add.inputs[1]:
+            return None, "an Add before the softmax adds no mask to the scores"
+        current, mask = add.inputs[scored[0]], add.inputs[1 - scored[0]]
+        chain.append(add)
+        masks.append(mask)
+    scale, divide = None, False
+    for op_type, positions in (("Mul", (1, 0)), ("Div", (1,))):
+        step = graph.producer(current, op_type, 2)
+        if step is None:
+            continue
+        for position in positions:
+            value = constants.get(step.inputs[position])
+            # A scalar, or a per-head scale (SwinV2's logit scale) checked against the scores' shape when run.
+            if isinstance(value, np.ndarray) and value.dtype in FLOATS and step.inputs[1 - position] not in constants:
+                scale, divide = value, op_type == "Div"
+                current = step.inputs[1 - position]
+                chain.append(step)
+                break
+        if scale is None:
+            return None, f"the scores' {op_type} is not by a float constant"
+    scores = graph.producer(current, "MatMul", 2, MATMUL)
+    if scores is None:
+        return None, "the softmax's input is not a product of two tensors (MatMul, scale, mask adds)"
+    chain.append(scores)
+    probabilities, guard, nan_fill = softmax.outputs[0], [], None
+    nan_guard = _nan_guard(softmax, graph, constants)
+    if nan_guard is not None:
+        guard, nan_fill = nan_guard
+        probabilities = guard[-1].outputs[0]
+    context = graph.only_reader(probabilities, "MatMul", 2, MATMUL)
+    if context is None:
+        return None, "the softmax's output is not read by one product, as its left operand"
+    steps = chain[::-1] + [softmax, *guard, context]
+    inputs: list[int] = []
+    chains = []
+    for source in (scores.inputs[0], scores.inputs[1], context.inputs[1]):
+        head_steps, origin, operations = _split_heads(source, graph, constants)
+        steps += head_steps
+        inputs.append(origin)
+        chains.append(operations)
+    mask_positions = list(range(3, 3 + len(masks)))
+    inputs += masks[::-1]  # in the order they are added
+    heads = []
+    for operations in chains:
+        resolved = []
+        for kind, argument in operations:
+            if kind == "Reshape":  # the shape tensor becomes an input of the fused step
+                resolved.append((kind, len(inputs)))
+                inputs.append(argument)
+            else:
+                resolved.append((kind, argument))
+        heads.append(resolved)
+    merge = None
+    output = context.outputs[0]
+    transpose = graph.only_reader(output, "Transpose", 1, TRANSPOSE)
+    if transpose is not None and transpose.attributes.get("perm"):
+        reshape = graph.only_reader(transpose.outputs[0], "Reshape", 2, RESHAPE)
+        if reshape is not None:
+            merge = (list(transpose.attributes["perm"]), len(inputs))
+            inputs.append(reshape.inputs[1])
+            steps += [transpose, reshape]
+            output = reshape.outputs[0]
+    steps.sort(key=lambda step: graph.position[id(step)])
+    last = steps[-1]
+    if output not in last.outputs:
+        return None, "the block's output is not computed by its last node"
+    # Every input must be there when the fused step runs, where the block's last node ran.
+    for index in inputs:
+        producer = graph.producer_of.get(index)
+        if producer is not None and graph.position[id(producer)] > graph.position[id(last)]:
+            return None, "an input of the block is computed after it"
+    return AttentionBlock(steps, inputs, output, heads, scale, divide, mask_positions, merge, nan_fill), ""
+
+
+def _scores_side(index: int, graph: Graph, depth: int = 3) -> bool:
+    """Whether ``index`` is computed, through at most ``depth`` single-reader Mul, Div or Add
+    nodes, from a MatMul (the scores, not a mask computed beside them)."""
+    step = graph.producer_of.get(index)
+    if step is None or not graph.single(index) or step.memo is not None:
+        return False
+    if step.node.op_type == "MatMul":
+        return True
+    if step.node.op_type not in _SCORE_STEPS or depth == 0:
+        return False
+    return any(_scores_side(i, graph, depth - 1) for i in step.inputs if i >= 0)
+
+
+# Nodes that split (or scale) an attention operand on its way to a product, at most this many.
+_HEAD_STEPS = 6
+
+
+def _split_heads(source: int, graph: Graph, constants: dict[int, Any]):
+    """The Reshape, Transpose and Mul-by-a-scalar nodes computing ``source`` from another tensor,
+    each read by the next alone: (their steps, the tensor they start from, their operations in
+    the order they run: ("Reshape", shape tensor), ("Transpose", perm), ("Mul", scalar))."""
+    steps: list[_Step] = []
+    operations: list[tuple[str, Any]] = []
+    while len(steps) < _HEAD_STEPS:
+        step = graph.producer_of.get(source)
+        if step is None or not graph.single(source):
+            break
+        if step.node.op_type == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and plain(step, 1) and step.attributes.get("perm"):
+            operations.append(("Transpose", list(step.attributes["perm"])))
+            origin = step.inputs[0]
+        elif step.node.op_type == "Reshape" and is_kernel(step.fn, *RESHAPE) and plain(step, 2) and step.inputs[0] not in constants:
+            operations.append(("Reshape", step.inputs[1]))
+            origin = step.inputs[0]
+        elif step.node.op_type == "Mul" and plain(step, 2) and step.inputs[0] != step.inputs[1]:
+            position = next((p for p in (1, 0) if float_scalar(constants.get(step.inputs[p]))), None)
+            if position is None or step.inputs[1 - position] in constants:
+                break
+            operations.append(("Mul", constants[step.inputs[position]]))
+            origin = step.inputs[1 - position]
+        else:
+            break
+        steps.append(step)
+        source = origin
+    return steps, source, operations[::-1]
+
+
+def _nan_guard(softmax: _Step, graph: Graph, constants: dict[int, Any]):
+    """(IsNaN, Where) steps computing ``Where(IsNaN(p), fill, p)`` from the softmax's output p,
+    and the constant scalar fill; None if the softmax is not read so."""
+    p = softmax.outputs[0]
+    readers = graph.readers_of.get(p, [])
+    if len(readers) != 2 or p in graph.graph_outputs:
+        return None
+    isnan = next((r for r in readers if r.node.op_type == "IsNaN"), None)
+    where = next((r for r in readers if r.node.op_type == "Where"), None)
+    if isnan is None or where is None or not plain(isnan, 1) or not plain(where, 3):
+        return None
+    fill = constants.get(where.inputs[1])
+    if (where.inputs[0] != isnan.outputs[0] or where.inputs[2] != p or not graph.single(isnan.outputs[0])
+            or not float_scalar(fill) or not graph.single(where.outputs[0])):
+        return None
+    return [isnan, where], fill
+
+
+class FusedAttention:
+    """The fused step's kernel (see the module docstring)."""
+
+    def __init__(self, block: AttentionBlock, constants: dict[int, Any]) -> None:
+        from lite.ops.reshape import Reshape
+        from lite.ops.softmax import softmax_last_axis
+
+        self.reshape = Reshape
+        self.softmax = softmax_last_axis
+        self.block = block
+        self.constants = constants
+        self.scale = block.scale
+        self.targets: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+
+    def __call__(self, *args: Any, allocate: Callable = np.empty) -> np.ndarray:
+        block = self.block
+        q, k, v = self._split(args, 0), self._split(args, 1), self._split(args, 2)
+        if (q is None or k is None or v is None or q.ndim != 4 or k.ndim != 4 or v.ndim != 4
+                or q.dtype not in FLOATS or k.dtype != q.dtype or v.dtype != q.dtype
+                or (self.scale is not None and self.scale.dtype != q.dtype) or not (q.size and k.size and v.size)):
+            return self._in_turn(args, allocate)
+        scores = np.matmul(q, k)
+        if self.scale is not None:
+            if not broadcasts_to(self.scale.shape, scores.shape):
+                return self._in_turn(args, allocate)
+            if block.divide:
+                np.divide(scores, self.scale, out=scores)
+            else:
+                np.multiply(scores, self.scale, out=scores)
+        for position in block.masks:
+            mask = args[position]
+            if type(mask) is not np.ndarray or mask.dtype != scores.dtype or not broadcasts_to(mask.shape, scores.shape):
+                return self._in_turn(args, allocate)
+            np.add(scores, mask, out=scores)
+        probabilities = self.softmax(scores)
+        if block.nan_fill is not None:
+            if block.nan_fill.dtype != probabilities.dtype or block.nan_fill.ndim > probabilities.ndim:
+                return self._in_turn(args, allocate)
+            nan = np.isnan(probabilities)
+            if nan.any():
+                probabilities = np.where(nan, block.nan_fill, probabilities)
+        context = np.matmul(probabilities, v)
+        if block.merge is None:
+            return context
+        perm, shape_position = block.merge
+        target = self._target(context.shape, perm, args[shape_position])
+        if target is None:
+            return self._in_turn(args, allocate)
+        return context.transpose(perm).reshape(target)
+
+    def _split(self, args: tuple[Any, ...], position: int) -> np.ndarray | None:
+        """q, k or v after the nodes between its source and the product (Reshape and Transpose
+        as views); None where they would fail."""
+        value = args[position]
+        if type(value) is not np.ndarray:
+            return None
+        for kind, argument in self.block.heads[position]:
+            if kind == "Reshape":
+                target = self._target(value.shape, None, args[argument])
+                if target is None:
+                    return None
+                value = value.reshape(target)
+            elif kind == "Transpose":
+                if len(argument) != value.ndim:
+                    return None
+                value = value.transpose(argument)
+            else:
+                if argument.dtype != value.dtype or argument.ndim > value.ndim:
+                    return None
+                value = np.multiply(value, argument)
+        return value
+
+    def _target(self, shape: tuple[int, ...], perm: list[int] | None, target: Any) -> tuple[int, ...] | None:
+        """What Reshape makes of a tensor of ``shape`` (permuted by ``perm``) for the shape tensor
+        ``target``, remembered by both (a few sequence lengths); None where Reshape fails."""
+        if type(target) is not np.ndarray or target.dtype != np.int64 or target.ndim != 1:
+            return None
+        # A read-only shape tensor (a constant, or a value the engine remembers from shapes) is
+        # known by its identity (the entry holds it: its id is not reused while it is a key).
+        by_identity = not target.flags.writeable
+        key = (shape, None if perm is None else tuple(perm), id(target) if by_identity else target.tobytes())
+        known = self.targets.get(key)
+        if known is not None and (not by_identity or known[0] is target):
+            return known[1]
+        if perm is not None:
+            if sorted(perm) != list(range(len(shape))):
+                return None
+            shape = tuple(shape[axis] for axis in perm)
+        try:
+            result = self.reshape(np.empty(shape, np.uint8), target).shape
+        except LiteError:
+            return None
+        if len(self.targets) >= _SHAPES_KEPT:
+            self.targets.clear()
+        self.targets[key] = (target, result)
+        return result
+
+    def _in_turn(self, args: tuple[Any, ...], allocate: Callable) -> np.ndarray:
+        """The block's own kernels one after the other."""
+        values: dict[int, Any] = dict(zip(self.block.inputs, args))
+        for step in self.block.steps:
+            step_args = [values[i] if i in values else self.constants.get(i) for i in step.inputs]
+            if step.wants_allocate:
+                result = step.fn(*step_args, allocate=allocate, **step.keywords)
+            else:
+                result = step.fn(*step_args, **step.keywords)
+            values[step.outputs[0]] = result[0] if type(result) is tuple else result
+        return values[self.block.output]

@@ -1,0 +1,168 @@
+"""The numpy engine's product epilogue fusion: a MatMul and the reshapes and elementwise updates
+that only its result goes through, as one step.
+
+Exporters follow a linear layer with nodes that each make one pass over its small output: a
+batch norm folded to a per-channel Mul and Add between two Reshapes (LeViT), the residual Add
+of a pre-norm transformer (GPT-2, ViT)::
+
+    x ─► MatMul(·, W) [+ bias] ─► Reshape ─► Mul(·, s) ─► Add(·, t) ─► Reshape ─► Add(·, r) ─► y
+
+becomes one step: the product (the MatMul's or Gemm's own kernel, with its fused bias), then each node's
+operation on it: Reshape and Transpose as views, and Add, Sub, Mul or Div by a constant or by
+another tensor written into the product in place when the other operand has the element type
+and does not enlarge the shape (the same numpy operation as the node's kernel, into a buffer
+nobody else reads), through the node's own kernel otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lite.engines.numpy_patterns import MATMUL, RESHAPE, TRANSPOSE, Graph, broadcasts_to, is_kernel, plain
+from lite.errors import LiteError
+
+if TYPE_CHECKING:
+    from lite.engines.numpy_engine import _Step
+
+_UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+# Reshape targets remembered per input shape and shape tensor (a server sees a few sequence lengths).
+_SHAPES_KEPT = 16
+
+
+def fuse_product_epilogues(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with each MatMul (its bias fused or not) or Gemm and the chain of nodes reading
+    its result alone (module docstring) replaced by one step."""
+    from lite.engines.numpy_fusions import _MatMulAdd
+
+    graph = Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for step in steps:
+        if (step.node.op_type not in ("MatMul", "Gemm")
+                or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or isinstance(step.fn, _MatMulAdd))
+                or not plain(step, len(step.inputs)) or len(step.inputs) < 2 or id(step) in dropped):
+            continue
+        chain, operations, extra = _epilogue(step, graph, constants)
+        if all(kind in ("Reshape", "Transpose") for kind, _ in operations):
+            continue  # reshapes alone are views already: nothing to gain
+        if any(id(s) in dropped or id(s) in fused for s in chain):
+            continue  # an Add of two products: the first product's chain has it
+        last = chain[-1]
+        fused[id(last)] = replace(
+            step, fn=ProductEpilogue(step, operations, len(step.inputs)), inputs=step.inputs + extra,
+            outputs=[last.outputs[0]], attributes={}, output_count=None, wants_allocate=True, prepare=None,
+            prepared=None, memo=None, memo_sources=[])
+        dropped.update(id(s) for s in [step, *chain[:-1]])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _epilogue(product: _Step, graph: Graph, constants: dict[int, Any]):
+    """(the steps after ``product`` that its result alone goes through, their operations, the
+    extra inputs they read). An operation is (op type, its input's position among the fused
+    step's inputs, or a perm for Transpose); "AddSwapped" and "MulSwapped" have the product second."""
+    chain: list[_Step] = []
+    operations: list[tuple[str, Any]] = []
+    extra: list[int] = []
+    first_extra = len(product.inputs)
+    current = product.outputs[0]
+    while True:
+        readers = graph.readers_of.get(current, [])
+        if len(readers) != 1 or current in graph.graph_outputs:
+            break
+        step = readers[0]
+        kind = step.node.op_type
+        if kind == "Reshape" and is_kernel(step.fn, *RESHAPE) and plain(step, 2) and step.inputs[0] == current != step.inputs[1]:
+            operations.append((kind, first_extra + len(extra)))
+            extra.append(step.inputs[1])
+        elif kind == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and plain(step, 1) and step.attributes.get("perm"):
+            operations.append((kind, list(step.attributes["perm"])))
+        elif kind in _UFUNCS and plain(step, 2) and step.inputs.count(current) == 1:
+            if kind in ("Sub", "Div") and step.inputs[0] != current:
+                break  # x - y and x / y: only with the product on the left
+            other = step.inputs[1] if step.inputs[0] == current else step.inputs[0]
+            # Add and Mul keep the node's operand order for the kernel (it returns the first one's type).
+            operations.append((kind if step.inputs[0] == current else kind + "Swapped", first_extra + len(extra)))
+            extra.append(other)
+        else:
+            break
+        chain.append(step)
+        current = step.outputs[0]
+    # The fused step runs where the last of them ran: every extra input must be there by then.
+    while chain:
+        last = graph.position[id(chain[-1])]
+        late = [index for index in extra if index in graph.producer_of
+                and graph.position[id(graph.producer_of[index])] > last]
+        if not late:
+            break
+        chain.pop()
+        kind, argument = operations.pop()
+        if kind != "Transpose":
+            extra.pop()
+    return chain, operations, extra
+
+
+class ProductEpilogue:
+    """The fused step's kernel: the product's own kernel, then the chain's operations."""
+
+    def __init__(self, product: _Step, operations: list[tuple[str, Any]], product_inputs: int) -> None:
+        from lite.ops import arithmetic
+        from lite.ops.reshape import Reshape
+        from lite.ops.transpose import Transpose
+
+        self.arithmetic = arithmetic
+        self.reshape = Reshape
+        self.transpose = Transpose
+        self.product = product.fn
+        self.keywords = product.keywords
+        self.product_allocates = product.wants_allocate
+        self.operations = operations
+        self.product_inputs = product_inputs
+        self.targets: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+
+    def __call__(self, *args: Any, allocate: Callable = np.empty) -> Any:
+        if self.product_allocates:
+            y = self.product(*args[: self.product_inputs], allocate=allocate, **self.keywords)
+        else:
+            y = self.product(*args[: self.product_inputs], **self.keywords)
+        owned = type(y) is np.ndarray  # a fresh array: operations may write into it
+        for kind, argument in self.operations:
+            if kind == "Reshape":
+                target = self._target(y.shape, args[argument])
+                y = y.reshape(target) if target is not None else self.reshape(y, args[argument])
+            elif kind == "Transpose":
+                y = self.transpose(y, perm=argument)
+            else:
+                other = args[argument]
+                swapped = kind.endswith("Swapped")
+                kind = kind.removesuffix("Swapped")
+                if (owned and type(other) is np.ndarray and other.dtype == y.dtype and y.dtype.kind == "f"
+                        and y.flags.writeable and broadcasts_to(other.shape, y.shape)):
+                    _UFUNCS[kind](y, other, out=y)
+                else:
+                    operands = (other, y) if swapped else (y, other)
+                    y = getattr(self.arithmetic, kind)(*operands, allocate=allocate)
+                    owned = type(y) is np.ndarray and y.flags.writeable
+        return y
+
+    def _target(self, shape: tuple[int, ...], target: Any) -> tuple[int, ...] | None:
+        """What Reshape makes of a tensor of ``shape`` for a read-only shape tensor ``target``
+        (None otherwise, or where Reshape fails), remembered by both; the entry holds ``target``,
+        so its id is not reused while it is a key."""
+        if type(target) is not np.ndarray or target.flags.writeable:
+            return None
+        key = (shape, id(target))
+        known = self.targets.get(key)
+        if known is not None and known[0] is target:
+            return known[1]
+        try:
+            result = self.reshape(np.empty(shape, np.uint8), target).shape
+        except LiteError:
+            return None
+        if len(self.targets) >= _SHAPES_KEPT:
+            self.targets.clear()
+        self.targets[key] = (target, result)
+        return result

@@ -1,0 +1,407 @@
+"""The numpy engine's RMS normalization fusion: an RMSNorm written as elementwise nodes, as one step.
+
+torch.export writes T5's and Llama's RMSNorm as seven nodes, each a kernel call on a few
+thousand values::
+
+    x ─┬─► Pow(·, 2) ─► ReduceMean(last axis, keepdims) ─► Add(ε) ─► Sqrt ─► Reciprocal ─┐
+       └───────────────────────────────────────────────────────────────────────────────── Mul ─► [Mul(γ)] ─► y
+
+becomes one step computing ``x · 1/sqrt(mean(x²) + ε) [· γ]`` with the same numpy operations in
+the same order (lite.ops.arithmetic's square for Pow(·, 2), lite.ops.reduce's mean over the last
+axis), the intermediates written in place. ε and γ are constants of x's float type; every node
+but the last is read by the next alone and is not a graph output. Inputs the step does not
+handle (another element type, a ReduceMean axis that is not the last) run the original kernels
+one after the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lite.engines.numpy_patterns import FLOATS, Graph, broadcasts_to, constant_of, ones, plain, run_in_turn
+
+if TYPE_CHECKING:
+    from lite.engines.numpy_engine import _Step
+
+
+def fuse_rms_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with every RMSNorm chain (module docstring) replaced by one step."""
+    graph = Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for step in steps:
+        if step.node.op_type != "Pow" or not plain(step, 2):
+            continue
+        match, _reason = match_rms_norm(step, graph, constants)
+        if match is None or any(id(s) in dropped or id(s) in fused for s in match[0]):
+            continue
+        block, x, axis, epsilon, weight = match
+        last = block[-1]
+        fused[id(last)] = replace(
+            last, fn=FusedRMSNorm(block, x, axis, epsilon, weight, constants), inputs=[x], outputs=[last.outputs[0]],
+            attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
+            wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+        dropped.update(id(s) for s in block[:-1])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def match_rms_norm(power: _Step, graph: Graph, constants: dict[int, Any]):
+    """(steps, x, the mean's axis, ε, γ or None) of the RMSNorm starting at ``power``, or None;
+    and the reason it is not one."""
+    exponent = constants.get(power.inputs[1])
+    x = power.inputs[0]
+    if not isinstance(exponent, np.ndarray) or exponent.size != 1 or exponent.dtype not in FLOATS or x in constants:
+        return None, "not a square of a computed tensor"
+    if float(exponent.reshape(())) != 2.0:
+        return None, "not a square"
+    mean = graph.only_reader(power.outputs[0], "ReduceMean", None, None)
+    if mean is None or mean.attributes.get("keepdims", 1) != 1 or len(mean.inputs) > 2:
+        return None, "the square is not averaged (ReduceMean, keepdims) alone"
+    axes = constants.get(mean.inputs[1]) if len(mean.inputs) == 2 else mean.attributes.get("axes")
+    if axes is None or np.asarray(axes).size != 1:
+        return None, "the mean is not over one constant axis"
+    axis = int(np.asarray(axes).reshape(()))
+    add = graph.only_reader(mean.outputs[0], "Add", 2, None)
+    position, epsilon = constant_of(add, constants) if add is not None else (None, None)
+    if epsilon is None or epsilon.size != 1 or add.inputs[1 - position] != mean.outputs[0]:
+        return None, "no constant ε added to the mean"
+    sqrt = graph.only_reader(add.outputs[0], "Sqrt", 1, None)
+    reciprocal = graph.only_reader(sqrt.outputs[0], "Reciprocal", 1, None) if sqrt is not None else None
+    if reciprocal is None:
+        return None, "not the reciprocal of a square root"
+    scale = graph.only_reader(reciprocal.outputs[0], "Mul", 2, None, first=False)
+    if scale is None or sorted(scale.inputs) != sorted([x, reciprocal.outputs[0]]):
+        return None, "x is not multiplied by the reciprocal"
+    block = [power, mean, add, sqrt, reciprocal, scale]
+    weight = None
+    gain = graph.only_reader(scale.outputs[0], "Mul", 2, None, first=False)
+    if gain is not None:
+        position, value = constant_of(gain, constants)
+        if value is not None and gain.inputs[1 - position] == scale.outputs[0]:
+            weight = value
+            block.append(gain)
+    dtypes = {exponent.dtype, epsilon.dtype} | ({weight.dtype} if weight is not None else set())
+    if len(dtypes) != 1:
+        return None, "ε and γ are not of one float type"
+    positions = {id(step): graph.position[id(step)] for step in block}
+    if max(positions.values()) != positions[id(block[-1])]:
+        return None, "the chain's last node does not run last"
+    return (block, x, axis, epsilon, weight), ""
+
+
+class FusedRMSNorm:
+    """The fused step's kernel (see the module docstring)."""
+
+    def __init__(self, block: list[_Step], x: int, axis: int, epsilon: np.ndarray, weight: np.ndarray | None,
+                 constants: dict[int, Any]) -> None:
+        self.block = block
+        self.x = x
+        self.axis = axis
+        self.epsilon = epsilon
+        self.weight = weight
+        self.dtype = epsilon.dtype
+        self.constants = constants
+
+    def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
+        if (type(x) is not np.ndarray or x.dtype != self.dtype or not x.ndim or not x.size
+                or self.axis not in (-1, x.ndim - 1) or not x.flags.c_contiguous
+                or (self.weight is not None and not broadcasts_to(self.weight.shape, x.shape))
+                or self.epsilon.ndim > x.ndim):
+            return self._in_turn(x, allocate)
+        length = x.shape[-1]
+        square = np.multiply(x, x)
+        # ReduceMean's last-axis path: row sums as a product with ones, then the division.
+        mean = np.matmul(square.reshape(-1, length), ones(length, x.dtype))
+        np.divide(mean, x.dtype.type(length), out=mean)
+        mean = mean.reshape(x.shape[:-1] + (1,))
+        if self.epsilon.ndim == mean.ndim and self.epsilon.shape != (1,) * mean.ndim:
+            return self._in_turn(x, allocate)
+        np.add(mean, self.epsilon, out=mean)
+        np.sqrt(mean, out=mean)
+        np.reciprocal(mean, out=mean)
+        y = np.multiply(x, mean)
+        if self.weight is not None:
+            np.multiply(y, self.weight, out=y)
+        return y
+
+    def _in_turn(self, x: Any, allocate: Callable) -> np.ndarray:
+        """The chain's own kernels one after the other."""
+        values: dict[int, Any] = {self.x: x}
+        for step in self.block:
+            args = [values[i] if i in values else self.constants.get(i) for i in step.inputs]
+            if step.wants_allocate:
+                result = step.fn(*args, allocate=allocate, **step.keywords)
+            else:
+                result = step.fn(*args, **step.keywords)
+            values[step.outputs[0]] = result[0] if type(result) is tuple else result
+        return values[self.block[-1].outputs[0]]
+
+
+# -- group normalization with one group -----------------------------------------------------------
+
+
+def fuse_group_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with every one-group GroupNorm written through InstanceNormalization replaced by
+    one step. torch.export writes ``GroupNorm(1, C)`` (PoolFormer, MobileViTv2) as::
+
+        x ─┬─► Reshape(N, 1, -1) ─► InstanceNormalization(1, 0) ─► Reshape ─► [Mul(γ)] ─► [Add(β)] ─► y
+           └─► Shape ───────────────────────────────────────────────┘
+
+    and the Reshape to ``(N, 1, -1)`` copies a channels-last activation (lite.ops._layout) on
+    every call. The fused step takes each sample's statistics from x in whatever layout it has
+    (the statistics of one group span all of a sample), and computes
+    ``(x - mean) · (s·γ / sqrt(var + ε)) + (b·γ + β)`` with the per-channel products taken once
+    at load: the same statistics, the affine part rounded once instead of twice. Other group
+    counts and layouts run the original kernels one after the other.
+    """
+    graph = Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for step in steps:
+        if step.node.op_type != "InstanceNormalization" or not plain(step, 3):
+            continue
+        match, _reason = match_group_norm(step, graph, constants)
+        if match is None or any(id(s) in dropped or id(s) in fused for s in match.block):
+            continue
+        last = match.block[-1]
+        fused[id(last)] = replace(
+            last, fn=match, inputs=[match.x], outputs=[last.outputs[0]],
+            attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
+            wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+        dropped.update(id(s) for s in match.block[:-1])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def match_group_norm(norm: _Step, graph: Graph, constants: dict[int, Any]):
+    """The :class:`FusedGroupNorm` of the one-group GroupNorm around ``norm``, or None; and the
+    reason it is not one."""
+    scale, bias = constants.get(norm.inputs[1]), constants.get(norm.inputs[2])
+    if not (isinstance(scale, np.ndarray) and isinstance(bias, np.ndarray) and scale.shape == bias.shape == (1,)
+            and scale.dtype in FLOATS and bias.dtype == scale.dtype):
+        return None, "not one group's constant scale and bias"
+    split = graph.producer(norm.inputs[0], "Reshape", 2)
+    target = constants.get(split.inputs[1]) if split is not None else None
+    if target is None or np.asarray(target).tolist() != [0, 1, -1] or split.inputs[0] in constants:
+        return None, "the input is not reshaped to (N, 1, -1)"
+    if split.attributes.get("allowzero", 0):
+        return None, "the reshape reads 0 as a zero size"
+    x = split.inputs[0]
+    merge = graph.only_reader(norm.outputs[0], "Reshape", 2, None)
+    shape = graph.producer(merge.inputs[1], "Shape", 1) if merge is not None else None
+    if (shape is None or shape.inputs[0] != x or shape.attributes.get("start", 0) != 0
+            or shape.attributes.get("end") is not None or merge.attributes.get("allowzero", 0)):
+        return None, "the result is not reshaped back to the input's shape"
+    block = [shape, split, norm, merge]
+    gain, shift, output = np.ones((), scale.dtype), np.zeros((), scale.dtype), merge.outputs[0]
+    for op_type in ("Mul", "Add"):
+        step = graph.only_reader(output, op_type, 2, None, first=False)
+        if step is None:
+            continue
+        position, value = constant_of(step, constants)
+        if value is None or step.inputs[1 - position] != output or value.dtype != scale.dtype:
+            continue
+        if op_type == "Mul":
+            gain = value
+        else:
+            shift = value
+        block.append(step)
+        output = step.outputs[0]
+    block.sort(key=lambda step: graph.position[id(step)])
+    if block[-1].outputs[0] != output:
+        return None, "the block's last node does not run last"
+    epsilon = norm.attributes.get("epsilon", 1e-5)
+    return FusedGroupNorm(block, x, scale, bias, gain, shift, epsilon, constants), ""
+
+
+class FusedGroupNorm:
+    """The fused step's kernel (see fuse_group_norm)."""
+
+    def __init__(self, block: list[_Step], x: int, scale: np.ndarray, bias: np.ndarray, gain: np.ndarray,
+                 shift: np.ndarray, epsilon: float, constants: dict[int, Any]) -> None:
+        self.block = block
+        self.x = x
+        self.dtype = scale.dtype
+        # Per channel, once: what the normalized value is multiplied by (before 1/std) and shifted by.
+        self.gain = np.multiply(gain, scale.reshape(()))
+        self.shift = np.add(np.multiply(gain, bias.reshape(())), shift)
+        self.epsilon = self.dtype.type(epsilon)
+        self.constants = constants
+        from lite.ops._helpers import einsum
+
+        self.einsum = einsum
+
+    def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
+        rows = _sample_rows(x) if type(x) is np.ndarray and x.dtype == self.dtype and x.ndim >= 3 and x.size else None
+        if (rows is None or self.gain.ndim > x.ndim or self.shift.ndim > x.ndim
+                or not broadcasts_to(self.gain.shape, x.shape[1:]) or not broadcasts_to(self.shift.shape, x.shape[1:])):
+            return run_in_turn(self.block, self.x, x, self.constants, allocate)
+        batch, width = rows.shape
+        statistics = (batch,) + (1,) * (x.ndim - 1)
+        inverse_width = x.dtype.type(1.0 / width)
+        mean = np.matmul(rows, ones(width, x.dtype))
+        mean *= inverse_width
+        centered = np.subtract(x, mean.reshape(statistics))
+        centered_rows = _sample_rows(centered)
+        if centered_rows is None:
+            centered = np.ascontiguousarray(centered)
+            centered_rows = centered.reshape(batch, width)
+        variance = self.einsum("ij,ij->i", centered_rows, centered_rows)
+        variance *= inverse_width
+        variance += self.epsilon
+        np.sqrt(variance, out=variance)
+        centered *= np.divide(self.gain, variance.reshape(statistics))
+        centered += self.shift
+        return centered
+
+
+def _sample_rows(x: np.ndarray) -> np.ndarray | None:
+    """``x`` (N, C, *spatial) as an (N, C * pixels) view in its memory order (C-contiguous or
+    channels-last), or None."""
+    from lite.ops._layout import channels_last_order, is_channels_last
+
+    if x.flags.c_contiguous:
+        return x.reshape(x.shape[0], -1)
+    if is_channels_last(x):
+        return x.transpose(channels_last_order(x.ndim)).reshape(x.shape[0], -1)
+    return None
+
+
+# -- residual connection and LayerNormalization ---------------------------------------------------
+
+
+def fuse_residual_layer_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with each LayerNormalization of a sum read by nothing else (a post-norm
+    transformer's residual connection, BERT's) computed with that Add in one step::
+
+        a ─► Add(a, b) ─► LayerNormalization(·, γ, β) ─► y      becomes      a, b ─► Add+LayerNorm ─► y
+
+    The sum is numpy's add of the two arrays when they share a float type, else the Add kernel.
+    """
+    graph = Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for norm in steps:
+        if (norm.node.op_type != "LayerNormalization" or norm.node.domain or not norm.inline or norm.activation
+                or norm.memo is not None or not norm.inputs or min(norm.inputs) < 0 or len(norm.outputs) != 1):
+            continue
+        add = graph.producer(norm.inputs[0], "Add", 2)
+        if add is None or id(add) in dropped or norm.inputs[0] in norm.inputs[1:]:
+            continue
+        fused[id(norm)] = replace(
+            norm, fn=ResidualLayerNorm(add.fn, norm.fn), inputs=add.inputs + norm.inputs[1:],
+            wants_allocate=True, memo=None, memo_sources=[])
+        dropped.add(id(add))
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+class ResidualLayerNorm:
+    """The fused step's kernel: the sum, then the LayerNormalization kernel on it."""
+
+    def __init__(self, add: Callable, norm: Callable) -> None:
+        self.add = add
+        self.norm = norm
+
+    def __call__(self, a: Any, b: Any, *parameters: Any, allocate: Callable = np.empty, **attributes: Any) -> Any:
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype in FLOATS:
+            total = np.add(a, b)
+        else:
+            total = self.add(a, b, allocate=allocate)
+        return self.norm(total, *parameters, **attributes)
+
+
+# -- L2 normalization ----------------------------------------------------------------------------
+
+
+def fuse_l2_normalize(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with every ``x / max(‖x‖₂, ε)`` over the last axis (torch's F.normalize: SwinV2's
+    cosine attention, SwiftFormer) replaced by one step. torch.export writes it as::
+
+        x ─┬─► ReduceL2(last axis, keepdims) ─► Clip(ε) ─► [Expand] ─┐
+           └──────────────────────────────────────────────────────────┴─► Div ─► y
+
+    The fused step computes the norm as the ReduceL2 kernel does over the last axis of a
+    C-contiguous input (squares, row sums as a product with ones, square root; for a strided
+    input the kernel sums in another order, a rounding apart), clips it with the Clip node's own
+    kernel, and divides x by it broadcast: the values the Expand would copy out, not a copy.
+    Inputs it does not handle run the original kernels one after the other.
+    """
+    graph = Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for norm in steps:
+        if norm.node.op_type != "ReduceL2" or not plain(norm, len(norm.inputs)) or not norm.inputs:
+            continue
+        match = match_l2_normalize(norm, graph, constants)
+        if match is None or any(id(s) in dropped or id(s) in fused for s in match.block):
+            continue
+        last = match.block[-1]
+        fused[id(last)] = replace(
+            last, fn=match, inputs=[match.x] + match.extra, outputs=[last.outputs[0]],
+            attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
+            wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+        dropped.update(id(s) for s in match.block[:-1])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def match_l2_normalize(norm: _Step, graph: Graph, constants: dict[int, Any]) -> FusedL2Normalize | None:
+    """The :class:`FusedL2Normalize` starting at ``norm`` (a ReduceL2), or None."""
+    x = norm.inputs[0]
+    axes = constants.get(norm.inputs[1]) if len(norm.inputs) == 2 else norm.attributes.get("axes")
+    if (len(norm.inputs) > 2 or axes is None or np.asarray(axes).size != 1 or norm.attributes.get("keepdims", 1) != 1
+            or x in constants):
+        return None
+    clip = graph.only_reader(norm.outputs[0], "Clip", None, None)
+    if clip is None or any(index not in constants for index in clip.inputs[1:]):
+        return None
+    block, current, extra = [norm, clip], clip.outputs[0], []
+    expand = graph.only_reader(current, "Expand", 2, None)
+    if expand is not None:
+        block.append(expand)
+        extra.append(expand.inputs[1])
+        current = expand.outputs[0]
+    divide = graph.only_reader(current, "Div", 2, None, first=False)
+    if divide is None or divide.inputs != [x, current]:
+        return None
+    block.append(divide)
+    block.sort(key=lambda step: graph.position[id(step)])
+    if block[-1] is not divide:
+        return None
+    return FusedL2Normalize(block, x, int(np.asarray(axes).reshape(())), clip, extra, constants)
+
+
+class FusedL2Normalize:
+    """The fused step's kernel (see fuse_l2_normalize)."""
+
+    def __init__(self, block: list[_Step], x: int, axis: int, clip: _Step, extra: list[int],
+                 constants: dict[int, Any]) -> None:
+        self.block = block
+        self.x = x
+        self.axis = axis
+        self.clip = clip.fn
+        self.clip_arguments = [constants[index] for index in clip.inputs[1:]]
+        self.clip_keywords = clip.keywords
+        self.extra = extra
+        self.constants = constants
+
+    def __call__(self, x: Any, *shape: Any, allocate: Callable = np.empty) -> Any:
+        if (type(x) is not np.ndarray or x.dtype not in FLOATS or not x.ndim or not x.size
+                or self.axis not in (-1, x.ndim - 1)
+                or (shape and not (type(shape[0]) is np.ndarray and shape[0].ndim == 1
+                                   and broadcasts_to(tuple(shape[0].tolist()), x.shape)))):
+            return self._in_turn(x, shape, allocate)
+        length = x.shape[-1]
+        square = np.multiply(x, x)
+        total = np.matmul(square.reshape(-1, length), ones(length, x.dtype))
+        norm = np.sqrt(total).reshape(x.shape[:-1] + (1,))
+        clipped = self.clip(norm, *self.clip_arguments, **self.clip_keywords)
+        if type(clipped) is not np.ndarray or clipped.dtype != x.dtype:
+            return self._in_turn(x, shape, allocate)
+        return np.divide(x, clipped)
+
+    def _in_turn(self, x: Any, shape: tuple[Any, ...], allocate: Callable) -> Any:
+        constants = {**self.constants, **dict(zip(self.extra, shape))}
+        return run_in_turn(self.block, self.x, x, constants, allocate)

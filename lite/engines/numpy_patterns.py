@@ -1,0 +1,117 @@
+"""What the numpy engine's fusions share: who produces and reads each value, the checks a
+matched node must pass, and running a matched block's own kernels when the fused step declines
+an input.
+
+Kernels are told by their module and name (:func:`is_kernel`), so a model loads no kernel module
+it does not use; the fusions import kernels only where they matched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from lite.engines.numpy_engine import _Step
+
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def is_kernel(fn: Any, module: str, name: str) -> bool:
+    """Whether ``fn`` is the kernel ``name`` of ``lite.ops.<module>``, told by its names: the
+    fusions import no kernel module a model does not use."""
+    return getattr(fn, "__module__", None) == f"lite.ops.{module}" and getattr(fn, "__qualname__", None) == name
+
+
+MATMUL, RESHAPE, TRANSPOSE = ("mat_mul", "MatMul"), ("reshape", "Reshape"), ("transpose", "Transpose")
+
+
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether an operand of ``shape`` broadcasts to ``target`` without enlarging it."""
+    if len(shape) > len(target):
+        return False
+    return all(size == 1 or size == wanted for size, wanted in zip(shape[::-1], target[::-1]))
+
+
+class Graph:
+    """Who produces and who reads each value, and where each step runs."""
+
+    def __init__(self, steps: list[_Step], graph_outputs: set[int]) -> None:
+        self.producer_of = {index: step for step in steps for index in step.outputs if index >= 0}
+        self.readers_of: dict[int, list[_Step]] = {}
+        for step in steps:
+            for index in set(step.inputs):
+                if index >= 0:
+                    self.readers_of.setdefault(index, []).append(step)
+        self.position = {id(step): position for position, step in enumerate(steps)}
+        self.graph_outputs = graph_outputs
+
+    def single(self, index: int) -> bool:
+        """Whether ``index`` is read by one step and is not a graph output."""
+        return len(self.readers_of.get(index, ())) == 1 and index not in self.graph_outputs
+
+    def producer(self, index: int, op_type: str, inputs: int, kernel: tuple[str, str] | None = None) -> _Step | None:
+        """The plain ``op_type`` step (of ``kernel``, (module, name), if given) computing
+        ``index`` if ``index`` has no other reader."""
+        step = self.producer_of.get(index)
+        if (step is None or step.node.op_type != op_type or not plain(step, inputs) or not self.single(index)
+                or (kernel is not None and not is_kernel(step.fn, *kernel))):
+            return None
+        return step
+
+    def only_reader(self, index: int, op_type: str, inputs: int | None, kernel: tuple[str, str] | None,
+                    first: bool = True) -> _Step | None:
+        """The plain ``op_type`` step (``inputs`` inputs, any number if None; of ``kernel``,
+        (module, name), if given) that alone reads ``index``: as its first input, or with
+        ``first`` False anywhere."""
+        found = self.readers_of.get(index, [])
+        if len(found) != 1 or index in self.graph_outputs:
+            return None
+        step = found[0]
+        if (step.node.op_type != op_type or not plain(step, len(step.inputs) if inputs is None else inputs)
+                or (kernel is not None and not is_kernel(step.fn, *kernel)) or step.inputs.count(index) != 1
+                or (first and step.inputs[0] != index)):
+            return None
+        return step
+
+
+def plain(step: _Step, inputs: int) -> bool:
+    """A standard-domain step the engine runs inline, with ``inputs`` inputs and nothing fused in."""
+    return (not step.node.domain and step.inline and step.activation is None and step.memo is None
+            and len(step.inputs) == inputs and all(i >= 0 for i in step.inputs))
+
+
+def float_scalar(value: Any) -> bool:
+    """Whether ``value`` is a one-element float32 or float64 array."""
+    return isinstance(value, np.ndarray) and value.size == 1 and value.dtype in FLOATS
+
+
+def constant_of(step: _Step, constants: dict[int, Any]) -> tuple[int, np.ndarray] | tuple[None, None]:
+    """(position, value) of the float constant among a binary step's inputs, if one is."""
+    for position in (1, 0):
+        value = constants.get(step.inputs[position])
+        if isinstance(value, np.ndarray) and value.dtype in FLOATS and step.inputs[1 - position] not in constants:
+            return position, value
+    return None, None
+
+
+def ones(length: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only vector of ones (row sums as products), the one lite.ops.reduce keeps."""
+    from lite.ops.reduce import _ones
+
+    return _ones(length, dtype)
+
+
+def run_in_turn(block: list[_Step], x_index: int, x: Any, constants: dict[int, Any], allocate: Callable) -> Any:
+    """A block's own kernels one after the other, on ``x``."""
+    values: dict[int, Any] = {x_index: x}
+    for step in block:
+        args = [values[i] if i in values else constants.get(i) for i in step.inputs]
+        if step.wants_allocate:
+            result = step.fn(*args, allocate=allocate, **step.keywords)
+        else:
+            result = step.fn(*args, **step.keywords)
+        values[step.outputs[0]] = result[0] if type(result) is tuple else result
+    return values[block[-1].outputs[0]]

@@ -1,0 +1,169 @@
+"""The numpy engine's attention fusion (lite.engines.numpy_attention): which blocks become one
+step, and that the step computes what the nodes compute, fused or run in turn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite.engines.numpy_attention import FusedAttention
+from lite.engines.numpy_engine import NumpyEngine
+from lite.errors import KernelError
+from lite.format import GraphBuilder, load, to_bytes
+
+HEADS, WIDTH = 2, 8  # two heads of 8: a model width of 16
+
+
+def attention_model(*, scale="Mul", masks=1, nan_guard=False, head_scale=False, merge=True, softmax_axis=-1,
+                    probabilities_output=False, scores_output=False, opset=18):
+    """q, k, v (N, T, 16) -> heads -> softmax(q kᵀ · s + masks) v -> merged heads (N, T, 16), the
+    nodes torch.export writes for a BERT layer (options: its variants in other models)."""
+    b = GraphBuilder("attention", opset=opset)
+    q, k, v = (b.input(name, np.float32, ["N", "T", HEADS * WIDTH]) for name in "qkv")
+    split = b.constant("split", np.array([0, 0, HEADS, WIDTH], np.int64))
+    heads = [b.node("Reshape", [x, split]) for x in (q, k, v)]
+    q = b.node("Transpose", [heads[0]], perm=[0, 2, 1, 3])
+    k = b.node("Transpose", [heads[1]], perm=[0, 2, 3, 1])
+    v = b.node("Transpose", [heads[2]], perm=[0, 2, 1, 3])
+    if head_scale:  # each operand scaled by the fourth root of the width, as torch's decomposed SDPA does
+        root = b.constant("root", np.array(WIDTH ** -0.25, np.float32))
+        q, k = b.node("Mul", [q, root]), b.node("Mul", [root, k])
+    scores = b.node("MatMul", [q, k], outputs=["scores"])
+    if scale == "Mul":
+        scores = b.node("Mul", [scores, b.constant("scale", np.array(WIDTH ** -0.5, np.float32))])
+    elif scale == "Div":
+        scores = b.node("Div", [scores, b.constant("scale", np.array(WIDTH ** 0.5, np.float32))])
+    elif scale == "per head":
+        scores = b.node("Mul", [b.constant("scale", np.array([[[0.5]], [[0.25]]], np.float32)), scores])
+    for index in range(masks):
+        mask = b.input(f"mask{index}", np.float32, ["N", 1, "T", "T"])
+        scores = b.node("Add", [mask, scores] if index else [scores, mask])
+    probabilities = b.node("Softmax", [scores], axis=softmax_axis, outputs=["probabilities"])
+    if nan_guard:
+        nan = b.node("IsNaN", [probabilities])
+        probabilities = b.node("Where", [nan, b.constant("zero", np.array(0.0, np.float32)), probabilities])
+    context = b.node("MatMul", [probabilities, v], outputs=["context" if not merge else "context_heads"])
+    if merge:
+        merged = b.node("Transpose", [context], perm=[0, 2, 1, 3])
+        context = b.node("Reshape", [merged, b.constant("merge", np.array([0, 0, HEADS * WIDTH], np.int64))],
+                         outputs=["context"])
+    b.output(context, np.float32, None)
+    if probabilities_output:
+        b.output("probabilities", np.float32, None)
+    if scores_output:
+        b.output("scores", np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def feeds(model, batch=2, length=5, seed=0, mask_batch=None):
+    rng = np.random.default_rng(seed)
+    values = {name: rng.standard_normal((batch, length, HEADS * WIDTH)).astype(np.float32) for name in "qkv"}
+    for index, tensor in enumerate(t for t in model.main.inputs if model.main.tensors[t].name.startswith("mask")):
+        mask = np.where(rng.random((mask_batch or batch, 1, length, length)) < 0.3, -1e4, 0.0).astype(np.float32)
+        values[model.main.tensors[tensor].name] = mask
+    return values
+
+
+def node_by_node(model, inputs):
+    """The graph run by each node's own kernel (the engine with no fusion)."""
+    engine = NumpyEngine(model)
+    plan = engine.plans[0]
+    values = dict(plan.constants)
+    for index in plan.graph.inputs:
+        values[index] = inputs[plan.graph.tensors[index].name]
+    for node in model.main.nodes:
+        step = engine._plan_node(node, 0, [])
+        args = [values.get(i) if i >= 0 else None for i in step.inputs]
+        result = step.fn(*args, **step.keywords)
+        values[node.outputs[0]] = result[0] if type(result) is tuple else result
+    return {plan.graph.tensors[i].name: values[i] for i in plan.graph.outputs}
+
+
+def reference(inputs, *, scale=WIDTH ** -0.5, masks=1, merge=True):
+    """Attention in float64, from its definition."""
+    q, k, v = (inputs[name].astype(np.float64) for name in "qkv")
+    split = [q.reshape(q.shape[0], q.shape[1], HEADS, WIDTH).transpose(0, 2, 1, 3) for q in (q, k, v)]
+    scores = split[0] @ split[1].transpose(0, 1, 3, 2) * scale
+    for index in range(masks):
+        scores = scores + inputs[f"mask{index}"]
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    context = (weights / weights.sum(axis=-1, keepdims=True)) @ split[2]
+    return context.transpose(0, 2, 1, 3).reshape(q.shape) if merge else context
+
+
+def fused(engine):
+    return [step for step in engine.plans[0].steps if isinstance(step.fn, FusedAttention)]
+
+
+@pytest.mark.parametrize("options, scale", [
+    ({}, WIDTH ** -0.5),
+    ({"scale": "Div"}, WIDTH ** -0.5),
+    ({"scale": None}, 1.0),
+    ({"scale": "per head"}, np.array([[[0.5]], [[0.25]]])),
+    ({"masks": 0}, WIDTH ** -0.5),
+    ({"masks": 2}, WIDTH ** -0.5),
+    ({"nan_guard": True, "head_scale": True, "scale": None}, WIDTH ** -0.5),
+    ({"merge": False}, WIDTH ** -0.5),
+], ids=["Mul scale", "Div scale", "no scale", "per-head scale", "no mask", "two masks", "decomposed SDPA",
+        "heads not merged"])
+def test_an_attention_block_is_one_step(options, scale):
+    model = attention_model(**options)
+    engine = NumpyEngine(model)
+    assert len(fused(engine)) == 1
+    assert [step.node.op_type for step in engine.plans[0].steps] == ["Reshape" if options.get("merge", True) else "MatMul"]
+    for batch, length in [(2, 5), (1, 7), (2, 5)]:  # shapes remembered per sequence length
+        inputs = feeds(model, batch, length, seed=length)
+        got = engine.run(inputs)["context"]
+        expected = reference(inputs, scale=scale, masks=options.get("masks", 1), merge=options.get("merge", True))
+        np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6)
+        # The same numpy operations in the same order as the nodes' kernels: the same float32 values.
+        np.testing.assert_array_equal(got, node_by_node(model, inputs)["context"])
+
+
+@pytest.mark.parametrize("options", [{"probabilities_output": True}, {"scores_output": True}, {"softmax_axis": 1}],
+                         ids=["probabilities returned", "scores returned", "softmax over another axis"])
+def test_blocks_whose_intermediates_are_needed_stay_as_they_are(options):
+    model = attention_model(**options)
+    engine = NumpyEngine(model)
+    assert not fused(engine)
+    inputs = feeds(model)
+    expected = node_by_node(model, inputs)
+    for name, value in engine.run(inputs).items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6, atol=1e-7)
+
+
+def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
+    """A mask with a larger batch than the scores broadcasts them to its shape: the nodes run in turn."""
+    model = attention_model(merge=False)
+    engine = NumpyEngine(model)
+    assert len(fused(engine)) == 1
+    inputs = feeds(model, batch=1, mask_batch=3)
+    got = engine.run(inputs)["context"]
+    assert got.shape == (3, HEADS, 5, WIDTH)
+    np.testing.assert_allclose(got, node_by_node(model, inputs)["context"], rtol=1e-6, atol=1e-7)
+    inputs = {name: value.astype(np.float64) for name, value in feeds(model).items()}  # not the graph's float32
+    np.testing.assert_allclose(engine.run(inputs)["context"], node_by_node(model, inputs)["context"], rtol=1e-12)
+
+
+def test_a_fully_masked_row_gives_the_guards_fill():
+    """An all -inf row makes softmax NaN; the decomposed SDPA's Where(IsNaN) turns it into zeros."""
+    model = attention_model(nan_guard=True)
+    engine = NumpyEngine(model)
+    assert len(fused(engine)) == 1
+    inputs = feeds(model)
+    inputs["mask0"][0, 0, 2, :] = -np.inf
+    got = engine.run(inputs)["context"]
+    np.testing.assert_array_equal(got[0, 2], np.zeros(HEADS * WIDTH, np.float32))
+    np.testing.assert_allclose(got, node_by_node(model, inputs)["context"], rtol=1e-6, atol=1e-7)
+
+
+def test_a_damaged_block_is_not_fused_and_fails_when_run():
+    """A product that lost its second input (a damaged file) is left alone: a KernelError when run."""
+    model = attention_model()
+    context = next(node for node in model.main.nodes if node.op_type == "MatMul" and node.inputs[0] ==
+                   model.main.tensors.index(next(t for t in model.main.tensors if t.name == "probabilities")))
+    context.inputs = context.inputs[:1]
+    engine = NumpyEngine(model)
+    assert not fused(engine)
+    with pytest.raises(KernelError):
+        engine.run(feeds(model))

@@ -1,0 +1,290 @@
+"""The numpy engine's RMSNorm fusion (lite.engines.numpy_norms): which chains become one step,
+and that the step computes what the nodes compute, fused or run in turn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite.engines.numpy_engine import NumpyEngine
+from lite.engines.numpy_norms import FusedRMSNorm
+from lite.format import GraphBuilder, load, to_bytes
+
+WIDTH = 16
+
+
+def rms_norm_model(*, opset=18, weight=True, weight_first=True, swap=False, exponent=2.0, axis=-1, epsilon=1e-6,
+                   epsilon_type=np.float32, root_output=False):
+    """x (N, T, 16) -> Pow, ReduceMean, Add ε, Sqrt, Reciprocal, Mul x, [Mul γ] -> y, as torch.export writes
+    T5's and Llama's RMSNorm."""
+    b = GraphBuilder("rms", opset=opset)
+    x = b.input("x", np.float32, ["N", "T", WIDTH])
+    square = b.node("Pow", [x, b.constant("two", np.array(exponent, np.float32))])
+    if opset >= 18:
+        mean = b.node("ReduceMean", [square, b.constant("axes", np.array([axis], np.int64))], keepdims=1)
+    else:
+        mean = b.node("ReduceMean", [square], axes=[axis], keepdims=1)
+    shifted = b.node("Add", [mean, b.constant("epsilon", np.array(epsilon, epsilon_type))])
+    root = b.node("Sqrt", [shifted], outputs=["root"])
+    inverse = b.node("Reciprocal", [root])
+    y = b.node("Mul", [inverse, x] if swap else [x, inverse], outputs=["y" if not weight else "normalized"])
+    if weight:
+        gamma = b.constant("gamma", np.random.default_rng(3).standard_normal(WIDTH).astype(np.float32))
+        y = b.node("Mul", [gamma, y] if weight_first else [y, gamma], outputs=["y"])
+    b.output(y, np.float32, None)
+    if root_output:
+        b.output(root, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def node_by_node(model, inputs):
+    engine = NumpyEngine(model)
+    plan = engine.plans[0]
+    values = dict(plan.constants)
+    for index in plan.graph.inputs:
+        values[index] = inputs[plan.graph.tensors[index].name]
+    for node in model.main.nodes:
+        step = engine._plan_node(node, 0, [])
+        args = [values.get(i) if i >= 0 else None for i in step.inputs]
+        result = step.fn(*args, **step.keywords)
+        values.update(zip(node.outputs, result if type(result) is tuple else (result,)))
+    return {plan.graph.tensors[i].name: values[i] for i in plan.graph.outputs}
+
+
+def fused(engine):
+    return [step for step in engine.plans[0].steps if isinstance(step.fn, FusedRMSNorm)]
+
+
+@pytest.mark.parametrize("options", [{}, {"opset": 13}, {"weight": False}, {"weight_first": False}, {"swap": True},
+                                     {"axis": 2}],
+                         ids=["opset 18", "axes attribute", "no weight", "weight second", "reciprocal first",
+                              "positive axis"])
+def test_an_rms_norm_is_one_step(options):
+    model = rms_norm_model(**options)
+    engine = NumpyEngine(model)
+    assert len(fused(engine)) == 1
+    assert len(engine.plans[0].steps) == 1
+    rng = np.random.default_rng(4)
+    for shape in [(2, 5, WIDTH), (1, 7, WIDTH)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = engine.run({"x": x})["y"]
+        expected = x / np.sqrt((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True) + 1e-6)
+        if options.get("weight", True):
+            expected = expected * engine.plans[0].constants[engine.plans[0].index_of["gamma"]]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+        # The same numpy operations in the same order as the nodes' kernels: the same float32 values.
+        np.testing.assert_array_equal(got, node_by_node(model, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("options", [{"exponent": 3.0}, {"root_output": True}, {"epsilon_type": np.float64}],
+                         ids=["a cube", "the root returned", "a float64 epsilon"])
+def test_chains_that_are_not_rms_norms_stay_as_they_are(options):
+    model = rms_norm_model(**options)
+    engine = NumpyEngine(model)
+    assert not fused(engine)
+    x = np.random.default_rng(5).standard_normal((2, 3, WIDTH)).astype(np.float32)
+    expected = node_by_node(model, {"x": x})
+    for name, value in engine.run({"x": x}).items():
+        np.testing.assert_array_equal(value, expected[name])
+
+
+def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
+    """A ReduceMean axis that is not the last for this input, and a float64 input: the nodes run in turn."""
+    model = rms_norm_model(axis=2, weight=False)
+    engine = NumpyEngine(model)
+    assert len(fused(engine)) == 1
+    (step,) = engine.plans[0].steps
+    x = np.random.default_rng(6).standard_normal((2, 3, WIDTH, 2)).astype(np.float32)
+    np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
+    x64 = np.random.default_rng(7).standard_normal((2, 3, WIDTH))
+    np.testing.assert_array_equal(step.fn(x64), node_by_node(model, {"x": x64})["y"])
+
+
+# -- one-group GroupNorm --------------------------------------------------------------------------
+
+CHANNELS = 6
+
+
+def group_norm_model(*, affine=True, groups=1, shape_output=False, scale_value=1.0):
+    """x (N, 6, H, W) -> Reshape(0, G, -1) -> InstanceNormalization -> Reshape(Shape(x)) -> Mul γ -> Add β,
+    as torch.export writes GroupNorm."""
+    rng = np.random.default_rng(8)
+    b = GraphBuilder("group_norm", opset=18)
+    x = b.input("x", np.float32, ["N", CHANNELS, "H", "W"])
+    split = b.node("Reshape", [x, b.constant("groups", np.array([0, groups, -1], np.int64))])
+    normalized = b.node("InstanceNormalization", [split, b.constant("s", np.full(groups, scale_value, np.float32)),
+                                                  b.constant("b", np.full(groups, 0.25, np.float32))], epsilon=1e-5)
+    shape = b.node("Shape", [x], outputs=["shape"])
+    y = b.node("Reshape", [normalized, shape], outputs=["y" if not affine else "merged"])
+    if affine:
+        gamma = b.constant("gamma", rng.standard_normal((CHANNELS, 1, 1)).astype(np.float32))
+        beta = b.constant("beta", rng.standard_normal((CHANNELS, 1, 1)).astype(np.float32))
+        y = b.node("Add", [beta, b.node("Mul", [y, gamma])], outputs=["y"])
+    b.output(y, np.float32, None)
+    if shape_output:
+        b.output(shape, np.int64, None)
+    return load(to_bytes(b.build()))
+
+
+def group_norm_reference(engine, x, affine=True, scale_value=1.0):
+    x = x.astype(np.float64)
+    mean = x.mean(axis=(1, 2, 3), keepdims=True)
+    variance = ((x - mean) ** 2).mean(axis=(1, 2, 3), keepdims=True)
+    y = (x - mean) / np.sqrt(variance + 1e-5) * scale_value + 0.25
+    if affine:
+        constants, index_of = engine.plans[0].constants, engine.plans[0].index_of
+        y = y * constants[index_of["gamma"]] + constants[index_of["beta"]]
+    return y
+
+
+def fused_group_norms(engine):
+    return [step for step in engine.plans[0].steps if type(step.fn).__name__ == "FusedGroupNorm"]
+
+
+@pytest.mark.parametrize("options", [{}, {"affine": False}, {"scale_value": 3.0}], ids=["affine", "plain", "scaled"])
+def test_a_one_group_group_norm_is_one_step_in_either_layout(options):
+    model = group_norm_model(**options)
+    engine = NumpyEngine(model)
+    assert len(fused_group_norms(engine)) == 1
+    (step,) = engine.plans[0].steps
+    rng = np.random.default_rng(9)
+    for shape in [(2, CHANNELS, 4, 5), (1, CHANNELS, 3, 3)]:
+        x = (3 * rng.standard_normal(shape) + 1).astype(np.float32)
+        expected = group_norm_reference(engine, x, options.get("affine", True), options.get("scale_value", 1.0))
+        np.testing.assert_allclose(engine.run({"x": x})["y"], expected, rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(engine.run({"x": x})["y"], node_by_node(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+        channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        got = step.fn(channels_last)
+        np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("options", [{"groups": 2}, {"shape_output": True}], ids=["two groups", "shape returned"])
+def test_group_norms_the_fusion_does_not_cover_stay_as_they_are(options):
+    model = group_norm_model(**options)
+    engine = NumpyEngine(model)
+    assert not fused_group_norms(engine)
+    x = np.random.default_rng(10).standard_normal((2, CHANNELS, 4, 4)).astype(np.float32)
+    expected = node_by_node(model, {"x": x})
+    for name, value in engine.run({"x": x}).items():
+        np.testing.assert_array_equal(value, expected[name])
+
+
+def test_inputs_the_fused_group_norm_does_not_handle_run_the_original_kernels():
+    model = group_norm_model()
+    engine = NumpyEngine(model)
+    (step,) = engine.plans[0].steps
+    x = np.random.default_rng(11).standard_normal((2, CHANNELS, 4, 4))  # float64: not the model's type
+    np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
+    strided = np.random.default_rng(12).standard_normal((2, CHANNELS, 4, 8)).astype(np.float32)[..., ::2]
+    np.testing.assert_array_equal(step.fn(strided), node_by_node(model, {"x": strided})["y"])
+
+
+# -- residual Add + LayerNormalization ------------------------------------------------------------
+
+
+def residual_model(*, sum_output=False, statistics=False):
+    """a, b (N, T, 16) -> Add -> LayerNormalization(γ, β) -> y [, the sum] [, Mean, InvStdDev]."""
+    rng = np.random.default_rng(13)
+    b = GraphBuilder("residual", opset=17)
+    first, second = b.input("a", np.float32, ["N", "T", WIDTH]), b.input("b", np.float32, ["N", "T", WIDTH])
+    total = b.node("Add", [first, second], outputs=["sum"])
+    gamma = b.constant("gamma", rng.standard_normal(WIDTH).astype(np.float32))
+    beta = b.constant("beta", rng.standard_normal(WIDTH).astype(np.float32))
+    outputs = ["y", "mean", "inv_std"] if statistics else ["y"]
+    b.node("LayerNormalization", [total, gamma, beta], outputs=outputs, epsilon=1e-5)
+    for name in outputs:
+        b.output(name, np.float32, None)
+    if sum_output:
+        b.output("sum", np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def test_a_residual_add_and_its_layer_norm_are_one_step():
+    model = residual_model()
+    engine = NumpyEngine(model)
+    assert [type(step.fn).__name__ for step in engine.plans[0].steps] == ["ResidualLayerNorm"]
+    rng = np.random.default_rng(14)
+    for shape in [(2, 5, WIDTH), (1, 3, WIDTH)]:
+        inputs = {name: rng.standard_normal(shape).astype(np.float32) for name in "ab"}
+        total = inputs["a"].astype(np.float64) + inputs["b"]
+        normalized = (total - total.mean(-1, keepdims=True)) / np.sqrt(total.var(-1, keepdims=True) + 1e-5)
+        constants, index_of = engine.plans[0].constants, engine.plans[0].index_of
+        expected = normalized * constants[index_of["gamma"]] + constants[index_of["beta"]]
+        got = engine.run(inputs)["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got, node_by_node(model, inputs)["y"])
+    mixed = {"a": rng.standard_normal((1, 3, WIDTH)).astype(np.float32), "b": rng.standard_normal((1, 3, WIDTH))}
+    (step,) = engine.plans[0].steps
+    constants = [engine.plans[0].constants[i] for i in step.inputs[2:]]
+    np.testing.assert_array_equal(step.fn(mixed["a"], mixed["b"], *constants, **step.keywords),
+                                  node_by_node(model, mixed)["y"])
+
+
+@pytest.mark.parametrize("options", [{"sum_output": True}, {"statistics": True}], ids=["sum returned", "statistics"])
+def test_a_layer_norm_whose_sum_or_statistics_are_read_stays_as_it_is(options):
+    model = residual_model(**options)
+    engine = NumpyEngine(model)
+    assert not [step for step in engine.plans[0].steps if type(step.fn).__name__ == "ResidualLayerNorm"]
+    rng = np.random.default_rng(15)
+    inputs = {name: rng.standard_normal((2, 3, WIDTH)).astype(np.float32) for name in "ab"}
+    expected = node_by_node(model, inputs)
+    got = engine.run(inputs)
+    assert set(got) == set(expected)
+    for name, value in got.items():
+        np.testing.assert_array_equal(value, expected[name])
+
+
+# -- L2 normalization -----------------------------------------------------------------------------
+
+
+def l2_normalize_model(*, expand=True, opset=18, norm_output=False, divide_other=False):
+    """x (N, H, T, 8) -> x / Expand(Clip(ReduceL2(x, -1, keepdims), 1e-12)), as torch.export writes F.normalize."""
+    b = GraphBuilder("normalize", opset=opset)
+    x = b.input("x", np.float32, ["N", 2, "T", 8])
+    other = b.input("other", np.float32, ["N", 2, "T", 8])
+    if opset >= 18:
+        norm = b.node("ReduceL2", [x, b.constant("axes", np.array([-1], np.int64))], keepdims=1, outputs=["norm"])
+    else:
+        norm = b.node("ReduceL2", [x], axes=[-1], keepdims=1, outputs=["norm"])
+    clipped = b.node("Clip", [norm, b.constant("epsilon", np.array(1e-12, np.float32))])
+    if expand:
+        clipped = b.node("Expand", [clipped, b.node("Shape", [x])])
+    b.output(b.node("Div", [other if divide_other else x, clipped], outputs=["y"]), np.float32, None)
+    if norm_output:
+        b.output(norm, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def fused_normalizations(engine):
+    return [step for step in engine.plans[0].steps if type(step.fn).__name__ == "FusedL2Normalize"]
+
+
+@pytest.mark.parametrize("options", [{}, {"expand": False}, {"opset": 13}], ids=["expanded", "broadcast", "axes attribute"])
+def test_an_l2_normalization_is_one_step(options):
+    model = l2_normalize_model(**options)
+    engine = NumpyEngine(model)
+    assert len(fused_normalizations(engine)) == 1
+    rng = np.random.default_rng(16)
+    for shape in [(1, 2, 5, 8), (2, 2, 3, 8)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        x[0, 0, 0] = 0  # a zero row: divided by ε, as clamp_min makes it
+        inputs = {"x": x, "other": x}
+        got = engine.run(inputs)["y"]
+        norm = np.sqrt((x.astype(np.float64) ** 2).sum(-1, keepdims=True))
+        np.testing.assert_allclose(got, x / np.maximum(norm, 1e-12), rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(got, node_by_node(model, inputs)["y"])
+        transposed = np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)  # a strided view
+        strided = {"x": transposed, "other": transposed}
+        np.testing.assert_allclose(engine.run(strided)["y"], node_by_node(model, strided)["y"], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("options", [{"norm_output": True}, {"divide_other": True}], ids=["norm returned", "another tensor divided"])
+def test_other_divisions_by_a_norm_stay_as_they_are(options):
+    model = l2_normalize_model(**options)
+    engine = NumpyEngine(model)
+    assert not fused_normalizations(engine)
+    rng = np.random.default_rng(17)
+    inputs = {name: rng.standard_normal((1, 2, 3, 8)).astype(np.float32) for name in ("x", "other")}
+    expected = node_by_node(model, inputs)
+    for name, value in engine.run(inputs).items():
+        np.testing.assert_array_equal(value, expected[name])
