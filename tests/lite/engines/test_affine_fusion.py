@@ -7,7 +7,7 @@ import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
-from tests.lite.engines.test_conv_fusions import expected_node_by_node, op_types
+from tests.lite.engines.fusion_tools import node_by_node, op_types
 
 
 def affine_model(*, relu=True, scale_shape=(8, 1, 1), product_output=False, swap=False):
@@ -35,7 +35,7 @@ def test_a_per_channel_affine_map_is_one_step_with_the_same_floats(options):
     rng = np.random.default_rng(42)
     for batch in (1, 3):
         feeds = {"x": rng.standard_normal((batch, 8, 5, 6)).astype(np.float32)}
-        np.testing.assert_array_equal(engine.run(feeds)["y"], expected_node_by_node(engine, feeds)["y"])
+        np.testing.assert_array_equal(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"])
 
 
 @pytest.mark.parametrize("options", [{"product_output": True}, {"scale_shape": (8, 5, 1)}],
@@ -45,7 +45,7 @@ def test_maps_that_are_not_per_channel_affine_keep_their_mul(options):
     engine = NumpyEngine(affine_model(**options))
     assert op_types(engine) == ["Mul", "Add"]
     feeds = {"x": np.random.default_rng(46).standard_normal((2, 8, 5, 6)).astype(np.float32)}
-    np.testing.assert_array_equal(engine.run(feeds)["y"], expected_node_by_node(engine, feeds)["y"])
+    np.testing.assert_array_equal(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"])
 
 
 def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
@@ -55,7 +55,7 @@ def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
     for x in [rng.standard_normal((2, 8, 5, 6)),  # float64
               rng.standard_normal((8, 5, 6)).astype(np.float32),  # not an image: broadcast as the nodes do
               np.ascontiguousarray(rng.standard_normal((2, 5, 6, 8)).astype(np.float32)).transpose(0, 3, 1, 2)]:
-        expected = expected_node_by_node(engine, {"x": x})["y"]
+        expected = node_by_node(engine, {"x": x})["y"]
         got = step.fn(x)
         assert got.dtype == expected.dtype and got.shape == expected.shape
         np.testing.assert_array_equal(got, expected)
@@ -80,7 +80,7 @@ def test_a_per_channel_shift_and_its_relu_are_one_step_with_the_same_floats(swap
     assert op_types(engine) == ["Add"]
     rng = np.random.default_rng(45)
     for x in (rng.standard_normal((2, 8, 5, 6)).astype(np.float32), rng.standard_normal((8, 5, 6)).astype(np.float32)):
-        np.testing.assert_array_equal(engine.run({"x": x})["y"], expected_node_by_node(engine, {"x": x})["y"])
+        np.testing.assert_array_equal(engine.run({"x": x})["y"], node_by_node(engine, {"x": x})["y"])
 
 
 def test_a_shift_without_a_relu_stays_one_add():

@@ -9,29 +9,7 @@ import pytest
 from lite.engines.numpy_engine import NumpyEngine
 from lite.errors import KernelError
 from lite.format import GraphBuilder, load, to_bytes
-
-
-def op_types(engine):
-    return [step.node.op_type for step in engine.plans[0].steps]
-
-
-def expected_node_by_node(engine, feeds):
-    """The graph node by node: each kernel on its own, no fusion."""
-    plan = engine.plans[0]
-    values = dict(plan.constants)
-    for name, value in feeds.items():
-        values[plan.index_of[name]] = value
-    for node in engine.model.main.nodes:
-        step = engine._plan_node(node, 0, [])
-        args = [values.get(i) if i >= 0 else None for i in step.inputs]
-        result = step.fn(*args, **step.keywords)
-        if step.activation is not None and not step.kernel_applies_activation:
-            from lite.ops import fused_activation
-
-            result = fused_activation.apply(result, *step.activation)
-        values[node.outputs[0]] = result[0] if type(result) is tuple else result
-    return {plan.graph.tensors[i].name: values[i] for i in plan.graph.outputs}
-
+from tests.lite.engines.fusion_tools import node_by_node, op_types
 
 # -- summed convolutions ---------------------------------------------------------------------------
 
@@ -70,7 +48,7 @@ def test_summed_convolutions_of_one_input_are_one_convolution(options):
     rng = np.random.default_rng(22)
     for batch in (1, 2):
         feeds = {"x": rng.standard_normal((batch, 8, 7, 7)).astype(np.float32)}
-        np.testing.assert_allclose(engine.run(feeds)["y"], expected_node_by_node(engine, feeds)["y"],
+        np.testing.assert_allclose(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"],
                                    rtol=1e-5, atol=1e-5)
 
 
@@ -87,6 +65,6 @@ def test_convolutions_that_cannot_be_merged_stay_as_they_are(options):
         with pytest.raises(KernelError):
             engine.run(feeds)
         return
-    got, expected = engine.run(feeds), expected_node_by_node(engine, feeds)
+    got, expected = engine.run(feeds), node_by_node(engine, feeds)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)

@@ -7,7 +7,7 @@ import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
-from tests.lite.engines.test_conv_fusions import expected_node_by_node, op_types
+from tests.lite.engines.fusion_tools import node_by_node, op_types
 
 
 def group_norm_model(*, groups=4, target=None, relu=True, planes_output=False, shape_output=False):
@@ -44,7 +44,7 @@ def test_a_group_normalization_is_one_step(options):
     rng = np.random.default_rng(32)
     for batch in (1, 3):
         feeds = {"x": (3 * rng.standard_normal((batch, 8, 5, 6)) + 1).astype(np.float32)}
-        got, expected = engine.run(feeds), expected_node_by_node(engine, feeds)
+        got, expected = engine.run(feeds), node_by_node(engine, feeds)
         for name in expected:
             np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
 
@@ -55,7 +55,7 @@ def test_blocks_that_are_not_a_group_normalization_stay_as_they_are(options):
     engine = NumpyEngine(group_norm_model(**options))
     assert "Reshape" in op_types(engine)
     feeds = {"x": np.random.default_rng(33).standard_normal((1, 8, 5, 6)).astype(np.float32)}
-    got, expected = engine.run(feeds), expected_node_by_node(engine, feeds)
+    got, expected = engine.run(feeds), node_by_node(engine, feeds)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
 
@@ -64,7 +64,7 @@ def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
     engine = NumpyEngine(group_norm_model())
     (step,) = engine.plans[0].steps
     x = np.random.default_rng(34).standard_normal((2, 8, 5, 6))  # float64: not the constants' type
-    expected = expected_node_by_node(engine, {"x": x})["y"]
+    expected = node_by_node(engine, {"x": x})["y"]
     got = step.fn(x)
     assert got.dtype == expected.dtype
     np.testing.assert_allclose(got, expected, rtol=1e-6)

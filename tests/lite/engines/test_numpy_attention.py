@@ -10,6 +10,7 @@ from lite.engines.numpy_attention import FusedAttention
 from lite.engines.numpy_engine import NumpyEngine
 from lite.errors import KernelError
 from lite.format import GraphBuilder, load, to_bytes
+from tests.lite.engines.fusion_tools import node_by_node
 
 HEADS, WIDTH = 2, 8  # two heads of 8: a model width of 16
 
@@ -62,21 +63,6 @@ def feeds(model, batch=2, length=5, seed=0, mask_batch=None):
         mask = np.where(rng.random((mask_batch or batch, 1, length, length)) < 0.3, -1e4, 0.0).astype(np.float32)
         values[model.main.tensors[tensor].name] = mask
     return values
-
-
-def node_by_node(model, inputs):
-    """The graph run by each node's own kernel (the engine with no fusion)."""
-    engine = NumpyEngine(model)
-    plan = engine.plans[0]
-    values = dict(plan.constants)
-    for index in plan.graph.inputs:
-        values[index] = inputs[plan.graph.tensors[index].name]
-    for node in model.main.nodes:
-        step = engine._plan_node(node, 0, [])
-        args = [values.get(i) if i >= 0 else None for i in step.inputs]
-        result = step.fn(*args, **step.keywords)
-        values[node.outputs[0]] = result[0] if type(result) is tuple else result
-    return {plan.graph.tensors[i].name: values[i] for i in plan.graph.outputs}
 
 
 def reference(inputs, *, scale=WIDTH ** -0.5, masks=1, merge=True):

@@ -9,6 +9,7 @@ import pytest
 from lite.engines.numpy_engine import NumpyEngine
 from lite.engines.numpy_epilogue import ProductEpilogue
 from lite.format import GraphBuilder, load, to_bytes
+from tests.lite.engines.fusion_tools import node_by_node
 
 WIDTH = 6
 
@@ -36,20 +37,6 @@ def linear_bn_model(*, gemm=False, scale_output=False, subtract_from=False, tran
     if scale_output:
         b.output(scaled, np.float32, None)
     return load(to_bytes(b.build()))
-
-
-def node_by_node(model, inputs):
-    engine = NumpyEngine(model)
-    plan = engine.plans[0]
-    values = dict(plan.constants)
-    for index in plan.graph.inputs:
-        values[index] = inputs[plan.graph.tensors[index].name]
-    for node in model.main.nodes:
-        step = engine._plan_node(node, 0, [])
-        args = [values.get(i) if i >= 0 else None for i in step.inputs]
-        result = step.fn(*args, **step.keywords)
-        values[node.outputs[0]] = result[0] if type(result) is tuple else result
-    return {plan.graph.tensors[i].name: values[i] for i in plan.graph.outputs}
 
 
 def feeds(gemm, batch=2, seed=0):

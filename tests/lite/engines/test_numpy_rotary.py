@@ -9,6 +9,7 @@ import pytest
 from lite.engines.numpy_engine import NumpyEngine
 from lite.engines.numpy_rotary import FusedRotaryEmbedding
 from lite.format import GraphBuilder, load, to_bytes
+from tests.lite.engines.fusion_tools import node_by_node
 
 WIDTH = 8
 END = np.iinfo(np.int64).max
@@ -44,20 +45,6 @@ def feeds(batch=1, length=5, seed=0):
     angles = rng.standard_normal((batch, 1, length, WIDTH)).astype(np.float32)
     return {"x": rng.standard_normal((batch, 2, length, WIDTH)).astype(np.float32),
             "cos": np.cos(angles), "sin": np.sin(angles)}
-
-
-def node_by_node(model, inputs):
-    engine = NumpyEngine(model)
-    plan = engine.plans[0]
-    values = dict(plan.constants)
-    for index in plan.graph.inputs:
-        values[index] = inputs[plan.graph.tensors[index].name]
-    for node in model.main.nodes:
-        step = engine._plan_node(node, 0, [])
-        args = [values.get(i) if i >= 0 else None for i in step.inputs]
-        result = step.fn(*args, **step.keywords)
-        values[node.outputs[0]] = result[0] if type(result) is tuple else result
-    return {plan.graph.tensors[i].name: values[i] for i in plan.graph.outputs}
 
 
 def fused(engine):
