@@ -19,7 +19,7 @@ from ..dataplane import DataPlane
 from ..errors import ModelNotReadyError, RegionNotFoundError, ServingError, UnsupportedError
 from . import converters
 from .decoding import Undecodable
-from .status import status_of
+from .status import details_of, status_of
 
 log = logging.getLogger("serving.grpc")
 _NO_CUDA = ("this server does not offer CUDA shared memory; pass tensors in system shared memory "
@@ -36,12 +36,13 @@ def _answer_errors(method: Callable[..., Awaitable]) -> Callable[..., Awaitable]
                 raise request.error()
             return await method(self, request, context)
         except ServingError as err:
-            await context.abort(status_of(err), str(err))
+            await context.abort(status_of(err), details_of(str(err)))
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a bug in the server must cost one call, never the process
             log.exception("%s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(err).__name__}: {err}")
+            message = f"internal error: {type(err).__name__}: {err}"
+            await context.abort(grpc.StatusCode.INTERNAL, details_of(message))
 
     return wrapper
 
@@ -125,7 +126,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_answer_errors
     async def RepositoryModelLoad(self, request, context):
-        await self._dataplane.load(request.model_name)
+        await self._dataplane.load(request.model_name, converters.load_overrides(request))
         return pb.RepositoryModelLoadResponse()
 
     @_answer_errors
@@ -226,7 +227,7 @@ class InferStream:
         else:
             err = self._reader.exception()
         if isinstance(err, ServingError):
-            await self._context.abort(status_of(err), str(err))
+            await self._context.abort(status_of(err), details_of(str(err)))
         elif err is not None:
             raise err
 
