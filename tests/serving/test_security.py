@@ -384,3 +384,35 @@ def test_metrics_host_binds_the_metrics_endpoint_apart_from_the_grpc_port(reposi
             scrape(server.metrics_port)  # 127.0.0.1, where gRPC listens
     finally:
         server.stop()
+
+
+# ----- TLS files ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["missing-cert", "key-of-another-certificate", "not-pem", "client-ca-not-pem",
+                                  "client-ca-directory"])
+def test_unusable_tls_files_refuse_to_start_naming_the_file(pki, repository, tmp_path, kind):
+    """gRPC only logs "Invalid private key" and fails to add the port, which the server used to
+    report as "the port is in use"; the files are now checked before anything listens."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    cert, key, client_ca = pki.server.cert, pki.server.key, None
+    if kind == "missing-cert":
+        cert = tmp_path / "missing.crt"
+    elif kind == "key-of-another-certificate":
+        key = pki.client.key
+    elif kind == "not-pem":
+        cert = key = garbage
+    elif kind == "client-ca-not-pem":
+        client_ca = garbage
+    else:
+        client_ca = tmp_path
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key)]
+    if client_ca is not None:
+        flags += ["--tls-client-ca", str(client_ca)]
+    message = refusal_to_start(repository, *flags)
+    assert "port is in use" not in message
+    if client_ca is not None:
+        assert f"tls_client_ca '{client_ca}'" in message
+    else:
+        assert f"tls_cert '{cert}'" in message
