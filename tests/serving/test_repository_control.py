@@ -291,3 +291,47 @@ def _wait_for(condition, timeout: float = 10.0) -> None:
             pass
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def test_loads_and_unloads_of_names_not_in_the_repository_leave_nothing_behind(tmp_path):
+    """Each such name used to leave a lock and its failure message in the server for good, so a
+    client sending new names grew it without bound; the lookups still say NOT_FOUND."""
+    identity_model(tmp_path / "a" / "1" / "model.lite")
+    server = start_server(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        for call in (client.load_model, client.unload_model):
+            with pytest.raises(InferenceServerException) as info:
+                call("ghost")
+            assert info.value.status() == "StatusCode.NOT_FOUND"
+            assert "'ghost'" in info.value.message()
+        with pytest.raises(InferenceServerException) as info:
+            client.get_model_metadata("ghost")
+        assert info.value.message() == "model 'ghost' is not loaded"  # no failure was kept for the name
+        assert client.is_model_ready("a")
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_the_manager_keeps_no_state_for_names_not_in_the_repository(tmp_path):
+    from serving.errors import ModelNotFoundError
+    from serving.manager import ModelManager
+    from serving.metrics import Metrics
+    from serving.repository import ModelRepository
+    from serving.settings import Settings
+
+    identity_model(tmp_path / "a" / "1" / "model.lite")
+    settings = Settings(repository=tmp_path, device="numpy")
+    manager = ModelManager(ModelRepository(tmp_path), settings, Metrics())
+
+    async def churn() -> None:
+        await manager.load("a")
+        for index in range(200):
+            for call in (manager.load, manager.unload):
+                with pytest.raises(ModelNotFoundError):
+                    await call(f"ghost-{index}")
+        await manager.close()
+
+    asyncio.run(churn())
+    assert set(manager._locks) == {"a"} and not manager._failures
