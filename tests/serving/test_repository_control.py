@@ -335,3 +335,25 @@ def test_the_manager_keeps_no_state_for_names_not_in_the_repository(tmp_path):
 
     asyncio.run(churn())
     assert set(manager._locks) == {"a"} and not manager._failures
+
+
+def test_two_folders_of_one_version_fail_the_load_naming_both(tmp_path):
+    """"1" and "01" are both version 1: which of the two was served depended on the order the
+    file system listed them in."""
+    identity_model(tmp_path / "m" / "1" / "model.lite", shape=("N", 2))
+    identity_model(tmp_path / "m" / "01" / "model.lite", shape=("N", 3))
+    identity_model(tmp_path / "other" / "1" / "model.lite")
+    server = start_server(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index["m"]["state"] == "UNAVAILABLE"
+        assert "the folders '01' and '1' are both version 1; rename or remove one" in index["m"]["reason"]
+        assert client.is_model_ready("other")
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("m")
+        assert info.value.status() == "StatusCode.FAILED_PRECONDITION"
+        assert "are both version 1" in info.value.message()
+        client.close()
+    finally:
+        server.stop()
