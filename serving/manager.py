@@ -174,8 +174,10 @@ class ModelManager:
         for name in names:
             try:
                 await self.load(name)
-            except ServingError:
+            except ServingError as err:
                 failed.append(name)
+                if name not in self._failures:  # refused before loading began (a bad name, no folder)
+                    log.error("model %s: not loaded at startup: %s", name, err)
         return failed
 
     def start_polling(self) -> None:

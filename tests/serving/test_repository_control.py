@@ -357,3 +357,16 @@ def test_two_folders_of_one_version_fail_the_load_naming_both(tmp_path):
         client.close()
     finally:
         server.stop()
+
+
+def test_a_startup_model_that_is_not_in_the_repository_is_logged_with_the_reason(tmp_path):
+    identity_model(tmp_path / "a" / "1" / "model.lite")
+    server = start_server(tmp_path, "--model", "a", "--model", "ghost")
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        assert client.is_model_ready("a")
+        client.close()
+    finally:
+        server.stop()
+    assert any("model ghost: not loaded at startup: model 'ghost' not found in repository" in line
+               for line in server.logs)
