@@ -110,7 +110,8 @@ class ModelManager:
 
     async def unload(self, name: str) -> None:
         check_model_name(name)
-        if name not in self._models:  # before taking a lock, which is kept per name
+        # A name that was never loaded gets no lock (one is kept per name); one being loaded has one.
+        if name not in self._models and name not in self._locks:
             raise ModelNotFoundError(f"model {name!r} is not loaded")
         async with self._lock(name):
             versions = self._models.pop(name, None)
