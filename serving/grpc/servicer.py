@@ -257,10 +257,26 @@ class InferStream:
         except Exception as err:  # a bug costs this request, not the stream
             log.exception("stream request failed")
             out = _stream_error(request, f"internal error: {type(err).__name__}: {err}")
+        if _wants_final_flag(request):
+            out.infer_response.parameters[FINAL_RESPONSE].bool_param = True
         self._answers.put_nowait(out)
 
 
 _END = object()  # the reader is done: no request will be read any more
+
+# Triton's stream flags: a request with ENABLE_FINAL_RESPONSE true learns which answer is its last
+# from FINAL_RESPONSE true on it (tritonclient's ``enable_empty_final_response``; clients written
+# for decoupled models read answers until they see it). Every request here has one answer, so that
+# answer, or its error, is the final one; without the flag such a client waits for ever.
+ENABLE_FINAL_RESPONSE = "triton_enable_empty_final_response"
+FINAL_RESPONSE = "triton_final_response"
+
+
+def _wants_final_flag(request: pb.ModelInferRequest) -> bool:
+    if not request.parameters or ENABLE_FINAL_RESPONSE not in request.parameters:
+        return False
+    flag = request.parameters[ENABLE_FINAL_RESPONSE]
+    return flag.WhichOneof("parameter_choice") == "bool_param" and flag.bool_param
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

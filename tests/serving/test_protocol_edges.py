@@ -177,3 +177,51 @@ def test_a_load_with_other_parameters_still_loads(stub):
     request.parameters["unrelated"].bool_param = True
     stub.RepositoryModelLoad(request, timeout=TIMEOUT)
     assert stub.ModelReady(pb.ModelReadyRequest(name="identity"), timeout=TIMEOUT).ready
+
+
+# ----- streams ----------------------------------------------------------------------------------------
+
+
+def _final_flag(answer: pb.ModelInferResponse) -> bool | None:
+    if "triton_final_response" not in answer.parameters:
+        return None
+    return answer.parameters["triton_final_response"].bool_param
+
+
+def test_stream_answers_and_errors_are_marked_final_when_asked(stub):
+    """tritonclient's ``enable_empty_final_response``: clients written for Triton read a request's
+    answers until one carries ``triton_final_response`` true; without it they waited for ever."""
+    asking = identity_request()
+    asking.id = "asks"
+    asking.parameters["triton_enable_empty_final_response"].bool_param = True
+    failing = identity_request(name="EXTRA")
+    failing.id = "fails"
+    failing.parameters["triton_enable_empty_final_response"].bool_param = True
+    plain = identity_request()
+    plain.id = "plain"
+    answers = {a.infer_response.id: a for a in stub.ModelStreamInfer(iter([asking, failing, plain]), timeout=TIMEOUT)}
+    assert not answers["asks"].error_message and _final_flag(answers["asks"].infer_response) is True
+    assert "unknown input(s) ['EXTRA']" in answers["fails"].error_message
+    assert _final_flag(answers["fails"].infer_response) is True
+    assert _final_flag(answers["plain"].infer_response) is None
+
+
+def test_tritonclient_sees_the_final_flag(server):
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.address)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        tensor = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+        tensor.set_data_from_numpy(ROW)
+        client.async_stream_infer("identity", [tensor], request_id="one", enable_empty_final_response=True)
+        result, error = answers.get(timeout=TIMEOUT)
+    finally:
+        client.stop_stream()
+        client.close()
+    assert error is None
+    assert result.get_response().parameters["triton_final_response"].bool_param
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), ROW)
