@@ -27,7 +27,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -411,11 +411,19 @@ class MergeBuffers:
     A buffer holds at least the rows asked for; the batch goes into its leading rows (still one
     contiguous block). Shared by the threads that merge and execute (one takes, another gives
     back). A buffer that an output may share memory with (a model that returns its input) is
-    not reused."""
+    not reused.
+
+    Buffers are kept per input and row shape (the dimensions after the batch). An input whose
+    other dimensions vary (``["N", "M"]``) would otherwise leave a buffer behind for every size
+    a client ever sent, and a client choosing sizes would grow the server without bound; so each
+    input keeps the buffers of its ``SHAPES_PER_INPUT`` most recently used row shapes."""
+
+    SHAPES_PER_INPUT = 4
 
     def __init__(self, allocate: Allocate | None = None) -> None:
         self._allocate = allocate or np.empty
-        self._free: dict[tuple, list[np.ndarray]] = {}  # (input, row shape, dtype) -> buffers
+        # input -> (row shape, dtype) -> buffers, the most recently used shape last
+        self._free: dict[str, OrderedDict[tuple, list[np.ndarray]]] = {}
         self._lock = threading.Lock()
 
     def get(self, sample: Tensors, rows: int) -> dict[str, np.ndarray]:
@@ -423,7 +431,7 @@ class MergeBuffers:
         buffers = {}
         for name, array in sample.items():
             with self._lock:
-                free = self._free.setdefault((name, array.shape[1:], array.dtype.str), [])
+                free = self._free.get(name, {}).get((array.shape[1:], array.dtype.str), [])
                 fits = next((i for i, buffer in enumerate(free) if len(buffer) >= rows), None)
                 buffer = free.pop(fits) if fits is not None else None
                 if buffer is None and free:
@@ -439,8 +447,19 @@ class MergeBuffers:
             return
         with self._lock:
             for name, buffer in buffers.items():
-                if buffer.dtype != object:
-                    self._free.setdefault((name, buffer.shape[1:], buffer.dtype.str), []).append(buffer)
+                if buffer.dtype == object:
+                    continue
+                shapes = self._free.setdefault(name, OrderedDict())
+                key = (buffer.shape[1:], buffer.dtype.str)
+                shapes.setdefault(key, []).append(buffer)
+                shapes.move_to_end(key)
+                while len(shapes) > self.SHAPES_PER_INPUT:
+                    shapes.popitem(last=False)
+
+    def held_bytes(self) -> int:
+        """What the kept buffers take, for tests and diagnostics."""
+        with self._lock:
+            return sum(b.nbytes for shapes in self._free.values() for free in shapes.values() for b in free)
 
 
 def pinned_allocator(name: str) -> Allocate:

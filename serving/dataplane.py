@@ -6,13 +6,15 @@ and back; a REST front end could do the same.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import lite
 
-from .errors import ModelNotFoundError, ModelNotReadyError, RepositoryControlDisabledError
+from .errors import ModelNotFoundError, ModelNotReadyError, RepositoryControlDisabledError, UnsupportedError
 from .limits import RequestLimits
 from .manager import ModelManager
 from .model import PLATFORM, ServedModel
+from .repository import check_model_name
 from .settings import Settings
 from .shared_memory import Region, SharedMemoryRegistry
 from .statistics import StatisticsSnapshot
@@ -138,8 +140,19 @@ class DataPlane:
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         return self.manager.index(ready_only)
 
-    async def load(self, name: str) -> None:
+    async def load(self, name: str, overrides: Sequence[str] = ()) -> None:
+        """Load or reload ``name`` from the repository. ``overrides``: the request's parameters that
+        would replace the repository's configuration or files (Triton's ``config`` and
+        ``file:<path>``), which this server refuses: loading the files on disk instead would tell
+        the client its configuration took effect when it did not."""
         self._check_control("load")
+        check_model_name(name)
+        if overrides:
+            raise UnsupportedError(
+                f"model {name}: the load parameters {list(overrides)[:8]} would replace its configuration or files; "
+                "this server loads models only from its repository (<model>/config.json, <model>/<version>/"
+                "model.lite): write them there and load without these parameters"
+            )
         await self.manager.load(name)
 
     async def unload(self, name: str) -> None:

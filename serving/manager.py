@@ -88,6 +88,10 @@ class ModelManager:
     async def load(self, name: str) -> None:
         """Load the model, or reload it: versions whose file and config are unchanged are kept."""
         check_model_name(name)
+        if name not in self._models:
+            # A name with no directory in the repository gets no lock and no recorded failure:
+            # both are kept per name, and a client can send any number of names.
+            await asyncio.to_thread(self.repository.model_dir, name)
         async with self._lock(name):
             try:
                 source = await asyncio.to_thread(self.repository.source, name)
@@ -106,6 +110,9 @@ class ModelManager:
 
     async def unload(self, name: str) -> None:
         check_model_name(name)
+        # A name that was never loaded gets no lock (one is kept per name); one being loaded has one.
+        if name not in self._models and name not in self._locks:
+            raise ModelNotFoundError(f"model {name!r} is not loaded")
         async with self._lock(name):
             versions = self._models.pop(name, None)
             if versions is None:
@@ -168,8 +175,10 @@ class ModelManager:
         for name in names:
             try:
                 await self.load(name)
-            except ServingError:
+            except ServingError as err:
                 failed.append(name)
+                if name not in self._failures:  # refused before loading began (a bad name, no folder)
+                    log.error("model %s: not loaded at startup: %s", name, err)
         return failed
 
     def start_polling(self) -> None:

@@ -20,9 +20,37 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+# Each connection is served by a thread of its own, which waits for the request as long as the
+# client keeps the connection open: without bounds, a client that opens connections and sends
+# nothing (or a byte now and then) made the process start a thread for each, until it could start
+# none, for the models' executions either. A connection gets CONNECTION_TIMEOUT_S for each read,
+# and connections beyond MAX_CONNECTIONS at once are closed unanswered.
+CONNECTION_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 32
+
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:
+        if not self._connections.acquire(blocking=False):
+            self.shutdown_request(request)  # as many threads as it may have: this one gets none
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connections.release()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connections.release()
 
 
 class _Server6(_Server):
@@ -30,6 +58,8 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CONNECTION_TIMEOUT_S  # for each read of the connection, the TLS handshake's too
+
     def log_message(self, format: str, *args: object) -> None:  # scrapes are not worth a log line each
         pass
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import CONFIG_FILE, ModelConfig, read_config
-from .errors import InvalidRequestError, ModelNotFoundError
+from .errors import ConfigError, InvalidRequestError, ModelNotFoundError
 from .versions import parse_version
 
 MODEL_FILE = "model.lite"
@@ -76,13 +76,21 @@ class ModelRepository:
         return ModelSource(name, config, versions, self._fingerprint(directory, versions))
 
     def _versions(self, directory: Path) -> dict[int, Path]:
-        found = {}
-        for entry in directory.iterdir():
+        found: dict[int, Path] = {}
+        folders: dict[int, str] = {}
+        for entry in sorted(directory.iterdir()):
             version = parse_version(entry.name)
             if version and entry.is_dir():
                 model_file = (entry / MODEL_FILE).resolve()
                 if model_file.is_file() and self.root in model_file.parents:
+                    if version in found:
+                        # "1" and "01": which one served would depend on the directory's order
+                        raise ConfigError(
+                            f"model {directory.name!r}: the folders {folders[version]!r} and {entry.name!r} are both "
+                            f"version {version}; rename or remove one"
+                        )
                     found[version] = model_file
+                    folders[version] = entry.name
         return found
 
     def _fingerprint(self, directory: Path, versions: dict[int, Path]) -> tuple:

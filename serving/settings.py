@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -105,6 +106,7 @@ class Settings:
             raise ConfigError("tls_cert and tls_key go together: give both or neither")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ConfigError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
+        check_tls_files(self.tls_cert, self.tls_key, self.tls_client_ca)
         if self.event_loop not in EVENT_LOOPS:
             raise ConfigError(f"event_loop {self.event_loop!r}: expected one of {', '.join(EVENT_LOOPS)}")
         if self.log_format not in ("json", "text"):
@@ -249,6 +251,35 @@ def read_token_file(path: Path) -> str:
             "can read, holding the token"
         ) from err
     return _checked_token(token, f"auth_token_file {str(path)!r}")
+
+
+def check_tls_files(cert: Path | None, key: Path | None, client_ca: Path | None) -> None:
+    """Load the TLS files as the server will, so that a missing, unreadable, malformed or
+    mismatched one stops the server at startup, naming the file. gRPC itself only logs "Invalid
+    private key" and fails to add the port, which reads as a port already in use."""
+    if cert is None or key is None:
+        return
+    for setting, path in (("tls_cert", cert), ("tls_key", key), ("tls_client_ca", client_ca)):
+        if path is not None and not os.access(path, os.R_OK):
+            reason = "no such file" if not path.exists() else "not readable by this user"
+            raise ConfigError(f"{setting} {str(path)!r}: {reason}; give a PEM file this user can read")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # An encrypted key gets an empty password, and fails: gRPC cannot read one either.
+        context.load_cert_chain(str(cert), str(key), password=lambda: b"")
+    except (ssl.SSLError, OSError) as err:
+        raise ConfigError(
+            f"tls_cert {str(cert)!r} / tls_key {str(key)!r} cannot be used ({err.reason or err}): give the PEM "
+            "certificate chain and its unencrypted PEM private key, the key that belongs to the certificate"
+        ) from err
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(cafile=str(client_ca))
+        except (ssl.SSLError, OSError) as err:
+            raise ConfigError(
+                f"tls_client_ca {str(client_ca)!r} cannot be used ({getattr(err, 'reason', None) or err}): give "
+                "the PEM certificate(s) of the CA that signs the client certificates"
+            ) from err
 
 
 def _checked_token(token: str, source: str) -> str:

@@ -11,6 +11,7 @@ FP16 and BF16 have no typed field and travel raw only.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from ..model import ServedModel
 from ..shared_memory import Region, RegionSlice, SharedMemoryRegistry
 from ..statistics import Duration, StatisticsSnapshot
 from ..types import InferenceRequest, InferenceResponse, ModelIndexEntry, ParameterValue, RequestedOutput
+from ..versions import shown
 
 _TYPED_FIELD = {
     "BOOL": "bool_contents",
@@ -72,16 +74,43 @@ def to_request(msg: pb.ModelInferRequest, time_remaining: float | None,
         else:
             inputs[name] = _decode_typed(tensor, tuple(tensor.shape), f"input {name!r}")
     parameters = {key: parameter_value(value) for key, value in msg.parameters.items()} if msg.parameters else {}
-    outputs = [_requested_output(o, shared_memory) for o in msg.outputs] if msg.outputs else []
+    outputs = _requested_outputs(msg.outputs, shared_memory) if msg.outputs else []
     deadline = None
     if time_remaining is not None:
         deadline = time.monotonic() + time_remaining
     if parameters:
+        _check_reserved(parameters)
         timeout_us = parameters.get("timeout")
-        if isinstance(timeout_us, int) and not isinstance(timeout_us, bool) and timeout_us > 0:
+        if timeout_us:
             queue_deadline = time.monotonic() + timeout_us / 1e6
             deadline = queue_deadline if deadline is None else min(deadline, queue_deadline)
     return InferenceRequest(msg.model_name, inputs, msg.model_version, msg.id, outputs, parameters, deadline)
+
+
+def _is_count(value: ParameterValue) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# The request parameters the protocol gives a meaning (Triton's gRPC front end reads them and
+# refuses a value of another kind), with what each must be. Ignoring a value of the wrong kind
+# would serve the request as if the client had not asked: a "timeout" sent as a string would
+# leave the request without the queue timeout the client set.
+_RESERVED: dict[str, tuple[str, Callable[[ParameterValue], bool]]] = {
+    "timeout": ("an integer >= 0 (microseconds; 0: none)", _is_count),
+    "priority": ("an integer >= 0", _is_count),
+    "sequence_id": ("an integer >= 0 or a string", lambda value: _is_count(value) or isinstance(value, str)),
+    "sequence_start": ("a boolean", lambda value: isinstance(value, bool)),
+    "sequence_end": ("a boolean", lambda value: isinstance(value, bool)),
+    "binary_data_output": ("a boolean", lambda value: isinstance(value, bool)),
+}
+
+
+def _check_reserved(parameters: dict[str, ParameterValue]) -> None:
+    for key, (expected, fits) in _RESERVED.items():
+        value = parameters.get(key)
+        if value is not None and not fits(value):
+            given = shown(value) if isinstance(value, str) else repr(value)
+            raise InvalidRequestError(f"parameter {key!r} must be {expected}, got {given}")
 
 
 def _shared_inputs(tensors, shared_memory: SharedMemoryRegistry | None) -> dict[int, RegionSlice] | None:
@@ -93,6 +122,20 @@ def _shared_inputs(tensors, shared_memory: SharedMemoryRegistry | None) -> dict[
                 shared = {}
             shared[index] = _region_slice(tensor.parameters, f"input {tensor.name!r}", shared_memory)
     return shared
+
+
+def _requested_outputs(tensors, shared_memory: SharedMemoryRegistry | None) -> list[RequestedOutput]:
+    """The outputs the request asks for, each once: an output named twice would be answered twice
+    under one name (or once in shared memory and once in the message), and clients look outputs up
+    by name, so which copy they read would be an accident (Triton refuses it too)."""
+    outputs = []
+    names = set()
+    for tensor in tensors:
+        if tensor.name in names:
+            raise InvalidRequestError(f"output {shown(tensor.name)} is requested twice; name each output once")
+        names.add(tensor.name)
+        outputs.append(_requested_output(tensor, shared_memory))
+    return outputs
 
 
 def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor,
@@ -302,3 +345,9 @@ def shared_memory_status(regions: list[Region]) -> pb.SystemSharedMemoryStatusRe
             name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size,
         ))
     return msg
+
+
+def load_overrides(msg: pb.RepositoryModelLoadRequest) -> list[str]:
+    """The parameters of a load that would replace what the repository holds: Triton's ``config``
+    (a configuration in JSON) and ``file:<path>`` (a model file's content)."""
+    return sorted(key for key in msg.parameters if key == "config" or key.startswith("file:"))

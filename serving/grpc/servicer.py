@@ -19,7 +19,7 @@ from ..dataplane import DataPlane
 from ..errors import ModelNotReadyError, RegionNotFoundError, ServingError, UnsupportedError
 from . import converters
 from .decoding import Undecodable
-from .status import status_of
+from .status import details_of, status_of
 
 log = logging.getLogger("serving.grpc")
 _NO_CUDA = ("this server does not offer CUDA shared memory; pass tensors in system shared memory "
@@ -36,12 +36,13 @@ def _answer_errors(method: Callable[..., Awaitable]) -> Callable[..., Awaitable]
                 raise request.error()
             return await method(self, request, context)
         except ServingError as err:
-            await context.abort(status_of(err), str(err))
+            await context.abort(status_of(err), details_of(str(err)))
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a bug in the server must cost one call, never the process
             log.exception("%s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(err).__name__}: {err}")
+            message = f"internal error: {type(err).__name__}: {err}"
+            await context.abort(grpc.StatusCode.INTERNAL, details_of(message))
 
     return wrapper
 
@@ -125,7 +126,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_answer_errors
     async def RepositoryModelLoad(self, request, context):
-        await self._dataplane.load(request.model_name)
+        await self._dataplane.load(request.model_name, converters.load_overrides(request))
         return pb.RepositoryModelLoadResponse()
 
     @_answer_errors
@@ -226,7 +227,7 @@ class InferStream:
         else:
             err = self._reader.exception()
         if isinstance(err, ServingError):
-            await self._context.abort(status_of(err), str(err))
+            await self._context.abort(status_of(err), details_of(str(err)))
         elif err is not None:
             raise err
 
@@ -256,10 +257,26 @@ class InferStream:
         except Exception as err:  # a bug costs this request, not the stream
             log.exception("stream request failed")
             out = _stream_error(request, f"internal error: {type(err).__name__}: {err}")
+        if _wants_final_flag(request):
+            out.infer_response.parameters[FINAL_RESPONSE].bool_param = True
         self._answers.put_nowait(out)
 
 
 _END = object()  # the reader is done: no request will be read any more
+
+# Triton's stream flags: a request with ENABLE_FINAL_RESPONSE true learns which answer is its last
+# from FINAL_RESPONSE true on it (tritonclient's ``enable_empty_final_response``; clients written
+# for decoupled models read answers until they see it). Every request here has one answer, so that
+# answer, or its error, is the final one; without the flag such a client waits for ever.
+ENABLE_FINAL_RESPONSE = "triton_enable_empty_final_response"
+FINAL_RESPONSE = "triton_final_response"
+
+
+def _wants_final_flag(request: pb.ModelInferRequest) -> bool:
+    if not request.parameters or ENABLE_FINAL_RESPONSE not in request.parameters:
+        return False
+    flag = request.parameters[ENABLE_FINAL_RESPONSE]
+    return flag.WhichOneof("parameter_choice") == "bool_param" and flag.bool_param
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

@@ -1,4 +1,4 @@
-"""The one place where serving errors become gRPC status codes.
+"""The one place where serving errors become gRPC status codes and status messages.
 
 Codes follow Triton's mapping where it has one (INVALID_ARG -> INVALID_ARGUMENT, NOT_FOUND,
 UNAVAILABLE, UNSUPPORTED -> UNIMPLEMENTED, INTERNAL), Triton's ``TRITONSERVER_Error`` codes as its
@@ -49,3 +49,23 @@ def status_of(err: ServingError) -> grpc.StatusCode:
         if code is not None:
             return code
     return grpc.StatusCode.INTERNAL
+
+
+# A status message travels in the ``grpc-message`` trailer, percent-encoded: every byte outside
+# printable ASCII becomes three, so one character can take twelve. Clients refuse trailers past
+# their metadata limit (16 KiB by default in grpc's C core) and report RESOURCE_EXHAUSTED "Stream
+# removed" instead of the status the server sent. Messages quote what the request named (an input
+# name, a datatype, a parameter), which the client may make as long as the message limit allows,
+# so every message is cut to MAX_DETAILS characters: at most 12 KiB on the wire.
+MAX_DETAILS = 1024
+_KEPT_TAIL = 256  # the end of a message often says what to do
+
+
+def details_of(message: str) -> str:
+    """``message`` as a status message: unchanged when short, else its head and tail with the
+    number of characters left out between them."""
+    if len(message) <= MAX_DETAILS:
+        return message
+    marker = f" ...[{len(message) - MAX_DETAILS} characters cut]... "
+    head = MAX_DETAILS - _KEPT_TAIL - len(marker)
+    return message[:head] + marker + message[-_KEPT_TAIL:]

@@ -400,6 +400,21 @@ def test_merge_buffers_serve_smaller_batches_from_larger_buffers_and_replace_sma
     assert len(pool.get(sample, 2)["x"]) == 2 and made == [8, 16, 2]  # the pool held only one
 
 
+def test_merge_buffers_keep_a_few_row_shapes_per_input():
+    """A client that sends a new non-batch size each time must not leave a buffer behind each time."""
+    from serving.batching import MergeBuffers
+
+    pool = MergeBuffers()
+    for width in range(1, 101):
+        pool.release(pool.get({"x": np.zeros((1, width), np.float32)}, 8), {})
+    kept = MergeBuffers.SHAPES_PER_INPUT
+    assert pool.held_bytes() == sum(8 * width * 4 for width in range(101 - kept, 101))
+    recent = {"x": np.zeros((1, 100), np.float32)}
+    buffer = pool.get(recent, 8)["x"]
+    pool.release({"x": buffer}, {})
+    assert pool.get(recent, 8)["x"] is buffer  # the shapes in use are still reused
+
+
 def test_text_logs_keep_the_fields_json_logs_carry():
     import logging
 

@@ -112,3 +112,44 @@ def test_concurrent_single_image_clients_are_batched_and_answered_exactly(cnn_re
     assert max(sizes) > 1, f"no execution held more than one request: {sizes}"
     assert sum(size * count for size, count in sizes.items()) == total
     assert int(stats["execution_count"]) < total
+
+
+def _resident_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS line")
+
+
+def test_batches_of_ever_new_widths_do_not_grow_the_server(tmp_path):
+    """An input whose non-batch dimension varies (["N", "M"]): every width merged into a batch
+    left its merge buffer in the pool for good, so a client sending new widths grew the server
+    by a buffer each time (about 128 MiB for these 100 widths)."""
+    from .conftest import identity_model, write_config
+
+    identity_model(tmp_path / "varwidth" / "1" / "model.lite", shape=("N", "M"))
+    write_config(tmp_path / "varwidth", {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_us": 50_000}})
+    server = start_server(tmp_path)
+
+    async def send_pairs(widths: range) -> dict:
+        client = aioclient.InferenceServerClient(server.address)
+        try:
+            for width in widths:
+                tensor = aioclient.InferInput("INPUT0", [4, width], "FP32")
+                tensor.set_data_from_numpy(np.full((4, width), width, np.float32))
+                answers = await asyncio.gather(*(client.infer("varwidth", [tensor]) for _ in range(2)))
+                assert all(a.as_numpy("OUTPUT0").shape == (4, width) for a in answers)
+            return (await client.get_inference_statistics("varwidth", as_json=True))["model_stats"][0]
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(send_pairs(range(40_000, 40_008)))  # the server's own allocations settle
+        before = _resident_mib(server.process.pid)
+        stats = asyncio.run(send_pairs(range(41_000, 41_100)))
+        grown = _resident_mib(server.process.pid) - before
+    finally:
+        server.stop()
+    assert int(stats["execution_count"]) < int(stats["inference_count"])  # requests were merged
+    assert grown < 40, f"the server grew by {grown:.0f} MiB"

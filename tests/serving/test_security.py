@@ -12,9 +12,11 @@ import datetime
 import ipaddress
 import os
 import queue
+import socket
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -384,3 +386,73 @@ def test_metrics_host_binds_the_metrics_endpoint_apart_from_the_grpc_port(reposi
             scrape(server.metrics_port)  # 127.0.0.1, where gRPC listens
     finally:
         server.stop()
+
+
+# ----- TLS files ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["missing-cert", "key-of-another-certificate", "not-pem", "client-ca-not-pem",
+                                  "client-ca-directory"])
+def test_unusable_tls_files_refuse_to_start_naming_the_file(pki, repository, tmp_path, kind):
+    """gRPC only logs "Invalid private key" and fails to add the port, which the server used to
+    report as "the port is in use"; the files are now checked before anything listens."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    cert, key, client_ca = pki.server.cert, pki.server.key, None
+    if kind == "missing-cert":
+        cert = tmp_path / "missing.crt"
+    elif kind == "key-of-another-certificate":
+        key = pki.client.key
+    elif kind == "not-pem":
+        cert = key = garbage
+    elif kind == "client-ca-not-pem":
+        client_ca = garbage
+    else:
+        client_ca = tmp_path
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key)]
+    if client_ca is not None:
+        flags += ["--tls-client-ca", str(client_ca)]
+    message = refusal_to_start(repository, *flags)
+    assert "port is in use" not in message
+    if client_ca is not None:
+        assert f"tls_client_ca '{client_ca}'" in message
+    else:
+        assert f"tls_cert '{cert}'" in message
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return int(next(line for line in status if line.startswith("Threads:")).split()[1])
+
+
+def test_idle_metrics_connections_get_neither_a_thread_each_nor_forever(token_server):
+    """Each connection to the metrics port had a thread of its own that waited for the request as
+    long as the client liked: every idle connection was one more thread in the server, for good."""
+    from serving.metrics_http import CONNECTION_TIMEOUT_S, MAX_CONNECTIONS
+
+    pid = token_server.process.pid
+    before = _threads(pid)
+    idle = [socket.create_connection(("127.0.0.1", token_server.metrics_port), timeout=TIMEOUT)
+            for _ in range(MAX_CONNECTIONS + 40)]
+    try:
+        for connection in idle:
+            connection.sendall(b"GET /metrics HTTP/1.1\r\n")  # and never the rest of the request
+        time.sleep(1.0)
+        assert _threads(pid) <= before + MAX_CONNECTIONS
+        first = idle[0]
+        first.settimeout(CONNECTION_TIMEOUT_S + 10)
+        started = time.monotonic()
+        assert first.recv(1024) == b""  # the server closed it
+        assert time.monotonic() - started < CONNECTION_TIMEOUT_S + 5
+    finally:
+        for connection in idle:
+            connection.close()
+    deadline = time.monotonic() + 10
+    while True:  # the closed connections' threads end as they see the close
+        try:
+            if scrape(token_server.metrics_port, {"Authorization": f"Bearer {TOKEN}"})[0] == 200:
+                break
+        except OSError:  # refused while the threads were still all taken
+            pass
+        assert time.monotonic() < deadline, "the metrics endpoint did not answer again"
+        time.sleep(0.2)
