@@ -167,7 +167,8 @@ class OrtEngine:
                 self.int8_form = "as stored"
                 return {"chosen": "int8", "why": f"not measured: random inputs did not run ({type(err).__name__}: {err})"}
             decision["reused"] = False
-            int8_choice.record(self._decision_path(), decision)
+            if decision.get("settled", True):
+                int8_choice.record(self._decision_path(), decision)
         if decision["chosen"] == "float":
             segment.runner = floated
         else:

@@ -136,12 +136,21 @@ def test_float_compute_runs_the_float_form():
                                rtol=1e-5, atol=1e-6)
 
 
-def test_auto_measures_records_and_reuses_its_decision(tmp_path):
+def _timed(monkeypatch, ratios):
+    """The measurement's rounds as given (float form's time over the int8 kernels')."""
+    from lite.engines.ort import int8_choice
+
+    monkeypatch.setattr(int8_choice, "_alternate", lambda calls, feeds, rounds, warmup_s, measure_s: (
+        list(ratios), {"int8": [1.0] * len(ratios), "float": list(ratios)}))
+
+
+def test_auto_measures_records_and_reuses_its_decision(tmp_path, monkeypatch):
+    _timed(monkeypatch, [0.8, 0.7, 0.9, 0.75, 0.8])
     path = tmp_path / "residual.lite"
     path.write_bytes(_residual())
     first = lite.Model.load(path, cache_dir=tmp_path / "cache")  # device="auto": int8_compute="auto"
     decision = first.engine.decision
-    assert decision["chosen"] in ("int8", "float") and decision["reused"] is False
+    assert decision["chosen"] == "float" and decision["reused"] is False and decision["settled"] is True
     assert set(decision["ms"]) == {"int8", "float"} and decision["float_error"] < 0.5
     records = list((tmp_path / "cache" / "ort" / "int8").glob("*.json"))
     assert len(records) == 1 and json.loads(records[0].read_text())["chosen"] == decision["chosen"]
@@ -149,6 +158,30 @@ def test_auto_measures_records_and_reuses_its_decision(tmp_path):
     assert second.engine.decision["reused"] is True
     assert second.engine.int8_form == first.engine.int8_form
     np.testing.assert_array_equal(second.predict(_feeds())["pooled"], first.predict(_feeds())["pooled"])
+
+
+def test_a_choice_the_rounds_disagree_on_is_measured_again(tmp_path, monkeypatch):
+    # A busy machine: rounds on both sides of 1 with a median near it. This load uses the choice;
+    # nothing is kept, so the next load measures again instead of keeping a guess for good.
+    _timed(monkeypatch, [1.19, 1.33, 0.88, 1.03, 0.98])
+    path = tmp_path / "residual.lite"
+    path.write_bytes(_residual())
+    first = lite.Model.load(path, cache_dir=tmp_path / "cache")
+    assert first.engine.decision["settled"] is False
+    assert "not kept" in first.engine.decision["why"]
+    assert not list((tmp_path / "cache" / "ort" / "int8").glob("*.json"))
+    assert lite.Model.load(path, cache_dir=tmp_path / "cache").engine.decision["reused"] is False
+
+
+@pytest.mark.parametrize("ratios, expected", [
+    ([0.8, 0.9, 0.95], True), ([1.2, 1.01, 1.3], True),  # one side of 1
+    ([0.5, 0.6, 1.05, 0.55, 0.58], True),  # an outlier round, the median clearly below 1
+    ([1.19, 1.33, 0.88, 1.03, 0.98], False), ([0.95, 1.05, 1.0], False),
+])
+def test_rounds_settle_a_choice_when_they_agree(ratios, expected):
+    from lite.engines.ort import int8_choice
+
+    assert int8_choice.settled(ratios) is expected
 
 
 def test_int8_kernels_without_a_choice():
