@@ -43,7 +43,7 @@ from lite.format import ir
 
 _QUANTIZING = {"QuantizeLinear", "DequantizeLinear", "MatMulInteger"}
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
-DECISION_FORMAT = 1
+DECISION_FORMAT = 2  # 2: turns timed by their fastest call, unsettled choices not recorded
 # Calls slower than this get fewer rounds: their times vary less, and rounds cost more.
 _SLOW_CALL_MS = 20.0
 _MIN_CALLS = 3
