@@ -33,17 +33,22 @@ _UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divi
 _SHAPES_KEPT = 16
 
 
+def _is_matmul_add(fn: Any) -> bool:
+    """Whether ``fn`` is a MatMul with its bias fused (lite.engines.numpy_fusions._MatMulAdd), told
+    by its class's names: numpy_fusions imports this module, not the other way round."""
+    kind = type(fn)
+    return kind.__module__ == "lite.engines.numpy_fusions" and kind.__qualname__ == "_MatMulAdd"
+
+
 def fuse_product_epilogues(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with each MatMul (its bias fused or not) or Gemm and the chain of nodes reading
     its result alone (module docstring) replaced by one step."""
-    from lite.engines.numpy_fusions import _MatMulAdd
-
     graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
         if (step.node.op_type not in ("MatMul", "Gemm")
-                or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or isinstance(step.fn, _MatMulAdd))
+                or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or _is_matmul_add(step.fn))
                 or not plain(step, len(step.inputs)) or len(step.inputs) < 2 or id(step) in dropped):
             continue
         chain, operations, extra = _epilogue(step, graph, constants)
