@@ -25,7 +25,6 @@ step computes what its steps computed, in the same arithmetic:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,7 @@ from lite.engines.numpy_norms import (
     fuse_residual_layer_norm,
     fuse_rms_norm,
 )
+from lite.engines.numpy_patterns import run_in_turn
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ def _fuse_squeeze_excite(steps: list[_Step], constants: dict[int, Any], graph_ou
             fused[id(mul)] = replace(
                 mul, fn=SqueezeExcite(*_conv_weights(first, constants), first.activation,
                                       *_conv_weights(second, constants), second.activation,
-                                      functools.partial(_run_in_turn, [*block, mul], x, constants)),
+                                      lambda value, allocate, block=[*block, mul], x=x: run_in_turn(block, x, value, constants, allocate)),
                 inputs=[x], attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
                 wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
             dropped.update(id(step) for step in block)
@@ -289,17 +289,3 @@ def _conv_weights(conv: _Step, constants: dict[int, Any]):
             or (len(conv.inputs) > 2 and (not isinstance(bias, np.ndarray) or bias.shape != w.shape[:1]))):
         return None
     return w.reshape(w.shape[:2]), None if bias is None else bias.astype(w.dtype, copy=False)
-
-
-def _run_in_turn(block: list[_Step], x_index: int, constants: dict[int, Any], x: np.ndarray,
-                 allocate: Callable) -> np.ndarray:
-    """The fused steps' own kernels one after the other, on ``x``."""
-    values = {x_index: x}
-    for step in block:
-        args = [values.get(i, constants.get(i)) if i >= 0 else None for i in step.inputs]
-        if step.wants_allocate:
-            result = step.fn(*args, allocate=allocate, **step.keywords)
-        else:
-            result = step.fn(*args, **step.keywords)
-        values[step.outputs[0]] = result[0] if type(result) is tuple else result
-    return values[block[-1].outputs[0]]
