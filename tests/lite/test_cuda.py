@@ -128,6 +128,30 @@ def test_pytorch_calls_are_asynchronous_and_ordered_by_streams():
         np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-3, atol=1e-4)
 
 
+def test_repeated_pytorch_calls_take_the_fast_path_and_follow_shape_changes():
+    """A PyTorch call of the last call's shapes goes straight to that graph's replay; a call of
+    other shapes, or of another dtype, takes the full path (and its own bucket) and still answers
+    right; inputs overwritten in place right after each call do not change earlier answers."""
+    data = cnn()
+    reference = lite.Model.load(data, device="numpy")
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    runner = model.engine.gpu
+    outputs, expected = [], []
+    for k, batch in enumerate([2, 2, 2, 5, 5, 2, 1, 2]):
+        x = torch.randn(batch, 3, 16, 16, device="cuda")
+        outputs.append(torch.from_dlpack(model.predict({"x": x})["features"]))
+        expected.append(reference(x.cpu().numpy()))
+        x.mul_(-3)  # queued after the call on the same stream: the call must have read x already
+        if k == 1:
+            assert runner.fast is not None and runner.fast.torch.signature[0][1] == (2, 3, 16, 16)
+    assert runner.fast.torch.signature[0][1] == (2, 3, 16, 16)
+    wide = torch.randn(2, 3, 16, 16, device="cuda", dtype=torch.float64)
+    assert not runner.fast.torch.matches({"x": wide})  # another dtype: never copied (converted) silently
+    torch.cuda.synchronize()
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-3, atol=1e-4)
+
+
 def test_numpy_inputs_in_pinned_memory():
     data = cnn()
     x = lite.pinned_empty((4, 3, 16, 16), np.float32)

@@ -14,13 +14,14 @@
 - Sessions run on one thread: the one that loaded the model, until another thread calls; then a
   worker thread with fresh sessions runs every call (``CudaRunner.run`` says why).
 - When the caller uses PyTorch (imported before the model is loaded), the graphed session runs
-  on a CUDA stream lite takes from PyTorch, and calls with PyTorch tensors are asynchronous, as
-  PyTorch's own operations are: the input and output copies are queued on the caller's current
-  stream (through PyTorch views of the bucket's buffers and PyTorch's caching allocator), the
-  graph replay on the session's stream, and CUDA events order the three; ``predict`` returns
-  without waiting for the GPU (ONNX Runtime's end-of-run synchronisation is switched off for
-  these calls), so its host work overlaps the GPU's. Every other caller (numpy, CuPy, other
-  DLPack arrays) gets synchronous calls.
+  on a CUDA stream lite takes from PyTorch, and calls with device arrays are asynchronous, as
+  PyTorch's own operations are: the input copies into the bucket's buffers, the graph replay and
+  the output copies are queued on the session's stream, and two CUDA events order them after
+  the caller's current stream's work and before its next; ``predict`` returns without waiting
+  for the GPU (ONNX Runtime's end-of-run synchronisation is switched off for these calls), so
+  its host work overlaps the GPU's. Device arrays of other libraries (CuPy, JAX, DeviceArray)
+  take the same path as PyTorch views of their memory. A repeated call with tensors of the last
+  call's shapes goes straight to its bucket (``CudaRunner.fast``). numpy calls are synchronous.
 """
 
 from __future__ import annotations
@@ -62,8 +63,15 @@ class CudaRunner:
         self.graph_ids = itertools.count(1)  # never reused: a stale graph is never replayed by mistake
         self.output_names = plain.output_names
         self.uploader: HostUploader | None = None  # large numpy inputs, when PyTorch is loaded (made on first use)
+        self.fast: _Bucket | None = None  # the bucket of the last asynchronous PyTorch call (run's fast path)
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        fast = self.fast
+        if fast is not None and fast.torch.matches(feeds):
+            # The common GPU call: PyTorch tensors of the last call's shapes, from the loading thread.
+            with self.lock:  # as below: a worker is never started while the session thread runs
+                if self.worker is None and threading.get_ident() == self.session_thread:
+                    return fast.torch.run_async(feeds, fast.replay_async)
         # A CUDA session runs on one thread only: the thread that made it. ONNX Runtime keeps
         # CUDA graphs in per-thread contexts (handed on to new threads when a thread ends) and does
         # not support concurrent runs of a graphed session; and cuDNN's runtime-fused kernels
@@ -74,6 +82,8 @@ class CudaRunner:
         # switch to each batch-1 call); the first call from any other thread starts a worker thread
         # that makes fresh sessions, without that fusion, and runs every call from then on.
         on_device = any(is_device_array(v) for v in feeds.values())
+        if on_device and self.stream is not None:
+            feeds = _as_torch(feeds)  # CuPy, JAX, DeviceArray: PyTorch views, for the asynchronous path
         me = threading.get_ident()
         if self.worker is None:
             with self.lock:
@@ -93,6 +103,7 @@ class CudaRunner:
             if bucket.torch is not None:
                 bucket.torch.settle()
         self.buckets = {}
+        self.fast = None
         worker = ThreadPoolExecutor(1, thread_name_prefix="lite-cuda-session")
         try:
             thread, sessions = worker.submit(lambda: (threading.get_ident(), self.rebuild and self.rebuild())).result()
@@ -121,6 +132,10 @@ class CudaRunner:
         if bucket is None and len(self.buckets) < MAX_GRAPH_BUCKETS:
             bucket = self._capture(key, feeds)
         if bucket is not None:
+            if on_device and bucket.replay_async is not None and bucket.torch.matches(feeds):
+                if self.worker is None:
+                    self.fast = bucket
+                return bucket.torch.run_async(feeds, bucket.replay_async)
             return bucket.run(feeds, on_device)
         return self._run_bound(feeds, on_device)
 
@@ -180,17 +195,18 @@ class _Bucket:
         self.uploader: HostUploader | None = None  # the runner's, once PyTorch views exist
         self.run(feeds, on_device=False)  # the first run with this id captures the graph
         self.torch = _TorchViews.of(self.inputs, self.outputs, stream)
+        # Asynchronous replays for PyTorch callers (ordering is by streams, see the module doc):
+        # a callable made once, not per call.
+        self.replay_async: Callable[[], None] | None = None
         if self.torch is not None and self.torch.stream is not None:
-            # Asynchronous replays for PyTorch callers: ordering is by streams (see the module doc).
-            self.async_options = ort.RunOptions()
-            self.async_options.add_run_config_entry("gpu_graph_id", str(graph_id))
-            self.async_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+            async_options = ort.RunOptions()
+            async_options.add_run_config_entry("gpu_graph_id", str(graph_id))
+            async_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+            run_with_iobinding, binding = session.session.run_with_iobinding, self.binding
+            self.replay_async = lambda: run_with_iobinding(binding, async_options)
 
     def run(self, feeds: dict[str, Any], on_device: bool) -> dict[str, Any]:
-        if on_device and self.torch is not None and self.torch.accepts(feeds):
-            if self.torch.stream is not None:
-                return self.torch.run_async(
-                    feeds, lambda: self.session.session.run_with_iobinding(self.binding, self.async_options))
+        if on_device and self.torch is not None and self.torch.stream is None and self.torch.accepts(feeds):
             return self.torch.run(feeds, lambda: self.session.session.run_with_iobinding(self.binding, self.options))
         if self.torch is not None:
             self.torch.settle()  # an asynchronous call may still be using the buffers
@@ -232,6 +248,8 @@ class _TorchViews:
         self.inputs = {name: torch.from_dlpack(value) for name, value in inputs.items()}
         self.outputs = {name: torch.from_dlpack(value) for name, value in outputs.items()}
         self.device = next(iter(self.inputs.values())).device
+        # What matches's callers pass: one (shape, dtype) per input, in the bucket's order.
+        self.signature = [(name, view.shape, view.dtype) for name, view in self.inputs.items()]
         self.stream = stream  # the stream the session replays on (asynchronous calls), or None
         self.last_stream = None
         if stream is not None:  # reused every call: recording again re-arms an event
@@ -251,6 +269,17 @@ class _TorchViews:
     def accepts(self, feeds: dict[str, Any]) -> bool:
         tensor = self.torch.Tensor
         return all(isinstance(value, tensor) and value.device == self.device for value in feeds.values())
+
+    def matches(self, feeds: dict[str, Any]) -> bool:
+        """PyTorch tensors on this GPU with exactly the buffers' shapes and dtypes (no conversion)."""
+        if len(feeds) != len(self.signature):
+            return False
+        tensor, device = self.torch.Tensor, self.device
+        for name, shape, dtype in self.signature:
+            value = feeds.get(name)
+            if type(value) is not tensor or value.shape != shape or value.dtype != dtype or value.device != device:
+                return False
+        return True
 
     def run(self, feeds: dict[str, Any], replay) -> dict[str, Any]:
         stream = self.torch.cuda.current_stream(self.device)
@@ -274,21 +303,52 @@ class _TorchViews:
             self.stream.synchronize()
 
     def run_async(self, feeds: dict[str, Any], replay) -> dict[str, Any]:
-        # The copies run on the caller's stream (its allocator and lifetimes, nothing to record),
-        # the replay on the session's: each side waits for the other through events, never the host.
-        current = self.torch.cuda.current_stream(self.device)
-        if self.last_stream is not None and self.last_stream != current:
-            current.wait_stream(self.last_stream)  # the last call's replay and output copies come first
-        for name, value in feeds.items():
-            self.inputs[name].copy_(value)
+        # Every use of the bucket's buffers is queued on the session's stream, so calls need no
+        # ordering among themselves and the replay is followed at once by the output copies on
+        # the same stream. Two events order it with the caller's stream: after whatever produced
+        # the inputs, before whatever reads the outputs. A caller waiting for its answer waits for
+        # the host work before the replay is queued, so everything else comes after it. The
+        # outputs are allocated on the caller's stream, as its own results would be (the caching
+        # allocator reuses a freed block on that stream only after the work queued there, which
+        # waits for these copies).
+        torch = self.torch
+        current = torch.cuda.current_stream(self.device)
+        side = self.stream
         self.inputs_ready.record(current)
-        self.stream.wait_event(self.inputs_ready)
-        replay()  # queued on the session's stream; returns without waiting for it
-        self.replayed.record(self.stream)
+        side.wait_event(self.inputs_ready)
+        torch.cuda.set_stream(side)
+        try:
+            for name, value in feeds.items():
+                self.inputs[name].copy_(value)
+            replay()  # queued on the session's stream; returns without waiting for it
+        finally:
+            torch.cuda.set_stream(current)
+        results = {name: torch.empty_like(view) for name, view in self.outputs.items()}
+        torch.cuda.set_stream(side)
+        try:
+            for name, result in results.items():
+                result.copy_(self.outputs[name])
+        finally:
+            torch.cuda.set_stream(current)
+        self.replayed.record(side)
         current.wait_event(self.replayed)
-        self.last_stream = current
-        # The next call from this stream queues its input copies behind these output copies.
-        return {name: DeviceArray(view.clone()) for name, view in self.outputs.items()}
+        return {name: DeviceArray(result) for name, result in results.items()}
+
+
+def _as_torch(feeds: dict[str, Any]) -> dict[str, Any]:
+    """Device arrays of other libraries as PyTorch tensors over the same memory (DLPack; the
+    exporter orders its current stream before PyTorch's), so that they take the asynchronous
+    path too; their outputs come back as DeviceArray objects any DLPack library imports."""
+    torch = sys.modules["torch"]
+    converted = {}
+    for name, value in feeds.items():
+        if type(value) is not torch.Tensor and is_device_array(value):
+            try:
+                value = torch.from_dlpack(value)
+            except Exception:  # noqa: BLE001 - not importable by PyTorch: the generic path takes it
+                pass
+        converted[name] = value
+    return converted
 
 
 def torch_stream(device_id: int):
