@@ -145,15 +145,18 @@ def per_channel(array: np.ndarray, layer: Layer) -> np.ndarray | None:
         if array.ndim == 1 and layer.channel_axis == -1 and array.shape[0] == layer.channels:
             return array
         return None
+    return along_axis(array, rank, layer.channel_axis % rank, layer.channels)
+
+
+def along_axis(array: np.ndarray, rank: int, axis: int, channels: int) -> np.ndarray | None:
+    """``array`` as (channels,), if it broadcasts onto a rank-``rank`` value along ``axis`` alone
+    (one value, or one per index of ``axis``): a per-channel constant of any layout."""
     if array.ndim > rank:
         return None
-    axis = layer.channel_axis % rank
     padded = (1,) * (rank - array.ndim) + tuple(array.shape)
-    if padded[axis] not in (1, layer.channels):
+    if padded[axis] not in (1, channels) or any(d != 1 for k, d in enumerate(padded) if k != axis):
         return None
-    if any(d != 1 for k, d in enumerate(padded) if k != axis):
-        return None
-    return np.broadcast_to(array.reshape(-1) if array.size > 1 else array.reshape(1), (layer.channels,))
+    return np.broadcast_to(array.reshape(-1), (channels,))
 
 
 def scale(layer: Layer, s: np.ndarray) -> None:

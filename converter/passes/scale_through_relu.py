@@ -45,7 +45,7 @@ from converter.passes.base import (
     set_constant,
     sole_consumer,
 )
-from converter.passes.layers import FLOAT_TYPES
+from converter.passes.layers import FLOAT_TYPES, along_axis
 
 _HEAD_OPS = ("ReduceMean", "GlobalAveragePool", "Reshape", "Flatten")
 
@@ -107,16 +107,6 @@ def _match(node: ir.Node) -> _Chain | None:
     return _Chain(node, x, s, add, t, relu, head, layer)
 
 
-def _per_channel(array: np.ndarray, rank: int, channels: int) -> np.ndarray | None:
-    """``array`` as (channels,) when it broadcasts along axis 1 of a rank-``rank`` value only."""
-    if array.ndim > rank:
-        return None
-    padded = (1,) * (rank - array.ndim) + tuple(array.shape)
-    if any(d != 1 for k, d in enumerate(padded) if k != 1) or padded[1] not in (1, channels):
-        return None
-    return np.broadcast_to(array.reshape(-1), (channels,)) if array.size > 1 else np.full(channels, array.item())
-
-
 def _head_reason(node: ir.Node, rank: int) -> str | None:
     """Why ``node`` (between the Relu and the layer) does not keep each channel on axis 1 alone."""
     shape = node.inputs[0].shape
@@ -170,17 +160,17 @@ def _check(chain: _Chain) -> str | None:
         if reason:
             return reason
     channels = _channels(layer, weight)
-    s = _per_channel(chain.s, rank, channels)
+    s = along_axis(chain.s, rank, 1, channels)
     if s is None:
         return f"scale of shape {chain.s.shape} is not one value per input channel ({channels}) of {describe(layer)}"
     if not np.all(np.isfinite(s)) or not np.all(s > 0):
         return "the scale has entries that are zero, negative or not finite (Relu commutes with positive scales only)"
-    if chain.t is not None and _per_channel(chain.t, rank, channels) is None:
+    if chain.t is not None and along_axis(chain.t, rank, 1, channels) is None:
         return f"shift of shape {chain.t.shape} is not one value per input channel ({channels})"
     with np.errstate(all="ignore"):  # a tiny scale can push t/s or W·s out of the weight's range
         moved = [_scale_inputs(layer, weight, s.astype(np.float64)).astype(weight.dtype)]
         if chain.t is not None:
-            moved.append((_per_channel(chain.t, rank, channels).astype(np.float64) / s).astype(weight.dtype))
+            moved.append((along_axis(chain.t, rank, 1, channels).astype(np.float64) / s).astype(weight.dtype))
     if not all(np.all(np.isfinite(value)) for value in moved):
         return f"moving the scale overflows {weight.dtype} (t/s or the scaled weights are not finite)"
     return None
@@ -213,11 +203,11 @@ class MoveScaleThroughRelu(RewriteRule):
         weight = constant(weight_value)
         channels = _channels(layer, weight)
         rank = len(match.x.shape) if match.x.shape is not None else weight.ndim
-        s = _per_channel(match.s, rank, channels).astype(np.float64)
+        s = along_axis(match.s, rank, 1, channels).astype(np.float64)
         set_constant(weight_value, _scale_inputs(layer, weight, s).astype(weight.dtype))
         graph = match.mul.graph
         if match.add is not None:
-            old = _per_channel(match.t, rank, channels)
+            old = along_axis(match.t, rank, 1, channels)
             t = (old.astype(np.float64) / s).astype(weight.dtype)
             position = 0 if match.add.inputs[0] is match.mul.outputs[0] else 1
             match.add.replace_input_with(position, match.x)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.group_norm_fusion import _InTurn, _only_step, _per_channel
+from lite.engines.numpy_patterns import Graph, in_turn, per_channel
 from lite.ops import fused_activation
 
 if TYPE_CHECKING:
@@ -34,37 +34,37 @@ if TYPE_CHECKING:
 _SHAPES_KEPT = 8
 
 
-def _match(mul: _Step, readers: dict[int, list[_Step]], constants: dict[int, Any], graph_outputs: set[int]):
+def _match(mul: _Step, graph: Graph, constants: dict[int, Any]):
     """(x, scale, shift, steps, relu) of the block starting at ``mul``, or why there is none."""
     if len(mul.inputs) != 2:
         return "not a two-input Mul"
     for side in (0, 1):
-        x, scale = mul.inputs[side], _per_channel(constants.get(mul.inputs[1 - side]))
+        x, scale = mul.inputs[side], per_channel(constants.get(mul.inputs[1 - side]))
         if scale is not None and x >= 0 and x not in constants:
             break
     else:
         return "the Mul is not of a computed value by a per-channel constant"
-    add = _only_step(mul.outputs[0], readers, graph_outputs, "Add")
-    if add is None or len(add.inputs) != 2:
+    add = graph.only_reader(mul.outputs[0], "Add", 2, None, first=False)
+    if add is None:
         return "the product's one reader is not an Add"
-    shift = _per_channel(constants.get(add.inputs[1 - add.inputs.index(mul.outputs[0])]))
-    if shift is None or shift.shape != scale.shape or shift.dtype != scale.dtype or add.inputs[0] == add.inputs[1]:
+    shift = per_channel(constants.get(add.inputs[1 - add.inputs.index(mul.outputs[0])]))
+    if shift is None or shift.shape != scale.shape or shift.dtype != scale.dtype:
         return "the Add is not of a per-channel constant of the scale's shape and type"
-    relu = _only_step(add.outputs[0], readers, graph_outputs, "Relu")
+    relu = graph.only_reader(add.outputs[0], "Relu", 1, None)
     return x, scale, shift, [mul, add] + ([relu] if relu is not None else []), relu is not None
 
 
-def _match_shift(add: _Step, readers: dict[int, list[_Step]], constants: dict[int, Any], graph_outputs: set[int]):
+def _match_shift(add: _Step, graph: Graph, constants: dict[int, Any]):
     """(x, None, shift, steps, True) of an Add of a per-channel constant read by a Relu alone."""
     if len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
         return "not a two-input Add"
     for side in (0, 1):
-        x, shift = add.inputs[side], _per_channel(constants.get(add.inputs[1 - side]))
+        x, shift = add.inputs[side], per_channel(constants.get(add.inputs[1 - side]))
         if shift is not None and x >= 0 and x not in constants:
             break
     else:
         return "the Add is not of a computed value and a per-channel constant"
-    relu = _only_step(add.outputs[0], readers, graph_outputs, "Relu")
+    relu = graph.only_reader(add.outputs[0], "Relu", 1, None)
     if relu is None:
         return "the sum's one reader is not a Relu (an Add alone is one step already)"
     return x, None, shift, [add, relu], True
@@ -73,21 +73,18 @@ def _match_shift(add: _Step, readers: dict[int, list[_Step]], constants: dict[in
 def fuse_channel_affine(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """Every Mul and Add of per-channel constants (and the Relu after them) as one step, at the
     place of the last of them."""
-    readers: dict[int, list[_Step]] = {}
-    for step in steps:
-        for index in set(step.inputs):
-            readers.setdefault(index, []).append(step)
+    graph = Graph(steps, graph_outputs)
     replaced: dict[int, _Step] = {}
     dropped: set[int] = set()
     for mul in steps:
         if (mul.node.op_type not in ("Mul", "Add") or mul.node.domain or not mul.inline or mul.activation is not None
                 or id(mul) in dropped or id(mul) in replaced):
             continue
-        match = (_match if mul.node.op_type == "Mul" else _match_shift)(mul, readers, constants, graph_outputs)
+        match = (_match if mul.node.op_type == "Mul" else _match_shift)(mul, graph, constants)
         if isinstance(match, str):
             continue
         x, scale, shift, block, relu = match
-        kernel = ChannelAffine(scale, shift, relu, _InTurn(block, x, constants))
+        kernel = ChannelAffine(scale, shift, relu, in_turn(block, x, constants))
         replaced[id(block[-1])] = replace(
             mul, fn=kernel, inputs=[x], outputs=block[-1].outputs, attributes={}, output_count=None,
             activation=None, kernel_applies_activation=False, wants_allocate=True, prepare=None, prepared=None,

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lite.engines.numpy_patterns import Graph, plain
+
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
 
@@ -44,18 +46,8 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     return merge_parallel_convs(steps, constants, graph_outputs)
 
 
-def _reader_counts(steps: list[_Step]) -> dict[int, int]:
-    readers: dict[int, int] = {}
-    for step in steps:
-        for index in set(step.inputs):
-            if index >= 0:
-                readers[index] = readers.get(index, 0) + 1
-    return readers
-
-
 def _plain_binary(step: _Step | None, op_type: str) -> bool:
-    return (step is not None and step.node.op_type == op_type and not step.node.domain and step.inline
-            and step.activation is None and len(step.inputs) == 2 and not step.graph_attributes)
+    return step is not None and step.node.op_type == op_type and plain(step, 2)
 
 
 # -- parallel convolutions -------------------------------------------------------------------------
@@ -189,32 +181,30 @@ def merge_parallel_convs(steps: list[_Step], constants: dict[int, Any], graph_ou
     """Adds of two linear maps of one input (:class:`_Branch`: convolutions, per-channel affine
     maps, sums of these already merged) whose intermediates are read once: one convolution,
     with the Relu that is the sum's one reader, if any, as its fused activation."""
-    readers = _reader_counts(steps)
-    producer_of = {step.outputs[0]: step for step in steps if step.outputs}
+    graph = Graph(steps, graph_outputs)
     merged: dict[int, _Branch] = {}  # an Add's output -> the branch it now is
     for add in steps:
         if not _plain_binary(add, "Add") or add.inputs[0] == add.inputs[1]:
             continue
-        branches = [_branch(value, producer_of, constants, merged) for value in add.inputs]
+        branches = [_branch(value, graph.producer_of, constants, merged) for value in add.inputs]
         if any(isinstance(branch, str) for branch in branches):
             continue
         a, b = branches
         if _merge_reason(a, b) is not None or (a.conv is None and b.conv is None):
             continue
         inner = [step.outputs[0] for step in a.steps + b.steps]
-        if any(readers.get(value) != 1 or value in graph_outputs for value in inner):
+        if not all(graph.single(value) for value in inner):
             continue
         merged[add.outputs[0]] = _merge(a, b, add)
         for value in add.inputs:
             merged.pop(value, None)
     if not merged:
         return steps
-    reader_of = _first_readers(steps)
     replaced: dict[int, _Step] = {}  # id(step the fused one takes the place of) -> the fused step
     dropped: set[int] = set()
     for output, branch in merged.items():
         last = branch.steps[-1]
-        relu = _one_relu_reader(output, reader_of, readers, graph_outputs)
+        relu = graph.only_reader(output, "Relu", 1, None)
         fused = _merged_conv_step(branch, last.outputs if relu is None else relu.outputs, relu is not None)
         dropped.update(id(step) for step in branch.steps)
         if relu is not None:
@@ -222,24 +212,6 @@ def merge_parallel_convs(steps: list[_Step], constants: dict[int, Any], graph_ou
         replaced[id(last)] = fused
         dropped.discard(id(last))
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
-
-
-def _first_readers(steps: list[_Step]) -> dict[int, _Step]:
-    """The first step reading each value."""
-    reader_of: dict[int, _Step] = {}
-    for step in steps:
-        for index in step.inputs:
-            reader_of.setdefault(index, step)
-    return reader_of
-
-
-def _one_relu_reader(value: int, reader_of: dict[int, _Step], readers: dict[int, int], graph_outputs: set[int]):
-    """The Relu step that is the one reader of ``value``, or None."""
-    step = reader_of.get(value)
-    if step is None or readers.get(value) != 1 or value in graph_outputs:
-        return None
-    plain = step.node.op_type == "Relu" and not step.node.domain and step.inline and step.activation is None
-    return step if plain and step.inputs == [value] else None
 
 
 def _merged_conv_step(branch: _Branch, outputs: list[int], relu: bool) -> _Step:

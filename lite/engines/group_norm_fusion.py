@@ -1,144 +1,259 @@
-"""The numpy engine's group normalization fusion (applied by :func:`lite.engines.numpy_fusions.fuse`).
+"""The numpy engine's group normalization fusions (applied by :func:`lite.engines.numpy_fusions.fuse`).
 
 Exporters write ``GroupNorm(G)`` of an image ``x`` (N, C, H, W) as an instance normalization of
-``x`` seen as G planes per image, reshaped back, then the per-channel affine map (BiT's
-GroupNorm before every convolution; seven nodes and a Relu)::
+``x`` seen as G planes per image, reshaped back, then the per-channel affine map::
 
-    x ─┬─► Reshape(0, G, -1) ─► InstanceNormalization(s, b) ─► Reshape ─► Mul(γ) ─► Add(β) ─► Relu ─► y
+    x ─┬─► Reshape(0, G, -1) ─► InstanceNormalization(s, b) ─► Reshape ─► Mul(γ) ─► Add(β) ─► [Relu] ─► y
        └─► Shape ─────────────────────────────────────────────────┘
 
-:func:`fuse_group_norm` makes that one step, :class:`GroupNormAffine`: per image and group, the
-mean ``m`` and the variance ``v`` over the group's C/G channels and pixels, then for channel c
-of group g::
+Both fusions find the Reshapes around the InstanceNormalization with :func:`match_planes` and
+compute, per image and group, the mean ``m`` and the variance ``v`` over the group's channels
+and pixels, then for channel c of group g::
 
-    y = (x - m) * (s_g γ_c / sqrt(v + ε)) + (b_g γ_c + β_c)          (then the Relu, if any)
+    y = (x - m) * (s_g γ_c / sqrt(v + ε)) + (b_g γ_c + β_c)
 
 which is the nodes' ``((x - m) / sqrt(v + ε) * s_g + b_g) * γ_c + β_c`` with the two scalings
-folded into one (a rounding difference of the order of float32's epsilon). Inputs it does not
-handle (not a float image of the constants' type with C channels) run the original steps.
+folded into one at load (:func:`fold_affine`; a rounding difference of the order of float32's
+epsilon):
+
+- :func:`fuse_one_group_norm`: ``GroupNorm(1, C)`` (PoolFormer, MobileViTv2), its Mul and Add
+  optional and of any constants that broadcast, as :class:`FusedGroupNorm`. The Reshape to
+  ``(N, 1, -1)`` copies a channels-last activation (lite.ops._layout) on every call; the fused
+  step takes each sample's statistics from x in whatever layout it has (one group spans all of
+  a sample).
+- :func:`fuse_group_norm`: any G with per-channel γ and β and an optional Relu (BiT's GroupNorm
+  before every convolution, seven nodes and a Relu), as :class:`GroupNormAffine`.
+
+Inputs a fused step does not handle run the original steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lite.engines.numpy_patterns import (
+    FLOATS,
+    Graph,
+    broadcasts_to,
+    constant_of,
+    in_turn,
+    ones,
+    per_channel,
+    plain,
+    run_in_turn,
+)
 from lite.ops import fused_activation
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
 
 
-def _only_step(value: int, readers: dict[int, list[_Step]], graph_outputs: set[int], op_type: str):
-    """The one step reading ``value``, if it is a plain ``op_type`` node."""
-    steps = readers.get(value, [])
-    if len(steps) != 1 or value in graph_outputs:
-        return None
-    step = steps[0]
-    plain = (step.node.op_type == op_type and not step.node.domain and step.inline and step.activation is None
-             and not step.graph_attributes)
-    return step if plain else None
+@dataclass
+class Planes:
+    """An InstanceNormalization of ``x`` seen as ``groups`` planes per image, reshaped back to
+    x's shape: what both fusions start from."""
+
+    x: int
+    split: _Step  # Reshape(x, (0, G, -1))
+    norm: _Step  # InstanceNormalization(planes, scale, bias)
+    merge: _Step  # Reshape(normalized, Shape(x))
+    shape: _Step  # Shape(x)
+    groups: int
+    scale: np.ndarray
+    bias: np.ndarray
+    epsilon: float
 
 
-def _per_channel(value: Any) -> np.ndarray | None:
-    """``value`` as a vector if it is a float constant of shape (C, 1, 1) or (1, C, 1, 1)."""
-    if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim not in (3, 4):
-        return None
-    if value.shape[-2:] != (1, 1) or (value.ndim == 4 and value.shape[0] != 1):
-        return None
-    return value.reshape(-1)
-
-
-def _match(reshape: _Step, readers: dict[int, list[_Step]], constants: dict[int, Any],
-           producer_of: dict[int, _Step], graph_outputs: set[int]):
-    """(steps, groups, scale, bias, epsilon, gamma, beta, relu) of the block starting at
-    ``reshape``, or a string saying why there is none."""
-    if len(reshape.inputs) != 2 or reshape.attributes.get("allowzero", 0):
-        return "not a two-input Reshape without allowzero"
-    target = constants.get(reshape.inputs[1])
-    if not isinstance(target, np.ndarray) or target.shape != (3,) or target[0] != 0 or target[2] != -1:
-        return "the Reshape's shape is not the constant (0, G, -1)"
-    groups = int(target[1])
-    norm = _only_step(reshape.outputs[0], readers, graph_outputs, "InstanceNormalization")
-    if norm is None or len(norm.inputs) != 3 or norm.inputs[0] != reshape.outputs[0]:
-        return "the Reshape's one reader is not an InstanceNormalization"
+def match_planes(norm: _Step, graph: Graph, constants: dict[int, Any]) -> Planes | str:
+    """The :class:`Planes` around ``norm`` (a plain InstanceNormalization), or why there are none."""
+    split = graph.producer(norm.inputs[0], "Reshape", 2)
+    target = constants.get(split.inputs[1]) if split is not None else None
+    if (not isinstance(target, np.ndarray) or target.shape != (3,) or target[0] != 0 or target[1] < 1
+            or target[2] != -1 or split.inputs[0] in constants or split.attributes.get("allowzero", 0)):
+        return "the input is not reshaped to the constant (0, G, -1) without allowzero"
+    groups, x = int(target[1]), split.inputs[0]
     scale, bias = constants.get(norm.inputs[1]), constants.get(norm.inputs[2])
     if (not isinstance(scale, np.ndarray) or not isinstance(bias, np.ndarray) or scale.shape != (groups,)
             or bias.shape != (groups,) or scale.dtype.kind != "f" or bias.dtype != scale.dtype):
         return "the InstanceNormalization's scale and bias are not constants of G floats"
-    back = _only_step(norm.outputs[0], readers, graph_outputs, "Reshape")
-    shape = producer_of.get(back.inputs[1]) if back is not None and len(back.inputs) == 2 else None
-    if (shape is None or back.inputs[0] != norm.outputs[0] or shape.node.op_type != "Shape" or shape.node.domain
-            or shape.inputs[:1] != reshape.inputs[:1] or shape.attributes.get("start", 0) != 0
-            or shape.attributes.get("end") is not None or back.attributes.get("allowzero", 0)):
+    merge = graph.only_reader(norm.outputs[0], "Reshape", 2, None)
+    shape = graph.producer_of.get(merge.inputs[1]) if merge is not None else None
+    if (shape is None or shape.node.op_type != "Shape" or shape.node.domain or shape.inputs[:1] != [x]
+            or shape.attributes.get("start", 0) != 0 or shape.attributes.get("end") is not None
+            or merge.attributes.get("allowzero", 0)):
         return "the normalized planes are not reshaped back to the input's Shape"
-    mul = _only_step(back.outputs[0], readers, graph_outputs, "Mul")
-    gamma = None if mul is None or len(mul.inputs) != 2 else _per_channel(constants.get(mul.inputs[1]))
-    add = None if gamma is None or mul.inputs[0] != back.outputs[0] else _only_step(
-        mul.outputs[0], readers, graph_outputs, "Add")
-    beta = None if add is None or len(add.inputs) != 2 else _per_channel(constants.get(add.inputs[1]))
-    if (beta is None or add.inputs[0] != mul.outputs[0] or gamma.shape != beta.shape or gamma.dtype != scale.dtype
-            or beta.dtype != scale.dtype or gamma.size % groups):
-        return "no per-channel Mul and Add of constants after the normalization"
-    relu = _only_step(add.outputs[0], readers, graph_outputs, "Relu")
-    steps = [reshape, norm, back, mul, add] + ([relu] if relu is not None else [])
-    if len(readers.get(shape.outputs[0], [])) == 1 and shape.outputs[0] not in graph_outputs:
-        steps.insert(1, shape)
-    return steps, groups, scale, bias, float(norm.attributes.get("epsilon", 1e-5)), gamma, beta, relu is not None
+    return Planes(x, split, norm, merge, shape, groups, scale, bias, float(norm.attributes.get("epsilon", 1e-5)))
+
+
+def fold_affine(scale: Any, bias: Any, gamma: Any, beta: Any) -> tuple[Any, Any]:
+    """(s·γ, b·γ + β): the InstanceNormalization's scale and bias taken into the affine map
+    after it once, at load, so that a run scales and shifts each value once."""
+    return np.multiply(scale, gamma), np.add(np.multiply(bias, gamma), beta)
+
+
+def _deviation(squares: np.ndarray, inverse_size: Any, epsilon: Any) -> np.ndarray:
+    """``sqrt(squares / size + ε)``, in ``squares``: the standard deviations from the sums of
+    squared deviations."""
+    squares *= inverse_size
+    squares += epsilon
+    return np.sqrt(squares, out=squares)
+
+
+def _fused_step(template: _Step, kernel: Callable, x: int, outputs: list[int]) -> _Step:
+    """``template`` running ``kernel`` on ``x`` into ``outputs``: a fused block's one step."""
+    return replace(template, fn=kernel, inputs=[x], outputs=outputs, attributes={}, output_count=None,
+                   activation=None, kernel_applies_activation=False, wants_allocate=True, prepare=None,
+                   prepared=None, memo=None, memo_sources=[])
+
+
+# -- group normalization with one group -----------------------------------------------------------
+
+
+def fuse_one_group_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with every one-group GroupNorm replaced by a :class:`FusedGroupNorm` step, at
+    the place of the block's last step."""
+    graph = Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for step in steps:
+        if step.node.op_type != "InstanceNormalization" or not plain(step, 3):
+            continue
+        match, _reason = match_one_group_norm(step, graph, constants)
+        if match is None or any(id(s) in dropped or id(s) in fused for s in match.block):
+            continue
+        last = match.block[-1]
+        fused[id(last)] = _fused_step(last, match, match.x, [last.outputs[0]])
+        dropped.update(id(s) for s in match.block[:-1])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def match_one_group_norm(norm: _Step, graph: Graph, constants: dict[int, Any]):
+    """The :class:`FusedGroupNorm` of the one-group GroupNorm around ``norm``, or None; and the
+    reason it is not one."""
+    planes = match_planes(norm, graph, constants)
+    if isinstance(planes, str):
+        return None, planes
+    scale = planes.scale
+    if planes.groups != 1 or scale.dtype not in FLOATS:
+        return None, "not one group of float32 or float64"
+    if not graph.single(planes.shape.outputs[0]):
+        return None, "the input's Shape is read elsewhere"
+    block = [planes.shape, planes.split, norm, planes.merge]
+    gain, shift, output = np.ones((), scale.dtype), np.zeros((), scale.dtype), planes.merge.outputs[0]
+    for op_type in ("Mul", "Add"):
+        step = graph.only_reader(output, op_type, 2, None, first=False)
+        if step is None:
+            continue
+        position, value = constant_of(step, constants)
+        if value is None or step.inputs[1 - position] != output or value.dtype != scale.dtype:
+            continue
+        if op_type == "Mul":
+            gain = value
+        else:
+            shift = value
+        block.append(step)
+        output = step.outputs[0]
+    block.sort(key=lambda step: graph.position[id(step)])
+    if block[-1].outputs[0] != output:
+        return None, "the block's last node does not run last"
+    return FusedGroupNorm(block, planes.x, scale, planes.bias, gain, shift, planes.epsilon, constants), ""
+
+
+class FusedGroupNorm:
+    """The one-group fused step's kernel (see the module docstring)."""
+
+    def __init__(self, block: list[_Step], x: int, scale: np.ndarray, bias: np.ndarray, gain: np.ndarray,
+                 shift: np.ndarray, epsilon: float, constants: dict[int, Any]) -> None:
+        self.block = block
+        self.x = x
+        self.dtype = scale.dtype
+        # Per channel: what the normalized value is multiplied by (before 1/std) and shifted by.
+        self.gain, self.shift = fold_affine(scale.reshape(()), bias.reshape(()), gain, shift)
+        self.epsilon = self.dtype.type(epsilon)
+        self.constants = constants
+        from lite.ops._helpers import einsum
+
+        self.einsum = einsum
+
+    def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
+        rows = _sample_rows(x) if type(x) is np.ndarray and x.dtype == self.dtype and x.ndim >= 3 and x.size else None
+        if (rows is None or self.gain.ndim > x.ndim or self.shift.ndim > x.ndim
+                or not broadcasts_to(self.gain.shape, x.shape[1:]) or not broadcasts_to(self.shift.shape, x.shape[1:])):
+            return run_in_turn(self.block, self.x, x, self.constants, allocate)
+        batch, width = rows.shape
+        statistics = (batch,) + (1,) * (x.ndim - 1)
+        inverse_width = x.dtype.type(1.0 / width)
+        mean = np.matmul(rows, ones(width, x.dtype))
+        mean *= inverse_width
+        centered = np.subtract(x, mean.reshape(statistics))
+        centered_rows = _sample_rows(centered)
+        if centered_rows is None:
+            centered = np.ascontiguousarray(centered)
+            centered_rows = centered.reshape(batch, width)
+        deviation = _deviation(self.einsum("ij,ij->i", centered_rows, centered_rows), inverse_width, self.epsilon)
+        centered *= np.divide(self.gain, deviation.reshape(statistics))
+        centered += self.shift
+        return centered
+
+
+def _sample_rows(x: np.ndarray) -> np.ndarray | None:
+    """``x`` (N, C, *spatial) as an (N, C * pixels) view in its memory order (C-contiguous or
+    channels-last), or None."""
+    from lite.ops._layout import channels_last_order, is_channels_last
+
+    if x.flags.c_contiguous:
+        return x.reshape(x.shape[0], -1)
+    if is_channels_last(x):
+        return x.transpose(channels_last_order(x.ndim)).reshape(x.shape[0], -1)
+    return None
+
+
+# -- group normalization with per-channel γ and β (and a Relu) ------------------------------------
 
 
 def fuse_group_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
-    """Every block of the module docstring's shape as one :class:`GroupNormAffine` step, at the
-    place of its last step."""
-    readers: dict[int, list[_Step]] = {}
-    for step in steps:
-        for index in set(step.inputs):
-            readers.setdefault(index, []).append(step)
-    producer_of = {step.outputs[0]: step for step in steps if step.outputs}
+    """Every block of the module docstring's shape with per-channel γ and β as one
+    :class:`GroupNormAffine` step, at the place of its last step."""
+    graph = Graph(steps, graph_outputs)
     replaced: dict[int, _Step] = {}
     dropped: set[int] = set()
-    for reshape in steps:
-        if reshape.node.op_type != "Reshape" or reshape.node.domain or not reshape.inline or id(reshape) in dropped:
+    for norm in steps:
+        if norm.node.op_type != "InstanceNormalization" or not plain(norm, 3):
             continue
-        match = _match(reshape, readers, constants, producer_of, graph_outputs)
+        match = _match_affine(norm, graph, constants)
         if isinstance(match, str):
             continue
-        block, groups, scale, bias, epsilon, gamma, beta, relu = match
-        x = reshape.inputs[0]
-        kernel = GroupNormAffine(groups, scale, bias, epsilon, gamma, beta, relu,
-                                 _InTurn(block, x, constants))
-        last = block[-1]
-        replaced[id(last)] = replace(
-            block[1 if block[1].node.op_type == "InstanceNormalization" else 2], fn=kernel, inputs=[x],
-            outputs=last.outputs, attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
-            wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[], release=[])
+        planes, block, gamma, beta, relu = match
+        kernel = GroupNormAffine(planes.groups, planes.scale, planes.bias, planes.epsilon, gamma, beta, relu,
+                                 in_turn(block, planes.x, constants))
+        replaced[id(block[-1])] = _fused_step(norm, kernel, planes.x, block[-1].outputs)
         dropped.update(id(step) for step in block[:-1])
-    if not replaced:
-        return steps
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
 
 
-class _InTurn:
-    """The block's own kernels one after the other (for inputs the fused kernel does not handle)."""
-
-    def __init__(self, block: list[_Step], x_index: int, constants: dict[int, Any]) -> None:
-        self.block = block
-        self.x_index = x_index
-        self.constants = constants
-
-    def __call__(self, x: np.ndarray, allocate: Callable) -> np.ndarray:
-        values = {self.x_index: x}
-        for step in self.block:
-            args = [values.get(i, self.constants.get(i)) if i >= 0 else None for i in step.inputs]
-            if step.wants_allocate:
-                result = step.fn(*args, allocate=allocate, **step.keywords)
-            else:
-                result = step.fn(*args, **step.keywords)
-            values[step.outputs[0]] = result[0] if type(result) is tuple else result
-        return values[self.block[-1].outputs[0]]
+def _match_affine(norm: _Step, graph: Graph, constants: dict[int, Any]):
+    """(planes, steps, gamma, beta, relu) of the block around ``norm``, or a string saying why
+    there is none."""
+    planes = match_planes(norm, graph, constants)
+    if isinstance(planes, str):
+        return planes
+    merge, scale = planes.merge, planes.scale
+    mul = graph.only_reader(merge.outputs[0], "Mul", 2, None)
+    gamma = None if mul is None else per_channel(constants.get(mul.inputs[1]))
+    add = None if gamma is None else graph.only_reader(mul.outputs[0], "Add", 2, None)
+    beta = None if add is None else per_channel(constants.get(add.inputs[1]))
+    if (beta is None or gamma.shape != beta.shape or gamma.dtype != scale.dtype or beta.dtype != scale.dtype
+            or gamma.size % planes.groups):
+        return "no per-channel Mul and Add of constants after the normalization"
+    relu = graph.only_reader(add.outputs[0], "Relu", 1, None)
+    steps = [planes.split, norm, merge, mul, add] + ([relu] if relu is not None else [])
+    if graph.single(planes.shape.outputs[0]):
+        steps.insert(1, planes.shape)
+    return planes, steps, gamma, beta, relu is not None
 
 
 class GroupNormAffine:
@@ -152,9 +267,9 @@ class GroupNormAffine:
         self.dtype = gamma.dtype
         per_group = channels // groups
         # (G, C/G): channel c of group g at [g, c % (C/G)]
-        self.gain = (scale[:, None] * gamma.reshape(groups, per_group)).astype(self.dtype)
-        self.shift = (bias[:, None] * gamma.reshape(groups, per_group) + beta.reshape(groups, per_group)).reshape(
-            channels, 1).astype(self.dtype)
+        self.gain, shift = fold_affine(scale[:, None], bias[:, None], gamma.reshape(groups, per_group),
+                                       beta.reshape(groups, per_group))
+        self.shift = shift.reshape(channels, 1)
         self.epsilon = self.dtype.type(epsilon)
         self.relu = relu
         self.fallback = fallback
@@ -170,11 +285,8 @@ class GroupNormAffine:
         mean *= inverse_size
         centered = allocate(planes.shape, x.dtype)
         np.subtract(planes, mean, out=centered)
-        variance = np.einsum("ngk,ngk->ng", centered, centered)
-        variance *= inverse_size
-        variance += self.epsilon
-        np.sqrt(variance, out=variance)
-        gain = np.divide(self.gain, variance[:, :, None])  # (N, G, C/G)
+        deviation = _deviation(np.einsum("ngk,ngk->ng", centered, centered), inverse_size, self.epsilon)
+        gain = np.divide(self.gain, deviation[:, :, None])  # (N, G, C/G)
         y = centered.reshape(batch, channels, -1)
         y *= gain.reshape(batch, channels, 1)
         y += self.shift

@@ -33,18 +33,16 @@ from lite.engines.numpy_patterns import (
     RESHAPE,
     TRANSPOSE,
     Graph,
+    ReshapeTargets,
     broadcasts_to,
     float_scalar,
     is_kernel,
     plain,
+    run_steps,
 )
-from lite.errors import LiteError
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
-
-# Reshape targets remembered per input shape (a server sees a few sequence lengths).
-_SHAPES_KEPT = 16
 
 
 def fuse_attention(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
@@ -243,15 +241,13 @@ class FusedAttention:
     """The fused step's kernel (see the module docstring)."""
 
     def __init__(self, block: AttentionBlock, constants: dict[int, Any]) -> None:
-        from lite.ops.reshape import Reshape
         from lite.ops.softmax import softmax_last_axis
 
-        self.reshape = Reshape
         self.softmax = softmax_last_axis
         self.block = block
         self.constants = constants
         self.scale = block.scale
-        self.targets: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+        self.targets = ReshapeTargets()
 
     def __call__(self, *args: Any, allocate: Callable = np.empty) -> np.ndarray:
         block = self.block
@@ -284,7 +280,7 @@ class FusedAttention:
         if block.merge is None:
             return context
         perm, shape_position = block.merge
-        target = self._target(context.shape, perm, args[shape_position])
+        target = self.targets(context.shape, args[shape_position], perm)
         if target is None:
             return self._in_turn(args, allocate)
         return context.transpose(perm).reshape(target)
@@ -297,7 +293,7 @@ class FusedAttention:
             return None
         for kind, argument in self.block.heads[position]:
             if kind == "Reshape":
-                target = self._target(value.shape, None, args[argument])
+                target = self.targets(value.shape, args[argument])
                 if target is None:
                     return None
                 value = value.reshape(target)
@@ -311,39 +307,6 @@ class FusedAttention:
                 value = np.multiply(value, argument)
         return value
 
-    def _target(self, shape: tuple[int, ...], perm: list[int] | None, target: Any) -> tuple[int, ...] | None:
-        """What Reshape makes of a tensor of ``shape`` (permuted by ``perm``) for the shape tensor
-        ``target``, remembered by both (a few sequence lengths); None where Reshape fails."""
-        if type(target) is not np.ndarray or target.dtype != np.int64 or target.ndim != 1:
-            return None
-        # A read-only shape tensor (a constant, or a value the engine remembers from shapes) is
-        # known by its identity (the entry holds it: its id is not reused while it is a key).
-        by_identity = not target.flags.writeable
-        key = (shape, None if perm is None else tuple(perm), id(target) if by_identity else target.tobytes())
-        known = self.targets.get(key)
-        if known is not None and (not by_identity or known[0] is target):
-            return known[1]
-        if perm is not None:
-            if sorted(perm) != list(range(len(shape))):
-                return None
-            shape = tuple(shape[axis] for axis in perm)
-        try:
-            result = self.reshape(np.empty(shape, np.uint8), target).shape
-        except LiteError:
-            return None
-        if len(self.targets) >= _SHAPES_KEPT:
-            self.targets.clear()
-        self.targets[key] = (target, result)
-        return result
-
     def _in_turn(self, args: tuple[Any, ...], allocate: Callable) -> np.ndarray:
         """The block's own kernels one after the other."""
-        values: dict[int, Any] = dict(zip(self.block.inputs, args))
-        for step in self.block.steps:
-            step_args = [values[i] if i in values else self.constants.get(i) for i in step.inputs]
-            if step.wants_allocate:
-                result = step.fn(*step_args, allocate=allocate, **step.keywords)
-            else:
-                result = step.fn(*step_args, **step.keywords)
-            values[step.outputs[0]] = result[0] if type(result) is tuple else result
-        return values[self.block.output]
+        return run_steps(self.block.steps, dict(zip(self.block.inputs, args)), self.constants, allocate)

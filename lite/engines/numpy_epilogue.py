@@ -22,15 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_patterns import MATMUL, RESHAPE, TRANSPOSE, Graph, broadcasts_to, is_kernel, plain
-from lite.errors import LiteError
+from lite.engines.numpy_patterns import (
+    MATMUL,
+    RESHAPE,
+    TRANSPOSE,
+    Graph,
+    ReshapeTargets,
+    broadcasts_to,
+    is_kernel,
+    plain,
+)
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
 
 _UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
-# Reshape targets remembered per input shape and shape tensor (a server sees a few sequence lengths).
-_SHAPES_KEPT = 16
 
 
 def _is_matmul_add(fn: Any) -> bool:
@@ -115,18 +121,16 @@ class ProductEpilogue:
 
     def __init__(self, product: _Step, operations: list[tuple[str, Any]], product_inputs: int) -> None:
         from lite.ops import arithmetic
-        from lite.ops.reshape import Reshape
         from lite.ops.transpose import Transpose
 
         self.arithmetic = arithmetic
-        self.reshape = Reshape
         self.transpose = Transpose
         self.product = product.fn
         self.keywords = product.keywords
         self.product_allocates = product.wants_allocate
         self.operations = operations
         self.product_inputs = product_inputs
-        self.targets: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+        self.targets = ReshapeTargets()
 
     def __call__(self, *args: Any, allocate: Callable = np.empty) -> Any:
         if self.product_allocates:
@@ -136,8 +140,8 @@ class ProductEpilogue:
         owned = type(y) is np.ndarray  # a fresh array: operations may write into it
         for kind, argument in self.operations:
             if kind == "Reshape":
-                target = self._target(y.shape, args[argument])
-                y = y.reshape(target) if target is not None else self.reshape(y, args[argument])
+                target = self.targets(y.shape, args[argument])
+                y = y.reshape(target) if target is not None else self.targets.reshape(y, args[argument])
             elif kind == "Transpose":
                 y = self.transpose(y, perm=argument)
             else:
@@ -152,22 +156,3 @@ class ProductEpilogue:
                     y = getattr(self.arithmetic, kind)(*operands, allocate=allocate)
                     owned = type(y) is np.ndarray and y.flags.writeable
         return y
-
-    def _target(self, shape: tuple[int, ...], target: Any) -> tuple[int, ...] | None:
-        """What Reshape makes of a tensor of ``shape`` for a read-only shape tensor ``target``
-        (None otherwise, or where Reshape fails), remembered by both; the entry holds ``target``,
-        so its id is not reused while it is a key."""
-        if type(target) is not np.ndarray or target.flags.writeable:
-            return None
-        key = (shape, id(target))
-        known = self.targets.get(key)
-        if known is not None and known[0] is target:
-            return known[1]
-        try:
-            result = self.reshape(np.empty(shape, np.uint8), target).shape
-        except LiteError:
-            return None
-        if len(self.targets) >= _SHAPES_KEPT:
-            self.targets.clear()
-        self.targets[key] = (target, result)
-        return result

@@ -10,13 +10,12 @@ step computes what its steps computed, in the same arithmetic:
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
 - summed convolutions of one input (RepVGG's branches)
   (:mod:`lite.engines.conv_fusions`);
-- a group normalization written as an instance normalization between Reshapes
-  (:mod:`lite.engines.group_norm_fusion`);
+- a group normalization written as an instance normalization between Reshapes, with one group
+  or with a per-channel affine map and a Relu (:mod:`lite.engines.group_norm_fusion`);
 - a per-channel Mul and Add of constants and the Relu after them (:mod:`lite.engines.affine_fusion`);
 - a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`);
-- an RMSNorm written as elementwise nodes, a one-group GroupNorm written through
-  InstanceNormalization, a LayerNormalization with the residual Add before it, an L2
-  normalization over the last axis (:mod:`lite.engines.numpy_norms`);
+- an RMSNorm written as elementwise nodes, a LayerNormalization with the residual Add before it,
+  an L2 normalization over the last axis (:mod:`lite.engines.numpy_norms`);
 - a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`);
 - a tanh-approximated GELU written as elementwise nodes (:mod:`lite.engines.numpy_gelu`);
 - a MatMul and the reshapes and elementwise updates its result alone goes through
@@ -35,13 +34,8 @@ from lite.engines import affine_fusion, conv_fusions, group_norm_fusion
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
 from lite.engines.numpy_gelu import fuse_tanh_gelu
-from lite.engines.numpy_norms import (
-    fuse_group_norm,
-    fuse_l2_normalize,
-    fuse_residual_layer_norm,
-    fuse_rms_norm,
-)
-from lite.engines.numpy_patterns import run_in_turn
+from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm, fuse_rms_norm
+from lite.engines.numpy_patterns import Graph, in_turn
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 
 if TYPE_CHECKING:
@@ -60,7 +54,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = conv_fusions.fuse(steps, constants, graph_outputs)
     steps = fuse_attention(steps, constants, graph_outputs)
     steps = fuse_rms_norm(steps, constants, graph_outputs)
-    steps = fuse_group_norm(steps, constants, graph_outputs)
+    steps = group_norm_fusion.fuse_one_group_norm(steps, constants, graph_outputs)
     steps = fuse_residual_layer_norm(steps, constants, graph_outputs)
     steps = fuse_l2_normalize(steps, constants, graph_outputs)
     steps = fuse_rotary_embedding(steps, constants, graph_outputs)
@@ -70,16 +64,6 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     return affine_fusion.fuse_channel_affine(steps, constants, graph_outputs)
 
 
-def _reader_counts(steps: list[_Step]) -> dict[int, int]:
-    """How many steps read each value."""
-    readers: dict[int, int] = {}
-    for step in steps:
-        for index in set(step.inputs):
-            if index >= 0:
-                readers[index] = readers.get(index, 0) + 1
-    return readers
-
-
 def _fuse_bias_adds(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """MatMul by constant weights ``(K, N)`` whose one reader is an Add of a constant bias
     ``(N,)``: one step that adds the bias in place into the product (a transformer's linear
@@ -87,8 +71,7 @@ def _fuse_bias_adds(steps: list[_Step], constants: dict[int, Any], graph_outputs
 
         x ──► MatMul(x, W) ──► Add(·, b) ──► y      becomes      x ──► MatMul+bias ──► y
     """
-    readers = _reader_counts(steps)
-    producer_of = {step.outputs[0]: step for step in steps if step.outputs}
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}  # id(Add step) -> the fused step, which takes its place
     dropped: set[int] = set()
     for step in steps:
@@ -97,12 +80,12 @@ def _fuse_bias_adds(steps: list[_Step], constants: dict[int, Any], graph_outputs
             continue
         for position in (0, 1):
             product, bias_index = step.inputs[position], step.inputs[1 - position]
-            matmul = producer_of.get(product)
+            matmul = graph.producer_of.get(product)
             if (matmul is None or matmul.node.op_type != "MatMul" or matmul.node.domain or not matmul.inline
                     or len(matmul.inputs) != 2):
                 continue
             weights, bias = constants.get(matmul.inputs[1]), constants.get(bias_index)
-            if (weights is None or bias is None or readers.get(product) != 1 or product in graph_outputs
+            if (weights is None or bias is None or not graph.single(product)
                     or matmul.activation is not None or weights.ndim != 2 or bias.shape != weights.shape[1:]
                     or bias.dtype != weights.dtype or weights.dtype.kind != "f"):
                 continue
@@ -227,18 +210,17 @@ def _fuse_squeeze_excite(steps: list[_Step], constants: dict[int, Any], graph_ou
     becomes ``x ─► SqueezeExcite ─► y``. The original steps stay inside it for inputs it does
     not handle (not a 4-D float image of the weights' type).
     """
-    readers = _reader_counts(steps)
-    producer_of = {step.outputs[0]: step for step in steps if step.outputs}
+    graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for mul in steps:
         if mul.node.op_type != "Mul" or mul.node.domain or not mul.inline or mul.activation or len(mul.inputs) != 2:
             continue
         for position in (0, 1):
-            x, block = mul.inputs[1 - position], _squeeze_excite_steps(mul.inputs[position], producer_of, constants)
+            x, block = mul.inputs[1 - position], _squeeze_excite_steps(mul.inputs[position], graph.producer_of, constants)
             if block is None or block[0].inputs[0] != x or any(id(step) in dropped for step in block):
                 continue
-            if any(readers.get(step.outputs[0]) != 1 or step.outputs[0] in graph_outputs for step in block):
+            if not all(graph.single(step.outputs[0]) for step in block):
                 continue
             mean, first, second = block
             # Imported here: a model without such a block loads no more kernel modules than it uses.
@@ -247,7 +229,7 @@ def _fuse_squeeze_excite(steps: list[_Step], constants: dict[int, Any], graph_ou
             fused[id(mul)] = replace(
                 mul, fn=SqueezeExcite(*_conv_weights(first, constants), first.activation,
                                       *_conv_weights(second, constants), second.activation,
-                                      lambda value, allocate, block=[*block, mul], x=x: run_in_turn(block, x, value, constants, allocate)),
+                                      in_turn([*block, mul], x, constants)),
                 inputs=[x], attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
                 wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
             dropped.update(id(step) for step in block)

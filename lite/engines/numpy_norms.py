@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_patterns import FLOATS, Graph, broadcasts_to, constant_of, ones, plain, run_in_turn
+from lite.engines.numpy_patterns import (
+    FLOATS,
+    Graph,
+    broadcasts_to,
+    constant_of,
+    ones,
+    plain,
+    run_in_turn,
+    run_steps,
+)
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -111,7 +120,7 @@ class FusedRMSNorm:
                 or self.axis not in (-1, x.ndim - 1) or not x.flags.c_contiguous
                 or (self.weight is not None and not broadcasts_to(self.weight.shape, x.shape))
                 or self.epsilon.ndim > x.ndim):
-            return self._in_turn(x, allocate)
+            return run_in_turn(self.block, self.x, x, self.constants, allocate)
         length = x.shape[-1]
         square = np.multiply(x, x)
         # ReduceMean's last-axis path: row sums as a product with ones, then the division.
@@ -119,7 +128,7 @@ class FusedRMSNorm:
         np.divide(mean, x.dtype.type(length), out=mean)
         mean = mean.reshape(x.shape[:-1] + (1,))
         if self.epsilon.ndim == mean.ndim and self.epsilon.shape != (1,) * mean.ndim:
-            return self._in_turn(x, allocate)
+            return run_in_turn(self.block, self.x, x, self.constants, allocate)
         np.add(mean, self.epsilon, out=mean)
         np.sqrt(mean, out=mean)
         np.reciprocal(mean, out=mean)
@@ -127,147 +136,6 @@ class FusedRMSNorm:
         if self.weight is not None:
             np.multiply(y, self.weight, out=y)
         return y
-
-    def _in_turn(self, x: Any, allocate: Callable) -> np.ndarray:
-        """The chain's own kernels one after the other."""
-        values: dict[int, Any] = {self.x: x}
-        for step in self.block:
-            args = [values[i] if i in values else self.constants.get(i) for i in step.inputs]
-            if step.wants_allocate:
-                result = step.fn(*args, allocate=allocate, **step.keywords)
-            else:
-                result = step.fn(*args, **step.keywords)
-            values[step.outputs[0]] = result[0] if type(result) is tuple else result
-        return values[self.block[-1].outputs[0]]
-
-
-# -- group normalization with one group -----------------------------------------------------------
-
-
-def fuse_group_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
-    """``steps`` with every one-group GroupNorm written through InstanceNormalization replaced by
-    one step. torch.export writes ``GroupNorm(1, C)`` (PoolFormer, MobileViTv2) as::
-
-        x ─┬─► Reshape(N, 1, -1) ─► InstanceNormalization(1, 0) ─► Reshape ─► [Mul(γ)] ─► [Add(β)] ─► y
-           └─► Shape ───────────────────────────────────────────────┘
-
-    and the Reshape to ``(N, 1, -1)`` copies a channels-last activation (lite.ops._layout) on
-    every call. The fused step takes each sample's statistics from x in whatever layout it has
-    (the statistics of one group span all of a sample), and computes
-    ``(x - mean) · (s·γ / sqrt(var + ε)) + (b·γ + β)`` with the per-channel products taken once
-    at load: the same statistics, the affine part rounded once instead of twice. Other group
-    counts and layouts run the original kernels one after the other.
-    """
-    graph = Graph(steps, graph_outputs)
-    fused: dict[int, _Step] = {}
-    dropped: set[int] = set()
-    for step in steps:
-        if step.node.op_type != "InstanceNormalization" or not plain(step, 3):
-            continue
-        match, _reason = match_group_norm(step, graph, constants)
-        if match is None or any(id(s) in dropped or id(s) in fused for s in match.block):
-            continue
-        last = match.block[-1]
-        fused[id(last)] = replace(
-            last, fn=match, inputs=[match.x], outputs=[last.outputs[0]],
-            attributes={}, output_count=None, activation=None, kernel_applies_activation=False,
-            wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
-        dropped.update(id(s) for s in match.block[:-1])
-    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
-
-
-def match_group_norm(norm: _Step, graph: Graph, constants: dict[int, Any]):
-    """The :class:`FusedGroupNorm` of the one-group GroupNorm around ``norm``, or None; and the
-    reason it is not one."""
-    scale, bias = constants.get(norm.inputs[1]), constants.get(norm.inputs[2])
-    if not (isinstance(scale, np.ndarray) and isinstance(bias, np.ndarray) and scale.shape == bias.shape == (1,)
-            and scale.dtype in FLOATS and bias.dtype == scale.dtype):
-        return None, "not one group's constant scale and bias"
-    split = graph.producer(norm.inputs[0], "Reshape", 2)
-    target = constants.get(split.inputs[1]) if split is not None else None
-    if target is None or np.asarray(target).tolist() != [0, 1, -1] or split.inputs[0] in constants:
-        return None, "the input is not reshaped to (N, 1, -1)"
-    if split.attributes.get("allowzero", 0):
-        return None, "the reshape reads 0 as a zero size"
-    x = split.inputs[0]
-    merge = graph.only_reader(norm.outputs[0], "Reshape", 2, None)
-    shape = graph.producer(merge.inputs[1], "Shape", 1) if merge is not None else None
-    if (shape is None or shape.inputs[0] != x or shape.attributes.get("start", 0) != 0
-            or shape.attributes.get("end") is not None or merge.attributes.get("allowzero", 0)):
-        return None, "the result is not reshaped back to the input's shape"
-    block = [shape, split, norm, merge]
-    gain, shift, output = np.ones((), scale.dtype), np.zeros((), scale.dtype), merge.outputs[0]
-    for op_type in ("Mul", "Add"):
-        step = graph.only_reader(output, op_type, 2, None, first=False)
-        if step is None:
-            continue
-        position, value = constant_of(step, constants)
-        if value is None or step.inputs[1 - position] != output or value.dtype != scale.dtype:
-            continue
-        if op_type == "Mul":
-            gain = value
-        else:
-            shift = value
-        block.append(step)
-        output = step.outputs[0]
-    block.sort(key=lambda step: graph.position[id(step)])
-    if block[-1].outputs[0] != output:
-        return None, "the block's last node does not run last"
-    epsilon = norm.attributes.get("epsilon", 1e-5)
-    return FusedGroupNorm(block, x, scale, bias, gain, shift, epsilon, constants), ""
-
-
-class FusedGroupNorm:
-    """The fused step's kernel (see fuse_group_norm)."""
-
-    def __init__(self, block: list[_Step], x: int, scale: np.ndarray, bias: np.ndarray, gain: np.ndarray,
-                 shift: np.ndarray, epsilon: float, constants: dict[int, Any]) -> None:
-        self.block = block
-        self.x = x
-        self.dtype = scale.dtype
-        # Per channel, once: what the normalized value is multiplied by (before 1/std) and shifted by.
-        self.gain = np.multiply(gain, scale.reshape(()))
-        self.shift = np.add(np.multiply(gain, bias.reshape(())), shift)
-        self.epsilon = self.dtype.type(epsilon)
-        self.constants = constants
-        from lite.ops._helpers import einsum
-
-        self.einsum = einsum
-
-    def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
-        rows = _sample_rows(x) if type(x) is np.ndarray and x.dtype == self.dtype and x.ndim >= 3 and x.size else None
-        if (rows is None or self.gain.ndim > x.ndim or self.shift.ndim > x.ndim
-                or not broadcasts_to(self.gain.shape, x.shape[1:]) or not broadcasts_to(self.shift.shape, x.shape[1:])):
-            return run_in_turn(self.block, self.x, x, self.constants, allocate)
-        batch, width = rows.shape
-        statistics = (batch,) + (1,) * (x.ndim - 1)
-        inverse_width = x.dtype.type(1.0 / width)
-        mean = np.matmul(rows, ones(width, x.dtype))
-        mean *= inverse_width
-        centered = np.subtract(x, mean.reshape(statistics))
-        centered_rows = _sample_rows(centered)
-        if centered_rows is None:
-            centered = np.ascontiguousarray(centered)
-            centered_rows = centered.reshape(batch, width)
-        variance = self.einsum("ij,ij->i", centered_rows, centered_rows)
-        variance *= inverse_width
-        variance += self.epsilon
-        np.sqrt(variance, out=variance)
-        centered *= np.divide(self.gain, variance.reshape(statistics))
-        centered += self.shift
-        return centered
-
-
-def _sample_rows(x: np.ndarray) -> np.ndarray | None:
-    """``x`` (N, C, *spatial) as an (N, C * pixels) view in its memory order (C-contiguous or
-    channels-last), or None."""
-    from lite.ops._layout import channels_last_order, is_channels_last
-
-    if x.flags.c_contiguous:
-        return x.reshape(x.shape[0], -1)
-    if is_channels_last(x):
-        return x.transpose(channels_last_order(x.ndim)).reshape(x.shape[0], -1)
-    return None
 
 
 # -- residual connection and LayerNormalization ---------------------------------------------------
@@ -403,5 +271,4 @@ class FusedL2Normalize:
         return np.divide(x, clipped)
 
     def _in_turn(self, x: Any, shape: tuple[Any, ...], allocate: Callable) -> Any:
-        constants = {**self.constants, **dict(zip(self.extra, shape))}
-        return run_in_turn(self.block, self.x, x, constants, allocate)
+        return run_steps(self.block, {self.x: x, **dict(zip(self.extra, shape))}, self.constants, allocate)

@@ -1,6 +1,6 @@
 """What the numpy engine's fusions share: who produces and reads each value, the checks a
-matched node must pass, and running a matched block's own kernels when the fused step declines
-an input.
+matched node must pass, the Reshape targets a fused step remembers, and running a matched
+block's own kernels when the fused step declines an input.
 
 Kernels are told by their module and name (:func:`is_kernel`), so a model loads no kernel module
 it does not use; the fusions import kernels only where they matched.
@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from lite.errors import LiteError
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -88,6 +90,17 @@ def float_scalar(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.size == 1 and value.dtype in FLOATS
 
 
+def per_channel(value: Any) -> np.ndarray | None:
+    """``value`` as a vector if it is a float constant of shape (C, 1, 1) or (1, C, 1, 1): a
+    per-channel operand of an image, as a folded BatchNormalization or a GroupNorm's affine
+    part writes it."""
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim not in (3, 4):
+        return None
+    if value.shape[-2:] != (1, 1) or (value.ndim == 4 and value.shape[0] != 1):
+        return None
+    return value.reshape(-1)
+
+
 def constant_of(step: _Step, constants: dict[int, Any]) -> tuple[int, np.ndarray] | tuple[None, None]:
     """(position, value) of the float constant among a binary step's inputs, if one is."""
     for position in (1, 0):
@@ -106,7 +119,12 @@ def ones(length: int, dtype: np.dtype) -> np.ndarray:
 
 def run_in_turn(block: list[_Step], x_index: int, x: Any, constants: dict[int, Any], allocate: Callable) -> Any:
     """A block's own kernels one after the other, on ``x``."""
-    values: dict[int, Any] = {x_index: x}
+    return run_steps(block, {x_index: x}, constants, allocate)
+
+
+def run_steps(block: list[_Step], values: dict[int, Any], constants: dict[int, Any], allocate: Callable) -> Any:
+    """A block's own kernels one after the other, from ``values`` (its inputs by index, filled in
+    with what the steps compute): the last step's output."""
     for step in block:
         args = [values[i] if i in values else constants.get(i) for i in step.inputs]
         if step.wants_allocate:
@@ -115,3 +133,48 @@ def run_in_turn(block: list[_Step], x_index: int, x: Any, constants: dict[int, A
             result = step.fn(*args, **step.keywords)
         values[step.outputs[0]] = result[0] if type(result) is tuple else result
     return values[block[-1].outputs[0]]
+
+
+def in_turn(block: list[_Step], x_index: int, constants: dict[int, Any]) -> Callable[[Any, Callable], Any]:
+    """:func:`run_in_turn` of ``block`` as a fused kernel's ``fallback(x, allocate)``, for the
+    inputs the kernel does not handle."""
+    return lambda x, allocate: run_in_turn(block, x_index, x, constants, allocate)
+
+
+class ReshapeTargets:
+    """What Reshape makes of a tensor's shape for a shape tensor, remembered per both (a server
+    sees a few sequence lengths), so that a fused step reshapes a view without running Reshape's
+    checks on every call."""
+
+    KEPT = 16
+
+    def __init__(self) -> None:
+        from lite.ops.reshape import Reshape
+
+        self.reshape = Reshape
+        self.known: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+
+    def __call__(self, shape: tuple[int, ...], target: Any, perm: list[int] | None = None) -> tuple[int, ...] | None:
+        """The shape Reshape gives a tensor of ``shape`` (permuted by ``perm``) for ``target``;
+        None where ``target`` is not a 1-D int64 array or Reshape fails."""
+        if type(target) is not np.ndarray or target.dtype != np.int64 or target.ndim != 1:
+            return None
+        # A read-only shape tensor (a constant, or a value the engine remembers from shapes) is
+        # known by its identity (the entry holds it: its id is not reused while it is a key).
+        by_identity = not target.flags.writeable
+        key = (shape, None if perm is None else tuple(perm), id(target) if by_identity else target.tobytes())
+        known = self.known.get(key)
+        if known is not None and (not by_identity or known[0] is target):
+            return known[1]
+        if perm is not None:
+            if sorted(perm) != list(range(len(shape))):
+                return None
+            shape = tuple(shape[axis] for axis in perm)
+        try:
+            result = self.reshape(np.empty(shape, np.uint8), target).shape
+        except LiteError:
+            return None
+        if len(self.known) >= self.KEPT:
+            self.known.clear()
+        self.known[key] = (target, result)
+        return result

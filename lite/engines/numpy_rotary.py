@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_patterns import FLOATS, Graph, broadcasts_to, plain, run_in_turn
+from lite.engines.numpy_patterns import FLOATS, Graph, broadcasts_to, plain, run_steps
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -122,5 +122,4 @@ class FusedRotaryEmbedding:
         return np.add(y, rotated, out=y)
 
     def _in_turn(self, x: Any, cos: Any, sin: Any, allocate: Callable) -> Any:
-        constants = {**self.constants, self.cos: cos, self.sin: sin}
-        return run_in_turn(self.block, self.x, x, constants, allocate)
+        return run_steps(self.block, {self.x: x, self.cos: cos, self.sin: sin}, self.constants, allocate)
