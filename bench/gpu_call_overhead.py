@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Where the time of one lite.Model(device="cuda") call goes, at batch 1 (ResNet-50 fp16).
 
-Times, in microseconds per call: the whole predict; input validation; the device-to-device input
-copy into the CUDA-graph buffer; the graph replay; the output copy; and ONNX Runtime's replay
-alone, so the engine's own overhead can be read off.
+Each step of the asynchronous call with a PyTorch tensor (lite/engines/ort/cuda.py), alone and
+built up step by step, in microseconds: "host", the host time of one call while calls queue, and
+"waited", one call followed by torch.cuda.synchronize() (median), in 3 interleaved rounds. A waiting
+caller pays for the host work before the graph replay is queued and for the GPU work around it.
 
-    python bench/gpu_call_overhead.py
+    python bench/gpu_call_overhead.py [--model r50.lite]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -21,22 +23,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def per_call_us(fn, sync, n=300):
-    for _ in range(20):
+def host_us(fn, sync, n: int = 100) -> float:
+    for _ in range(5):
         fn()
     sync()
     start = time.perf_counter()
     for _ in range(n):
         fn()
+    elapsed = time.perf_counter() - start
     sync()
-    return (time.perf_counter() - start) / n * 1e6
+    return elapsed / n * 1e6
 
 
-def main() -> None:
-    import torch
+def waited_us(fn, sync, n: int = 300) -> float:
+    for _ in range(5):
+        fn()
+    sync()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        sync()
+        samples.append(time.perf_counter() - start)
+    return float(np.median(samples)) * 1e6
+
+
+def model_path(given: str | None) -> Path:
+    if given:
+        return Path(given)
     from gpu_resnet50 import export  # the same network and exports as bench/gpu_resnet50.py
 
-    import lite
     from converter import convert_model
     from lite.format import save
 
@@ -44,25 +60,61 @@ def main() -> None:
     _, fp32_path, _ = export(workdir)
     path = workdir / "r50.lite"
     save(convert_model(str(fp32_path), fp16=True, fp16_io=True, dynamic_batch=True), path)
-    model = lite.Model.load(path, device="cuda", cache_dir=None)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a ResNet-50 fp16 .lite (default: export and convert one)")
+    args = parser.parse_args()
+    import onnxruntime
+
+    if hasattr(onnxruntime, "preload_dlls"):
+        onnxruntime.preload_dlls()
+    import torch
+
+    import lite
+
+    model = lite.Model.load(model_path(args.model), device="cuda", cache_dir=None)
     x = torch.randn(1, 3, 224, 224, device="cuda").half()
+    for _ in range(3):
+        model.predict({"input": x})
     sync = torch.cuda.synchronize
-    model.predict({"input": x})
-    runner = model.engine.gpu
-    bucket = next(iter(runner.buckets.values()))
-    ort = runner.ort
-    rows = {
-        "predict (whole call)": lambda: model.predict({"input": x}),
-        "engine.run (no validation)": lambda: model.engine.run({"input": x}),
-        "validation only": lambda: model._validate({"input": x}),
-        "OrtValue.from_dlpack": lambda: ort.OrtValue.from_dlpack(x),
-        "input copy (update_inplace)": lambda: bucket.inputs["input"].update_inplace(ort.OrtValue.from_dlpack(x)),
-        "graph replay (run_with_iobinding)": lambda: bucket.session.session.run_with_iobinding(bucket.binding, bucket.options),
-        "output alloc (ortvalue_from_shape_and_type)": lambda: ort.OrtValue.ortvalue_from_shape_and_type([1, 1000], np.float16, "cuda", 0),
-        "torch.empty output": lambda: torch.empty((1, 1000), dtype=torch.float16, device="cuda"),
+    sync()
+    bucket = model.engine.gpu.fast
+    views = bucket.torch
+    side, current = views.stream, torch.cuda.current_stream(views.device)
+    event = torch.cuda.Event()
+    view_in, view_out = views.inputs["input"], views.outputs["logits"]
+    replay = bucket.replay_async
+
+    def on_side(fn):
+        torch.cuda.set_stream(side)
+        try:
+            fn()
+        finally:
+            torch.cuda.set_stream(current)
+
+    steps = {
+        "graph replay alone (asynchronous)": replay,
+        "graph replay, ONNX Runtime waiting for it": lambda: bucket.session.session.run_with_iobinding(
+            bucket.binding, bucket.options),
+        "event + replay": lambda: (event.record(current), side.wait_event(event), replay()),
+        "input copy + replay": lambda: (on_side(lambda: view_in.copy_(x)), replay()),
+        "replay + output copy": lambda: (replay(), on_side(lambda: view_out.clone())),
+        "output alloc + input copy + replay + output copy": lambda: on_side(
+            lambda: (torch.empty_like(view_out), view_in.copy_(x), replay(), view_out.clone())),
+        "run_async (the whole asynchronous step)": lambda: views.run_async({"input": x}, replay),
+        "engine.run": lambda: model.engine.run({"input": x}),
+        "predict": lambda: model.predict({"input": x}),
     }
-    for label, fn in rows.items():
-        print(f"{label:<46} {per_call_us(fn, sync):>9.1f} us")
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
+    for _ in range(3):
+        for name, fn in steps.items():
+            figures[name].append((host_us(fn, sync), waited_us(fn, sync)))
+    print(f"{'step':<52} {'host us':>8} {'waited us':>10}")
+    for name, pairs in figures.items():
+        print(f"{name:<52} {np.median([p[0] for p in pairs]):>8.1f} {np.median([p[1] for p in pairs]):>10.1f}")
 
 
 if __name__ == "__main__":
