@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,30 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def host_us(fn, sync, n: int = 100) -> float:
-    for _ in range(5):
-        fn()
-    sync()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    elapsed = time.perf_counter() - start
-    sync()
-    return elapsed / n * 1e6
-
-
-def waited_us(fn, sync, n: int = 300) -> float:
-    for _ in range(5):
-        fn()
-    sync()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - start)
-    return float(np.median(samples)) * 1e6
+from gpu_issue_check import host_us, latency_ms  # noqa: E402
 
 
 def model_path(given: str | None) -> Path:
@@ -111,7 +87,7 @@ def main() -> None:
     figures: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
     for _ in range(3):
         for name, fn in steps.items():
-            figures[name].append((host_us(fn, sync), waited_us(fn, sync)))
+            figures[name].append((host_us(fn, sync, 100), latency_ms(fn, sync, 0.3, 300) * 1e3))
     print(f"{'step':<52} {'host us':>8} {'waited us':>10}")
     for name, pairs in figures.items():
         print(f"{name:<52} {np.median([p[0] for p in pairs]):>8.1f} {np.median([p[1] for p in pairs]):>10.1f}")

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gpu_issue_check import latency_ms, make_model, pipelined_ms, say  # noqa: E402
+from gpu_issue_check import host_us, latency_ms, make_model, pipelined_ms, say  # noqa: E402
 
 
 def prepare(workdir: Path, ort_only: bool = False, batches: tuple[str, ...] = ("1", "256")) -> None:
@@ -156,19 +156,6 @@ def ort_peers(ort, torch, fp16_onnx: Path, x, x_numpy: np.ndarray) -> dict:
 
     runners["ORT best + fuse_conv_bias on a torch stream, copies ordered by events"] = stream_ordered
     return runners
-
-
-def host_us(fn, sync, calls: int = 50) -> float:
-    """Microseconds of host time per call: calls queued without waiting (the GPU keeps up later)."""
-    for _ in range(5):
-        fn()
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    sync()
-    return elapsed / calls * 1e6
 
 
 def torch_engine_runners(lite_best, lite_ro, x, x_numpy, x_pinned, x_cupy, batch: int) -> dict:
