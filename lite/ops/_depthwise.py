@@ -37,7 +37,7 @@ import numpy as np
 from lite.ops import fused_activation as activations
 from lite.ops._conv_common import PlanesToRows, TapPlan, transposes_through_pitch
 from lite.ops._helpers import einsum, full_operand
-from lite.ops._layout import channels_first_order, is_channels_last
+from lite.ops._layout import is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES
 
 # Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
@@ -95,7 +95,7 @@ class _Geometry:
     phases, their taps, the bands of output rows and the scratch they need."""
 
     def __init__(self, x_shape, kernel, begin, end, strides, dilations, out_shape, budget, itemsize=4):
-        _, self.channels, self.height, self.width = x_shape
+        self.batch, self.channels, self.height, self.width = x_shape
         self.kernel_h, kernel_w = kernel
         self.stride_h, self.stride_w = strides
         self.dilation_h, dilation_w = dilations
@@ -223,6 +223,8 @@ class DepthwiseChannelsLast:
         # call writes are the same on every call, the rest stay zero), with its views built.
         self.keeps_scratch = len(geometry.bands) == 1 and self._scratch_bytes() <= _KEPT_SCRATCH_BYTES
         self._local = threading.local()
+        self.storage_shape = (geometry.batch, geometry.out_h, geometry.out_w, geometry.channels)
+        self.small = math.prod(self.storage_shape) * geometry.itemsize < SMALL_ARRAY_BYTES
 
     def _scratch_bytes(self) -> int:
         geometry = self.geometry
@@ -234,46 +236,16 @@ class DepthwiseChannelsLast:
     def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
         """``Y[n, c] = sum over taps of X[n, c, window] * W[c, 0, tap]`` (+ bias, activation),
         ``Y`` laid out channels-last."""
-        geometry = self.geometry
-        shape = (x.shape[0], geometry.out_h, geometry.out_w, geometry.channels)
         # Outputs below the arena's floor: numpy's allocator directly, without the pool's call.
-        small = math.prod(shape) * geometry.itemsize < SMALL_ARRAY_BYTES
-        storage = (np.empty if small else allocate)(shape, x.dtype)
+        storage = (np.empty if self.small else allocate)(self.storage_shape, x.dtype)
         if self.keeps_scratch:
-            self._run_small(x, storage)
+            scratch = getattr(self._local, "scratch", None)
+            if scratch is None or scratch.dtype != x.dtype:
+                scratch = self._local.scratch = _Scratch(self, x.dtype)
+            scratch.run(x, storage)
         else:
             self._run_bands(x, storage, allocate)
-        return storage.transpose(channels_first_order(4))
-
-    def _run_small(self, x: np.ndarray, storage: np.ndarray) -> None:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None or scratch.dtype != x.dtype:
-            scratch = self._local.scratch = _Scratch(self, x.dtype)
-        weights, bias, activation, subscripts = self.weights, self.bias, self.activation, self.subscripts
-        image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
-        # A channels-first image with many channels: transposed once through pitched planes
-        # (see PlanesToRows), the phase buffers then filled from its channels-last copy.
-        pitched = scratch.to_rows is not None and x.flags.c_contiguous
-        for n in range(x.shape[0]):
-            if pitched:
-                scratch.to_rows(x[n], scratch.rows, scratch.planes)
-                source_image = scratch.rows
-            else:
-                source_image = image[n]
-            for cells, source in scratch.fills:
-                np.copyto(cells, source_image[source])
-            total = storage[n] if self.geometry.exact else scratch.total
-            einsum(subscripts, scratch.views[0], weights[0], out=total)
-            for phase in range(1, len(scratch.views)):
-                einsum(subscripts, scratch.views[phase], weights[phase], out=scratch.spare)
-                np.add(total, scratch.spare, out=total)
-            if bias is not None:
-                np.add(total, bias, out=total)
-            source = total if self.geometry.exact else scratch.cropped
-            if activation is not None:
-                activations.apply_into(source, storage[n], *activation)
-            elif source is not storage[n]:
-                np.copyto(storage[n], source)
+        return storage.transpose(0, 3, 1, 2)
 
     def _run_bands(self, x: np.ndarray, storage: np.ndarray, allocate) -> None:
         geometry, weights, bias, activation = self.geometry, self.weights, self.bias, self.activation
@@ -352,6 +324,51 @@ class _Scratch:
             self.to_rows = PlanesToRows(geometry.channels, geometry.height, geometry.width)
             self.planes = self.to_rows.buffer(dtype)
             self.rows = np.empty((geometry.height, geometry.width, geometry.channels), dtype)
+        self.run = self._runner(layer, exact)
+
+    def _runner(self, layer: DepthwiseChannelsLast, exact: bool):
+        """``run(x, storage)``: the layer on ``x`` into ``storage`` ``(N, out_h, out_w, C)``,
+        everything but the data looked up here, once per thread (a small map's convolution
+        is a handful of numpy calls, and the Python between them was a third of its time)."""
+        fills, views, weights = self.fills, self.views, layer.weights
+        first_view, first_weights = views[0], weights[0]
+        more = list(zip(views[1:], weights[1:]))
+        subscripts, bias, spare, accumulator = layer.subscripts, layer.bias, self.spare, self.total
+        # The wide rows are cropped to the output on the way through the activation.
+        result = None if exact else self.cropped
+        finish = None if layer.activation is None else activations.into(*layer.activation, self.dtype)
+        to_rows = self.to_rows
+        rows, planes = (self.rows, self.planes) if to_rows is not None else (None, None)
+        add, copyto = np.add, np.copyto
+
+        def run(x: np.ndarray, storage: np.ndarray) -> None:
+            # A channels-first image with many channels: transposed once through pitched planes
+            # (see PlanesToRows), the phase buffers then filled from its channels-last copy.
+            pitched = to_rows is not None and x.flags.c_contiguous
+            image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
+            for n in range(x.shape[0]):
+                if pitched:
+                    to_rows(x[n], rows, planes)
+                    source_image = rows
+                else:
+                    source_image = image[n]
+                for cells, source in fills:
+                    copyto(cells, source_image[source])
+                target = storage[n]
+                total = target if exact else accumulator
+                einsum(subscripts, first_view, first_weights, out=total)
+                for view, weight in more:
+                    einsum(subscripts, view, weight, out=spare)
+                    add(total, spare, out=total)
+                if bias is not None:
+                    add(total, bias, out=total)
+                source = total if exact else result
+                if finish is not None:
+                    finish(source, target)
+                elif source is not target:
+                    copyto(target, source)
+
+        return run
 
 
 def depthwise_layer(x_shape, w, bias, activation, begin, end, strides, dilations, out_shape, dtype):

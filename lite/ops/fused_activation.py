@@ -14,7 +14,7 @@ import numpy as np
 from lite.format.fused_activation import ATTRIBUTE, NAMES, PARAMS_ATTRIBUTE, check
 from lite.ops._helpers import clip
 
-__all__ = ["ATTRIBUTE", "NAMES", "PARAMS_ATTRIBUTE", "apply", "apply_into", "check", "in_place", "sigmoid"]
+__all__ = ["ATTRIBUTE", "NAMES", "PARAMS_ATTRIBUTE", "apply", "apply_into", "check", "in_place", "into", "sigmoid"]
 
 # |x| beyond which e^x overflows, per float type the fast sigmoid runs on.
 _EXP_LIMITS = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
@@ -111,6 +111,29 @@ def apply_into(x: np.ndarray, out: np.ndarray, name: str, params: Sequence[float
     result = _ACTIVATIONS[name](x, tuple(params), out)
     if result is not out:
         np.copyto(out, result)
+
+
+def into(name: str, params: Sequence[float], dtype) -> Callable[[np.ndarray, np.ndarray], None]:
+    """:func:`apply_into` for arrays of ``dtype`` with the activation decided once: ``f(x, out)``.
+    Relu and Clip of a float type are then the one clip ufunc call with its bounds already typed
+    (for kernels whose small maps are mostly per-call overhead)."""
+    dtype = np.dtype(dtype)
+    fixed = tuple(params)
+    if dtype.kind == "f" and name in ("Relu", "Clip"):
+        low, high = (dtype.type(0), dtype.type(np.inf)) if name == "Relu" else (dtype.type(fixed[0]), dtype.type(fixed[1]))
+
+        def bounded(x: np.ndarray, out: np.ndarray) -> None:
+            clip(x, low, high, out=out)
+
+        return bounded
+    function = _ACTIVATIONS[name]
+
+    def activate(x: np.ndarray, out: np.ndarray) -> None:
+        result = function(x, fixed, out)
+        if result is not out:
+            np.copyto(out, result)
+
+    return activate
 
 
 def in_place(name: str, params: Sequence[float]) -> Callable[[np.ndarray], None]:

@@ -67,3 +67,19 @@ def test_torch_applies_the_activation(name):
     actual = apply_activation(torch.from_numpy(x.copy()), name, _params(name)).numpy()
     expected = numpy_activations.apply(x.copy(), name, _params(name))
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(vocabulary.NAMES))
+def test_into_writes_what_apply_gives(name, dtype):
+    """The activation decided once (numpy_activations.into) writes into a strided ``out`` the
+    values apply gives, bit for bit, and leaves its input alone."""
+    x = _input().astype(dtype)
+    x[0, 0, :3] = [0.0, 6.0, -0.0]
+    expected = numpy_activations.apply(x.copy(), name, _params(name))
+    storage = np.full((2, 5, 3), np.nan, dtype)
+    out = storage.transpose(0, 2, 1)  # channels-last-like: not C-contiguous
+    before = x.copy()
+    numpy_activations.into(name, _params(name), dtype)(x, out)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(x, before)
