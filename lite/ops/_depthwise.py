@@ -47,8 +47,9 @@ _DEPTHWISE_SCRATCH_ELEMENTS = 3 * 96 * 1024
 # From this many channels on, the exact form's rows of C elements are long enough; below it the
 # wide form's rows of Q * C elements win despite the cropped columns.
 _EXACT_MIN_CHANNELS = 192
-# A one-band layer whose scratch is at most this big keeps one per thread (see _Scratch).
-_KEPT_SCRATCH_BYTES = 256 * 1024
+# One-band layers whose scratch is at most this big keep one per thread and geometry (see
+# _Scratch): zeroed once instead of on every call (a third of a 32x32 map's stride-2 layer).
+_KEPT_SCRATCH_BYTES = 512 * 1024
 # Weight arrays whose layout one geometry remembers (see _Geometry.weights).
 _REMEMBERED_WEIGHTS = 32
 
@@ -127,6 +128,16 @@ class _Geometry:
         # Rows of one phase buffer: the band's input rows and those the last row's reach runs into.
         self.buffer_rows = self.input_rows(rows) + -(-reach // self.grid_w)
         self.bands = [_Band(self, first, min(rows, self.out_h - first)) for first in range(0, self.out_h, rows)]
+        self._local = threading.local()
+
+    def scratch(self, dtype) -> _Scratch:
+        """This thread's scratch for one-band layers of this geometry: shared by all of them
+        (a model's layers of one shape then reuse the same cache lines, and memory grows with
+        the shapes, not the layers)."""
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None or scratch.dtype != dtype:
+            scratch = self._local.scratch = _Scratch(self, dtype)
+        return scratch
 
     def input_rows(self, rows: int) -> int:
         """Padded input rows that ``rows`` consecutive output rows read."""
@@ -239,10 +250,10 @@ class DepthwiseChannelsLast:
         # Outputs below the arena's floor: numpy's allocator directly, without the pool's call.
         storage = (np.empty if self.small else allocate)(self.storage_shape, x.dtype)
         if self.keeps_scratch:
-            scratch = getattr(self._local, "scratch", None)
-            if scratch is None or scratch.dtype != x.dtype:
-                scratch = self._local.scratch = _Scratch(self, x.dtype)
-            scratch.run(x, storage)
+            run = getattr(self._local, "run", None)
+            if run is None or run.dtype != x.dtype:
+                run = self._local.run = _runner(self, self.geometry.scratch(x.dtype))
+            run(x, storage)
         else:
             self._run_bands(x, storage, allocate)
         return storage.transpose(0, 3, 1, 2)
@@ -299,14 +310,14 @@ class DepthwiseChannelsLast:
 
 
 class _Scratch:
-    """One thread's scratch for a one-band :class:`DepthwiseChannelsLast`: the phase buffers
-    (zero but for the image cells each call copies in), the accumulators, and the views of
-    them a call uses."""
+    """One thread's scratch for the one-band layers of a :class:`_Geometry`: the phase buffers
+    (zero but for the image cells each call copies in: the same cells for every layer of the
+    geometry), the accumulators, and the views of them a call uses."""
 
-    def __init__(self, layer: DepthwiseChannelsLast, dtype):
-        geometry = layer.geometry
+    def __init__(self, geometry: _Geometry, dtype):
         band = geometry.bands[0]
         self.dtype = dtype
+        self.exact = geometry.exact
         self.buffers = np.zeros((len(geometry.phases), geometry.buffer_rows, geometry.grid_w, geometry.channels),
                                 dtype)
         self.fills = [(self.buffers[cells], source) for cells, source in band.filled]
@@ -319,56 +330,58 @@ class _Scratch:
         self.cropped = None if exact else self.total.reshape(band.rows, geometry.grid_w, geometry.channels)[
             :, : geometry.out_w]
         self.spare = np.empty(band_shape, dtype) if len(geometry.phases) > 1 else None
-        self.to_rows = None
+        self.to_rows = self.planes = self.rows = None
         if transposes_through_pitch(geometry.channels, geometry.height, geometry.width, geometry.itemsize):
             self.to_rows = PlanesToRows(geometry.channels, geometry.height, geometry.width)
             self.planes = self.to_rows.buffer(dtype)
             self.rows = np.empty((geometry.height, geometry.width, geometry.channels), dtype)
-        self.run = self._runner(layer, exact)
 
-    def _runner(self, layer: DepthwiseChannelsLast, exact: bool):
-        """``run(x, storage)``: the layer on ``x`` into ``storage`` ``(N, out_h, out_w, C)``,
-        everything but the data looked up here, once per thread (a small map's convolution
-        is a handful of numpy calls, and the Python between them was a third of its time)."""
-        fills, views, weights = self.fills, self.views, layer.weights
-        first_view, first_weights = views[0], weights[0]
-        more = list(zip(views[1:], weights[1:]))
-        subscripts, bias, spare, accumulator = layer.subscripts, layer.bias, self.spare, self.total
-        # The wide rows are cropped to the output on the way through the activation.
-        result = None if exact else self.cropped
-        finish = None if layer.activation is None else activations.into(*layer.activation, self.dtype)
-        to_rows = self.to_rows
-        rows, planes = (self.rows, self.planes) if to_rows is not None else (None, None)
-        add, copyto = np.add, np.copyto
 
-        def run(x: np.ndarray, storage: np.ndarray) -> None:
-            # A channels-first image with many channels: transposed once through pitched planes
-            # (see PlanesToRows), the phase buffers then filled from its channels-last copy.
-            pitched = to_rows is not None and x.flags.c_contiguous
-            image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
-            for n in range(x.shape[0]):
-                if pitched:
-                    to_rows(x[n], rows, planes)
-                    source_image = rows
-                else:
-                    source_image = image[n]
-                for cells, source in fills:
-                    copyto(cells, source_image[source])
-                target = storage[n]
-                total = target if exact else accumulator
-                einsum(subscripts, first_view, first_weights, out=total)
-                for view, weight in more:
-                    einsum(subscripts, view, weight, out=spare)
-                    add(total, spare, out=total)
-                if bias is not None:
-                    add(total, bias, out=total)
-                source = total if exact else result
-                if finish is not None:
-                    finish(source, target)
-                elif source is not target:
-                    copyto(target, source)
+def _runner(layer: DepthwiseChannelsLast, scratch: _Scratch):
+    """``run(x, storage)``: a one-band layer on ``x`` into ``storage`` ``(N, out_h, out_w, C)``
+    with this thread's scratch, everything but the data looked up once (a small map's
+    convolution is a handful of numpy calls, and the Python between them was a third of its
+    time); ``run.dtype`` is the scratch's."""
+    exact = scratch.exact
+    fills, views, weights = scratch.fills, scratch.views, layer.weights
+    first_view, first_weights = views[0], weights[0]
+    more = list(zip(views[1:], weights[1:]))
+    subscripts, bias, spare, accumulator = layer.subscripts, layer.bias, scratch.spare, scratch.total
+    # The wide rows are cropped to the output on the way through the activation.
+    result = None if exact else scratch.cropped
+    finish = None if layer.activation is None else activations.into(*layer.activation, scratch.dtype)
+    to_rows, rows, planes = scratch.to_rows, scratch.rows, scratch.planes
+    add, copyto = np.add, np.copyto
 
-        return run
+    def run(x: np.ndarray, storage: np.ndarray) -> None:
+        # A channels-first image with many channels: transposed once through pitched planes
+        # (see PlanesToRows), the phase buffers then filled from its channels-last copy.
+        pitched = to_rows is not None and x.flags.c_contiguous
+        image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
+        for n in range(x.shape[0]):
+            if pitched:
+                to_rows(x[n], rows, planes)
+                source_image = rows
+            else:
+                source_image = image[n]
+            for cells, source in fills:
+                copyto(cells, source_image[source])
+            target = storage[n]
+            total = target if exact else accumulator
+            einsum(subscripts, first_view, first_weights, out=total)
+            for view, weight in more:
+                einsum(subscripts, view, weight, out=spare)
+                add(total, spare, out=total)
+            if bias is not None:
+                add(total, bias, out=total)
+            source = total if exact else result
+            if finish is not None:
+                finish(source, target)
+            elif source is not target:
+                copyto(target, source)
+
+    run.dtype = scratch.dtype
+    return run
 
 
 def depthwise_layer(x_shape, w, bias, activation, begin, end, strides, dilations, out_shape, dtype):

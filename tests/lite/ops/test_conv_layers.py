@@ -161,4 +161,37 @@ def test_the_pitched_transpose_is_used_where_it_applies():
                                        [1, 1], [16, 16], np.float32)
     assert layer.keeps_scratch
     layer(normal(1, 24, 16, 16), np.empty)
-    assert layer._local.scratch.to_rows is not None
+    assert layer.geometry.scratch(np.dtype(np.float32)).to_rows is not None
+
+
+def test_depthwise_layers_of_one_shape_share_their_scratch():
+    """Layers of one geometry keep one scratch per thread (zeroed once, only image cells ever
+    written): each still computes its own convolution, on every call."""
+    from lite.ops import _depthwise
+
+    attributes = ([1, 1], [1, 1], [1, 1], [1, 1], [8, 8])
+    cases = [(normal(32, 1, 3, 3), normal(32), ("Clip", (0.0, 6.0))), (normal(32, 1, 3, 3), None, None),
+             (normal(32, 1, 3, 3), normal(32), ("Relu", ()))]
+    layers = [_depthwise.depthwise_layer((2, 32, 8, 8), w, b, act, *attributes, np.float32) for w, b, act in cases]
+    assert all(layer.keeps_scratch and layer.geometry is layers[0].geometry for layer in layers)
+    for _ in range(2):
+        for layer, (w, b, act) in zip(layers, cases):
+            x = normal(2, 32, 8, 8)
+            expected = expected_conv(x, w, b, {"group": 32, "pads": [1, 1, 1, 1]}, act)
+            np.testing.assert_allclose(layer(x, np.empty), expected, rtol=1e-5, atol=1e-5)
+    assert layers[0].geometry.scratch(np.dtype(np.float32)) is layers[0].geometry._local.scratch
+
+
+def test_a_one_band_depthwise_layer_of_a_larger_map_keeps_its_scratch():
+    """A 32x32 stride-2 layer of 48 channels (two column phases, about 320 KiB of scratch) is
+    kept: its buffers are not zeroed again on every call."""
+    from lite.ops import _depthwise
+
+    w, b = normal(48, 1, 3, 3), normal(48)
+    layer = _depthwise.depthwise_layer((1, 48, 32, 32), w, b, ("Clip", (0.0, 6.0)), [1, 1], [1, 1], [2, 2], [1, 1],
+                                       [16, 16], np.float32)
+    assert layer.keeps_scratch and len(layer.geometry.phases) == 2
+    for _ in range(2):
+        x = channels_last(normal(1, 48, 32, 32))
+        expected = expected_conv(x, w, b, {"group": 48, "pads": [1, 1, 1, 1], "strides": [2, 2]}, ("Clip", (0.0, 6.0)))
+        np.testing.assert_allclose(layer(x, np.empty), expected, rtol=1e-5, atol=1e-5)
