@@ -113,14 +113,25 @@ def apply_into(x: np.ndarray, out: np.ndarray, name: str, params: Sequence[float
         np.copyto(out, result)
 
 
+def _bounds(name: str, params: tuple, dtype) -> tuple | None:
+    """Relu's and Clip's bounds typed as ``dtype`` (a float type) for the clip ufunc, as _relu
+    and _clip pass them; None for other activations and types."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f" or name not in ("Relu", "Clip"):
+        return None
+    if name == "Relu":
+        return dtype.type(0), dtype.type(np.inf)
+    return dtype.type(params[0]), dtype.type(params[1])
+
+
 def into(name: str, params: Sequence[float], dtype) -> Callable[[np.ndarray, np.ndarray], None]:
     """:func:`apply_into` for arrays of ``dtype`` with the activation decided once: ``f(x, out)``.
     Relu and Clip of a float type are then the one clip ufunc call with its bounds already typed
     (for kernels whose small maps are mostly per-call overhead)."""
-    dtype = np.dtype(dtype)
     fixed = tuple(params)
-    if dtype.kind == "f" and name in ("Relu", "Clip"):
-        low, high = (dtype.type(0), dtype.type(np.inf)) if name == "Relu" else (dtype.type(fixed[0]), dtype.type(fixed[1]))
+    bounds = _bounds(name, fixed, dtype)
+    if bounds is not None:
+        low, high = bounds
 
         def bounded(x: np.ndarray, out: np.ndarray) -> None:
             clip(x, low, high, out=out)
@@ -136,10 +147,19 @@ def into(name: str, params: Sequence[float], dtype) -> Callable[[np.ndarray, np.
     return activate
 
 
-def in_place(name: str, params: Sequence[float]) -> Callable[[np.ndarray], None]:
+def in_place(name: str, params: Sequence[float], dtype=None) -> Callable[[np.ndarray], None]:
     """A function applying the activation ``name`` to a writable array in place, with what can be
     decided once already decided (for kernels that apply the same activation on every call):
-    the values :func:`apply` gives, bit for bit."""
+    the values :func:`apply` gives, bit for bit. Given the arrays' ``dtype``, Relu and Clip of a
+    float type are the one clip call with typed bounds (see :func:`into`)."""
+    bounds = None if dtype is None else _bounds(name, tuple(params), dtype)
+    if bounds is not None:
+        low, high = bounds
+
+        def bounded(x: np.ndarray) -> None:
+            clip(x, low, high, out=x)
+
+        return bounded
     function, fixed = _ACTIVATIONS[name], tuple(params)
 
     def activate(x: np.ndarray) -> None:

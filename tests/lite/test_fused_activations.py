@@ -83,3 +83,12 @@ def test_into_writes_what_apply_gives(name, dtype):
     numpy_activations.into(name, _params(name), dtype)(x, out)
     np.testing.assert_array_equal(out, expected)
     np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, None])
+@pytest.mark.parametrize("name", sorted(vocabulary.NAMES))
+def test_in_place_given_the_dtype_gives_what_apply_gives(name, dtype):
+    x = _input().astype(dtype or np.float32)
+    expected = numpy_activations.apply(x.copy(), name, _params(name))
+    numpy_activations.in_place(name, _params(name), dtype)(x)
+    np.testing.assert_array_equal(x, expected)
