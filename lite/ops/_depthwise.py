@@ -47,6 +47,10 @@ _DEPTHWISE_SCRATCH_ELEMENTS = 3 * 96 * 1024
 # From this many channels on, the exact form's rows of C elements are long enough; below it the
 # wide form's rows of Q * C elements win despite the cropped columns.
 _EXACT_MIN_CHANNELS = 192
+# Outputs at most this wide take the exact form from _EXACT_NARROW_MIN_CHANNELS channels on: the
+# wide rows' cropped columns are then a third to half of them (a 4x4 map padded to 6 columns).
+_EXACT_MAX_OUT_WIDTH = 4
+_EXACT_NARROW_MIN_CHANNELS = 64
 # One-band layers whose scratch is at most this big keep one per thread and geometry (see
 # _Scratch): zeroed once instead of on every call (a third of a 32x32 map's stride-2 layer).
 _KEPT_SCRATCH_BYTES = 512 * 1024
@@ -103,7 +107,8 @@ class _Geometry:
         self.top, self.left = begin
         self.out_h, self.out_w = out_shape
         self.itemsize = itemsize
-        self.exact = self.channels >= _EXACT_MIN_CHANNELS
+        self.exact = self.channels >= _EXACT_MIN_CHANNELS or (
+            self.out_w <= _EXACT_MAX_OUT_WIDTH and self.channels >= _EXACT_NARROW_MIN_CHANNELS)
         self._weights: dict[int, tuple[weakref.ref, list[np.ndarray]]] = {}  # id(w) -> (w, laid out)
         # The wide form splits columns into stride phases; the exact form strides its view over
         # the padded image itself (one "phase" of every column).
