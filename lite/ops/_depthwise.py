@@ -325,7 +325,7 @@ class _Scratch:
         self.exact = geometry.exact
         self.buffers = np.zeros((len(geometry.phases), geometry.buffer_rows, geometry.grid_w, geometry.channels),
                                 dtype)
-        self.fills = [(self.buffers[cells], source) for cells, source in band.filled]
+        self.fills = self.all_fills = [(self.buffers[cells], source) for cells, source in band.filled]
         self.views = [np.ndarray(shape, dtype, self.buffers, offset, strides) for shape, strides, offset in band.views]
         for view in self.views:
             view.flags.writeable = False
@@ -340,6 +340,10 @@ class _Scratch:
             self.to_rows = PlanesToRows(geometry.channels, geometry.height, geometry.width)
             self.planes = self.to_rows.buffer(dtype)
             self.rows = np.empty((geometry.height, geometry.width, geometry.channels), dtype)
+            # One fill of the whole image (stride 1): transposed straight into it.
+            if len(self.fills) == 1 and self.fills[0][0].shape == self.rows.shape:
+                self.rows = self.fills[0][0]
+                self.fills = []
 
 
 def _runner(layer: DepthwiseChannelsLast, scratch: _Scratch):
@@ -348,7 +352,8 @@ def _runner(layer: DepthwiseChannelsLast, scratch: _Scratch):
     convolution is a handful of numpy calls, and the Python between them was a third of its
     time); ``run.dtype`` is the scratch's."""
     exact = scratch.exact
-    fills, views, weights = scratch.fills, scratch.views, layer.weights
+    # The pitched transpose may fill the only phase buffer itself (then ``fills`` is empty).
+    fills, all_fills, views, weights = scratch.fills, scratch.all_fills, scratch.views, layer.weights
     first_view, first_weights = views[0], weights[0]
     more = list(zip(views[1:], weights[1:]))
     subscripts, bias, spare, accumulator = layer.subscripts, layer.bias, scratch.spare, scratch.total
@@ -360,17 +365,20 @@ def _runner(layer: DepthwiseChannelsLast, scratch: _Scratch):
 
     def run(x: np.ndarray, storage: np.ndarray) -> None:
         # A channels-first image with many channels: transposed once through pitched planes
-        # (see PlanesToRows), the phase buffers then filled from its channels-last copy.
+        # (see PlanesToRows), the phase buffers then filled from its channels-last copy (or
+        # the only one being that copy).
         pitched = to_rows is not None and x.flags.c_contiguous
         image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
         for n in range(x.shape[0]):
             if pitched:
                 to_rows(x[n], rows, planes)
                 source_image = rows
+                for cells, source in fills:
+                    copyto(cells, source_image[source])
             else:
                 source_image = image[n]
-            for cells, source in fills:
-                copyto(cells, source_image[source])
+                for cells, source in all_fills:
+                    copyto(cells, source_image[source])
             target = storage[n]
             total = target if exact else accumulator
             einsum(subscripts, first_view, first_weights, out=total)

@@ -41,12 +41,13 @@ CASES = {
     "3x3 dilated": ((2, 16, 9, 9), (8, 16, 3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 0], "strides": [1, 2]}),
     "patchify": ((1, 3, 16, 16), (24, 3, 4, 4), {"strides": [4, 4]}),
     "winograd": ((1, 128, 14, 14), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
-    # Channels-first images of 16x16 and 32x32 planes (multiples of 1 KiB): transposed through
+    # Channels-first images of 16x16 planes with 48 channels and of 32x32 planes: transposed through
     # pitched planes (lite.ops._conv_common.PlanesToRows) into the channels-last buffers.
-    "depthwise 16x16 planes": ((2, 24, 16, 16), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1]}),
+    "depthwise 16x16 planes": ((2, 48, 16, 16), (48, 1, 3, 3), {"group": 48, "pads": [1, 1, 1, 1]}),
+    "depthwise 32x32 planes": ((2, 24, 32, 32), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1]}),
     "depthwise 32x32 planes in bands": ((1, 48, 32, 32), (48, 1, 3, 3),
                                         {"group": 48, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
-    "3x3 16x16 planes": ((2, 32, 16, 16), (16, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3 16x16 planes": ((2, 48, 16, 16), (16, 48, 3, 3), {"pads": [1, 1, 1, 1]}),
     "1-D": ((2, 6, 17), (8, 6, 3), {"pads": [1, 1]}),
     "1-D strided": ((1, 1, 400), (8, 1, 10), {"strides": [5]}),
     "1-D grouped": ((1, 16, 12), (16, 4, 16), {"group": 4, "pads": [8, 8]}),
@@ -153,16 +154,20 @@ def test_planes_to_rows_is_the_transpose():
     np.testing.assert_array_equal(rows, x.transpose(1, 2, 0))
     assert _conv_common.transposes_through_pitch(48, 16, 32, 4)
     assert not _conv_common.transposes_through_pitch(48, 7, 7, 4) and not _conv_common.transposes_through_pitch(8, 16, 16, 4)
+    assert _conv_common.transposes_through_pitch(16, 32, 32, 4) and not _conv_common.transposes_through_pitch(32, 16, 16, 4)
 
 
 def test_the_pitched_transpose_is_used_where_it_applies():
     from lite.ops import _depthwise
 
-    layer = _depthwise.depthwise_layer((1, 24, 16, 16), normal(24, 1, 3, 3), None, None, [1, 1], [1, 1], [1, 1],
-                                       [1, 1], [16, 16], np.float32)
+    layer = _depthwise.depthwise_layer((1, 24, 32, 32), normal(24, 1, 3, 3), None, None, [1, 1], [1, 1], [1, 1],
+                                       [1, 1], [32, 32], np.float32)
     assert layer.keeps_scratch
-    layer(normal(1, 24, 16, 16), np.empty)
-    assert layer.geometry.scratch(np.dtype(np.float32)).to_rows is not None
+    layer(normal(1, 24, 32, 32), np.empty)
+    scratch = layer.geometry.scratch(np.dtype(np.float32))
+    assert scratch.to_rows is not None
+    # Stride 1: the image is transposed straight into the phase buffer, no copy after.
+    assert not scratch.fills and scratch.rows.base is scratch.buffers
 
 
 def test_depthwise_layers_of_one_shape_share_their_scratch():
