@@ -82,7 +82,8 @@ def test_a_linear_layer_is_one_step_for_every_input_shape():
 # -- squeeze-and-excitation -----------------------------------------------------------------------
 
 
-def squeeze_excite_model(*, opset=18, depthwise=True, axes=(2, 3), gate_output=False, kernel=1, swap=False):
+def squeeze_excite_model(*, opset=18, depthwise=True, axes=(2, 3), gate_output=False, kernel=1, swap=False,
+                         gate_activation=("Sigmoid", None)):
     """[depthwise conv ->] x -> ReduceMean -> Conv(Relu) -> Conv(Sigmoid) -> Mul(x, gate) -> y."""
     weights = np.random.default_rng(12)
     b = GraphBuilder("se", opset=opset)
@@ -100,7 +101,9 @@ def squeeze_excite_model(*, opset=18, depthwise=True, axes=(2, 3), gate_output=F
     b2 = b.constant("b2", weights.standard_normal(16).astype(np.float32))
     pad = (kernel - 1) // 2
     hidden = b.node("Conv", [mean, w1, b1], fused_activation="Relu", pads=[pad] * 4)
-    gate = b.node("Conv", [hidden, w2, b2], fused_activation="Sigmoid", outputs=["gate"])
+    name, params = gate_activation
+    extra = {} if params is None else {"fused_activation_params": list(params)}
+    gate = b.node("Conv", [hidden, w2, b2], fused_activation=name, outputs=["gate"], **extra)
     b.output(b.node("Mul", [gate, x] if swap else [x, gate], outputs=["y"]), np.float32, None)
     if gate_output:
         b.output(gate, np.float32, ["N", 16, 1, 1])
@@ -124,8 +127,10 @@ def fused_steps(engine):
     return [step for step in engine.plans[0].steps if type(step.fn).__name__ == "SqueezeExcite"]
 
 
-@pytest.mark.parametrize("options", [{}, {"opset": 13}, {"depthwise": False}, {"axes": (-1, -2)}, {"swap": True}],
-                         ids=["opset 18", "axes attribute", "channels-first", "negative axes", "gate first"])
+@pytest.mark.parametrize("options", [{}, {"opset": 13}, {"depthwise": False}, {"axes": (-1, -2)}, {"swap": True},
+                                     {"gate_activation": ("HardSigmoid", (1 / 6, 0.5))}],
+                         ids=["opset 18", "axes attribute", "channels-first", "negative axes", "gate first",
+                              "hard sigmoid gate"])
 def test_a_squeeze_excite_block_is_one_step(options):
     engine = NumpyEngine(squeeze_excite_model(**options))
     assert len(fused_steps(engine)) == 1
