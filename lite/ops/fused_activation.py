@@ -115,13 +115,16 @@ def apply_into(x: np.ndarray, out: np.ndarray, name: str, params: Sequence[float
 
 def _bounds(name: str, params: tuple, dtype) -> tuple | None:
     """Relu's and Clip's bounds typed as ``dtype`` (a float type) for the clip ufunc, as _relu
-    and _clip pass them; None for other activations and types."""
+    and _clip pass them, each a 0-d array: the ufunc converts a numpy scalar into one on every
+    call (0.6 µs of a small map's 1.5 µs clip). None for other activations and types."""
     dtype = np.dtype(dtype)
     if dtype.kind != "f" or name not in ("Relu", "Clip"):
         return None
-    if name == "Relu":
-        return dtype.type(0), dtype.type(np.inf)
-    return dtype.type(params[0]), dtype.type(params[1])
+    low, high = (0, np.inf) if name == "Relu" else (params[0], params[1])
+    bounds = np.array(dtype.type(low)), np.array(dtype.type(high))
+    for bound in bounds:
+        bound.flags.writeable = False
+    return bounds
 
 
 def into(name: str, params: Sequence[float], dtype) -> Callable[[np.ndarray, np.ndarray], None]:

@@ -92,3 +92,12 @@ def test_in_place_given_the_dtype_gives_what_apply_gives(name, dtype):
     expected = numpy_activations.apply(x.copy(), name, _params(name))
     numpy_activations.in_place(name, _params(name), dtype)(x)
     np.testing.assert_array_equal(x, expected)
+
+
+def test_relu_and_clip_bounds_are_read_only_zero_dimensional_arrays():
+    """The bounds the clip ufunc gets once typed (a numpy scalar would be converted on every call)."""
+    for name in ("Relu", "Clip"):
+        bounds = numpy_activations._bounds(name, _params(name), np.float32)
+        assert all(b.shape == () and b.dtype == np.float32 and not b.flags.writeable for b in bounds)
+    assert numpy_activations._bounds("Relu", (), np.int32) is None
+    assert numpy_activations._bounds("HardSwish", (), np.float32) is None
