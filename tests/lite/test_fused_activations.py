@@ -101,3 +101,13 @@ def test_relu_and_clip_bounds_are_read_only_zero_dimensional_arrays():
         assert all(b.shape == () and b.dtype == np.float32 and not b.flags.writeable for b in bounds)
     assert numpy_activations._bounds("Relu", (), np.int32) is None
     assert numpy_activations._bounds("HardSwish", (), np.float32) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_hard_swish_matches_its_formula(dtype):
+    """x * clip(x / 6 + 1/2, 0, 1) in x's type, its constants typed once (0-d arrays)."""
+    x = _input().astype(dtype)
+    expected = x * np.clip(x / dtype(6) + dtype(0.5), dtype(0), dtype(1))
+    got = numpy_activations.apply(x.copy(), "HardSwish", ())
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
