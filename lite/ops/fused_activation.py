@@ -24,11 +24,11 @@ _EXP_LIMITS = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
 def _one_plus_exp_negative(x: np.ndarray) -> np.ndarray:
     """``1 + e^-x`` as a new array, ``x`` first bounded to the exponential's finite range (the
     sigmoid of a bounded value differs from the exact one by under 1e-38 in float32)."""
-    limit = x.dtype.type(_EXP_LIMITS[x.dtype])
-    t = clip(x, -limit, limit)
+    low, high, one = _constants(x.dtype, (-_EXP_LIMITS[x.dtype], _EXP_LIMITS[x.dtype], 1))
+    t = clip(x, low, high)
     np.negative(t, out=t)
     np.exp(t, out=t)
-    return np.add(t, x.dtype.type(1), out=t)
+    return np.add(t, one, out=t)
 
 
 def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
