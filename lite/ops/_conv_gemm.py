@@ -80,7 +80,7 @@ class Pointwise:
         self.bias = None if bias is None else full_operand(bias if self.rows else bias.reshape(out_channels, 1),
                                                            (batch * pixels, out_channels) if self.rows else
                                                            (batch, out_channels, pixels))
-        self.activate = None if activation is None else activations.in_place(*activation)
+        self.activate = None if activation is None else activations.in_place(*activation, w.dtype)
 
     def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
         y = (np.empty if self.small else allocate)(self.storage_shape, x.dtype)
@@ -195,7 +195,7 @@ class Im2col:
         self.y_shape = (batch, out_channels, *out_shape)
         self.small = math.prod(self.product_shape) * item < SMALL_ARRAY_BYTES  # see Pointwise
         self.bias = None if bias is None else full_operand(bias.reshape(out_channels, 1), (batch, out_channels, pixels))
-        self.activate = None if activation is None else activations.in_place(*activation)
+        self.activate = None if activation is None else activations.in_place(*activation, w.dtype)
         # Small scratch that needs a copy of the input anyway: each thread keeps its own (the
         # padded buffer's border is zeroed once; a call writes its interior and the columns).
         scratch = (math.prod(self.columns_shape) + math.prod(self.padded_shape)) * item

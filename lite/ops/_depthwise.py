@@ -37,7 +37,7 @@ import numpy as np
 from lite.ops import fused_activation as activations
 from lite.ops._conv_common import PlanesToRows, TapPlan, transposes_through_pitch
 from lite.ops._helpers import einsum, full_operand
-from lite.ops._layout import channels_first_order, is_channels_last
+from lite.ops._layout import is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES
 
 # Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
@@ -47,8 +47,13 @@ _DEPTHWISE_SCRATCH_ELEMENTS = 3 * 96 * 1024
 # From this many channels on, the exact form's rows of C elements are long enough; below it the
 # wide form's rows of Q * C elements win despite the cropped columns.
 _EXACT_MIN_CHANNELS = 192
-# A one-band layer whose scratch is at most this big keeps one per thread (see _Scratch).
-_KEPT_SCRATCH_BYTES = 256 * 1024
+# Outputs at most this wide take the exact form from _EXACT_NARROW_MIN_CHANNELS channels on: the
+# wide rows' cropped columns are then a third to half of them (a 4x4 map padded to 6 columns).
+_EXACT_MAX_OUT_WIDTH = 4
+_EXACT_NARROW_MIN_CHANNELS = 64
+# One-band layers whose scratch is at most this big keep one per thread and geometry (see
+# _Scratch): zeroed once instead of on every call (a third of a 32x32 map's stride-2 layer).
+_KEPT_SCRATCH_BYTES = 512 * 1024
 # Weight arrays whose layout one geometry remembers (see _Geometry.weights).
 _REMEMBERED_WEIGHTS = 32
 
@@ -95,14 +100,15 @@ class _Geometry:
     phases, their taps, the bands of output rows and the scratch they need."""
 
     def __init__(self, x_shape, kernel, begin, end, strides, dilations, out_shape, budget, itemsize=4):
-        _, self.channels, self.height, self.width = x_shape
+        self.batch, self.channels, self.height, self.width = x_shape
         self.kernel_h, kernel_w = kernel
         self.stride_h, self.stride_w = strides
         self.dilation_h, dilation_w = dilations
         self.top, self.left = begin
         self.out_h, self.out_w = out_shape
         self.itemsize = itemsize
-        self.exact = self.channels >= _EXACT_MIN_CHANNELS
+        self.exact = self.channels >= _EXACT_MIN_CHANNELS or (
+            self.out_w <= _EXACT_MAX_OUT_WIDTH and self.channels >= _EXACT_NARROW_MIN_CHANNELS)
         self._weights: dict[int, tuple[weakref.ref, list[np.ndarray]]] = {}  # id(w) -> (w, laid out)
         # The wide form splits columns into stride phases; the exact form strides its view over
         # the padded image itself (one "phase" of every column).
@@ -127,6 +133,16 @@ class _Geometry:
         # Rows of one phase buffer: the band's input rows and those the last row's reach runs into.
         self.buffer_rows = self.input_rows(rows) + -(-reach // self.grid_w)
         self.bands = [_Band(self, first, min(rows, self.out_h - first)) for first in range(0, self.out_h, rows)]
+        self._local = threading.local()
+
+    def scratch(self, dtype) -> _Scratch:
+        """This thread's scratch for one-band layers of this geometry: shared by all of them
+        (a model's layers of one shape then reuse the same cache lines, and memory grows with
+        the shapes, not the layers)."""
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None or scratch.dtype != dtype:
+            scratch = self._local.scratch = _Scratch(self, dtype)
+        return scratch
 
     def input_rows(self, rows: int) -> int:
         """Padded input rows that ``rows`` consecutive output rows read."""
@@ -223,6 +239,8 @@ class DepthwiseChannelsLast:
         # call writes are the same on every call, the rest stay zero), with its views built.
         self.keeps_scratch = len(geometry.bands) == 1 and self._scratch_bytes() <= _KEPT_SCRATCH_BYTES
         self._local = threading.local()
+        self.storage_shape = (geometry.batch, geometry.out_h, geometry.out_w, geometry.channels)
+        self.small = math.prod(self.storage_shape) * geometry.itemsize < SMALL_ARRAY_BYTES
 
     def _scratch_bytes(self) -> int:
         geometry = self.geometry
@@ -234,46 +252,16 @@ class DepthwiseChannelsLast:
     def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
         """``Y[n, c] = sum over taps of X[n, c, window] * W[c, 0, tap]`` (+ bias, activation),
         ``Y`` laid out channels-last."""
-        geometry = self.geometry
-        shape = (x.shape[0], geometry.out_h, geometry.out_w, geometry.channels)
         # Outputs below the arena's floor: numpy's allocator directly, without the pool's call.
-        small = math.prod(shape) * geometry.itemsize < SMALL_ARRAY_BYTES
-        storage = (np.empty if small else allocate)(shape, x.dtype)
+        storage = (np.empty if self.small else allocate)(self.storage_shape, x.dtype)
         if self.keeps_scratch:
-            self._run_small(x, storage)
+            run = getattr(self._local, "run", None)
+            if run is None or run.dtype != x.dtype:
+                run = self._local.run = _runner(self, self.geometry.scratch(x.dtype))
+            run(x, storage)
         else:
             self._run_bands(x, storage, allocate)
-        return storage.transpose(channels_first_order(4))
-
-    def _run_small(self, x: np.ndarray, storage: np.ndarray) -> None:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None or scratch.dtype != x.dtype:
-            scratch = self._local.scratch = _Scratch(self, x.dtype)
-        weights, bias, activation, subscripts = self.weights, self.bias, self.activation, self.subscripts
-        image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
-        # A channels-first image with many channels: transposed once through pitched planes
-        # (see PlanesToRows), the phase buffers then filled from its channels-last copy.
-        pitched = scratch.to_rows is not None and x.flags.c_contiguous
-        for n in range(x.shape[0]):
-            if pitched:
-                scratch.to_rows(x[n], scratch.rows, scratch.planes)
-                source_image = scratch.rows
-            else:
-                source_image = image[n]
-            for cells, source in scratch.fills:
-                np.copyto(cells, source_image[source])
-            total = storage[n] if self.geometry.exact else scratch.total
-            einsum(subscripts, scratch.views[0], weights[0], out=total)
-            for phase in range(1, len(scratch.views)):
-                einsum(subscripts, scratch.views[phase], weights[phase], out=scratch.spare)
-                np.add(total, scratch.spare, out=total)
-            if bias is not None:
-                np.add(total, bias, out=total)
-            source = total if self.geometry.exact else scratch.cropped
-            if activation is not None:
-                activations.apply_into(source, storage[n], *activation)
-            elif source is not storage[n]:
-                np.copyto(storage[n], source)
+        return storage.transpose(0, 3, 1, 2)
 
     def _run_bands(self, x: np.ndarray, storage: np.ndarray, allocate) -> None:
         geometry, weights, bias, activation = self.geometry, self.weights, self.bias, self.activation
@@ -327,17 +315,17 @@ class DepthwiseChannelsLast:
 
 
 class _Scratch:
-    """One thread's scratch for a one-band :class:`DepthwiseChannelsLast`: the phase buffers
-    (zero but for the image cells each call copies in), the accumulators, and the views of
-    them a call uses."""
+    """One thread's scratch for the one-band layers of a :class:`_Geometry`: the phase buffers
+    (zero but for the image cells each call copies in: the same cells for every layer of the
+    geometry), the accumulators, and the views of them a call uses."""
 
-    def __init__(self, layer: DepthwiseChannelsLast, dtype):
-        geometry = layer.geometry
+    def __init__(self, geometry: _Geometry, dtype):
         band = geometry.bands[0]
         self.dtype = dtype
+        self.exact = geometry.exact
         self.buffers = np.zeros((len(geometry.phases), geometry.buffer_rows, geometry.grid_w, geometry.channels),
                                 dtype)
-        self.fills = [(self.buffers[cells], source) for cells, source in band.filled]
+        self.fills = self.all_fills = [(self.buffers[cells], source) for cells, source in band.filled]
         self.views = [np.ndarray(shape, dtype, self.buffers, offset, strides) for shape, strides, offset in band.views]
         for view in self.views:
             view.flags.writeable = False
@@ -347,11 +335,66 @@ class _Scratch:
         self.cropped = None if exact else self.total.reshape(band.rows, geometry.grid_w, geometry.channels)[
             :, : geometry.out_w]
         self.spare = np.empty(band_shape, dtype) if len(geometry.phases) > 1 else None
-        self.to_rows = None
+        self.to_rows = self.planes = self.rows = None
         if transposes_through_pitch(geometry.channels, geometry.height, geometry.width, geometry.itemsize):
             self.to_rows = PlanesToRows(geometry.channels, geometry.height, geometry.width)
             self.planes = self.to_rows.buffer(dtype)
             self.rows = np.empty((geometry.height, geometry.width, geometry.channels), dtype)
+            # One fill of the whole image (stride 1): transposed straight into it.
+            if len(self.fills) == 1 and self.fills[0][0].shape == self.rows.shape:
+                self.rows = self.fills[0][0]
+                self.fills = []
+
+
+def _runner(layer: DepthwiseChannelsLast, scratch: _Scratch):
+    """``run(x, storage)``: a one-band layer on ``x`` into ``storage`` ``(N, out_h, out_w, C)``
+    with this thread's scratch, everything but the data looked up once (a small map's
+    convolution is a handful of numpy calls, and the Python between them was a third of its
+    time); ``run.dtype`` is the scratch's."""
+    exact = scratch.exact
+    # The pitched transpose may fill the only phase buffer itself (then ``fills`` is empty).
+    fills, all_fills, views, weights = scratch.fills, scratch.all_fills, scratch.views, layer.weights
+    first_view, first_weights = views[0], weights[0]
+    more = list(zip(views[1:], weights[1:]))
+    subscripts, bias, spare, accumulator = layer.subscripts, layer.bias, scratch.spare, scratch.total
+    # The wide rows are cropped to the output on the way through the activation.
+    result = None if exact else scratch.cropped
+    finish = None if layer.activation is None else activations.into(*layer.activation, scratch.dtype)
+    to_rows, rows, planes = scratch.to_rows, scratch.rows, scratch.planes
+    add, copyto = np.add, np.copyto
+
+    def run(x: np.ndarray, storage: np.ndarray) -> None:
+        # A channels-first image with many channels: transposed once through pitched planes
+        # (see PlanesToRows), the phase buffers then filled from its channels-last copy (or
+        # the only one being that copy).
+        pitched = to_rows is not None and x.flags.c_contiguous
+        image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
+        for n in range(x.shape[0]):
+            if pitched:
+                to_rows(x[n], rows, planes)
+                source_image = rows
+                for cells, source in fills:
+                    copyto(cells, source_image[source])
+            else:
+                source_image = image[n]
+                for cells, source in all_fills:
+                    copyto(cells, source_image[source])
+            target = storage[n]
+            total = target if exact else accumulator
+            einsum(subscripts, first_view, first_weights, out=total)
+            for view, weight in more:
+                einsum(subscripts, view, weight, out=spare)
+                add(total, spare, out=total)
+            if bias is not None:
+                add(total, bias, out=total)
+            source = total if exact else result
+            if finish is not None:
+                finish(source, target)
+            elif source is not target:
+                copyto(target, source)
+
+    run.dtype = scratch.dtype
+    return run
 
 
 def depthwise_layer(x_shape, w, bias, activation, begin, end, strides, dilations, out_shape, dtype):

@@ -34,10 +34,17 @@ class SqueezeExcite:
                  fallback: Callable[[np.ndarray, Callable], np.ndarray]) -> None:
         self.w1_t = np.ascontiguousarray(w1.T)  # (C, C'): rows of means times it
         self.w2_t = np.ascontiguousarray(w2.T)
+        if act2 is not None and act2[0] == "HardSigmoid" and w2.dtype.kind == "f":
+            # clip(alpha * (h @ W2^T + b2) + beta, 0, 1) with alpha and beta in the second
+            # layer: clip(h @ (alpha W2^T) + (alpha b2 + beta), 0, 1), two passes fewer.
+            alpha, beta = (w2.dtype.type(value) for value in act2[1])
+            self.w2_t = self.w2_t * alpha
+            b2 = np.full(w2.shape[0], beta, w2.dtype) if b2 is None else (b2 * alpha + beta).astype(w2.dtype)
+            act2 = ("Clip", (0.0, 1.0))
         self.b1 = b1
         self.b2 = b2
-        self.act1 = None if act1 is None else activations.in_place(*act1)
-        self.act2 = None if act2 is None else activations.in_place(*act2)
+        self.act1 = None if act1 is None else activations.in_place(*act1, w1.dtype)
+        self.act2 = None if act2 is None else activations.in_place(*act2, w2.dtype)
         self.fallback = fallback
         self.dtype = w1.dtype
 

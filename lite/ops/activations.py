@@ -12,6 +12,7 @@ Formulas avoid overflow: sigmoid and softplus never exponentiate a large positiv
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -39,10 +40,23 @@ def _softplus(X: np.ndarray) -> np.ndarray:
 @kernel("Relu", since=1)
 def Relu(X, *, allocate=np.empty):
     X = np.asarray(X)
+    if X.dtype.kind == "f":
+        # The clip ufunc with 0-d bounds: np.maximum runs 2-3x slower on float32 here (AVX2).
+        low, high = _relu_bounds(X.dtype)
+        out = None if allocate is np.empty else allocate(X.shape, X.dtype)
+        return clip(X, low, high, out=out)
     zero = np.zeros((), dtype=X.dtype)
-    if allocate is np.empty or X.dtype.kind not in "fi":
+    if allocate is np.empty or X.dtype.kind != "i":
         return np.maximum(X, zero)
     return np.maximum(X, zero, out=allocate(X.shape, X.dtype))
+
+
+@functools.lru_cache(maxsize=8)
+def _relu_bounds(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    bounds = np.zeros((), dtype), np.full((), np.inf, dtype)
+    for bound in bounds:
+        bound.flags.writeable = False
+    return bounds
 
 
 @kernel("LeakyRelu", since=1)

@@ -113,6 +113,42 @@ class PreparedConv:
         self.layers[key] = layer
         return layer
 
+    def bind(self, attributes: dict, fused_activation) -> Callable | None:
+        """The node's convolution as ``call(X, *constant inputs, allocate=np.empty)`` with its
+        attributes and activation fixed (see lite.ops.registry: the engine calls it instead of
+        the kernel), or None where the bias is computed at run time. The same layers as
+        :func:`Conv` with these keywords, without passing and checking them on every call."""
+        if not self.bias_known or not set(attributes) <= _ATTRIBUTES.keys():
+            return None
+        return _Bound(self, tuple(attributes.get(name, default) for name, default in _ATTRIBUTES.items()),
+                      fused_activation)
+
+
+# Conv's attributes and their defaults, in _layer's order.
+_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None, "pads": None,
+               "strides": None}
+
+
+class _Bound:
+    """A prepared Conv node bound to its attributes (see :meth:`PreparedConv.bind`): its own
+    layers by input shape, strides and dtype."""
+
+    def __init__(self, prepared: PreparedConv, attributes: tuple, activation):
+        self.prepared = prepared
+        self.attributes = attributes
+        self.activation = activation
+        self.layers: dict[tuple, Callable] = {}
+
+    def __call__(self, X, *_, allocate=np.empty):
+        layer = self.layers.get((X.shape, X.strides, X.dtype))
+        if layer is None:
+            prepared = self.prepared
+            layer = _layer(X, prepared.weights, prepared.bias, *self.attributes, self.activation, prepared.winograd)
+            if len(self.layers) >= _LAYERS:
+                self.layers.clear()
+            self.layers[(X.shape, X.strides, X.dtype)] = layer
+        return layer(X, allocate)
+
 
 # Layers one prepared node keeps (a server sees a few input shapes).
 _LAYERS = 16

@@ -14,16 +14,18 @@ edge), ``wrap`` (as if the tensor were a torus). Negative amounts crop before pa
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from lite.errors import KernelError, UnsupportedOpError
 from lite.ops._helpers import int_list, normalize_axes
-from lite.ops.registry import kernel
+from lite.ops.registry import SMALL_ARRAY_BYTES, kernel
 
 _NUMPY_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
-def _pad(data, pads: list[int], mode: str, value, axes: list[int] | None) -> np.ndarray:
+def _pad(data, pads: list[int], mode: str, value, axes: list[int] | None, allocate=np.empty) -> np.ndarray:
     data = np.asarray(data)
     if mode not in _NUMPY_MODES:
         raise UnsupportedOpError(f"Pad: mode must be one of {sorted(_NUMPY_MODES)}, got {mode!r}")
@@ -51,13 +53,31 @@ def _pad(data, pads: list[int], mode: str, value, axes: list[int] | None) -> np.
     if mode == "constant":
         fill = np.asarray(0 if value is None else value).astype(data.dtype).reshape(-1)
         fill_value = fill[0] if fill.size else data.dtype.type(0)
+        if data.dtype.kind in "biufc":
+            return _pad_constant(cropped, widths, fill_value, allocate)
         return np.pad(cropped, widths, mode="constant", constant_values=fill_value)
     return np.pad(cropped, widths, mode=_NUMPY_MODES[mode])
 
 
+def _pad_constant(data: np.ndarray, widths: list[tuple[int, int]], value, allocate) -> np.ndarray:
+    """``np.pad`` of a constant, without its Python layers (most of a small map's call: 70 µs
+    for a 32x32 map of 32 channels): the borders set, axis by axis, and the data copied in."""
+    shape = tuple(n + b + e for n, (b, e) in zip(data.shape, widths))
+    padded = (allocate if math.prod(shape) * data.itemsize >= SMALL_ARRAY_BYTES else np.empty)(shape, data.dtype)
+    lead: tuple[slice, ...] = ()
+    for axis, (before, after) in enumerate(widths):
+        if before:
+            padded[lead + (slice(0, before),)] = value
+        if after:
+            padded[lead + (slice(shape[axis] - after, None),)] = value
+        lead += (slice(None),)
+    padded[tuple(slice(b, b + n) for n, (b, _) in zip(data.shape, widths))] = data
+    return padded
+
+
 @kernel("Pad", since=11)
-def Pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
-    return _pad(data, int_list(pads), mode, constant_value, int_list(axes))
+def Pad(data, pads, constant_value=None, axes=None, *, mode="constant", allocate=np.empty):
+    return _pad(data, int_list(pads), mode, constant_value, int_list(axes), allocate)
 
 
 @kernel("Pad", since=2)

@@ -145,16 +145,27 @@ def ReduceSum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
 
 @kernel("ReduceMean", since=18)
 def ReduceMean(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-    if (type(data) is np.ndarray and type(axes) is np.ndarray and axes.shape == (1,) and data.ndim
-            and data.dtype in _BLAS_TYPES and data.flags.c_contiguous and data.size
-            and int(axes[0]) in (-1, data.ndim - 1)):
-        # Over the last axis (RMSNorm as exported: Pow, ReduceMean, Add, Sqrt, ...): what
-        # _mean computes, without the general path's axis handling (most of a small call).
-        length = data.shape[-1]
-        total = np.matmul(data.reshape(-1, length), _ones(length, data.dtype))
-        np.divide(total, data.dtype.type(length), out=total)
-        return total.reshape(data.shape[:-1] + (1,) if keepdims else data.shape[:-1])
+    if (type(data) is np.ndarray and type(axes) is np.ndarray and data.dtype in _BLAS_TYPES
+            and data.flags.c_contiguous and data.size and axes.dtype.kind == "i" and axes.ndim == 1):
+        count = _trailing_axes(axes.tobytes(), axes.dtype, data.ndim)
+        if count:
+            # Over trailing axes (RMSNorm as exported: Pow, ReduceMean over the last axis, ...;
+            # a CNN's global average pool over the last two): what _mean computes, without the
+            # general path's axis handling (most of a small call).
+            kept = data.shape[: data.ndim - count]
+            length = data.size // math.prod(kept)
+            total = np.matmul(data.reshape(-1, length), _ones(length, data.dtype))
+            np.divide(total, data.dtype.type(length), out=total)
+            return total.reshape(kept + (1,) * count if keepdims else kept)
     return _reduce("ReduceMean", _mean, data, axes, keepdims, noop_with_empty_axes)
+
+
+@functools.lru_cache(maxsize=64)
+def _trailing_axes(axes: bytes, dtype: np.dtype, rank: int) -> int:
+    """How many trailing axes of a rank-``rank`` array the axes input (its bytes) names, each
+    once; 0 when it names others, none or one twice."""
+    named = sorted(axis + rank if axis < 0 else axis for axis in np.frombuffer(axes, dtype).tolist())
+    return len(named) if named and named == list(range(rank - len(named), rank)) else 0
 
 
 @kernel("ReduceMax", since=18)

@@ -32,7 +32,10 @@ The signature *is* the spec (https://onnx.ai/onnx/operators/):
   node's inputs, each the constant's value or None (computed at run time, or omitted), and
   ``shapes`` their declared shapes (None where unknown). Whatever it returns other than None is
   passed to every call as the keyword-only ``prepared`` parameter (shared by all threads: treat
-  it as read-only). A kernel must give the same results with and without it.
+  it as read-only). A kernel must give the same results with and without it. A prepared value
+  may also have a method ``bind(attributes, fused_activation)`` returning a callable
+  ``call(*inputs, allocate=...)`` (or None): the engine then calls that instead of the kernel,
+  without the keyword arguments, and it must give what the kernel gives with them.
 - it returns one value, or a *tuple* of values for the outputs in order (trailing ones the node
   does not declare are dropped). A value is an array (dtypes exactly as the spec; scalars are
   0-d arrays), a list of arrays for an ONNX sequence, or None for an empty optional.

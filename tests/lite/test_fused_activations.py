@@ -67,3 +67,47 @@ def test_torch_applies_the_activation(name):
     actual = apply_activation(torch.from_numpy(x.copy()), name, _params(name)).numpy()
     expected = numpy_activations.apply(x.copy(), name, _params(name))
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(vocabulary.NAMES))
+def test_into_writes_what_apply_gives(name, dtype):
+    """The activation decided once (numpy_activations.into) writes into a strided ``out`` the
+    values apply gives, bit for bit, and leaves its input alone."""
+    x = _input().astype(dtype)
+    x[0, 0, :3] = [0.0, 6.0, -0.0]
+    expected = numpy_activations.apply(x.copy(), name, _params(name))
+    storage = np.full((2, 5, 3), np.nan, dtype)
+    out = storage.transpose(0, 2, 1)  # channels-last-like: not C-contiguous
+    before = x.copy()
+    numpy_activations.into(name, _params(name), dtype)(x, out)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, None])
+@pytest.mark.parametrize("name", sorted(vocabulary.NAMES))
+def test_in_place_given_the_dtype_gives_what_apply_gives(name, dtype):
+    x = _input().astype(dtype or np.float32)
+    expected = numpy_activations.apply(x.copy(), name, _params(name))
+    numpy_activations.in_place(name, _params(name), dtype)(x)
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_relu_and_clip_bounds_are_read_only_zero_dimensional_arrays():
+    """The bounds the clip ufunc gets once typed (a numpy scalar would be converted on every call)."""
+    for name in ("Relu", "Clip"):
+        bounds = numpy_activations._bounds(name, _params(name), np.float32)
+        assert all(b.shape == () and b.dtype == np.float32 and not b.flags.writeable for b in bounds)
+    assert numpy_activations._bounds("Relu", (), np.int32) is None
+    assert numpy_activations._bounds("HardSwish", (), np.float32) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_hard_swish_matches_its_formula(dtype):
+    """x * clip(x / 6 + 1/2, 0, 1) in x's type, its constants typed once (0-d arrays)."""
+    x = _input().astype(dtype)
+    expected = x * np.clip(x / dtype(6) + dtype(0.5), dtype(0), dtype(1))
+    got = numpy_activations.apply(x.copy(), "HardSwish", ())
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)

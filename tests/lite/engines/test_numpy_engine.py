@@ -7,6 +7,7 @@ import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
+from lite.format.values import attribute_value, tensor_value
 from lite.ops import _depthwise
 
 
@@ -81,7 +82,8 @@ def test_a_linear_layer_is_one_step_for_every_input_shape():
 # -- squeeze-and-excitation -----------------------------------------------------------------------
 
 
-def squeeze_excite_model(*, opset=18, depthwise=True, axes=(2, 3), gate_output=False, kernel=1, swap=False):
+def squeeze_excite_model(*, opset=18, depthwise=True, axes=(2, 3), gate_output=False, kernel=1, swap=False,
+                         gate_activation=("Sigmoid", None)):
     """[depthwise conv ->] x -> ReduceMean -> Conv(Relu) -> Conv(Sigmoid) -> Mul(x, gate) -> y."""
     weights = np.random.default_rng(12)
     b = GraphBuilder("se", opset=opset)
@@ -99,7 +101,9 @@ def squeeze_excite_model(*, opset=18, depthwise=True, axes=(2, 3), gate_output=F
     b2 = b.constant("b2", weights.standard_normal(16).astype(np.float32))
     pad = (kernel - 1) // 2
     hidden = b.node("Conv", [mean, w1, b1], fused_activation="Relu", pads=[pad] * 4)
-    gate = b.node("Conv", [hidden, w2, b2], fused_activation="Sigmoid", outputs=["gate"])
+    name, params = gate_activation
+    extra = {} if params is None else {"fused_activation_params": list(params)}
+    gate = b.node("Conv", [hidden, w2, b2], fused_activation=name, outputs=["gate"], **extra)
     b.output(b.node("Mul", [gate, x] if swap else [x, gate], outputs=["y"]), np.float32, None)
     if gate_output:
         b.output(gate, np.float32, ["N", 16, 1, 1])
@@ -123,8 +127,10 @@ def fused_steps(engine):
     return [step for step in engine.plans[0].steps if type(step.fn).__name__ == "SqueezeExcite"]
 
 
-@pytest.mark.parametrize("options", [{}, {"opset": 13}, {"depthwise": False}, {"axes": (-1, -2)}, {"swap": True}],
-                         ids=["opset 18", "axes attribute", "channels-first", "negative axes", "gate first"])
+@pytest.mark.parametrize("options", [{}, {"opset": 13}, {"depthwise": False}, {"axes": (-1, -2)}, {"swap": True},
+                                     {"gate_activation": ("HardSigmoid", (1 / 6, 0.5))}],
+                         ids=["opset 18", "axes attribute", "channels-first", "negative axes", "gate first",
+                              "hard sigmoid gate"])
 def test_a_squeeze_excite_block_is_one_step(options):
     engine = NumpyEngine(squeeze_excite_model(**options))
     assert len(fused_steps(engine)) == 1
@@ -187,3 +193,72 @@ def test_projections_of_one_input_are_one_product():
                 expected = expected + constants[index_of[bias]]
             assert got[name].flags.c_contiguous
             np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5)
+
+
+def conv_chain_model(bias_input: bool = False):
+    """Conv 3x3 (Clip) -> depthwise Conv (Relu) -> Conv 1x1, the last one's bias computed at run
+    time when ``bias_input``."""
+    weights = np.random.default_rng(8)
+    b = GraphBuilder("conv_chain", opset=13)
+    x = b.input("x", np.float32, ["N", 4, 9, 9])
+    w1 = b.constant("w1", weights.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    b1 = b.constant("b1", weights.standard_normal(8).astype(np.float32))
+    w2 = b.constant("w2", weights.standard_normal((8, 1, 3, 3)).astype(np.float32))
+    w3 = b.constant("w3", weights.standard_normal((6, 8, 1, 1)).astype(np.float32))
+    y = b.node("Conv", [x, w1, b1], pads=[1, 1, 1, 1], strides=[2, 2], fused_activation="Clip",
+               fused_activation_params=[0.0, 6.0])
+    y = b.node("Conv", [y, w2], group=8, pads=[1, 1, 1, 1], fused_activation="Relu")
+    if bias_input:
+        b3 = b.input("b3", np.float32, [6])
+        b.output(b.node("Conv", [y, w3, b3], outputs=["y"]), np.float32, ["N", 6, 5, 5])
+    else:
+        b.output(b.node("Conv", [y, w3], outputs=["y"]), np.float32, ["N", 6, 5, 5])
+    return load(to_bytes(b.build()))
+
+
+def _reference_conv_chain(model, feeds):
+    """The chain through the Conv kernel itself, keywords and all, nothing prepared."""
+    from lite.ops import fused_activation
+    from lite.ops.conv import Conv
+
+    graph = model.main
+    values = {graph.tensors[i].name: feeds[graph.tensors[i].name] for i in graph.inputs}
+    for node in graph.nodes:
+        args = [values.get(graph.tensors[i].name) if i >= 0 else None for i in node.inputs]
+        args = [value if value is not None else tensor_value(graph.tensors[i])
+                for value, i in zip(args, node.inputs)]
+        attributes = {name: attribute_value(a) for name, a in node.attributes.items()
+                      if name not in (fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE)}
+        activation = None
+        if fused_activation.ATTRIBUTE in node.attributes:
+            params = node.attributes.get(fused_activation.PARAMS_ATTRIBUTE)
+            activation = (attribute_value(node.attributes[fused_activation.ATTRIBUTE]),
+                          tuple(attribute_value(params)) if params else ())
+        values[graph.tensors[node.outputs[0]].name] = Conv(*args, fused_activation=activation, **attributes)
+    return values["y"]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_prepared_convolutions_run_bound_to_their_attributes(batch):
+    model = conv_chain_model()
+    engine = NumpyEngine(model)
+    steps = engine.plans[0].steps
+    assert [step.node.op_type for step in steps] == ["Conv"] * 3
+    assert all(step.keywords == {} and type(step.fn).__name__ == "_Bound" for step in steps)
+    x = np.random.default_rng(9).standard_normal((batch, 4, 9, 9)).astype(np.float32)
+    expected = _reference_conv_chain(model, {"x": x})
+    for _ in range(2):  # the second run reuses the layers the first built
+        np.testing.assert_allclose(engine.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-5)
+    # Another image size builds its own layers.
+    x = np.ascontiguousarray(x[:, :, :7, :7])
+    np.testing.assert_allclose(engine.run({"x": x})["y"], _reference_conv_chain(model, {"x": x}), rtol=1e-5, atol=1e-5)
+
+
+def test_a_convolution_with_a_computed_bias_keeps_its_keywords():
+    model = conv_chain_model(bias_input=True)
+    engine = NumpyEngine(model)
+    last = engine.plans[0].steps[-1]
+    assert last.keywords and type(last.fn).__name__ != "_Bound"
+    feeds = {"x": np.random.default_rng(10).standard_normal((2, 4, 9, 9)).astype(np.float32),
+             "b3": np.arange(6, dtype=np.float32)}
+    np.testing.assert_allclose(engine.run(feeds)["y"], _reference_conv_chain(model, feeds), rtol=1e-5, atol=1e-5)

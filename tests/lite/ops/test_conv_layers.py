@@ -33,6 +33,7 @@ CASES = {
     "depthwise": ((2, 16, 9, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}),
     "depthwise strided": ((1, 24, 11, 9), (24, 1, 5, 5), {"group": 24, "pads": [1, 1, 2, 2], "strides": [2, 2]}),
     "depthwise exact": ((1, 200, 4, 4), (200, 1, 3, 3), {"group": 200, "pads": [1, 1, 1, 1]}),
+    "depthwise exact narrow": ((2, 96, 8, 7), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
     "depthwise multiplier": ((1, 6, 9, 9), (12, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
     "grouped": ((1, 32, 8, 8), (32, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
     "3x3 strided": ((1, 3, 32, 32), (8, 3, 3, 3), {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
@@ -40,12 +41,13 @@ CASES = {
     "3x3 dilated": ((2, 16, 9, 9), (8, 16, 3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 0], "strides": [1, 2]}),
     "patchify": ((1, 3, 16, 16), (24, 3, 4, 4), {"strides": [4, 4]}),
     "winograd": ((1, 128, 14, 14), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
-    # Channels-first images of 16x16 and 32x32 planes (multiples of 1 KiB): transposed through
+    # Channels-first images of 16x16 planes with 48 channels and of 32x32 planes: transposed through
     # pitched planes (lite.ops._conv_common.PlanesToRows) into the channels-last buffers.
-    "depthwise 16x16 planes": ((2, 24, 16, 16), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1]}),
+    "depthwise 16x16 planes": ((2, 48, 16, 16), (48, 1, 3, 3), {"group": 48, "pads": [1, 1, 1, 1]}),
+    "depthwise 32x32 planes": ((2, 24, 32, 32), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1]}),
     "depthwise 32x32 planes in bands": ((1, 48, 32, 32), (48, 1, 3, 3),
                                         {"group": 48, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
-    "3x3 16x16 planes": ((2, 32, 16, 16), (16, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3 16x16 planes": ((2, 48, 16, 16), (16, 48, 3, 3), {"pads": [1, 1, 1, 1]}),
     "1-D": ((2, 6, 17), (8, 6, 3), {"pads": [1, 1]}),
     "1-D strided": ((1, 1, 400), (8, 1, 10), {"strides": [5]}),
     "1-D grouped": ((1, 16, 12), (16, 4, 16), {"group": 4, "pads": [8, 8]}),
@@ -152,13 +154,63 @@ def test_planes_to_rows_is_the_transpose():
     np.testing.assert_array_equal(rows, x.transpose(1, 2, 0))
     assert _conv_common.transposes_through_pitch(48, 16, 32, 4)
     assert not _conv_common.transposes_through_pitch(48, 7, 7, 4) and not _conv_common.transposes_through_pitch(8, 16, 16, 4)
+    assert _conv_common.transposes_through_pitch(16, 32, 32, 4) and not _conv_common.transposes_through_pitch(32, 16, 16, 4)
 
 
 def test_the_pitched_transpose_is_used_where_it_applies():
     from lite.ops import _depthwise
 
-    layer = _depthwise.depthwise_layer((1, 24, 16, 16), normal(24, 1, 3, 3), None, None, [1, 1], [1, 1], [1, 1],
-                                       [1, 1], [16, 16], np.float32)
+    layer = _depthwise.depthwise_layer((1, 24, 32, 32), normal(24, 1, 3, 3), None, None, [1, 1], [1, 1], [1, 1],
+                                       [1, 1], [32, 32], np.float32)
     assert layer.keeps_scratch
-    layer(normal(1, 24, 16, 16), np.empty)
-    assert layer._local.scratch.to_rows is not None
+    layer(normal(1, 24, 32, 32), np.empty)
+    scratch = layer.geometry.scratch(np.dtype(np.float32))
+    assert scratch.to_rows is not None
+    # Stride 1: the image is transposed straight into the phase buffer, no copy after.
+    assert not scratch.fills and scratch.rows.base is scratch.buffers
+
+
+def test_depthwise_layers_of_one_shape_share_their_scratch():
+    """Layers of one geometry keep one scratch per thread (zeroed once, only image cells ever
+    written): each still computes its own convolution, on every call."""
+    from lite.ops import _depthwise
+
+    attributes = ([1, 1], [1, 1], [1, 1], [1, 1], [8, 8])
+    cases = [(normal(32, 1, 3, 3), normal(32), ("Clip", (0.0, 6.0))), (normal(32, 1, 3, 3), None, None),
+             (normal(32, 1, 3, 3), normal(32), ("Relu", ()))]
+    layers = [_depthwise.depthwise_layer((2, 32, 8, 8), w, b, act, *attributes, np.float32) for w, b, act in cases]
+    assert all(layer.keeps_scratch and layer.geometry is layers[0].geometry for layer in layers)
+    for _ in range(2):
+        for layer, (w, b, act) in zip(layers, cases):
+            x = normal(2, 32, 8, 8)
+            expected = expected_conv(x, w, b, {"group": 32, "pads": [1, 1, 1, 1]}, act)
+            np.testing.assert_allclose(layer(x, np.empty), expected, rtol=1e-5, atol=1e-5)
+    assert layers[0].geometry.scratch(np.dtype(np.float32)) is layers[0].geometry._local.scratch
+
+
+def test_a_one_band_depthwise_layer_of_a_larger_map_keeps_its_scratch():
+    """A 32x32 stride-2 layer of 48 channels (two column phases, about 320 KiB of scratch) is
+    kept: its buffers are not zeroed again on every call."""
+    from lite.ops import _depthwise
+
+    w, b = normal(48, 1, 3, 3), normal(48)
+    layer = _depthwise.depthwise_layer((1, 48, 32, 32), w, b, ("Clip", (0.0, 6.0)), [1, 1], [1, 1], [2, 2], [1, 1],
+                                       [16, 16], np.float32)
+    assert layer.keeps_scratch and len(layer.geometry.phases) == 2
+    for _ in range(2):
+        x = channels_last(normal(1, 48, 32, 32))
+        expected = expected_conv(x, w, b, {"group": 48, "pads": [1, 1, 1, 1], "strides": [2, 2]}, ("Clip", (0.0, 6.0)))
+        np.testing.assert_allclose(layer(x, np.empty), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("channels", "size", "strides", "exact"), [(200, 8, 1, True), (96, 4, 1, True), (96, 8, 2, True),
+                                                                   (96, 8, 1, False), (32, 4, 1, False)])
+def test_depthwise_form_by_channels_and_output_width(channels, size, strides, exact):
+    """The exact form for many channels, or from 64 channels on outputs at most 4 wide; the
+    wide form otherwise."""
+    from lite.ops import _depthwise
+
+    out = (size - 1) // strides + 1
+    layer = _depthwise.depthwise_layer((1, channels, size, size), normal(channels, 1, 3, 3), None, None, [1, 1], [1, 1],
+                                       [strides] * 2, [1, 1], [out, out], np.float32)
+    assert layer.geometry.exact == exact

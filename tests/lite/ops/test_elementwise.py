@@ -424,3 +424,26 @@ def test_float32_gelu_keeps_its_relative_accuracy_in_the_negative_tail():
     assert np.all(got[expected == 0] == 0)
     (special,) = kernel_outputs("Gelu", [np.array([np.inf, np.nan], np.float32)], {}, opset=20)
     assert special[0] == np.inf and np.isnan(special[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.int8])
+@pytest.mark.parametrize("arena", [False, True])
+def test_relu_keeps_nan_infinities_and_the_type(dtype, arena):
+    """Relu of floats is the clip ufunc with 0-d bounds (into the arena's buffer when given):
+    NaN stays NaN, infinities and the type are kept."""
+    from lite.ops.activations import Relu
+
+    if np.dtype(dtype).kind == "f":
+        x = np.array([[-1.5, 0.0, 2.5, np.nan], [np.inf, -np.inf, 7.0, -0.0]], dtype)
+    else:
+        x = np.array([[-3, 0, 2, 5], [-1, 4, -7, 1]], dtype)
+    buffers = []
+
+    def allocate(shape, dtype):
+        buffers.append(np.full(shape, 9, dtype))
+        return buffers[-1]
+
+    got = Relu(x, allocate=allocate) if arena else Relu(x)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, np.maximum(x, 0))
+    assert (got is buffers[0]) if arena else not buffers

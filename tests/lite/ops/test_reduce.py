@@ -248,3 +248,24 @@ def test_sums_over_the_spatial_axes_of_either_layout(op, layout, keepdims):
         (expected,) = kernel_outputs(op, [data.astype(np.float64), axes], {"keepdims": keepdims}, opset=18)
         assert got.dtype == np.float32 and got.shape == expected.shape
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("axes", [[3, 2], [-1], [-3, -1, -2], [1, 3], [0], [2, 2], [4], [-5]])
+@pytest.mark.parametrize("axes_dtype", [np.int64, np.int32])
+def test_reduce_mean_over_trailing_axes_or_others(axes, axes_dtype):
+    """ReduceMean's product-with-ones path takes axes naming the trailing ones, each once, in
+    any order or sign; other axes, and invalid ones, go through the general path."""
+    from lite.errors import KernelError
+    from lite.ops.reduce import ReduceMean
+
+    data = normal((2, 3, 4, 5), F32)
+    given = np.array(axes, axes_dtype)
+    if len(set(a % 4 for a in axes)) < len(axes) or not all(-4 <= a < 4 for a in axes):
+        with pytest.raises(KernelError):
+            ReduceMean(data, given)
+        return
+    for keepdims in (0, 1):
+        got = ReduceMean(data, given, keepdims=keepdims)
+        expected = data.astype(np.float64).mean(axis=tuple(axes), keepdims=bool(keepdims))
+        assert got.dtype == np.float32 and got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

@@ -426,3 +426,30 @@ def test_depth_to_space_round_trip():
 
 def test_space_to_depth_matches_onnxruntime():
     check_against_onnxruntime("SpaceToDepth", [normal((1, 2, 4, 6))], {"blocksize": 2}, opset=13)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize("layout", ["channels-first", "channels-last"])
+def test_constant_pad_of_an_image_matches_numpy(dtype, layout):
+    """The constant mode's own path (borders set, data copied in) on a map above the arena's
+    floor, its buffer from ``allocate``, for either layout of the input."""
+    from lite.ops._layout import empty_channels_last
+    from lite.ops.pad import Pad
+
+    x = (rng.standard_normal((2, 8, 40, 40)) * 3).astype(dtype)
+    if layout == "channels-last":
+        given = empty_channels_last(x.shape, x.dtype)
+        given[...] = x
+    else:
+        given = x
+    allocated = []
+
+    def allocate(shape, dtype):
+        allocated.append(shape)
+        return np.full(shape, 99, dtype)  # stale contents: every cell must be written
+
+    value = np.array(2, dtype)
+    got = Pad(given, ints(0, 0, 1, 2, 0, 1, 3, 0), value, allocate=allocate)
+    np.testing.assert_array_equal(got, np.pad(x, [(0, 0), (0, 1), (1, 3), (2, 0)], constant_values=value))
+    # Below the arena's floor (the bool map) numpy's own allocator serves.
+    assert allocated == ([got.shape] if got.nbytes >= 64 * 1024 else [])
