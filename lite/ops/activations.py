@@ -156,6 +156,10 @@ def _gelu_float32(x: np.ndarray, allocate=np.empty) -> np.ndarray:
     output and the matrix come from ``allocate`` (the engine's arena: fresh megabytes of scratch
     on every call cost page faults, milliseconds on a busy machine)."""
     flat = x.reshape(-1)
+    if flat.size <= _GELU_SMALL:  # the allocator's own free lists serve these as fast as the arena
+        y = np.empty(flat.size, np.float32)
+        _gelu_float32_into(flat, y, np.empty((12, flat.size), np.float32))
+        return y.reshape(x.shape)
     y = allocate((flat.size,), np.float32)
     basis = allocate((12, min(flat.size, _GELU_CHUNK)), np.float32)
     for start in range(0, flat.size, _GELU_CHUNK):
@@ -192,6 +196,8 @@ _GELU_EXPONENT = np.array(list(ERFC_FIT[1:]) + [-0.5], np.float32)
 _GELU_CONSTANT = np.float32(ERFC_FIT[0] + math.log(0.5))
 _GELU_K = np.float32(2 * math.sqrt(2))
 _GELU_CHUNK = 1 << 16
+# Up to this many elements (a 16x128 activation) the scratch matrix, under 128 KiB, is numpy's own.
+_GELU_SMALL = 2560
 
 
 @kernel("Mish", since=18)

@@ -424,3 +424,24 @@ def test_float32_gelu_keeps_its_relative_accuracy_in_the_negative_tail():
     assert np.all(got[expected == 0] == 0)
     (special,) = kernel_outputs("Gelu", [np.array([np.inf, np.nan], np.float32)], {}, opset=20)
     assert special[0] == np.inf and np.isnan(special[1])
+
+
+def test_float32_gelu_of_a_small_tensor_matches_the_arena_path():
+    """Up to _GELU_SMALL elements the scratch comes from np.empty instead of ``allocate``: the
+    values are those of the same elements in a larger tensor (one pass per row of the matrix either way)."""
+    from lite.ops import activations
+
+    x = np.concatenate([np.linspace(-12, 12, 3001), [0.0, -0.0, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    small = x[: activations._GELU_SMALL - 3].reshape(1, -1)
+    calls = []
+
+    def allocate(shape, dtype=np.float32):
+        calls.append(shape)
+        return np.empty(shape, dtype)
+
+    got = activations.Gelu(small, allocate=allocate)
+    assert not calls and got.shape == small.shape
+    large = activations.Gelu(x, allocate=allocate)
+    assert calls
+    np.testing.assert_array_equal(got[0], large[: small.size])
+    np.testing.assert_array_equal(activations.Gelu(x[-5:], allocate=allocate)[2:4], [np.inf, 0.0])
