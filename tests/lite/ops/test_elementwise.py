@@ -445,3 +445,15 @@ def test_float32_gelu_of_a_small_tensor_matches_the_arena_path():
     assert calls
     np.testing.assert_array_equal(got[0], large[: small.size])
     np.testing.assert_array_equal(activations.Gelu(x[-5:], allocate=allocate)[2:4], [np.inf, 0.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_hard_swish_in_place_is_the_formula_bit_for_bit(dtype):
+    """x * clip(x / 6 + 1/2, 0, 1): float32 and float64 inputs computed in place in one array,
+    the same values as the formula's fresh arrays (inf, -inf, NaN and signed zeros included)."""
+    x = np.concatenate([np.linspace(-8, 8, 10_001), [np.inf, -np.inf, np.nan, 0.0, -0.0]]).astype(dtype)
+    with np.errstate(invalid="ignore"):  # inf * 0
+        (got,) = kernel_outputs("HardSwish", [x], {}, opset=14)
+        expected = np.asarray(x * np.clip(x * (1 / 6) + 0.5, 0, 1)).astype(dtype)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
