@@ -295,6 +295,9 @@ class NumpyEngine:
                     raise _failure(step, args, err) from err
                 # A tuple holds the outputs in order; the node declares only the first.
                 values[output] = result[0] if type(result) is tuple else result
+            elif type(step.fn) is _MemoGroup:  # it names a failing node itself
+                for index, value in zip(step.outputs, step.fn(*[values[i] for i in slots])):
+                    values[index] = value
             elif step.memo is not None:
                 key = tuple([values[i].tobytes() for i in step.memo_sources])
                 known = step.memo.get(key)
@@ -329,6 +332,8 @@ class NumpyEngine:
             else:
                 result = step.fn(*args, **kwargs)
         except Exception as err:
+            if type(step.fn) is _MemoGroup:  # it named the failing node itself
+                raise
             raise _failure(step, args, err) from err
         if not isinstance(result, tuple):
             result = (result,)  # one value; a list is one value too (a sequence)
@@ -383,7 +388,7 @@ _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (re
 
 def _program(steps: list[_Step], allocate: Callable) -> list[tuple[Any, ...]]:
     """The run loop's view of ``steps``: for each, (its kernel, or None where the loop must look
-    at the step: a remembered result or a call through _execute; its input slots; its keyword
+    at the step: a remembered result, a group of them, or a call through _execute; its input slots; its keyword
     arguments, ``allocate`` among them where it takes it; its output; the values it releases;
     the step), so that a step costs the loop one tuple unpacking instead of a dozen attribute
     reads."""
@@ -488,7 +493,7 @@ class _MemoGroup:
         sources = sorted({index for step in run for index in step.memo_sources})
         group = _MemoGroup(run, inputs, sources)
         outputs = [step.outputs[0] for step in run]
-        return _Step(run[-1].node, group, inputs, outputs, {}, {}, None, None, slots=[])
+        return _Step(run[-1].node, group, inputs, outputs, {}, {}, None, None, slots=inputs)
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         key = tuple([args[position].tobytes() for position in self.keys])

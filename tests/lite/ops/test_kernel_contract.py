@@ -349,6 +349,22 @@ def test_remembered_nodes_between_others_and_a_result_too_large_to_keep():
     assert all(value is None or value.nbytes < 64 * 1024 for value in kept)
 
 
+def test_a_failing_node_among_remembered_ones_is_named_once():
+    b = GraphBuilder("bad_index", opset=14)
+    x = b.input("x", np.float32, ["N", "L"])
+    third = b.node("Gather", [b.node("Shape", [x]), b.constant("two", np.array(2, np.int64))], axis=0,
+                   name="third_axis")
+    count = b.node("Unsqueeze", [third, b.constant("axes", np.array([0], np.int64))])
+    b.output(b.node("Reshape", [x, b.node("Concat", [count, b.constant("rest", np.array([-1], np.int64))], axis=0)],
+                    outputs=["y"]), np.float32, None)
+    engine = NumpyEngine(load(to_bytes(b.build())))
+    assert any(isinstance(step.fn, _MemoGroup) for step in engine.plans[0].steps)
+    for observer in (None, lambda node, seconds, values: None):  # the run loop, and the profile's
+        with pytest.raises(lite.KernelError) as raised:
+            engine.run({"x": normal(2, 3)}, observer=observer)
+        assert str(raised.value).startswith("node 'third_axis' (Gather)") and str(raised.value).count("node '") == 1
+
+
 def _linear_model(bias_first: bool, product_is_output: bool, second_reader: bool):
     weights = np.random.default_rng(3)
     b = GraphBuilder("linear", opset=14)
