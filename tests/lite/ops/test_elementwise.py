@@ -457,3 +457,17 @@ def test_hard_swish_in_place_is_the_formula_bit_for_bit(dtype):
         expected = np.asarray(x * np.clip(x * (1 / 6) + 0.5, 0, 1)).astype(dtype)
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, expected)
+
+
+def test_float32_gelu_keeps_a_channels_last_layout():
+    """A convolution's channels-last output (lite.ops._layout) is computed in its memory order and
+    handed on channels-last, with the values of the C-contiguous array's Gelu."""
+    from lite.ops import activations
+    from lite.ops._layout import is_channels_last
+
+    x = np.random.default_rng(3).standard_normal((1, 8, 48, 48)).astype(np.float32)
+    strided = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    assert is_channels_last(strided)
+    got = activations.Gelu(strided)
+    assert is_channels_last(got)
+    np.testing.assert_array_equal(got, activations.Gelu(x))
