@@ -248,10 +248,19 @@ class FusedAttention:
         self.constants = constants
         self.scale = block.scale
         self.targets = ReshapeTargets()
+        # The shape tensors the block's reshapes read (argument positions), and for each set of
+        # q, k, v shapes and shape tensors the operations of _split and the merge resolved.
+        self.shape_positions = sorted({argument for operations in block.heads for kind, argument in operations
+                                       if kind == "Reshape"} | ({block.merge[1]} if block.merge else set()))
+        self.resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def __call__(self, *args: Any, allocate: Callable = np.empty) -> np.ndarray:
         block = self.block
-        q, k, v = self._split(args, 0), self._split(args, 1), self._split(args, 2)
+        resolved = self._resolved(args)
+        if resolved is None:
+            q, k, v = self._split(args, 0), self._split(args, 1), self._split(args, 2)
+        else:
+            q, k, v = (_apply(args[position], resolved[position]) for position in (0, 1, 2))
         if (q is None or k is None or v is None or q.ndim != 4 or k.ndim != 4 or v.ndim != 4
                 or q.dtype not in FLOATS or k.dtype != q.dtype or v.dtype != q.dtype
                 or (self.scale is not None and self.scale.dtype != q.dtype) or not (q.size and k.size and v.size)):
@@ -276,14 +285,74 @@ class FusedAttention:
             nan = np.isnan(probabilities)
             if nan.any():
                 probabilities = np.where(nan, block.nan_fill, probabilities)
-        context = np.matmul(probabilities, v)
         if block.merge is None:
-            return context
+            return np.matmul(probabilities, v)
         perm, shape_position = block.merge
+        shape = probabilities.shape[:-1] + v.shape[-1:]
+        if (resolved is not None and resolved[3] is not None and probabilities.shape[:-2] == v.shape[:-2]
+                and shape == resolved[5]):
+            # The product written through the merge's transpose into a buffer in the merged
+            # order: its reshape is then a view, not a copy.
+            merged = np.empty(tuple(shape[axis] for axis in perm), v.dtype)
+            np.matmul(probabilities, v, out=merged.transpose(resolved[4]))
+            return merged.reshape(resolved[3])
+        context = np.matmul(probabilities, v)
         target = self.targets(context.shape, args[shape_position], perm)
         if target is None:
             return self._in_turn(args, allocate)
         return context.transpose(perm).reshape(target)
+
+    def _resolved(self, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """For q, k and v, the operations of _split with each Reshape's target resolved, then
+        the merge's reshape target (None where it fails), its perm's inverse and the product's
+        shape it was resolved for, then the shape tensors; remembered by
+        the shapes of q, k and v and the identity of the shape tensors, which must be read-only
+        (constants, or values the engine remembers from shapes); None where they are not, or
+        where an operation would fail."""
+        shapes = []
+        for position in self.shape_positions:
+            target = args[position]
+            if type(target) is not np.ndarray or target.flags.writeable:
+                return None
+            shapes.append(target)
+        q, k, v = args[0], args[1], args[2]
+        if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:
+            return None
+        key = (q.shape, k.shape, v.shape, *[id(target) for target in shapes])
+        known = self.resolved.get(key)
+        if known is not None and all(a is b for a, b in zip(known[6], shapes)):
+            return known
+        operations = []
+        for position in (0, 1, 2):
+            value = np.empty(args[position].shape, np.uint8)
+            resolved = []
+            for kind, argument in self.block.heads[position]:
+                if kind == "Reshape":
+                    target = self.targets(value.shape, args[argument])
+                    if target is None:
+                        return None
+                    resolved.append((kind, target))
+                    value = value.reshape(target)
+                elif kind == "Transpose":
+                    if len(argument) != value.ndim:
+                        return None
+                    resolved.append((kind, tuple(argument)))
+                    value = value.transpose(argument)
+                else:
+                    resolved.append((kind, argument))
+            operations.append(resolved)
+        merged, inverse, context = None, None, None
+        if self.block.merge is not None:
+            perm, shape_position = self.block.merge
+            rows, columns = _shape_after(q.shape, operations[0]), _shape_after(v.shape, operations[2])
+            context = rows[:-2] + rows[-2:-1] + columns[-1:]  # checked against the product's shape when run
+            if sorted(perm) == list(range(len(context))):
+                merged = self.targets(context, args[shape_position], perm)
+                inverse = tuple(int(axis) for axis in np.argsort(perm))
+        if len(self.resolved) >= ReshapeTargets.KEPT:
+            self.resolved.clear()
+        known = self.resolved[key] = (*operations, merged, inverse, context, shapes)
+        return known
 
     def _split(self, args: tuple[Any, ...], position: int) -> np.ndarray | None:
         """q, k or v after the nodes between its source and the product (Reshape and Transpose
@@ -310,3 +379,28 @@ class FusedAttention:
     def _in_turn(self, args: tuple[Any, ...], allocate: Callable) -> np.ndarray:
         """The block's own kernels one after the other."""
         return run_steps(self.block.steps, dict(zip(self.block.inputs, args)), self.constants, allocate)
+
+
+def _apply(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray | None:
+    """``value`` after the resolved operations of FusedAttention._resolved (Reshape and
+    Transpose as views); None where a scale cannot be applied here."""
+    for kind, argument in operations:
+        if kind == "Reshape":
+            value = value.reshape(argument)
+        elif kind == "Transpose":
+            value = value.transpose(argument)
+        else:
+            if argument.dtype != value.dtype or argument.ndim > value.ndim:
+                return None
+            value = np.multiply(value, argument)
+    return value
+
+
+def _shape_after(shape: tuple[int, ...], operations: list[tuple[str, Any]]) -> tuple[int, ...]:
+    """The shape of an array of ``shape`` after the resolved operations (a scale keeps it)."""
+    for kind, argument in operations:
+        if kind == "Reshape":
+            shape = tuple(argument)
+        elif kind == "Transpose":
+            shape = tuple(shape[axis] for axis in argument)
+    return shape

@@ -102,6 +102,8 @@ class _GraphPlan:
         self.steps = steps
         self.constants = constants
         self.index_of = index_of
+        # What the run loop reads of each step, built on the first run (see _program).
+        self.program: list[tuple[Any, ...]] | None = None
 
 
 class NumpyEngine:
@@ -266,7 +268,10 @@ class NumpyEngine:
         local = _Scope(plan, values, scope)
         allocate = self.pool.allocate
         if observer is None:
-            self._run_steps(plan.steps, values, local, allocate)
+            program = plan.program
+            if program is None:
+                program = plan.program = _program(plan.steps, self.pool.allocate)
+            self._run_steps(program, values, local, allocate)
             return [values[i] for i in graph.outputs]
         for step in plan.steps:
             started = time.perf_counter()
@@ -279,37 +284,41 @@ class NumpyEngine:
                 values[index] = None
         return [values[i] for i in graph.outputs]
 
-    def _run_steps(self, steps: list[_Step], values: list[Any], local: _Scope, allocate: Callable) -> None:
+    def _run_steps(self, program: list[tuple[Any, ...]], values: list[Any], local: _Scope,
+                   allocate: Callable) -> None:
         """The run loop without an observer: most nodes' kernels are called inline (a small
         model's run is mostly this loop's overhead), the rest through _execute."""
-        for step in steps:
-            if step.inline:
-                if step.memo is not None:
-                    key = tuple([values[i].tobytes() for i in step.memo_sources])
-                    known = step.memo.get(key)
-                    if known is not None:
-                        values[step.outputs[0]] = known
-                        for index in step.release:
-                            values[index] = None
-                        continue
-                args = [values[i] for i in step.slots]
+        for fn, slots, keywords, output, release, step in program:
+            if fn is not None:
+                args = [values[i] for i in slots]
                 try:
-                    if step.wants_allocate:
-                        result = step.fn(*args, allocate=allocate, **step.keywords)
-                    else:
-                        result = step.fn(*args, **step.keywords)
+                    result = fn(*args, **keywords)
                 except Exception as err:
                     raise _failure(step, args, err) from err
                 # A tuple holds the outputs in order; the node declares only the first.
-                result = result[0] if type(result) is tuple else result
-                values[step.outputs[0]] = result
-                if step.memo is not None:
+                values[output] = result[0] if type(result) is tuple else result
+            elif type(step.fn) is _MemoGroup:  # it names a failing node itself
+                for index, value in zip(step.outputs, step.fn(*[values[i] for i in slots])):
+                    values[index] = value
+            elif step.memo is not None:
+                key = tuple([values[i].tobytes() for i in step.memo_sources])
+                known = step.memo.get(key)
+                if known is not None:
+                    values[output] = known
+                else:
+                    args = [values[i] for i in slots]
+                    try:
+                        result = step.fn(*args, **keywords)
+                    except Exception as err:
+                        raise _failure(step, args, err) from err
+                    result = result[0] if type(result) is tuple else result
+                    values[output] = result
                     _remember(step, key, result)
             else:
                 bodies = ({name: self._body(target, local) for name, target in step.graph_attributes.items()}
                           if step.graph_attributes else _NO_BODIES)
                 self._execute(step, values, bodies, allocate)
-            for index in step.release:
+            for index in release:
                 values[index] = None
 
     @staticmethod
@@ -325,6 +334,8 @@ class NumpyEngine:
             else:
                 result = step.fn(*args, **kwargs)
         except Exception as err:
+            if type(step.fn) is _MemoGroup:  # it named the failing node itself
+                raise
             raise _failure(step, args, err) from err
         if not isinstance(result, tuple):
             result = (result,)  # one value; a list is one value too (a sequence)
@@ -377,6 +388,21 @@ class NumpyEngine:
 _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
 
 
+def _program(steps: list[_Step], allocate: Callable) -> list[tuple[Any, ...]]:
+    """The run loop's view of ``steps``: for each, (its kernel, or None where the loop must look
+    at the step: a remembered result, a group of them, or a call through _execute; its input slots; its keyword
+    arguments, ``allocate`` among them where it takes it; its output; the values it releases;
+    the step), so that a step costs the loop one tuple unpacking instead of a dozen attribute
+    reads."""
+    program = []
+    for step in steps:
+        keywords = {**step.keywords, "allocate": allocate} if step.wants_allocate else step.keywords
+        plain = step.inline and step.memo is None
+        program.append((step.fn if plain else None, step.slots, keywords,
+                        step.outputs[0] if step.inline else None, tuple(step.release), step))
+    return program
+
+
 # Shapes of the graph inputs remembered per node (a server sees a few sequence lengths).
 _MEMO_ENTRIES = 16
 
@@ -409,17 +435,114 @@ def _plan_shape_memos(steps: list[_Step], constants: dict[int, Any], graph_outpu
         step.memo_sources = sorted(depends)
         step.memo = {}
         sources[step.outputs[0]] = depends
+    steps[:] = _group_memos(steps)
+
+
+def _group_memos(steps: list[_Step]) -> list[_Step]:
+    """``steps`` with each remembered step moved up to just after the last step computing one
+    of its inputs (they read Shape outputs, constants and each other's results alone), and
+    each run of two or more of them then made one step (:class:`_MemoGroup`) that looks its
+    results up together: a BERT's 25 remembered nodes become three steps, each one lookup."""
+    # Each remembered step follows the last other step it reads from (-1: none, the start).
+    anchor_of: dict[int, int] = {}  # tensor -> the position (in steps) of that anchor
+    after: dict[int, list[_Step]] = {}
+    for position, step in enumerate(steps):
+        anchor = position
+        if step.memo is not None:
+            anchor = max([anchor_of[index] for index in step.inputs if index in anchor_of], default=-1)
+            after.setdefault(anchor, []).append(step)
+        for index in step.outputs:
+            if index >= 0:
+                anchor_of[index] = anchor
+    ordered = list(after.get(-1, []))
+    for position, step in enumerate(steps):
+        if step.memo is None:
+            ordered.append(step)
+            ordered.extend(after.get(position, []))
+    grouped: list[_Step] = []
+    run: list[_Step] = []
+    for step in [*ordered, None]:
+        if step is not None and step.memo is not None:
+            run.append(step)
+            continue
+        if len(run) > 1:
+            grouped.append(_MemoGroup.step(run))
+        else:
+            grouped.extend(run)
+        run = []
+        if step is not None:
+            grouped.append(step)
+    return grouped
+
+
+class _MemoGroup:
+    """The kernel of consecutive remembered steps: their results looked up at once by the values
+    of the Shape outputs they depend on, or computed one after the other and remembered (as
+    :func:`_remember` does for one step; a result it would not keep is computed on every run)."""
+
+    def __init__(self, steps: list[_Step], inputs: list[int], sources: list[int]) -> None:
+        self.steps = steps
+        self.inputs = inputs
+        self.keys = [inputs.index(index) for index in sources]  # argument positions of the sources
+        # key -> (whether every result is kept, the results kept or None)
+        self.memo: dict[tuple[bytes, ...], tuple[bool, tuple[Any, ...]]] = {}
+
+    @staticmethod
+    def step(run: list[_Step]) -> _Step:
+        produced = {index for step in run for index in step.outputs}
+        inputs = sorted({index for step in run for index in step.inputs if index >= 0 and index not in produced}
+                        | {index for step in run for index in step.memo_sources})
+        sources = sorted({index for step in run for index in step.memo_sources})
+        group = _MemoGroup(run, inputs, sources)
+        outputs = [step.outputs[0] for step in run]
+        return _Step(run[-1].node, group, inputs, outputs, {}, {}, None, None, slots=inputs)
+
+    def __call__(self, *args: Any) -> tuple[Any, ...]:
+        key = tuple([args[position].tobytes() for position in self.keys])
+        entry = self.memo.get(key)
+        if entry is not None and entry[0]:
+            return entry[1]
+        known = None if entry is None else entry[1]
+        values = dict(zip(self.inputs, args))
+        results = []
+        for position, step in enumerate(self.steps):
+            if known is not None and known[position] is not None:
+                result = known[position]
+            else:
+                step_args = [values[i] if i >= 0 else None for i in step.inputs]
+                try:
+                    result = step.fn(*step_args, **step.keywords)
+                except Exception as err:
+                    raise _failure(step, step_args, err) from err
+                result = result[0] if type(result) is tuple else result
+            values[step.outputs[0]] = result
+            results.append(result)
+        if known is None:
+            if len(self.memo) >= _MEMO_ENTRIES:
+                self.memo.clear()
+            kept = tuple([_kept(result) for result in results])
+            self.memo[key] = (all(value is not None for value in kept), kept)
+        return tuple(results)
 
 
 def _remember(step: _Step, key: tuple[bytes, ...], result: Any) -> None:
     memo = step.memo
-    if not isinstance(result, np.ndarray) or result.nbytes > SMALL_ARRAY_BYTES or memo is None:
+    kept = _kept(result)
+    if kept is None or memo is None:
         return
     if len(memo) >= _MEMO_ENTRIES:
         memo.clear()
-    kept = np.array(result)  # a copy: the result may live in the arena, reused by later runs
-    kept.flags.writeable = False
     memo[key] = kept
+
+
+def _kept(result: Any) -> np.ndarray | None:
+    """A read-only copy of ``result`` to remember (the result may live in the arena, reused by
+    later runs), or None if it is not a small array."""
+    if not isinstance(result, np.ndarray) or result.nbytes > SMALL_ARRAY_BYTES:
+        return None
+    kept = np.array(result)
+    kept.flags.writeable = False
+    return kept
 
 
 def _failure(step: _Step, args: list[Any], err: Exception) -> LiteError:

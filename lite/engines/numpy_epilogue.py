@@ -16,6 +16,7 @@ nobody else reads), through the node's own kernel otherwise.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
 
 _UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+# broadcasts_to of the shapes a run sees (a few per model), looked up instead of compared again.
+_broadcasts_to = functools.lru_cache(maxsize=1024)(broadcasts_to)
 
 
 def _is_matmul_add(fn: Any) -> bool:
@@ -129,6 +132,10 @@ class ProductEpilogue:
         self.keywords = product.keywords
         self.product_allocates = product.wants_allocate
         self.operations = operations
+        # Each operation as the run reads it: (op type, argument, the ufunc or None, whether the
+        # product is the second operand).
+        self.steps = [(kind.removesuffix("Swapped"), argument, _UFUNCS.get(kind.removesuffix("Swapped")),
+                       kind.endswith("Swapped")) for kind, argument in operations]
         self.product_inputs = product_inputs
         self.targets = ReshapeTargets()
 
@@ -138,7 +145,7 @@ class ProductEpilogue:
         else:
             y = self.product(*args[: self.product_inputs], **self.keywords)
         owned = type(y) is np.ndarray  # a fresh array: operations may write into it
-        for kind, argument in self.operations:
+        for kind, argument, ufunc, swapped in self.steps:
             if kind == "Reshape":
                 target = self.targets(y.shape, args[argument])
                 y = y.reshape(target) if target is not None else self.targets.reshape(y, args[argument])
@@ -146,11 +153,9 @@ class ProductEpilogue:
                 y = self.transpose(y, perm=argument)
             else:
                 other = args[argument]
-                swapped = kind.endswith("Swapped")
-                kind = kind.removesuffix("Swapped")
                 if (owned and type(other) is np.ndarray and other.dtype == y.dtype and y.dtype.kind == "f"
-                        and y.flags.writeable and broadcasts_to(other.shape, y.shape)):
-                    _UFUNCS[kind](y, other, out=y)
+                        and y.flags.writeable and _broadcasts_to(other.shape, y.shape)):
+                    ufunc(y, other, out=y)
                 else:
                     operands = (other, y) if swapped else (y, other)
                     y = getattr(self.arithmetic, kind)(*operands, allocate=allocate)

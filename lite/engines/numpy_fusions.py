@@ -154,9 +154,7 @@ class _SharedInputMatMul:
         self.full: dict[tuple[int, ...], np.ndarray] = {}
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
-        from lite.ops.mat_mul import MatMul
-
-        product = MatMul(x, self.weights)
+        product = _product(x, self.weights)
         if self.bias is not None:
             full = self.full.get(product.shape)
             if full is None:
@@ -179,14 +177,16 @@ class _MatMulAdd:
 
     def __init__(self, matmul: Callable, bias: np.ndarray) -> None:
         from lite.ops._helpers import full_operand  # only models with such a layer load it
+        from lite.ops.mat_mul import MatMul
 
         self.matmul = matmul
+        self.direct = matmul is MatMul  # the kernel's product: _product may call numpy's
         self.bias = bias
         self.full: dict[tuple[int, ...], np.ndarray] = {}
         self.full_operand = full_operand
 
     def __call__(self, A, B, bias):
-        product = self.matmul(A, B)
+        product = _product(A, B) if self.direct else self.matmul(A, B)
         if product.shape[-1:] != bias.shape or not product.flags.writeable or product.dtype != bias.dtype:
             return np.add(product, bias)
         if bias is not self.bias:  # not the constant it was fused with (never from the engine)
@@ -197,6 +197,24 @@ class _MatMulAdd:
                 self.full.clear()
             full = self.full[product.shape] = self.full_operand(bias, product.shape)
         return np.add(product, full, out=product)
+
+
+def _product(a: Any, b: np.ndarray) -> np.ndarray:
+    """The MatMul kernel's ``a @ b`` for ``b`` a 2-D float weight matrix: numpy's matmul
+    straight away where the kernel would call it (``a`` of ``b``'s type, a product below the
+    size the kernel splits between threads), the kernel otherwise."""
+    if not _MATMUL:
+        from lite.ops import _parallel
+        from lite.ops.mat_mul import MatMul
+
+        _MATMUL[:] = [MatMul, _parallel.SPLIT_MULTIPLY_ADDS]
+    if (type(a) is np.ndarray and a.dtype is b.dtype and a.ndim >= 2 and b.dtype.kind == "f" and b.dtype.itemsize >= 4
+            and a.size * b.shape[1] < _MATMUL[1]):
+        return np.matmul(a, b)
+    return _MATMUL[0](a, b)
+
+
+_MATMUL: list[Any] = []  # the MatMul kernel and the product size it splits from, on first use
 
 
 def _fuse_squeeze_excite(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:

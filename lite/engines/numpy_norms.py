@@ -32,6 +32,7 @@ from lite.engines.numpy_patterns import (
     run_in_turn,
     run_steps,
 )
+from lite.ops.layer_normalization import normalize_last_axis
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -176,6 +177,14 @@ class ResidualLayerNorm:
     def __call__(self, a: Any, b: Any, *parameters: Any, allocate: Callable = np.empty, **attributes: Any) -> Any:
         if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype in FLOATS:
             total = np.add(a, b)
+            if (total.dtype == np.float32 and attributes.get("output_count") == 1 and attributes.get("stash_type", 1) == 1
+                    and attributes.get("axis", -1) in (-1, total.ndim - 1) and total.ndim and total.size
+                    and total.flags.c_contiguous and len(parameters) in (1, 2)):
+                # The kernel's path for Y alone over the last axis, into the sum (a temporary of this step).
+                y = normalize_last_axis(total, parameters[0], parameters[1] if len(parameters) == 2 else None,
+                                        attributes.get("epsilon", 1e-5), overwrite=True)
+                if y is not None:
+                    return y
         else:
             total = self.add(a, b, allocate=allocate)
         return self.norm(total, *parameters, **attributes)

@@ -19,6 +19,7 @@ import numpy as np
 
 from lite.errors import KernelError
 from lite.ops._helpers import clip
+from lite.ops._layout import channels_first_order, channels_last_order, is_channels_last
 from lite.ops.erf import ERFC_FIT, erf
 from lite.ops.fused_activation import sigmoid
 from lite.ops.registry import kernel
@@ -123,6 +124,15 @@ def HardSigmoid(X, *, alpha=0.2, beta=0.5):
 @kernel("HardSwish", since=14)
 def HardSwish(X):
     X = np.asarray(X)
+    if X.dtype.kind == "f" and X.dtype.itemsize >= 4:
+        # The same operations as below, in place into one fresh array and with the clip ufunc
+        # (np.clip's Python layer costs as much as a pass over LeViT's 16x128 activations).
+        kind = X.dtype.type
+        gate = np.multiply(X, kind(1 / 6))
+        gate += kind(0.5)
+        clip(gate, kind(0), kind(1), out=gate)
+        gate *= X
+        return gate
     return _like(X * np.clip(X * (1 / 6) + 0.5, 0, 1), X)
 
 
@@ -169,7 +179,16 @@ def _gelu_float32(x: np.ndarray, allocate=np.empty) -> np.ndarray:
     Large tensors go through in chunks of ``_GELU_CHUNK`` elements (the matrix is 12 rows, the last the exponent). The
     output and the matrix come from ``allocate`` (the engine's arena: fresh megabytes of scratch
     on every call cost page faults, milliseconds on a busy machine)."""
+    if not x.flags.c_contiguous and is_channels_last(x):
+        # A convolution's channels-last output: computed in its memory order and handed on in
+        # that layout (lite.ops._layout), not copied into the usual one first.
+        order = channels_last_order(x.ndim)
+        return _gelu_float32(x.transpose(order), allocate).transpose(channels_first_order(x.ndim))
     flat = x.reshape(-1)
+    if flat.size <= _GELU_SMALL:  # the allocator's own free lists serve these as fast as the arena
+        y = np.empty(flat.size, np.float32)
+        _gelu_float32_into(flat, y, np.empty((12, flat.size), np.float32))
+        return y.reshape(x.shape)
     y = allocate((flat.size,), np.float32)
     basis = allocate((12, min(flat.size, _GELU_CHUNK)), np.float32)
     for start in range(0, flat.size, _GELU_CHUNK):
@@ -206,6 +225,8 @@ _GELU_EXPONENT = np.array(list(ERFC_FIT[1:]) + [-0.5], np.float32)
 _GELU_CONSTANT = np.float32(ERFC_FIT[0] + math.log(0.5))
 _GELU_K = np.float32(2 * math.sqrt(2))
 _GELU_CHUNK = 1 << 16
+# Up to this many elements (a 16x128 activation) the scratch matrix, under 128 KiB, is numpy's own.
+_GELU_SMALL = 2560
 
 
 @kernel("Mish", since=18)

@@ -26,6 +26,11 @@ def LayerNormalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1,
         raise UnsupportedOpError(
             f"LayerNormalization: stash_type {stash_type} is not supported (expected 1 float32 or 11 double)"
         )
+    if (output_count == 1 and type(X) is np.ndarray and X.dtype == np.float32 and stash_type == 1
+            and (axis == -1 or axis == X.ndim - 1) and X.ndim and X.size and X.flags.c_contiguous):
+        y = normalize_last_axis(X, Scale, B, epsilon)
+        if y is not None:
+            return y
     stash = np.dtype(_STASH_TYPES[stash_type])
     x = np.asarray(X).astype(stash, copy=False)
     axis = axis + x.ndim if axis < 0 else axis
@@ -41,6 +46,32 @@ def LayerNormalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1,
     if B is not None:
         y = y + np.asarray(B).astype(stash)
     return y.astype(X.dtype, copy=False), mean.astype(stash), inv_std.astype(stash)
+
+
+def normalize_last_axis(x: np.ndarray, Scale, B, epsilon: float, overwrite: bool = False) -> np.ndarray | None:
+    """Y of a C-contiguous float32 ``x`` normalized over its last axis, for Scale and B (or
+    None) float32 vectors of that width; None for other parameters (the general path takes
+    them). The statistics of :func:`_normalize_rows` in fewer numpy calls, each over operands
+    of one shape where it can: a small transformer's 16x64 rows cost a microsecond a call, and
+    their arithmetic a tenth of that. The standard deviation divides the scale into a
+    (rows, width) factor (one broadcast pass, where dividing the rows and then scaling them
+    were two). ``overwrite``: ``x`` is a temporary of the caller's, which the result may
+    reuse."""
+    width = x.shape[-1]
+    if (type(Scale) is not np.ndarray or Scale.dtype != np.float32 or Scale.shape != (width,)
+            or (B is not None and (type(B) is not np.ndarray or B.dtype != np.float32 or B.shape != (width,)))):
+        return None
+    rows = x.reshape(-1, width)
+    mean = np.matmul(rows, _mean_weights(width, rows.dtype))
+    centered = np.subtract(rows, mean.reshape(-1, 1), out=rows if overwrite else None)
+    variance = einsum("ij,ij->i", centered, centered)
+    variance *= np.float32(1.0 / width)
+    variance += np.float32(epsilon)
+    deviation = np.sqrt(variance, out=variance).reshape(-1, 1)
+    centered *= np.divide(Scale, deviation)
+    if B is not None:
+        centered += B
+    return centered.reshape(x.shape)
 
 
 def _as_rows(x: np.ndarray, axis: int, Scale, B) -> np.ndarray | None:

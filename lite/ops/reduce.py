@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from lite.ops._helpers import highest, int_list, lowest, normalize_axes
+from lite.ops._helpers import einsum, highest, int_list, lowest, normalize_axes
 from lite.ops._layout import channels_last_order, is_channels_last
 from lite.ops.registry import kernel
 
@@ -37,6 +37,9 @@ def _sum(x, axes, keepdims):
             return _sum_trailing(x, len(axes), keepdims)
         if ordered == tuple(range(2, x.ndim)) and is_channels_last(x) and x.size:
             return _sum_spatial_channels_last(x, keepdims)
+        if (x.flags.c_contiguous and ordered == tuple(range(ordered[0], ordered[-1] + 1)) and x.size
+                and 1 < math.prod(x.shape[ordered[-1] + 1 :]) <= _INNER_AXES_SIZE):
+            return _sum_inner(x, ordered, keepdims)
     # The ufunc's reduce, not np.sum's wrapper: global pools of small maps are mostly overhead.
     return np.add.reduce(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
@@ -54,6 +57,26 @@ def _sum_trailing(x, count, keepdims):
         return np.add.reduce(x, axis=tuple(range(x.ndim - count, x.ndim)), keepdims=keepdims, dtype=x.dtype)
     total = np.matmul(x.reshape(-1, length), _ones(length, x.dtype))
     return total.reshape(kept + (1,) * count if keepdims else kept)
+
+
+# Up to this many values after the summed axes, einsum beats add.reduce (see _sum_inner); with
+# one, the axes are the innermost and add.reduce sums them pairwise.
+_INNER_AXES_SIZE = 1024
+
+
+def _sum_inner(x, axes, keepdims):
+    """The sum over consecutive axes of a C-contiguous float array followed by a few more values
+    (FocalNet's mean over the rows of a (1, 64, 8, 8) map): einsum over the array as (before,
+    summed, after). add.reduce runs its inner loop once per short run of values (15 against 6 µs
+    there); einsum adds the same values in the same order."""
+    before = math.prod(x.shape[: axes[0]])
+    after = math.prod(x.shape[axes[-1] + 1 :])
+    total = einsum("arb->ab", x.reshape(before, -1, after))
+    if keepdims:
+        shape = tuple(1 if axis in axes else size for axis, size in enumerate(x.shape))
+    else:
+        shape = tuple(size for axis, size in enumerate(x.shape) if axis not in axes)
+    return total.reshape(shape)
 
 
 def _sum_spatial_channels_last(x, keepdims):

@@ -15,6 +15,7 @@ marks the first maximum along the axis with 1 and everything else with 0.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -57,7 +58,7 @@ def _softmax_rows(x: np.ndarray) -> np.ndarray | None:
     leaves it to the row-by-row path. The row sums are a product with ones (also faster than a
     reduction over short rows)."""
     peak = np.maximum.reduce(x, axis=None)
-    if not np.isfinite(peak):
+    if not math.isfinite(peak):
         return None
     shifted = np.subtract(x, peak)
     np.exp(shifted, out=shifted)

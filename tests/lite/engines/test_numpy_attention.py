@@ -104,6 +104,11 @@ def test_an_attention_block_is_one_step(options, scale):
         np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6)
         # The same numpy operations in the same order as the nodes' kernels: the same float32 values.
         np.testing.assert_array_equal(got, node_by_node(model, inputs)["context"])
+    # The reshapes' targets are constants: each shape's operations were resolved once, the
+    # merged heads' too (their product written in the merged order).
+    (step,) = fused(engine)
+    resolved = list(step.fn.resolved.values())
+    assert len(resolved) == 2 and all((entry[3] is not None) == options.get("merge", True) for entry in resolved)
 
 
 @pytest.mark.parametrize("options", [{"probabilities_output": True}, {"scores_output": True}, {"softmax_axis": 1}],

@@ -447,3 +447,50 @@ def test_relu_keeps_nan_infinities_and_the_type(dtype, arena):
     assert got.dtype == x.dtype
     np.testing.assert_array_equal(got, np.maximum(x, 0))
     assert (got is buffers[0]) if arena else not buffers
+
+
+def test_float32_gelu_of_a_small_tensor_matches_the_arena_path():
+    """Up to _GELU_SMALL elements the scratch comes from np.empty instead of ``allocate``: the
+    values are those of the same elements in a larger tensor (one pass per row of the matrix either way)."""
+    from lite.ops import activations
+
+    x = np.concatenate([np.linspace(-12, 12, 3001), [0.0, -0.0, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    small = x[: activations._GELU_SMALL - 3].reshape(1, -1)
+    calls = []
+
+    def allocate(shape, dtype=np.float32):
+        calls.append(shape)
+        return np.empty(shape, dtype)
+
+    got = activations.Gelu(small, allocate=allocate)
+    assert not calls and got.shape == small.shape
+    large = activations.Gelu(x, allocate=allocate)
+    assert calls
+    np.testing.assert_array_equal(got[0], large[: small.size])
+    np.testing.assert_array_equal(activations.Gelu(x[-5:], allocate=allocate)[2:4], [np.inf, 0.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_hard_swish_in_place_is_the_formula_bit_for_bit(dtype):
+    """x * clip(x / 6 + 1/2, 0, 1): float32 and float64 inputs computed in place in one array,
+    the same values as the formula's fresh arrays (inf, -inf, NaN and signed zeros included)."""
+    x = np.concatenate([np.linspace(-8, 8, 10_001), [np.inf, -np.inf, np.nan, 0.0, -0.0]]).astype(dtype)
+    with np.errstate(invalid="ignore"):  # inf * 0
+        (got,) = kernel_outputs("HardSwish", [x], {}, opset=14)
+        expected = np.asarray(x * np.clip(x * (1 / 6) + 0.5, 0, 1)).astype(dtype)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_float32_gelu_keeps_a_channels_last_layout():
+    """A convolution's channels-last output (lite.ops._layout) is computed in its memory order and
+    handed on channels-last, with the values of the C-contiguous array's Gelu."""
+    from lite.ops import activations
+    from lite.ops._layout import is_channels_last
+
+    x = np.random.default_rng(3).standard_normal((1, 8, 48, 48)).astype(np.float32)
+    strided = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    assert is_channels_last(strided)
+    got = activations.Gelu(strided)
+    assert is_channels_last(got)
+    np.testing.assert_array_equal(got, activations.Gelu(x))

@@ -154,3 +154,21 @@ def test_lrn_even_size_window_leans_forward():
 def test_mean_variance_normalization(axes):
     attributes = {} if axes is None else {"axes": axes}
     check_against_reference("MeanVarianceNormalization", [normal(2, 3, 4, 5)], attributes, opset=13, atol=1e-4)
+
+
+@pytest.mark.parametrize("scale_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_layer_normalization_over_the_last_axis_in_few_calls(scale_dtype, contiguous):
+    """Y alone of a C-contiguous float32 input over its last axis, with float32 Scale and B,
+    takes normalize_last_axis; a strided input or a float64 Scale the general path: the same
+    values either way."""
+    x = normal(2, 9, 64) * 3 + 1 if contiguous else (normal(2, 64, 9) * 3 + 1).transpose(0, 2, 1)
+    scale, bias = normal(64).astype(scale_dtype), normal(64).astype(scale_dtype)
+    (got,) = kernel_outputs("LayerNormalization", [x, scale, bias], {}, opset=17, output_count=1)
+    wide = x.astype(np.float64)
+    expected = (wide - wide.mean(-1, keepdims=True)) / np.sqrt(wide.var(-1, keepdims=True) + 1e-5) * scale + bias
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    from lite.ops.layer_normalization import normalize_last_axis
+
+    assert (normalize_last_axis(np.ascontiguousarray(x), scale, bias, 1e-5) is None) == (scale_dtype != np.float32)

@@ -269,3 +269,21 @@ def test_reduce_mean_over_trailing_axes_or_others(axes, axes_dtype):
         expected = data.astype(np.float64).mean(axis=tuple(axes), keepdims=bool(keepdims))
         assert got.dtype == np.float32 and got.shape == expected.shape
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape, axes", [((1, 64, 8, 8), [2]), ((2, 3, 4, 5), [1, 2]), ((2, 7, 5), [-2]),
+                                         ((1, 64, 8, 1), [2]), ((3, 4), [0])])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sums_over_inner_axes_are_add_reduces(shape, axes, keepdims, dtype):
+    """Consecutive axes before the last (FocalNet's mean over rows) are summed by einsum: the
+    values add.reduce gives, in the shape it gives."""
+    from lite.ops import KERNELS
+
+    x = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    got = KERNELS.select("ReduceSum", "", 13).fn(x, np.array(axes, np.int64), keepdims=keepdims)
+    expected = np.add.reduce(x, axis=tuple(axes), keepdims=bool(keepdims))
+    assert got.dtype == dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+    mean = KERNELS.select("ReduceMean", "", 18).fn(x, np.array(axes, np.int64), keepdims=keepdims)
+    np.testing.assert_allclose(mean, x.mean(axis=tuple(axes), keepdims=bool(keepdims)), rtol=1e-6, atol=1e-6)
