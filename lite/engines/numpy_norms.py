@@ -32,7 +32,6 @@ from lite.engines.numpy_patterns import (
     run_in_turn,
     run_steps,
 )
-from lite.ops.layer_normalization import normalize_last_axis
 
 if TYPE_CHECKING:
     from lite.engines.numpy_engine import _Step
@@ -171,8 +170,12 @@ class ResidualLayerNorm:
     """The fused step's kernel: the sum, then the LayerNormalization kernel on it."""
 
     def __init__(self, add: Callable, norm: Callable) -> None:
+        # Imported here, where a model has the pattern: loading the engine loads no kernel module.
+        from lite.ops.layer_normalization import normalize_last_axis
+
         self.add = add
         self.norm = norm
+        self.normalize_last_axis = normalize_last_axis
 
     def __call__(self, a: Any, b: Any, *parameters: Any, allocate: Callable = np.empty, **attributes: Any) -> Any:
         if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype in FLOATS:
@@ -181,7 +184,7 @@ class ResidualLayerNorm:
                     and attributes.get("axis", -1) in (-1, total.ndim - 1) and total.ndim and total.size
                     and total.flags.c_contiguous and len(parameters) in (1, 2)):
                 # The kernel's path for Y alone over the last axis, into the sum (a temporary of this step).
-                y = normalize_last_axis(total, parameters[0], parameters[1] if len(parameters) == 2 else None,
+                y = self.normalize_last_axis(total, parameters[0], parameters[1] if len(parameters) == 2 else None,
                                         attributes.get("epsilon", 1e-5), overwrite=True)
                 if y is not None:
                     return y

@@ -19,7 +19,6 @@ import numpy as np
 
 from lite.errors import KernelError
 from lite.ops._helpers import clip
-from lite.ops._layout import channels_first_order, channels_last_order, is_channels_last
 from lite.ops.erf import ERFC_FIT, erf
 from lite.ops.fused_activation import sigmoid
 from lite.ops.registry import kernel
@@ -179,11 +178,14 @@ def _gelu_float32(x: np.ndarray, allocate=np.empty) -> np.ndarray:
     Large tensors go through in chunks of ``_GELU_CHUNK`` elements (the matrix is 12 rows, the last the exponent). The
     output and the matrix come from ``allocate`` (the engine's arena: fresh megabytes of scratch
     on every call cost page faults, milliseconds on a busy machine)."""
-    if not x.flags.c_contiguous and is_channels_last(x):
+    if not x.flags.c_contiguous:
         # A convolution's channels-last output: computed in its memory order and handed on in
-        # that layout (lite.ops._layout), not copied into the usual one first.
-        order = channels_last_order(x.ndim)
-        return _gelu_float32(x.transpose(order), allocate).transpose(channels_first_order(x.ndim))
+        # that layout (lite.ops._layout, imported only here), not copied into the usual one first.
+        from lite.ops._layout import channels_first_order, channels_last_order, is_channels_last
+
+        if is_channels_last(x):
+            order = channels_last_order(x.ndim)
+            return _gelu_float32(x.transpose(order), allocate).transpose(channels_first_order(x.ndim))
     flat = x.reshape(-1)
     if flat.size <= _GELU_SMALL:  # the allocator's own free lists serve these as fast as the arena
         y = np.empty(flat.size, np.float32)
