@@ -167,29 +167,28 @@ def latency_ms(fn, sync, seconds: float = 1.0, min_iters: int = 20) -> float:
     return timed(fn, sync, seconds, min_iters) * 1e3
 
 
-def host_us(fn, sync, calls: int = 50) -> float:
-    """Microseconds of host time per call: calls queued without waiting (the GPU catches up after)."""
+def queued_seconds(fn, sync, calls: int) -> tuple[float, float]:
+    """Seconds per call in a loop of calls queued back to back, after warm-up: the host's time
+    to queue them, and the time until the GPU has done them all (one synchronize at the end)."""
     for _ in range(5):
         fn()
     sync()
     start = time.perf_counter()
     for _ in range(calls):
         fn()
-    elapsed = time.perf_counter() - start
+    queued = time.perf_counter() - start
     sync()
-    return elapsed / calls * 1e6
+    return queued / calls, (time.perf_counter() - start) / calls
+
+
+def host_us(fn, sync, calls: int = 50) -> float:
+    """Microseconds of host time per call: calls queued without waiting (the GPU catches up after)."""
+    return queued_seconds(fn, sync, calls)[0] * 1e6
 
 
 def pipelined_ms(fn, sync, calls: int = 200) -> float:
     """Milliseconds per call in a loop that waits once at the end (calls queued back to back)."""
-    for _ in range(5):
-        fn()
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync()
-    return (time.perf_counter() - start) / calls * 1e3
+    return queued_seconds(fn, sync, calls)[1] * 1e3
 
 
 def child(args: argparse.Namespace) -> None:

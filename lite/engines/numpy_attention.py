@@ -322,25 +322,9 @@ class FusedAttention:
         known = self.resolved.get(key)
         if known is not None and all(a is b for a, b in zip(known[6], shapes)):
             return known
-        operations = []
-        for position in (0, 1, 2):
-            value = np.empty(args[position].shape, np.uint8)
-            resolved = []
-            for kind, argument in self.block.heads[position]:
-                if kind == "Reshape":
-                    target = self.targets(value.shape, args[argument])
-                    if target is None:
-                        return None
-                    resolved.append((kind, target))
-                    value = value.reshape(target)
-                elif kind == "Transpose":
-                    if len(argument) != value.ndim:
-                        return None
-                    resolved.append((kind, tuple(argument)))
-                    value = value.transpose(argument)
-                else:
-                    resolved.append((kind, argument))
-            operations.append(resolved)
+        operations = [self._head_operations(args, position) for position in (0, 1, 2)]
+        if any(resolved is None for resolved in operations):
+            return None
         merged, inverse, context = None, None, None
         if self.block.merge is not None:
             perm, shape_position = self.block.merge
@@ -360,21 +344,29 @@ class FusedAttention:
         value = args[position]
         if type(value) is not np.ndarray:
             return None
+        operations = self._head_operations(args, position)
+        return None if operations is None else _apply(value, operations)
+
+    def _head_operations(self, args: tuple[Any, ...], position: int) -> list[tuple[str, Any]] | None:
+        """The nodes between q, k or v and the product with each Reshape's target resolved for
+        this call's shapes (see _apply); None where a Reshape or Transpose would fail."""
+        shape = args[position].shape
+        resolved: list[tuple[str, Any]] = []
         for kind, argument in self.block.heads[position]:
             if kind == "Reshape":
-                target = self.targets(value.shape, args[argument])
+                target = self.targets(shape, args[argument])
                 if target is None:
                     return None
-                value = value.reshape(target)
+                resolved.append((kind, target))
+                shape = target
             elif kind == "Transpose":
-                if len(argument) != value.ndim:
+                if len(argument) != len(shape):
                     return None
-                value = value.transpose(argument)
+                resolved.append((kind, tuple(argument)))
+                shape = tuple(shape[axis] for axis in argument)
             else:
-                if argument.dtype != value.dtype or argument.ndim > value.ndim:
-                    return None
-                value = np.multiply(value, argument)
-        return value
+                resolved.append((kind, argument))
+        return resolved
 
     def _in_turn(self, args: tuple[Any, ...], allocate: Callable) -> np.ndarray:
         """The block's own kernels one after the other."""
