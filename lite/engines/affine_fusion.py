@@ -28,7 +28,7 @@ from lite.engines.numpy_patterns import Graph, in_turn, per_channel
 from lite.ops import fused_activation
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 # Full-shape operands kept per input shape (a server sees a few image sizes).
 _SHAPES_KEPT = 8

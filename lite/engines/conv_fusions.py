@@ -36,7 +36,7 @@ import numpy as np
 from lite.engines.numpy_patterns import Graph, plain
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 _RELU = ("Relu", ())
 

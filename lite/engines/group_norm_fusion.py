@@ -49,7 +49,7 @@ from lite.engines.numpy_patterns import (
 from lite.ops import fused_activation
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 
 @dataclass

@@ -42,7 +42,7 @@ from lite.engines.numpy_patterns import (
 )
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 
 def fuse_attention(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:

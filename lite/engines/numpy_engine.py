@@ -21,24 +21,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from lite.engines import numpy_fusions
 from lite.engines.arena import BufferPool
-from lite.errors import KernelError, LiteError, ModelFormatError, UnsupportedOpError
+from lite.engines.numpy_steps import (
+    _FOLDABLE_DOMAINS,
+    _NOT_FOLDABLE,
+    _failure,
+    _MemoGroup,
+    _plan_shape_memos,
+    _remember,
+    _Step,
+)
+from lite.errors import LiteError, ModelFormatError, UnsupportedOpError
 from lite.format import ir
 from lite.format.values import attribute_value, tensor_value
 from lite.ops import KERNELS, KernelRegistry, fused_activation
 from lite.ops._blas import ONE_BLAS_THREAD
-from lite.ops.registry import SMALL_ARRAY_BYTES, normalize_domain
-
-# Load-time constant folding runs deterministic ONNX ops only.
-_FOLDABLE_DOMAINS = {"", "ai.onnx.ml"}
-_NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-                 "Multinomial", "Dropout"}
+from lite.ops.registry import normalize_domain
 
 # observer(node, seconds, values alive while the node ran): see NumpyEngine.run.
 Observer = Callable[[ir.Node, float, list[Any]], None]
@@ -46,53 +49,6 @@ Observer = Callable[[ir.Node, float, list[Any]], None]
 _ENGINE_ATTRIBUTES = {fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE}
 # Attributes of old opsets that never change results (consumed_inputs was a memory hint before opset 6).
 _IGNORED_ATTRIBUTES = {"consumed_inputs"}
-
-
-@dataclass
-class _Step:
-    node: ir.Node
-    fn: Callable
-    inputs: list[int]
-    outputs: list[int]
-    attributes: dict[str, Any]
-    graph_attributes: dict[str, Any]  # name -> graph index or list of indices
-    output_count: int | None
-    activation: tuple[str, tuple[float, ...]] | None
-    # True when the kernel applies ``activation`` itself (keyword-only ``fused_activation``).
-    kernel_applies_activation: bool = False
-    wants_allocate: bool = False
-    custom: bool = False  # a user's kernel (lite.CustomOps): never run at load time
-    release: list[int] = field(default_factory=list)
-    # The kernel's load-time work on constant inputs and its result (lite.ops.registry).
-    prepare: Callable | None = None
-    prepared: Any = None
-    # The keyword arguments of every call but ``allocate`` and subgraph bodies, built when the
-    # step is planned and again once prepared: a small model's run is mostly per-node overhead.
-    keywords: dict[str, Any] = field(default_factory=dict)
-    # Input positions in a run's value list, an omitted input reading its last slot (always
-    # None); and whether the run loop may call the kernel inline (one output, no subgraph, no
-    # activation left to the engine).
-    slots: list[int] = field(default_factory=list)
-    inline: bool = False
-    # A node computed from tensor shapes alone (see _plan_shape_memos): the Shape/Size outputs it
-    # depends on, and its results by their values.
-    memo_sources: list[int] = field(default_factory=list)
-    memo: dict[tuple[bytes, ...], np.ndarray] | None = None
-
-    def __post_init__(self) -> None:
-        self.finish()
-        self.inline = (not self.graph_attributes and len(self.outputs) == 1 and self.outputs[0] >= 0
-                       and (self.activation is None or self.kernel_applies_activation))
-
-    def finish(self) -> None:
-        keywords = dict(self.attributes)
-        if self.output_count is not None:
-            keywords["output_count"] = self.output_count
-        if self.kernel_applies_activation:
-            keywords["fused_activation"] = self.activation
-        if self.prepared is not None:
-            keywords["prepared"] = self.prepared
-        self.keywords = keywords
 
 
 class _GraphPlan:
@@ -401,166 +357,6 @@ def _program(steps: list[_Step], allocate: Callable) -> list[tuple[Any, ...]]:
         program.append((step.fn if plain else None, step.slots, keywords,
                         step.outputs[0] if step.inline else None, tuple(step.release), step))
     return program
-
-
-# Shapes of the graph inputs remembered per node (a server sees a few sequence lengths).
-_MEMO_ENTRIES = 16
-
-
-def _plan_shape_memos(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> None:
-    """Mark the nodes computed from tensor shapes alone, so runs reuse their results.
-
-    Exported transformers recompute masks, positions and target shapes from ``Shape`` on every
-    call: Shape -> Gather -> Unsqueeze -> Concat -> Reshape's shape input, Range -> Expand for
-    position ids, a causal mask from the sequence length. A deterministic node whose inputs are
-    constants or such values gives the same result for the same values of the Shape (and Size)
-    outputs it depends on, so a run looks its result up by those (a few int64 each) instead of
-    running it: a quarter of the nodes of a small BERT or GPT-2. Graph outputs are never
-    remembered (the caller may write into them), nor results above SMALL_ARRAY_BYTES.
-    """
-    sources: dict[int, frozenset[int]] = {}  # tensor -> the Shape/Size outputs it is computed from
-    for step in steps:
-        if (step.custom or step.graph_attributes or normalize_domain(step.node.domain) not in _FOLDABLE_DOMAINS
-                or step.node.op_type in _NOT_FOLDABLE):
-            continue
-        if step.node.op_type in ("Shape", "Size"):
-            sources.update((index, frozenset([index])) for index in step.outputs if index >= 0)
-            continue
-        computed = [index for index in step.inputs if index >= 0 and index not in constants]
-        if not step.inline or not computed or not all(index in sources for index in computed):
-            continue
-        if step.outputs[0] in graph_outputs:
-            continue
-        depends = frozenset().union(*(sources[index] for index in computed))
-        step.memo_sources = sorted(depends)
-        step.memo = {}
-        sources[step.outputs[0]] = depends
-    steps[:] = _group_memos(steps)
-
-
-def _group_memos(steps: list[_Step]) -> list[_Step]:
-    """``steps`` with each remembered step moved up to just after the last step computing one
-    of its inputs (they read Shape outputs, constants and each other's results alone), and
-    each run of two or more of them then made one step (:class:`_MemoGroup`) that looks its
-    results up together: a BERT's 25 remembered nodes become three steps, each one lookup."""
-    # Each remembered step follows the last other step it reads from (-1: none, the start).
-    anchor_of: dict[int, int] = {}  # tensor -> the position (in steps) of that anchor
-    after: dict[int, list[_Step]] = {}
-    for position, step in enumerate(steps):
-        anchor = position
-        if step.memo is not None:
-            anchor = max([anchor_of[index] for index in step.inputs if index in anchor_of], default=-1)
-            after.setdefault(anchor, []).append(step)
-        for index in step.outputs:
-            if index >= 0:
-                anchor_of[index] = anchor
-    ordered = list(after.get(-1, []))
-    for position, step in enumerate(steps):
-        if step.memo is None:
-            ordered.append(step)
-            ordered.extend(after.get(position, []))
-    grouped: list[_Step] = []
-    run: list[_Step] = []
-    for step in [*ordered, None]:
-        if step is not None and step.memo is not None:
-            run.append(step)
-            continue
-        if len(run) > 1:
-            grouped.append(_MemoGroup.step(run))
-        else:
-            grouped.extend(run)
-        run = []
-        if step is not None:
-            grouped.append(step)
-    return grouped
-
-
-class _MemoGroup:
-    """The kernel of consecutive remembered steps: their results looked up at once by the values
-    of the Shape outputs they depend on, or computed one after the other and remembered (as
-    :func:`_remember` does for one step; a result it would not keep is computed on every run)."""
-
-    def __init__(self, steps: list[_Step], inputs: list[int], sources: list[int]) -> None:
-        self.steps = steps
-        self.inputs = inputs
-        self.keys = [inputs.index(index) for index in sources]  # argument positions of the sources
-        # key -> (whether every result is kept, the results kept or None)
-        self.memo: dict[tuple[bytes, ...], tuple[bool, tuple[Any, ...]]] = {}
-
-    @staticmethod
-    def step(run: list[_Step]) -> _Step:
-        produced = {index for step in run for index in step.outputs}
-        inputs = sorted({index for step in run for index in step.inputs if index >= 0 and index not in produced}
-                        | {index for step in run for index in step.memo_sources})
-        sources = sorted({index for step in run for index in step.memo_sources})
-        group = _MemoGroup(run, inputs, sources)
-        outputs = [step.outputs[0] for step in run]
-        return _Step(run[-1].node, group, inputs, outputs, {}, {}, None, None, slots=inputs)
-
-    def __call__(self, *args: Any) -> tuple[Any, ...]:
-        key = tuple([args[position].tobytes() for position in self.keys])
-        entry = self.memo.get(key)
-        if entry is not None and entry[0]:
-            return entry[1]
-        known = None if entry is None else entry[1]
-        values = dict(zip(self.inputs, args))
-        results = []
-        for position, step in enumerate(self.steps):
-            if known is not None and known[position] is not None:
-                result = known[position]
-            else:
-                step_args = [values[i] if i >= 0 else None for i in step.inputs]
-                try:
-                    result = step.fn(*step_args, **step.keywords)
-                except Exception as err:
-                    raise _failure(step, step_args, err) from err
-                result = result[0] if type(result) is tuple else result
-            values[step.outputs[0]] = result
-            results.append(result)
-        if known is None:
-            if len(self.memo) >= _MEMO_ENTRIES:
-                self.memo.clear()
-            kept = tuple([_kept(result) for result in results])
-            self.memo[key] = (all(value is not None for value in kept), kept)
-        return tuple(results)
-
-
-def _remember(step: _Step, key: tuple[bytes, ...], result: Any) -> None:
-    memo = step.memo
-    kept = _kept(result)
-    if kept is None or memo is None:
-        return
-    if len(memo) >= _MEMO_ENTRIES:
-        memo.clear()
-    memo[key] = kept
-
-
-def _kept(result: Any) -> np.ndarray | None:
-    """A read-only copy of ``result`` to remember (the result may live in the arena, reused by
-    later runs), or None if it is not a small array."""
-    if not isinstance(result, np.ndarray) or result.nbytes > SMALL_ARRAY_BYTES:
-        return None
-    kept = np.array(result)
-    kept.flags.writeable = False
-    return kept
-
-
-def _failure(step: _Step, args: list[Any], err: Exception) -> LiteError:
-    """The error to raise from ``err``, a kernel's failure: a LiteError of the same type naming
-    the node, or a KernelError naming the node and its inputs' types and shapes (the cause kept
-    by ``raise ... from err``)."""
-    if isinstance(err, LiteError):
-        named = type(err)(f"node {step.node.name!r} ({step.node.op_type}): {err}")
-        if isinstance(named, KernelError):
-            named.node = step.node
-        return named
-    shapes = ", ".join("-" if a is None else f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}"
-                       for a in args)
-    failed = KernelError(
-        f"node {step.node.name!r} ({step.node.op_type}) failed on inputs [{shapes}]: {type(err).__name__}: {err}"
-    )
-    failed.node = step.node
-    return failed
 
 
 class _Scope:

@@ -35,7 +35,7 @@ from lite.engines.numpy_patterns import (
 )
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 _UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
 # broadcasts_to of the shapes a run sees (a few per model), looked up instead of compared again.

@@ -39,7 +39,7 @@ from lite.engines.numpy_patterns import Graph, in_turn
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 
 # Biases broadcast to a product's full shape, kept per shape (a server sees a few sequence lengths).

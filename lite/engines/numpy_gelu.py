@@ -23,7 +23,7 @@ import numpy as np
 from lite.engines.numpy_patterns import FLOATS, Graph, plain, run_in_turn
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 
 def fuse_tanh_gelu(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:

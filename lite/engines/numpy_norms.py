@@ -34,7 +34,7 @@ from lite.engines.numpy_patterns import (
 )
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 
 def fuse_rms_norm(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:

@@ -16,7 +16,7 @@ import numpy as np
 from lite.errors import LiteError
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 

@@ -24,7 +24,7 @@ import numpy as np
 from lite.engines.numpy_patterns import FLOATS, Graph, broadcasts_to, plain, run_steps
 
 if TYPE_CHECKING:
-    from lite.engines.numpy_engine import _Step
+    from lite.engines.numpy_steps import _Step
 
 _END = 2**62  # an end at or past this is the end of the axis
 
