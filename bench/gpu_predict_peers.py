@@ -5,14 +5,16 @@ ResNet-50 fp16 as ``bench/gpu_issue_check.py`` makes it. Two steps, so that the 
 can run while other work goes on (device time is scarce):
 
 - ``--prepare``: export and convert the network, then ``lite compile`` it for batch 1 and 256
-  (max-autotune, the default) and for batch 1 in mode reduce-overhead, into ``--workdir``
-  (``--ort-only``: export and convert only).
+  (mode auto, the default: max-autotune and reduce-overhead both compiled and the faster kept
+  per batch size; both artifacts stay in the cache), into ``--workdir`` (``--ort-only``: export
+  and convert only).
 - the measurement (default): loads those artifacts (no compilation) and times, in interleaved
   rounds, at batch 1 and 256:
 
   lite ``predict`` (torch engine) with PyTorch tensors, CuPy arrays and numpy arrays (at 256 also
   numpy in pinned memory, the staged upload alone at several chunk sizes and the pageable copy
-  alone), ``engine.run``, at batch 1 the same engine in mode reduce-overhead; ``torch.compile``
+  alone), ``engine.run``, at batch 1 the same engine in modes reduce-overhead and max-autotune
+  (each from its artifact in the cache); ``torch.compile``
   on the original network fed the same kinds of input (mode reduce-overhead at batch 1;
   max-autotune at 256 with ``--max-autotune-peer``); ``device="cuda"`` (the ONNX Runtime
   engine) with the same inputs; ONNX Runtime's best configuration (NHWC, CUDA graph, IOBinding),
@@ -47,25 +49,21 @@ from gpu_issue_check import host_us, latency_ms, make_model, pipelined_ms, say  
 
 
 def prepare(workdir: Path, ort_only: bool = False, batches: tuple[str, ...] = ("1", "256")) -> None:
-    """Export and convert (once), then compile ``batches`` in max-autotune and batch 1, when asked
-    for, in mode reduce-overhead; each compilation its own ``lite compile`` (run them in separate
-    calls where one call's time is limited)."""
+    """Export and convert (once), then ``lite compile`` ``batches`` in mode auto (run the batch
+    sizes in separate calls where one call's time is limited: each adds to the package)."""
     model = make_model(workdir)
     if ort_only:
         return
     cache = workdir / "cache"
-    jobs = [("max-autotune", list(batches), None)]
-    if "1" in batches:
-        jobs.append(("reduce-overhead", ["1"], workdir / "r50_reduce_overhead.compiled"))
-    for mode, sizes, output in jobs:
-        command = [sys.executable, "-m", "lite.cli", "compile", str(model), "--device", "cuda", "--batch-sizes",
-                   *sizes, "--mode", mode, "--cache-dir", str(cache)]
-        if output is not None:
-            command += ["--output", str(output)]
-        started = time.perf_counter()
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-        say(f"lite compile {mode} {sizes}: exit {done.returncode} in {time.perf_counter() - started:.0f} s "
-            f"{(done.stdout + done.stderr)[-600:]}")
+    package = workdir / "r50.lite.compiled"
+    done_before = json.loads((package / "manifest.json").read_text())["batch_sizes"] if package.is_dir() else []
+    sizes = sorted({*map(int, batches), *done_before})  # earlier sizes load from the cache: the package keeps them
+    command = [sys.executable, "-m", "lite.cli", "compile", str(model), "--device", "cuda", "--batch-sizes",
+               *map(str, sizes), "--cache-dir", str(cache)]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    say(f"lite compile auto {sizes}: exit {done.returncode} in {time.perf_counter() - started:.0f} s "
+        f"{(done.stdout + done.stderr)[-1500:]}")
 
 
 def ort_or_none():
@@ -158,7 +156,7 @@ def ort_peers(ort, torch, fp16_onnx: Path, x, x_numpy: np.ndarray) -> dict:
     return runners
 
 
-def torch_engine_runners(lite_best, lite_ro, x, x_numpy, x_pinned, x_cupy, batch: int) -> dict:
+def torch_engine_runners(lite_best, lite_ro, lite_ma, x, x_numpy, x_pinned, x_cupy, batch: int) -> dict:
     """lite's torch engine through ``predict`` with each kind of input a caller may have."""
     runners = {"lite predict, torch in": lambda: lite_best.predict({"input": x})}
     if x_cupy is not None:
@@ -167,6 +165,7 @@ def torch_engine_runners(lite_best, lite_ro, x, x_numpy, x_pinned, x_cupy, batch
     if batch == 1:
         runners["lite engine.run, torch in"] = lambda: lite_best.engine.run({"input": x})
         runners["lite mode reduce-overhead, predict"] = lambda: lite_ro.predict({"input": x})
+        runners["lite mode max-autotune, predict"] = lambda: lite_ma.predict({"input": x})
     else:
         runners["lite predict, numpy in pinned memory"] = lambda: lite_best.predict({"input": x_pinned})
     return runners
@@ -225,13 +224,14 @@ def main_measure(workdir: Path, rounds: int, seconds: float, ort_only: bool = Fa
     cache = workdir / "cache"
     report: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                     "onnxruntime": None if ort is None else ort.__version__}
-    lite_best = lite_ro = net = None
+    lite_best = lite_ro = lite_ma = net = None
     peers: dict = {}
     if not ort_only:
         lite_best = lite.Model.load(model_path, engine="torch", device="cuda", precision="fp16", cache_dir=cache,
                                     startup="best")
-        lite_ro = lite.Model.load(model_path, engine="torch", device="cuda", precision="fp16", cache_dir=cache,
-                                  startup="best", mode="reduce-overhead", precompiled=None)
+        lite_ro, lite_ma = (lite.Model.load(model_path, engine="torch", device="cuda", precision="fp16",
+                                            cache_dir=cache, startup="best", mode=mode, precompiled=None)
+                            for mode in ("reduce-overhead", "max-autotune"))
         torch.manual_seed(0)
         net = torchvision.models.resnet50(weights=None).eval().half().cuda().to(memory_format=torch.channels_last)
         peers[1] = ("reduce-overhead", torch.compile(net, mode="reduce-overhead"))
@@ -259,9 +259,12 @@ def main_measure(workdir: Path, rounds: int, seconds: float, ort_only: bool = Fa
             lite_best.predict({"input": x_numpy})
             report[f"lite_first_call_s_b{batch}"] = round(time.perf_counter() - started, 2)
             out = lite_best.predict({"input": x})["logits"].float()
-            runners.update(torch_engine_runners(lite_best, lite_ro, x, x_numpy, x_pinned, x_cupy, batch))
+            runners.update(torch_engine_runners(lite_best, lite_ro, lite_ma, x, x_numpy, x_pinned, x_cupy, batch))
             if batch == 1:
-                lite_ro.predict({"input": x})
+                for other in (lite_ro, lite_ma):
+                    started = time.perf_counter()
+                    other.predict({"input": x})
+                    report[f"first_call_s_b1_{other.engine.mode}"] = round(time.perf_counter() - started, 2)
         if batch in peers:
             mode, peer = peers[batch]
             peer_runners = compiled_peer_runners(torch, peer, mode, x, x_numpy, x_cupy)
@@ -294,7 +297,12 @@ def main_measure(workdir: Path, rounds: int, seconds: float, ort_only: bool = Fa
     report["tables"] = tables
     report["host_us_per_call"] = host
     if lite_best is not None:
-        report["startup_state"] = lite_best.engine.startup_state()["shapes"]
+        state = lite_best.engine.startup_state()
+        report["startup_state"] = {"shapes": state["shapes"], "modes": state["modes"],
+                                   "precompiled": state["precompiled"]}
+        manifest = json.loads((workdir / "r50.lite.compiled" / "manifest.json").read_text())
+        report["package_choices"] = {" ".join(map(str, c["shapes"])): {"mode": c["mode"], "ms": c["ms_per_call"]}
+                                     for c in manifest.get("choices", {}).values()}
         report["startup_state_reduce_overhead"] = lite_ro.engine.startup_state()["shapes"]
     report["ort_engine"] = None if lite_ort is None else lite_ort.device
     return report

@@ -20,6 +20,10 @@ from pathlib import Path
 from lite.commands._model_file import load_checked
 from lite.errors import EngineUnavailableError, InvalidInputError
 
+# The torch engine's modes that compile (lite.engines.torch.compiler.MODES without eager; not
+# imported from there, which would import torch to build the command line).
+COMPILING_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("compile", help="compile a model for a GPU ahead of deployment (torch engine)")
@@ -28,7 +32,9 @@ def register(subparsers) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", required=True, metavar="N",
                         help="the batch sizes to compile (each is one artifact)")
     parser.add_argument("--output", "-o", metavar="DIR", help="the package folder (default: MODEL.compiled beside it)")
-    parser.add_argument("--mode", default="max-autotune", help="the torch.compile mode (default max-autotune)")
+    parser.add_argument("--mode", default="auto", choices=COMPILING_MODES,
+                        help="the Inductor mode (default auto: for each batch size, the faster of max-autotune "
+                             "and reduce-overhead, both compiled and timed here)")
     parser.add_argument("--precision", choices=("exact", "fp16"), default=None,
                         help="the precision policy (default: the one the model was converted for)")
     parser.add_argument("--cache-dir", metavar="DIR", default=None,
@@ -84,8 +90,9 @@ def compile_command(args: argparse.Namespace) -> int:
         for key in keys:
             shutil.copytree(source / key, staging / "compiled" / key)
         settings = {"mode": engine.mode, "precision": engine.compute_precision}
+        choices = {key: record for runner in engine.aot_runners() for key, record in runner.choices.items()}
         manifest = precompiled.write_manifest(staging, engine.device, precompiled.file_digest(args.model),
-                                              sorted(set(args.batch_sizes)), settings, keys)
+                                              sorted(set(args.batch_sizes)), settings, keys, choices)
         shutil.rmtree(output, ignore_errors=True)
         staging.rename(output)
     finally:
@@ -93,5 +100,8 @@ def compile_command(args: argparse.Namespace) -> int:
     size_mb = sum(f.stat().st_size for f in output.rglob("*") if f.is_file()) / 1e6
     print(json.dumps({"package": str(output), "artifacts": len(keys), "megabytes": round(size_mb, 1),
                       "built_for": manifest["built_for"],
+                      "modes": {" ".join(str(s) for s in record["shapes"]): {"mode": record["mode"],
+                                                                           "ms_per_call": record["ms_per_call"]}
+                                for record in choices.values()},
                       "compile_seconds": {str(b): round(t, 1) for b, t in rows}}, indent=2))
     return 0

@@ -9,6 +9,15 @@ Modes are torch's (https://pytorch.org/docs/stable/generated/torch.compile.html)
 | ``reduce-overhead`` | as default, plus CUDA graphs (one per input shape) |
 | ``max-autotune`` | benchmarks matmul/conv implementations at compile time, plus CUDA graphs |
 | ``max-autotune-no-cudagraphs`` | the same without CUDA graphs |
+| ``auto`` | lite's: per input shape, the faster of max-autotune and reduce-overhead, timed (below) |
+
+``auto`` (the default on CUDA) exists because no one mode is fastest at every batch size:
+max-autotune's kernel choices win at large batches, and at batch 1 the same network ran 0.52 ms
+against reduce-overhead's 0.39 ms (ResNet-50 fp16, H200, docs/benchmarks.md). When a shape is
+compiled in ``auto``, both artifacts are compiled, each replayed from its CUDA graph on the same
+inputs in interleaved rounds, and the faster serves; the choice is kept beside the artifacts
+(:mod:`lite.engines.torch.mode_choice`) and in ``lite compile``'s package, so later processes
+load the winner without timing again. Without ahead-of-time compilation ``auto`` is max-autotune.
 
 Compilation is specialised per input shape by default (``dynamic=False``): each batch size is a
 bucket compiled (and on CUDA captured) once, like the ONNX Runtime engine's CUDA graphs; torch
@@ -25,6 +34,7 @@ once Inductor has run, does not count as set).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -39,9 +49,14 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from lite.engines.torch.graphs import Graphed, device_arch, lift_weights
+from lite.engines.torch.mode_choice import choose_mode, known_choice
+
 log = logging.getLogger("lite.engines.torch")
 
-MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MODES = ("auto", "eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# The modes ``auto`` times against each other on CUDA, in the order they are compiled.
+AUTO_CANDIDATES = ("max-autotune", "reduce-overhead")
 # What a call at a new input shape gets while its artifact is not in the cache (docs/runtime.md):
 # "best" compiles it first (minutes with max-autotune); "fast" never compiles, running the
 # lowered module op by op (replayed from a CUDA graph on CUDA); "background" answers from the
@@ -80,7 +95,21 @@ def _torch_default_cache() -> str:
 
 
 def uses_cuda_graphs(mode: str, device: torch.device) -> bool:
-    return device.type == "cuda" and mode in ("reduce-overhead", "max-autotune")
+    return device.type == "cuda" and mode in ("reduce-overhead", "max-autotune", "auto")
+
+
+def mode_settings(mode: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Inductor settings an ahead-of-time artifact of ``mode`` is compiled with (``options`` over them)."""
+    settings = dict(torch._inductor.list_mode_options(mode))
+    settings.pop("triton.cudagraphs", None)  # graphs are captured by lite, around the artifact
+    # No coordinate-descent tuning of kernel launch parameters: a kernel loaded from a saved
+    # artifact checks its recorded tuning against its one compiled configuration, misses, and
+    # tunes again in every process (torch 2.11): ResNet-50's warm start took 10.0 s instead
+    # of 3.9 s, for no gain in throughput (30,270 vs 30,450 images/s at batch 256, H200,
+    # bench/gpu_warm_start.py). ``inductor_options`` can turn it back on.
+    settings["coordinate_descent_tuning"] = False
+    settings.update(options or {})
+    return settings
 
 
 def check_inductor_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -103,6 +132,8 @@ def compile_module(module: torch.nn.Module, mode: str, *, dynamic: bool | None, 
     (Inductor settings) over the mode's."""
     if mode == "eager":
         return module
+    if mode == "auto":  # timing two modes per shape needs lite's own artifacts (AotCompiled)
+        mode = "max-autotune"
     settings = dict(torch._inductor.list_mode_options(mode))
     # Freezing folds the weights into the compiled graph as constants (conv+bn folding,
     # weight layout and prepacking for the CPU's oneDNN kernels): right for inference.
@@ -138,11 +169,13 @@ class AotCompiled:
 
     def __init__(self, module: torch.nn.Module, mode: str, folder: Path | None, *, cuda_graphs: bool,
                  options: Mapping[str, Any] | None = None, startup: str = "best", package: Any = None,
-                 call_lock: threading.Lock | None = None) -> None:
+                 call_lock: threading.Lock | None = None, candidates: tuple[str, ...] | None = None) -> None:
         if startup not in STARTUP_POLICIES:
             raise ValueError(f"startup must be one of {', '.join(STARTUP_POLICIES)}; got {startup!r}")
         self.module = module
         self.mode = mode
+        # The modes a shape's artifact may be compiled in: ``auto`` times them and keeps the faster.
+        self.candidates = candidates or (AUTO_CANDIDATES if mode == "auto" else (mode,))
         self.startup = startup
         self.package = package  # a precompiled.Package, or None
         # Held around every call of a CUDA-graph runner (the engine's lock): a swapped-in
@@ -150,19 +183,11 @@ class AotCompiled:
         self.call_lock = call_lock or threading.Lock()
         self.tiers: dict[tuple, str] = {}  # signature -> "fast" | "compiling" | "best" | "fast (upgrade failed)"
         self.upgrade_errors: dict[tuple, str] = {}
+        self.modes_used: dict[tuple, str] = {}  # signature -> the mode of the artifact serving it
+        self.choices: dict[str, dict[str, Any]] = {}  # choice key -> the timed choice (mode_choice.record)
         self._pending: list[tuple[tuple, tuple[torch.Tensor, ...]]] = []
         self._upgrader: threading.Thread | None = None
         self._upgrades_done = threading.Condition()
-        settings = dict(torch._inductor.list_mode_options(mode))
-        settings.pop("triton.cudagraphs", None)  # graphs are captured here, around the artifact
-        # No coordinate-descent tuning of kernel launch parameters: a kernel loaded from a saved
-        # artifact checks its recorded tuning against its one compiled configuration, misses, and
-        # tunes again in every process (torch 2.11): ResNet-50's warm start took 10.0 s instead
-        # of 3.9 s, for no gain in throughput (30,270 vs 30,450 images/s at batch 256, H200,
-        # bench/gpu_warm_start.py). ``inductor_options`` can turn it back on.
-        settings["coordinate_descent_tuning"] = False
-        settings.update(options or {})
-        self.options = settings
         self._user_options = dict(options or {})
         self.folder = folder
         self.cuda_graphs = cuda_graphs
@@ -171,10 +196,15 @@ class AotCompiled:
         self.aot_declined: str | None = None  # why an artifact could not be made
         self.reloaded: list[str] = []  # artifacts found unloadable and compiled again (their reasons)
         self.uncompiled: list[list[tuple]] = []  # input shapes past the compile limit, run uncompiled
-        self.artifact_keys: list[str] = []  # the artifacts this segment loaded or compiled (lite compile packs them)
+        self.artifact_keys: list[str] = []  # the artifacts serving this segment's shapes (lite compile packs them)
         self._lifted, self._weights = lift_weights(module)
         self._jit: Callable | None = None
         self._lock = threading.Lock()
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The Inductor settings of the first candidate mode (the only one outside ``auto``)."""
+        return mode_settings(self.candidates[0], self._user_options)
 
     def __call__(self, *args: torch.Tensor):
         # torch.Size, dtypes and devices hash as they are: no strings built per call.
@@ -205,25 +235,49 @@ class AotCompiled:
             self._upgrade_later(signature, args)
         return fast
 
-    def _best(self, args: tuple[torch.Tensor, ...]) -> Callable:
+    def _best(self, args: tuple[torch.Tensor, ...], capture_lock: Any = None) -> Callable:
         """The compiled artifact for ``args``' signature (loaded, installed from the package or
-        compiled), replayed from a CUDA graph where the segment uses them."""
+        compiled; in ``auto``, the timed choice), replayed from a CUDA graph where the segment
+        uses them, each graph captured under ``capture_lock`` when one is given (a background
+        upgrade; then an artifact that cannot be made raises :class:`AotUnavailable`)."""
+        signature = tuple((a.shape, a.dtype, a.device) for a in args)
+        lock = capture_lock or contextlib.nullcontext()
         try:
-            artifact = self._artifact(args)
+            mode = self._mode_for(args)
+            if mode is None:
+                mode, runner = choose_mode(self, args, lock)
+            else:
+                runner = self._runner(args, mode, lock)
         except AotUnavailable as err:
+            if capture_lock is not None:
+                raise
             if self.aot_declined is None:
                 log.warning("ahead-of-time compilation declined, running through torch.compile instead: %s", err)
             self.aot_declined = str(err)
             if self._jit is None:
-                self._jit = compile_module(self.module, self.mode, dynamic=False, freezing=False,
+                self._jit = compile_module(self.module, self.candidates[0], dynamic=False, freezing=False,
                                            options=self._user_options)
             return self._jit
+        self.modes_used[signature] = mode
+        self.artifact_keys.append(self.key(args, mode))
+        return runner
+
+    def _runner(self, args: tuple[torch.Tensor, ...], mode: str, capture_lock: Any) -> Callable:
+        """``mode``'s artifact for ``args`` as a callable of the inputs (graphed where the segment is)."""
+        artifact = self._artifact(args, mode)
         weights = self._weights
 
         def run(*inputs: torch.Tensor):
             return artifact(*weights, *inputs)
 
-        return self._graphed(run, args)
+        with capture_lock:
+            return self._graphed(run, args)
+
+    def _mode_for(self, args: tuple[torch.Tensor, ...]) -> str | None:
+        """The mode ``args``' artifact is made in; None when ``auto`` has yet to time the candidates."""
+        if len(self.candidates) == 1:
+            return self.candidates[0]
+        return known_choice(self, args)
 
     def _fast(self, args: tuple[torch.Tensor, ...]) -> Callable:
         """The quick configuration: the lowered module itself, nothing compiled (cuDNN and cuBLAS
@@ -234,7 +288,7 @@ class AotCompiled:
     def _graphed(self, run: Callable, args: tuple[torch.Tensor, ...]) -> Callable:
         if self.cuda_graphs and args and args[0].is_cuda:
             try:
-                return _Graphed(run, args)
+                return Graphed(run, args)
             except RuntimeError as err:  # what the capture rejects still runs, uncaptured
                 self.graph_declined = f"{type(err).__name__}: {err}"
         return run
@@ -261,16 +315,9 @@ class AotCompiled:
                 signature, example = self._pending.pop(0)
             started = time.perf_counter()
             try:
-                with torch.no_grad():
-                    artifact = self._artifact(example)
-                weights = self._weights
-
-                def run(*inputs: torch.Tensor, artifact=artifact):
-                    return artifact(*weights, *inputs)
-
-                with self.call_lock:  # no replay of this segment while the new graph is captured
-                    best = self._graphed(run, example)
-                    self.runners[signature] = best  # the swap: one dictionary store, atomic
+                with torch.no_grad():  # each graph is captured under the call lock: no replay meanwhile
+                    best = self._best(example, capture_lock=self.call_lock)
+                self.runners[signature] = best  # the swap: one dictionary store, atomic
                 self.tiers[signature] = "best"
                 log.info("input shapes %s: the compiled configuration replaced the fast one after %.1f s",
                          [s[0] for s in signature], time.perf_counter() - started)
@@ -292,29 +339,35 @@ class AotCompiled:
                 self._upgrades_done.wait(0.5 if left is None else min(left, 0.5))
         return True
 
-    def key(self, args: tuple[torch.Tensor, ...]) -> str:
+    def key(self, args: tuple[torch.Tensor, ...], mode: str | None = None) -> str:
         """The artifact's name: what its code depends on. Devices enter as their type and the GPU
-        as its architecture, so a package compiled on one H100 serves another, or an H200."""
+        as its architecture, so a package compiled on one H100 serves another, or an H200. With
+        ``mode="auto"``: the name of the timed choice among the candidates for ``args``."""
+        options = (sorted(self._user_options.items()), self.candidates) if mode == "auto" else \
+            sorted(mode_settings(mode or self.candidates[0], self._user_options).items())
         weights = [(tuple(w.shape), tuple(w.stride()), str(w.dtype), w.device.type) for w in self._weights]
         signature = [(tuple(a.shape), tuple(a.stride()), str(a.dtype), a.device.type) for a in args]
         return hashlib.sha256(repr((self._lifted.code, lowering_digest(), weights, signature,
-                                    sorted(self.options.items()), torch.__version__, torch.version.cuda,
-                                    _device_arch(args))).encode()).hexdigest()[:32]
+                                    options, torch.__version__, torch.version.cuda,
+                                    device_arch(args))).encode()).hexdigest()[:32]
 
     def _artifact_ready(self, args: tuple[torch.Tensor, ...]) -> bool:
-        """Whether ``args``' artifact loads without compiling (in the cache or the package)."""
-        key = self.key(args)
+        """Whether ``args``' artifact loads without compiling or timing (in the cache or the package)."""
+        mode = self._mode_for(args)
+        if mode is None:
+            return False
+        key = self.key(args, mode)
         if self.folder is not None and (self.folder / "compiled" / key).is_dir():
             return True
         return self.package is not None and self.package.artifact(key) is not None
 
-    def _artifact(self, args: tuple[torch.Tensor, ...]) -> Callable:
+    def _artifact(self, args: tuple[torch.Tensor, ...], mode: str) -> Callable:
         with _COMPILE_LOCK:
-            return self._load_or_compile(args)
+            return self._load_or_compile(args, mode)
 
-    def _load_or_compile(self, args: tuple[torch.Tensor, ...]) -> Callable:
-        """The compiled artifact for ``args``' signature: loaded from the cache, or compiled (and
-        saved); raises :class:`AotUnavailable` when it cannot be compiled.
+    def _load_or_compile(self, args: tuple[torch.Tensor, ...], mode: str) -> Callable:
+        """``mode``'s compiled artifact for ``args``' signature: loaded from the cache, or compiled
+        (and saved); raises :class:`AotUnavailable` when it cannot be compiled.
 
         Artifacts are saved unpacked, one folder each, and loaded with that folder as Inductor's
         cache: the Triton kernels tune their launch configurations on their first calls and
@@ -322,8 +375,7 @@ class AotCompiled:
         for that tuning (seconds for ResNet-50), not every later start. Without a cache folder
         (``cache_dir=None``) nothing is written: the artifact runs from memory."""
         folder = None if self.folder is None else self.folder / "compiled"
-        key = self.key(args)
-        self.artifact_keys.append(key)
+        key = self.key(args, mode)
         path = Path(key) if folder is None else folder / key
         packaged = None if self.package is None else self.package.install(key, folder)
         if packaged is not None and folder is None:
@@ -338,7 +390,7 @@ class AotCompiled:
                 shutil.rmtree(path, ignore_errors=True)
         example = [*self._weights, *args]
         log.info("compiling %s ahead of time for inputs %s (mode %s; minutes with max-autotune)", path.name,
-                 [tuple(a.shape) for a in args], self.mode)
+                 [tuple(a.shape) for a in args], mode)
         started = time.perf_counter()
         try:
             with torch.no_grad():
@@ -347,7 +399,7 @@ class AotCompiled:
                 traced = make_fx(self._lifted, tracing_mode="fake")(*example)
                 # Options as a config patch: torch 2.11 passes standalone_compile's ``options`` to
                 # compile_fx as keyword arguments, which refuses Inductor's settings.
-                with torch._inductor.config.patch(self.options):
+                with torch._inductor.config.patch(mode_settings(mode, self._user_options)):
                     artifact = torch._inductor.standalone_compile(traced, example,
                                                                   dynamic_shapes="from_example_inputs")
         except Exception as err:  # an Inductor failure: torch.compile takes over
@@ -403,61 +455,3 @@ def lowering_digest() -> str:
 
 class AotUnavailable(RuntimeError):
     """A segment could not be compiled ahead of time (the engine falls back to torch.compile)."""
-
-
-def lift_weights(module: torch.nn.Module) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
-    """``module``'s graph with every ``get_attr`` (a weight) turned into a leading placeholder,
-    and the weights in that order: ``lifted(*weights, *inputs) == module(*inputs)``."""
-    graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    weights: list[torch.Tensor] = []
-    lifted: dict[str, torch.fx.Node] = {}
-    nodes = list(module.graph.nodes)
-    for node in nodes:
-        if node.op == "get_attr" and node.target not in lifted:
-            lifted[node.target] = graph.placeholder(f"w_{len(weights)}")
-            value = module
-            for part in node.target.split("."):
-                value = getattr(value, part)
-            weights.append(value)
-    for node in nodes:
-        env[node] = lifted[node.target] if node.op == "get_attr" else graph.node_copy(node, lambda n: env[n])
-    return torch.fx.GraphModule(torch.nn.Module(), graph, class_name="LiteLifted"), weights
-
-
-class _Graphed:
-    """A compiled package replayed from a CUDA graph: inputs copied into static buffers."""
-
-    def __init__(self, compiled: Callable, example: tuple[torch.Tensor, ...]) -> None:
-        self.inputs = [torch.empty_like(a) for a in example]
-        for buffer, value in zip(self.inputs, example):
-            buffer.copy_(value)
-        stream = torch.cuda.Stream(device=example[0].device)
-        stream.wait_stream(torch.cuda.current_stream(example[0].device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm up outside the capture (lazy initialisation, workspaces)
-                compiled(*self.inputs)
-        torch.cuda.current_stream(example[0].device).wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.outputs = compiled(*self.inputs)
-
-    def __call__(self, *args: torch.Tensor):
-        for buffer, value in zip(self.inputs, args):
-            buffer.copy_(value)
-        self.graph.replay()
-        return self.outputs
-
-
-def _device_arch(args: tuple[torch.Tensor, ...]) -> str:
-    return gpu_arch(args[0].device if args else torch.device("cpu"))
-
-
-def gpu_arch(device: torch.device | None = None) -> str:
-    """The GPU architecture as Triton and nvcc name it (``sm_90``); ``cpu`` without CUDA."""
-    if device is not None and device.type != "cuda":
-        return "cpu"
-    if not torch.cuda.is_available():
-        return "cpu"
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}"

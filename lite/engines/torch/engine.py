@@ -74,8 +74,10 @@ class TorchEngine:
     """Runs a model with PyTorch (compiled by Inductor), handing unmapped nodes to the numpy engine.
 
     ``device``: ``"cuda"`` (or ``"cuda:N"``) or ``"cpu"``. ``mode``: one of
-    :data:`lite.engines.torch.compiler.MODES`; None picks ``max-autotune`` on CUDA (the fastest
-    at large batches, CUDA graphs included) and ``default`` on the CPU. ``dynamic``: passed to
+    :data:`lite.engines.torch.compiler.MODES`; None picks ``auto`` on CUDA (per input shape, the
+    faster of max-autotune and reduce-overhead, timed once and remembered: max-autotune wins at
+    large batches, reduce-overhead at batch 1; :mod:`lite.engines.torch.mode_choice`) and
+    ``default`` on the CPU, where ``auto`` also means ``default``. ``dynamic``: passed to
     ``torch.compile`` (False: one compiled graph per input shape). ``freezing``: fold weights
     into the compiled graph; None: on the CPU (oneDNN weight prepacking) but not on CUDA, where
     the lowering already stores weights in their final dtype and layout, and where a frozen graph
@@ -120,9 +122,11 @@ class TorchEngine:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         on_gpu = self.device.type == "cuda"
-        self.mode = mode or ("max-autotune" if on_gpu else "default")
+        self.mode = mode or ("auto" if on_gpu else "default")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        if self.mode == "auto" and not on_gpu:
+            self.mode = "default"  # the CPU has no CUDA graphs for the modes to differ by
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
         if aot and self.mode == "eager":
@@ -220,16 +224,20 @@ class TorchEngine:
 
     def startup_state(self) -> dict[str, Any]:
         """Per input shape, which configuration serves it (``fast``, ``compiling``, ``best``, or
-        ``fast (upgrade failed)`` with the reason under ``errors``), and the package's use."""
+        ``fast (upgrade failed)`` with the reason under ``errors``), the mode of each compiled
+        artifact serving (``modes``), and the package's use."""
         shapes: dict[str, str] = {}
         errors: dict[str, str] = {}
+        modes: dict[str, str] = {}
         for runner in self.aot_runners():
             for signature, tier in list(runner.tiers.items()):
                 label = " ".join(str(list(s[0])) for s in signature)
                 shapes[label] = tier
                 if signature in runner.upgrade_errors:
                     errors[label] = runner.upgrade_errors[signature]
-        return {"policy": self.startup, "shapes": shapes, "errors": errors,
+                if signature in runner.modes_used:
+                    modes[label] = runner.modes_used[signature]
+        return {"policy": self.startup, "shapes": shapes, "errors": errors, "modes": modes,
                 "precompiled": None if self.precompiled is None else self.precompiled.describe()}
 
     def describe(self) -> list[dict[str, Any]]:

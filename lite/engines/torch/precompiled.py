@@ -4,7 +4,8 @@
 batch size on the deployment GPU and writes ``model.lite.compiled/``::
 
     model.lite.compiled/
-      manifest.json        what the artifacts were built for (below), and for which inputs
+      manifest.json        what the artifacts were built for (below), for which inputs and, in
+                           mode auto, which mode each shape was timed fastest in
       compiled/<key>/      one Inductor artifact per input signature, the engine's cache layout
 
 ``lite.Model.load("model.lite", engine="torch", device="cuda")`` finds the package beside the
@@ -32,7 +33,8 @@ from typing import Any
 
 import torch
 
-from lite.engines.torch.compiler import gpu_arch, lowering_digest
+from lite.engines.torch.compiler import lowering_digest
+from lite.engines.torch.graphs import gpu_arch
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -88,6 +90,11 @@ class Package:
             return None
         folder = self.path / "compiled" / key
         return folder if folder.is_dir() else None
+
+    def choice(self, key: str) -> dict[str, Any] | None:
+        """The mode ``auto`` chose for a shape when the package was built (its ``auto`` key), when the package applies."""
+        choices = self.manifest.get("choices") if self.applies else None
+        return choices.get(key) if isinstance(choices, dict) else None
 
     def install(self, key: str, cache_folder: Path | None) -> Path | None:
         """The artifact of ``key``, copied into ``cache_folder`` (Inductor keeps the kernels'
@@ -146,8 +153,9 @@ def mismatch(manifest: dict[str, Any], here: dict[str, Any], model_digest: str |
 
 
 def write_manifest(folder: Path, device: torch.device, model_digest: str, batch_sizes: list[int],
-                   settings: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+                   settings: dict[str, Any], keys: list[str],
+                   choices: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     manifest = {"built_for": environment(device), "model_sha256": model_digest, "batch_sizes": batch_sizes,
-                "settings": settings, "artifacts": keys}
+                "settings": settings, "artifacts": keys, "choices": choices or {}}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

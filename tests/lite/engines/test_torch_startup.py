@@ -16,10 +16,13 @@ from tests.lite.engines.models import Const, one_node
 
 torch = pytest.importorskip("torch", reason="the torch engine needs PyTorch (the torch extra)")
 
+from lite.commands.compile_model import COMPILING_MODES  # noqa: E402
 from lite.engines.torch import (
     TorchEngine,  # noqa: E402
+    mode_choice,  # noqa: E402
     precompiled,  # noqa: E402
 )
+from lite.engines.torch.compiler import AUTO_CANDIDATES, MODES, AotCompiled, AotUnavailable  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -130,6 +133,77 @@ def test_a_matching_package_is_installed_and_a_mismatch_says_why(tmp_path):
     assert fallback.startup_state()["precompiled"]["mismatch"] == stale.mismatch
 
 
+def _two_candidates(module, folder, **kwargs):
+    """An ``auto`` runner on the CPU: default and reduce-overhead compile the same artifact there
+    (no CUDA graphs), which is enough to exercise the timing and its record."""
+    return AotCompiled(module, "auto", folder, cuda_graphs=False, candidates=("default", "reduce-overhead"), **kwargs)
+
+
+def test_auto_means_default_on_the_cpu_and_compile_lists_every_compiling_mode():
+    model, _ = conv_model()
+    assert TorchEngine(model, device="cpu", mode="auto", aot=True, cache_dir=None).mode == "default"
+    assert TorchEngine(model, device="cpu", aot=True, cache_dir=None).mode == "default"
+    assert COMPILING_MODES == tuple(m for m in MODES if m != "eager")
+    assert AUTO_CANDIDATES == ("max-autotune", "reduce-overhead")
+
+
+@pytest.mark.slow
+def test_auto_times_the_candidates_once_and_a_later_runner_reuses_the_choice(tmp_path, monkeypatch):
+    model, feeds = conv_model(11)
+    module = runner_of(TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=None)).module
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    expected = NumpyEngine(model).run(feeds)["out0"]
+    first = _two_candidates(module, tmp_path)
+    np.testing.assert_allclose(first(*args)[0].numpy(), expected, rtol=1e-4, atol=1e-5)
+    key = first.key(args, "auto")
+    record = json.loads((tmp_path / mode_choice.FOLDER / f"{key}.json").read_text())
+    assert record["mode"] in ("default", "reduce-overhead") and record["shapes"] == [[1, 3, 11, 11]]
+    assert set(record["ms_per_call"]) == {"default", "reduce-overhead"}
+    assert all(ms > 0 for ms in record["ms_per_call"].values())
+    assert first.modes_used == {next(iter(first.runners)): record["mode"]}
+    assert first.artifact_keys == [first.key(args, record["mode"])]  # the winner only, for lite compile
+
+    def no_timing(*_args, **_kwargs):
+        raise AssertionError("a known choice must not be timed again")
+
+    monkeypatch.setattr(mode_choice, "time_calls", no_timing)
+    again = _two_candidates(module, tmp_path)  # a later process: the choice read from the cache
+    np.testing.assert_allclose(again(*args)[0].numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert list(again.modes_used.values()) == [record["mode"]]
+    # From a package: the manifest's choices, with nothing in the new cache.
+    shutil.copytree(tmp_path / "compiled", tmp_path / "pkg" / "compiled")
+    manifest = {"built_for": precompiled.environment(torch.device("cpu")), "artifacts": first.artifact_keys,
+                "choices": {key: record}}
+    (tmp_path / "pkg" / precompiled.MANIFEST).write_text(json.dumps(manifest))
+    package = precompiled.open_package(tmp_path / "pkg", torch.device("cpu"), None)
+    assert package.choice(key) == record
+    deployed = _two_candidates(module, tmp_path / "deploy", startup="fast", package=package)
+    np.testing.assert_allclose(deployed(*args)[0].numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert list(deployed.tiers.values()) == ["best"] and package.used == first.artifact_keys
+
+
+@pytest.mark.slow
+def test_auto_keeps_serving_when_one_candidate_cannot_be_compiled(tmp_path, monkeypatch):
+    model, feeds = conv_model(12)
+    module = runner_of(TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=None)).module
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    runner = _two_candidates(module, tmp_path)
+    real = runner._artifact
+
+    def refuse_reduce_overhead(args, mode):
+        if mode == "reduce-overhead":
+            raise AotUnavailable("standalone_compile failed: RuntimeError: out of registers")
+        return real(args, mode)
+
+    monkeypatch.setattr(runner, "_artifact", refuse_reduce_overhead)
+    np.testing.assert_allclose(runner(*args)[0].numpy(), NumpyEngine(model).run(feeds)["out0"], rtol=1e-4, atol=1e-5)
+    record = runner.choices[runner.key(args, "auto")]
+    assert record["mode"] == "default" and record["ms_per_call"] == {"default": None}
+    assert record["failed"] == {"reduce-overhead": "AotUnavailable: standalone_compile failed: RuntimeError: "
+                                                   "out of registers"}
+    assert runner.aot_declined is None
+
+
 def test_package_mismatch_reasons():
     here = {"format": 1, "gpu_arch": "sm_90", "torch": "2.11.0", "cuda": "13.0", "triton": "3.6.0",
             "lowering": "abc", "gpu_name": "NVIDIA H200"}
@@ -169,3 +243,34 @@ def test_background_upgrade_on_cuda_replays_the_fast_configuration_from_a_cuda_g
     assert engine.wait_until_best(timeout=300)
     assert list(engine.startup_state()["shapes"].values()) == ["best"]
     np.testing.assert_allclose(engine.run({name: x})["out0"].cpu().numpy(), expected, rtol=1e-3, atol=1e-4)
+
+
+@cuda
+@pytest.mark.gpu
+def test_lite_compile_times_both_modes_per_batch_size_and_loading_uses_the_winners(tmp_path, capsys):
+    from lite import cli
+    from lite.model import Model
+    from tests.lite.engines.models import cnn
+
+    path = tmp_path / "cnn.lite"
+    path.write_bytes(cnn())
+    cache = tmp_path / "cache"
+    assert cli.main(["compile", str(path), "--batch-sizes", "1", "4", "--cache-dir", str(cache)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report["modes"]) == ["[1, 3, 16, 16]", "[4, 3, 16, 16]"]
+    for choice in report["modes"].values():
+        assert choice["mode"] in AUTO_CANDIDATES and set(choice["ms_per_call"]) == set(AUTO_CANDIDATES)
+        assert choice["mode"] == min(choice["ms_per_call"], key=choice["ms_per_call"].get)
+    manifest = json.loads((tmp_path / "cnn.lite.compiled" / precompiled.MANIFEST).read_text())
+    assert manifest["settings"]["mode"] == "auto" and len(manifest["artifacts"]) == 2 == len(manifest["choices"])
+
+    # A fresh cache: the package alone serves both sizes, each in the mode timed fastest.
+    model = Model.load(path, engine="torch", device="cuda", cache_dir=tmp_path / "deploy", startup="fast")
+    x = np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32)
+    expected = NumpyEngine(model.engine.model).run({"x": x})["probabilities"]
+    for batch in (1, 4):
+        got = model.predict({"x": x[:batch]})["probabilities"]
+        np.testing.assert_allclose(got, expected[:batch], rtol=1e-3, atol=1e-4)
+    state = model.engine.startup_state()
+    assert set(state["shapes"].values()) == {"best"} and state["precompiled"]["artifacts_used"] == 2
+    assert state["modes"] == {shape: choice["mode"] for shape, choice in report["modes"].items()}
