@@ -28,7 +28,7 @@ import numpy as np
 from lite.cpu import int8_products_saturate
 from lite.device_arrays import DeviceArray, is_device_array, numpy_dtype_of_ortvalue
 from lite.engines.base import has_half_weights
-from lite.engines.ort import int8_choice, sessions
+from lite.engines.ort import int8_choice, sessions, thread_choice
 from lite.engines.ort.cuda import CudaRunner, caller_stream, torch_stream
 from lite.engines.ort.device_kernels import CudaStream, KernelSteps, run_bound
 from lite.engines.partition import Part, numpy_part, split
@@ -143,6 +143,8 @@ class OrtEngine:
         if wanted != "int8" and self.decision is None:
             self.decision = self._settle_int8(wanted)
         self.direct = self._direct_session()
+        # Many cores, a small model: fewer threads may serve its small calls faster (thread_choice.py).
+        self.direct, self.threads_decision = thread_choice.settle(self)
 
     def _settle_int8(self, wanted: str) -> dict[str, Any]:
         """Keep the int8 kernels or take the float form (``wanted``: "auto" measures, "float" takes it)."""

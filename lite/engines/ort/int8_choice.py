@@ -71,25 +71,24 @@ def wanted(model: ir.Model, setting: str) -> str:
     return setting
 
 
-def decision_path(cache_dir: Path, identity: str) -> Path:
+def decision_path(cache_dir: Path, identity: str, kind: str = "int8") -> Path:
     """The record's file for a lowered part of a model (the engine's session identity), this CPU
-    and this ONNX Runtime."""
+    and this ONNX Runtime; ``kind`` names the choice (``int8``, ``threads``)."""
     import onnxruntime
 
     key = hashlib.sha256(json.dumps([identity, onnxruntime.__version__, cpu.signature()]).encode()).hexdigest()[:32]
-    return cache_dir / "ort" / "int8" / f"{key}.json"
+    return cache_dir / "ort" / kind / f"{key}.json"
 
 
-def recorded(path: Path | None) -> dict[str, Any] | None:
-    """A decision written earlier, or None (none, damaged or of another format)."""
+def recorded(path: Path | None, choices: tuple = ("int8", "float"), version: int = DECISION_FORMAT) -> dict[str, Any] | None:
+    """A decision written earlier, or None (none, damaged, of another format, or choosing none of ``choices``)."""
     if path is None:
         return None
     try:
         decision = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(decision, dict) or decision.get("format") != DECISION_FORMAT or decision.get("chosen") not in (
-            "int8", "float"):
+    if not isinstance(decision, dict) or decision.get("format") != version or decision.get("chosen") not in choices:
         return None
     return decision
 
@@ -130,8 +129,9 @@ def measure(int8: Run, float_form: Run, feeds: dict[str, np.ndarray], reference:
                                            "disagree with the numpy engine")
         return decision
     fast = first_ms < _SLOW_CALL_MS
-    ratios, times = _alternate({"int8": int8, "float": float_form}, feeds, rounds=5 if fast else 3,
-                               warmup_s=0.03 if fast else 0.0, measure_s=0.06 if fast else 0.0)
+    times = alternate({"int8": int8, "float": float_form}, feeds, rounds=5 if fast else 3,
+                      warmup_s=0.03 if fast else 0.0, measure_s=0.06 if fast else 0.0)
+    ratios = [f / i for f, i in zip(times["float"], times["int8"])]
     ratio = statistics.median(ratios)
     decision.update(ms={label: statistics.median(values) for label, values in times.items()}, float_over_int8=ratio,
                     rounds=ratios, settled=settled(ratios))
@@ -154,10 +154,10 @@ def settled(ratios: list[float]) -> bool:
     return not _CLOSE[0] <= statistics.median(ratios) <= _CLOSE[1]
 
 
-def _alternate(calls: dict[str, Callable[[dict[str, np.ndarray]], Any]], feeds: dict[str, np.ndarray], rounds: int,
-               warmup_s: float, measure_s: float) -> tuple[list[float], dict[str, list[float]]]:
-    """Per round, the float form's fastest call over the int8 kernels' (a paired comparison: both
-    see about the same load from other processes), the order alternating. Each turn starts with
+def alternate(calls: dict[str, Callable[[dict[str, np.ndarray]], Any]], feeds: dict[str, np.ndarray], rounds: int,
+              warmup_s: float, measure_s: float) -> dict[str, list[float]]:
+    """Per round, each call's fastest time in ms (rounds are paired comparisons: all calls see
+    about the same load from other processes), the order alternating. Each turn starts with
     untimed calls: the other session's worker threads spin on for a while after its last call."""
     times: dict[str, list[float]] = {label: [] for label in calls}
     order = list(calls)
@@ -175,7 +175,7 @@ def _alternate(calls: dict[str, Callable[[dict[str, np.ndarray]], Any]], feeds: 
                 call(feeds)
                 samples.append(time.perf_counter() - started)
             times[label].append(min(samples) * 1e3)  # other processes only ever add time
-    return [f / i for f, i in zip(times["float"], times["int8"])], times
+    return times
 
 
 def random_feeds(model: ir.Model) -> dict[str, np.ndarray]:

@@ -140,8 +140,8 @@ def _timed(monkeypatch, ratios):
     """The measurement's rounds as given (float form's time over the int8 kernels')."""
     from lite.engines.ort import int8_choice
 
-    monkeypatch.setattr(int8_choice, "_alternate", lambda calls, feeds, rounds, warmup_s, measure_s: (
-        list(ratios), {"int8": [1.0] * len(ratios), "float": list(ratios)}))
+    monkeypatch.setattr(int8_choice, "alternate", lambda calls, feeds, rounds, warmup_s, measure_s: (
+        {"int8": [1.0] * len(ratios), "float": list(ratios)}))
 
 
 def test_auto_measures_records_and_reuses_its_decision(tmp_path, monkeypatch):
