@@ -47,9 +47,23 @@ def known_choice(runner: AotCompiled, args: tuple[torch.Tensor, ...]) -> str | N
         except (OSError, ValueError):
             record = None
     if not isinstance(record, dict) or record.get("mode") not in runner.candidates:
-        return None  # none, unreadable, or made for other candidates: time them again
+        record = _packaged_mode(runner, args)
+        if record is None:
+            return None  # none, unreadable, or made for other candidates: time them again
     runner.choices[key] = record
     return record["mode"]
+
+
+def _packaged_mode(runner: AotCompiled, args: tuple[torch.Tensor, ...]) -> dict[str, Any] | None:
+    """A package compiled in one named mode (``lite compile --mode max-autotune``) has no choice
+    to read: its artifact serves as it is, untimed, rather than compiling the candidates anew."""
+    if runner.package is None or not runner.package.applies:
+        return None
+    for mode in runner.candidates:
+        if runner.package.artifact(runner.key(args, mode)) is not None:
+            return {"mode": mode, "ms_per_call": None, "shapes": [list(a.shape) for a in args],
+                    "failed": {}, "why": "the package's only artifact for these shapes; not timed"}
+    return None
 
 
 def choose_mode(runner: AotCompiled, args: tuple[torch.Tensor, ...], capture_lock: Any) -> tuple[str, Callable]:

@@ -183,6 +183,32 @@ def test_auto_times_the_candidates_once_and_a_later_runner_reuses_the_choice(tmp
 
 
 @pytest.mark.slow
+def test_auto_takes_a_single_mode_package_as_it_is(tmp_path, monkeypatch):
+    """A package made with ``lite compile --mode NAME`` records no choice: its artifact serves
+    untimed, and the other candidate is not compiled."""
+    model, feeds = conv_model(13)
+    module = runner_of(TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=None)).module
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    builder = AotCompiled(module, "default", tmp_path / "build", cuda_graphs=False)
+    builder(*args)
+    shutil.copytree(tmp_path / "build" / "compiled", tmp_path / "pkg" / "compiled")
+    manifest = {"built_for": precompiled.environment(torch.device("cpu")), "artifacts": builder.artifact_keys}
+    (tmp_path / "pkg" / precompiled.MANIFEST).write_text(json.dumps(manifest))
+    package = precompiled.open_package(tmp_path / "pkg", torch.device("cpu"), None)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("nothing is compiled or timed when the package has the artifact")
+
+    monkeypatch.setattr(mode_choice, "time_calls", refuse)
+    monkeypatch.setattr(torch._inductor, "standalone_compile", refuse)
+    runner = AotCompiled(module, "auto", tmp_path / "deploy", cuda_graphs=False, startup="fast", package=package,
+                         candidates=("max-autotune-no-cudagraphs", "default"))
+    np.testing.assert_allclose(runner(*args)[0].numpy(), NumpyEngine(model).run(feeds)["out0"], rtol=1e-4, atol=1e-5)
+    assert list(runner.tiers.values()) == ["best"] and list(runner.modes_used.values()) == ["default"]
+    assert package.used == builder.artifact_keys
+
+
+@pytest.mark.slow
 def test_auto_keeps_serving_when_one_candidate_cannot_be_compiled(tmp_path, monkeypatch):
     model, feeds = conv_model(12)
     module = runner_of(TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=None)).module
