@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines.ort import int8_choice
-from lite.errors import LiteError
 from lite.ops._parallel import threads as usable_cores
 
 if TYPE_CHECKING:
@@ -77,7 +76,8 @@ def settle(engine: OrtEngine) -> tuple[Any, dict[str, Any] | None]:
     else:
         try:
             decision = _measure(engine, direct, labels)
-        except LiteError as err:  # random inputs the model rejects: keep the default
+        except Exception as err:  # noqa: BLE001 - random inputs the model rejects, a dtype they cannot be
+            # made in, a session that does not build: the default serves, as without the choice
             return direct, {"chosen": "default", "why": f"not measured: {type(err).__name__}: {err}"}
         decision["reused"] = False
         if decision.get("settled", True):

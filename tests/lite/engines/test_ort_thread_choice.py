@@ -92,3 +92,16 @@ def test_nothing_is_timed_with_few_cores_or_a_thread_count_given(model_file, tmp
     assert lite.Model.load(model_file, device="cpu", cache_dir=None).engine.threads_decision is None
     monkeypatch.setattr(thread_choice, "usable_cores", lambda: 16)
     assert lite.Model.load(model_file, device="cpu", threads=2, cache_dir=None).engine.threads_decision is None
+
+
+def test_a_model_its_random_inputs_cannot_run_keeps_the_default_and_says_why(sixteen_cores, model_file, tmp_path,
+                                                                             monkeypatch):
+    def refuse(model):
+        raise ValueError("cannot make random data of type bfloat16")
+
+    monkeypatch.setattr(int8_choice, "random_feeds", refuse)
+    model = lite.Model.load(model_file, device="cpu", cache_dir=tmp_path / "cache")
+    decision = model.engine.threads_decision
+    assert decision == {"chosen": "default", "why": "not measured: ValueError: cannot make random data of type bfloat16"}
+    assert model.engine.direct is model.engine.segments[0].runner
+    assert not (tmp_path / "cache" / "ort" / "threads").exists()
