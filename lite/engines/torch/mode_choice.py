@@ -81,13 +81,24 @@ def choose_mode(runner: AotCompiled, args: tuple[torch.Tensor, ...], capture_loc
                         [tuple(a.shape) for a in args], type(err).__name__, err)
     if not runners:
         raise next(iter(errors.values()))
-    timings = time_calls(runners, args) if len(runners) > 1 else {mode: None for mode in runners}
+    timings: dict[str, float | None] = {mode: None for mode in runners}
+    untimed = None
+    if len(runners) > 1:
+        try:
+            timings = dict(time_calls(runners, args))
+        except Exception as err:  # noqa: BLE001 - a replay that fails while timed: the first candidate serves
+            untimed = f"{type(err).__name__}: {err}"[:300]
+            log.warning("timing the modes for input shapes %s failed, %s serves: %s", [tuple(a.shape) for a in args],
+                        next(iter(runners)), untimed)
     mode = min(runners, key=lambda m: timings[m] or 0.0)
     record = {"mode": mode, "ms_per_call": timings, "shapes": [list(a.shape) for a in args],
               "failed": {m: f"{type(e).__name__}: {e}"[:300] for m, e in errors.items()}}
+    if untimed is not None:
+        record["untimed"] = untimed
     key = runner.key(args, "auto")
     runner.choices[key] = record
-    _save(runner, key, record)
+    if untimed is None:  # a choice made without timing is this process's only
+        _save(runner, key, record)
     log.info("input shapes %s: mode %s chosen (ms per call: %s)", [tuple(a.shape) for a in args], mode, timings)
     return mode, runners[mode]
 

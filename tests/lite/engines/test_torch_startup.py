@@ -230,6 +230,23 @@ def test_auto_keeps_serving_when_one_candidate_cannot_be_compiled(tmp_path, monk
     assert runner.aot_declined is None
 
 
+@pytest.mark.slow
+def test_auto_serves_the_first_candidate_when_timing_fails_and_keeps_no_record(tmp_path, monkeypatch):
+    model, feeds = conv_model(14)
+    module = runner_of(TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=None)).module
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(mode_choice, "time_calls", broken)
+    runner = _two_candidates(module, tmp_path)
+    np.testing.assert_allclose(runner(*args)[0].numpy(), NumpyEngine(model).run(feeds)["out0"], rtol=1e-4, atol=1e-5)
+    record = runner.choices[runner.key(args, "auto")]
+    assert record["mode"] == "default" and record["untimed"].startswith("RuntimeError: CUDA error")
+    assert not (tmp_path / mode_choice.FOLDER).exists()  # the next process times again
+
+
 def test_package_mismatch_reasons():
     here = {"format": 1, "gpu_arch": "sm_90", "torch": "2.11.0", "cuda": "13.0", "triton": "3.6.0",
             "lowering": "abc", "gpu_name": "NVIDIA H200"}
