@@ -10,6 +10,8 @@ interleaved over ``--rounds``:
 - ``upload() alone`` (a new device tensor per call) and ``upload_into() a kept tensor``;
 - ``upload + replay``: the upload, then the segment's graph runner on the device tensor;
 - ``output to numpy``: the logits' copy to the host;
+- an upload after 18 ms of idling (the replay's time), and the idling alone; a replay followed by
+  an upload (does an upload cost more after the GPU has worked?);
 - ``engine.run, numpy in``.
 
     python bench/gpu_numpy_path.py --workdir /tmp/w [--batch 256] [--rounds 5]
@@ -21,6 +23,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +64,9 @@ def main() -> int:
         "upload + replay": lambda: segment.runner(uploader.upload(x_numpy)),
         "replay alone": lambda: segment.runner(x),
         "output to numpy": lambda: logits.cpu().numpy(),
+        "idle 18 ms, then upload()": lambda: (time.sleep(0.018), uploader.upload(x_numpy)),
+        "idle 18 ms alone": lambda: time.sleep(0.018),
+        "replay, then upload_into()": lambda: (segment.runner(x), uploader.upload_into(x_numpy, kept)),
     }
     for step in steps.values():
         for _ in range(3):
