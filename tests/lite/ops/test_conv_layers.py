@@ -34,6 +34,10 @@ CASES = {
     "depthwise strided": ((1, 24, 11, 9), (24, 1, 5, 5), {"group": 24, "pads": [1, 1, 2, 2], "strides": [2, 2]}),
     "depthwise exact": ((1, 200, 4, 4), (200, 1, 3, 3), {"group": 200, "pads": [1, 1, 1, 1]}),
     "depthwise exact narrow": ((2, 96, 8, 7), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    # Stride 1 across: the merged exact form (rows of out_w * C), in bands on a large image.
+    "depthwise merged in bands": ((1, 64, 120, 64), (64, 1, 3, 3), {"group": 64, "pads": [1, 1, 1, 1]}),
+    "depthwise merged dilated": ((2, 8, 11, 9), (8, 1, 3, 5), {"group": 8, "pads": [2, 0, 1, 3], "dilations": [2, 1],
+                                                                "strides": [2, 1]}),
     "depthwise multiplier": ((1, 6, 9, 9), (12, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
     "grouped": ((1, 32, 8, 8), (32, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
     "3x3 strided": ((1, 3, 32, 32), (8, 3, 3, 3), {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
@@ -204,13 +208,15 @@ def test_a_one_band_depthwise_layer_of_a_larger_map_keeps_its_scratch():
 
 
 @pytest.mark.parametrize(("channels", "size", "strides", "exact"), [(200, 8, 1, True), (96, 4, 1, True), (96, 8, 2, True),
-                                                                   (96, 8, 1, False), (32, 4, 1, False)])
+                                                                   (96, 8, 1, True), (32, 4, 1, True), (96, 16, 2, False),
+                                                                   (32, 8, 2, False), (200, 16, 2, True)])
 def test_depthwise_form_by_channels_and_output_width(channels, size, strides, exact):
-    """The exact form for many channels, or from 64 channels on outputs at most 4 wide; the
-    wide form otherwise."""
+    """The exact form at stride 1 (merged: rows of out_w * C), for many channels, or from 64
+    channels on outputs at most 4 wide; the wide form otherwise."""
     from lite.ops import _depthwise
 
     out = (size - 1) // strides + 1
     layer = _depthwise.depthwise_layer((1, channels, size, size), normal(channels, 1, 3, 3), None, None, [1, 1], [1, 1],
                                        [strides] * 2, [1, 1], [out, out], np.float32)
     assert layer.geometry.exact == exact
+    assert layer.geometry.merged == (strides == 1)
