@@ -17,7 +17,8 @@ step computes what its steps computed, in the same arithmetic:
 - an RMSNorm written as elementwise nodes, a LayerNormalization with the residual Add before it,
   an L2 normalization over the last axis (:mod:`lite.engines.numpy_norms`);
 - a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`);
-- a tanh-approximated GELU written as elementwise nodes (:mod:`lite.engines.numpy_gelu`);
+- a tanh-approximated GELU written as elementwise nodes, and the exact Gelu node computed from a table
+  (:mod:`lite.engines.numpy_gelu`);
 - a MatMul and the reshapes and elementwise updates its result alone goes through
   (:mod:`lite.engines.numpy_epilogue`).
 """
@@ -33,7 +34,7 @@ import numpy as np
 from lite.engines import affine_fusion, conv_fusions, group_norm_fusion
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
-from lite.engines.numpy_gelu import fuse_tanh_gelu
+from lite.engines.numpy_gelu import fuse_erf_gelu, fuse_tanh_gelu
 from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm, fuse_rms_norm
 from lite.engines.numpy_patterns import Graph, in_turn
 from lite.engines.numpy_rotary import fuse_rotary_embedding
@@ -59,6 +60,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = fuse_l2_normalize(steps, constants, graph_outputs)
     steps = fuse_rotary_embedding(steps, constants, graph_outputs)
     steps = fuse_tanh_gelu(steps, constants, graph_outputs)
+    steps = fuse_erf_gelu(steps, constants, graph_outputs)
     steps = fuse_product_epilogues(steps, constants, graph_outputs)
     steps = group_norm_fusion.fuse_group_norm(steps, constants, graph_outputs)
     return affine_fusion.fuse_channel_affine(steps, constants, graph_outputs)
