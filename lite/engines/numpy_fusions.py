@@ -13,7 +13,8 @@ step computes what its steps computed, in the same arithmetic:
 - a group normalization written as an instance normalization between Reshapes, with one group
   or with a per-channel affine map and a Relu (:mod:`lite.engines.group_norm_fusion`);
 - a per-channel Mul and Add of constants and the Relu after them (:mod:`lite.engines.affine_fusion`);
-- a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`);
+- a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`), and SwiftFormer's additive
+  attention (:mod:`lite.engines.numpy_additive_attention`);
 - an RMSNorm written as elementwise nodes, a LayerNormalization with the residual Add before it,
   an L2 normalization over the last axis (:mod:`lite.engines.numpy_norms`);
 - a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`);
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines import affine_fusion, conv_fusions, group_norm_fusion
+from lite.engines.numpy_additive_attention import fuse_additive_attention
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
 from lite.engines.numpy_gelu import fuse_erf_gelu, fuse_tanh_gelu
@@ -54,6 +56,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
     steps = conv_fusions.fuse(steps, constants, graph_outputs)
     steps = fuse_attention(steps, constants, graph_outputs)
+    steps = fuse_additive_attention(steps, constants, graph_outputs)
     steps = fuse_rms_norm(steps, constants, graph_outputs)
     steps = group_norm_fusion.fuse_one_group_norm(steps, constants, graph_outputs)
     steps = fuse_residual_layer_norm(steps, constants, graph_outputs)
