@@ -8,6 +8,7 @@ step computes what its steps computed, in the same arithmetic:
 - a MatMul by constant weights and the Add of its constant bias (:func:`_fuse_bias_adds`);
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
+- PoolFormer's token mixer, a 3x3 average pool less its input (:mod:`lite.engines.numpy_pool_mixer`);
 - summed convolutions of one input (RepVGG's branches)
   (:mod:`lite.engines.conv_fusions`);
 - a group normalization written as an instance normalization between Reshapes, with one group
@@ -39,6 +40,7 @@ from lite.engines.numpy_epilogue import fuse_product_epilogues
 from lite.engines.numpy_gelu import fuse_erf_gelu, fuse_tanh_gelu
 from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm, fuse_rms_norm
 from lite.engines.numpy_patterns import Graph, in_turn
+from lite.engines.numpy_pool_mixer import fuse_pool_mixer
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_bias_adds(steps, constants, graph_outputs)
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
+    steps = fuse_pool_mixer(steps, constants, graph_outputs)
     steps = conv_fusions.fuse(steps, constants, graph_outputs)
     steps = fuse_attention(steps, constants, graph_outputs)
     steps = fuse_additive_attention(steps, constants, graph_outputs)

@@ -1,0 +1,60 @@
+"""The numpy engine's PoolFormer token mixer (lite.engines.numpy_pool_mixer): a 3x3 average pool
+less its input as one step, computing what the nodes compute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lite.engines.numpy_engine import NumpyEngine
+from lite.engines.numpy_pool_mixer import PoolMixer
+from lite.format import GraphBuilder, load, to_bytes
+from tests.lite.engines.fusion_tools import node_by_node
+
+
+def pool_model(*, subtract=True, count_include_pad=0, pads=(1, 1, 1, 1), pooled_output=False, dtype=np.float32):
+    b = GraphBuilder("pool_mixer", opset=18)
+    x = b.input("x", dtype, ["N", 5, "H", "W"])
+    pooled = b.node("AveragePool", [x], outputs=["pooled"], kernel_shape=[3, 3], strides=[1, 1], pads=list(pads),
+                    count_include_pad=count_include_pad)
+    b.output(b.node("Sub", [pooled, x], outputs=["y"]) if subtract else pooled, dtype, None)
+    if pooled_output and subtract:
+        b.output("pooled", dtype, None)
+    return load(to_bytes(b.build()))
+
+
+def fused(engine):
+    return [step for step in engine.plans[0].steps if isinstance(step.fn, PoolMixer)]
+
+
+@pytest.mark.parametrize("options", [{}, {"subtract": False}, {"dtype": np.float64}],
+                         ids=["pool less x", "the pool alone", "float64"])
+def test_the_mixer_is_one_step(options):
+    model = pool_model(**options)
+    engine = NumpyEngine(model)
+    assert len(fused(engine)) == 1 and len(engine.plans[0].steps) == 1
+    rng = np.random.default_rng(9)
+    output = "y" if options.get("subtract", True) else "pooled"
+    for shape in [(1, 5, 6, 7), (2, 5, 1, 3), (1, 5, 2, 2), (1, 5, 1, 1)]:
+        x = rng.standard_normal(shape).astype(options.get("dtype", np.float32))
+        np.testing.assert_allclose(engine.run({"x": x})[output], node_by_node(model, {"x": x})[output],
+                                   rtol=1e-6, atol=1e-6)
+    # A channels-last input (a convolution's output) gives the same values.
+    x = rng.standard_normal((1, 4, 4, 5)).astype(options.get("dtype", np.float32)).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(fused(engine)[0].fn(x), node_by_node(model, {"x": x})[output], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("options", [{"count_include_pad": 1}, {"pads": (0, 0, 0, 0)}],
+                         ids=["padding counted", "no padding"])
+def test_other_pools_stay_as_they_are(options):
+    assert not fused(NumpyEngine(pool_model(**options)))
+
+
+def test_a_pool_read_elsewhere_is_fused_alone():
+    engine = NumpyEngine(pool_model(pooled_output=True))
+    assert [type(step.fn).__name__ for step in engine.plans[0].steps][0] == "PoolMixer"
+    assert len(engine.plans[0].steps) == 2
+    x = np.random.default_rng(1).standard_normal((1, 5, 4, 4)).astype(np.float32)
+    got, expected = engine.run({"x": x}), node_by_node(engine, {"x": x})
+    for name in ("y", "pooled"):
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6)
