@@ -8,7 +8,9 @@ The AveragePool kernel's general path cost about 160 µs a call whatever the siz
 of PoolFormer's run on 64x64 images, where the tensors are 32x16x16 down to 128x2x2). The fused
 step sums the window separably, three shifted rows then three shifted columns of a zero-padded
 copy, divides by each window's count of real cells (kept per shape) and subtracts
-``x``: eight numpy calls. The nine values are summed in another order than the kernel's, so the
+``x``: eight numpy calls. Where the difference alone goes on through PoolFormer's layer scale (a
+Mul by a (C, 1, 1) constant) and its residual Add, those two run in place in the same step, the
+same arithmetic as their kernels'. The nine values are summed in another order than the kernel's, so the
 result may differ from it in the last bit. An AveragePool of this kind without the Sub runs the
 same way without the last call. Other inputs run the nodes' own kernels.
 """
@@ -40,16 +42,40 @@ def fuse_pool_mixer(steps: list[_Step], constants: dict[int, Any], graph_outputs
         x = pool.inputs[0]
         sub = graph.only_reader(pool.outputs[0], "Sub", 2, None)
         if sub is not None and sub.inputs[1] == x:
-            block = [pool, sub]
-            fused[id(sub)] = replace(
-                sub, fn=PoolMixer(block, x, True, constants), inputs=[x], attributes={}, output_count=None,
-                wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
-            dropped.add(id(pool))
+            block, inputs, scale = [pool, sub], [x], None
+            residual = _scaled_residual(sub, graph, constants)
+            if residual is not None:
+                mul, add, scale, other = residual
+                block += [mul, add]
+                inputs.append(other)
+            fused[id(block[-1])] = replace(
+                block[-1], fn=PoolMixer(block, inputs, True, constants, scale), inputs=inputs, attributes={},
+                output_count=None, wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+            dropped.update(id(step) for step in block[:-1])
         else:
             fused[id(pool)] = replace(
-                pool, fn=PoolMixer([pool], x, False, constants), attributes={}, output_count=None,
+                pool, fn=PoolMixer([pool], [x], False, constants), attributes={}, output_count=None,
                 wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
     return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _scaled_residual(sub: _Step, graph: Graph, constants: dict[int, Any]):
+    """(Mul, Add, the per-channel scale, the other addend) where the Sub's result alone goes
+    through a Mul by a (C, 1, 1) constant (PoolFormer's layer scale) and then an Add (the
+    residual connection), or None."""
+    mul = graph.only_reader(sub.outputs[0], "Mul", 2, None, first=False)
+    if mul is None:
+        return None
+    scale = constants.get(mul.inputs[1] if mul.inputs[0] == sub.outputs[0] else mul.inputs[0])
+    if not isinstance(scale, np.ndarray) or scale.dtype not in FLOATS or scale.ndim != 3 or scale.shape[1:] != (1, 1):
+        return None
+    add = graph.only_reader(mul.outputs[0], "Add", 2, None, first=False)
+    if add is None:
+        return None
+    other = add.inputs[1] if add.inputs[0] == mul.outputs[0] else add.inputs[0]
+    if other in constants or graph.position[id(add)] < graph.position[id(mul)]:
+        return None
+    return mul, add, scale, other
 
 
 def _same_size_3x3(attributes: dict[str, Any]) -> bool:
@@ -64,16 +90,21 @@ def _same_size_3x3(attributes: dict[str, Any]) -> bool:
 class PoolMixer:
     """The fused step's kernel (see the module docstring)."""
 
-    def __init__(self, block: list[_Step], x: int, subtract: bool, constants: dict[int, Any]) -> None:
+    def __init__(self, block: list[_Step], inputs: list[int], subtract: bool, constants: dict[int, Any],
+                 scale: np.ndarray | None = None) -> None:
         self.block = block
-        self.x = x
+        self.inputs = inputs  # x, then the residual where the block ends in the Add
         self.subtract = subtract
+        self.scale = scale
         self.constants = constants
         self.counts: dict[tuple[int, int, np.dtype], np.ndarray] = {}
 
-    def __call__(self, x: Any, allocate: Callable = np.empty) -> Any:
-        if type(x) is not np.ndarray or x.dtype not in FLOATS or x.ndim != 4 or 0 in x.shape:
-            return run_steps(self.block, {self.x: x}, self.constants, allocate)
+    def __call__(self, x: Any, *residual: Any, allocate: Callable = np.empty) -> Any:
+        if (type(x) is not np.ndarray or x.dtype not in FLOATS or x.ndim != 4 or 0 in x.shape
+                or (residual and (type(residual[0]) is not np.ndarray or residual[0].shape != x.shape
+                                  or residual[0].dtype != x.dtype or self.scale.dtype != x.dtype
+                                  or self.scale.shape[0] != x.shape[1]))):
+            return run_steps(self.block, dict(zip(self.inputs, (x, *residual))), self.constants, allocate)
         height, width = x.shape[2:]
         padded = np.zeros((*x.shape[:2], height + 2, width + 2), x.dtype)
         padded[:, :, 1:-1, 1:-1] = x
@@ -84,6 +115,9 @@ class PoolMixer:
         total /= self._counts(height, width, x.dtype)
         if self.subtract:
             total -= x
+        if residual:  # the Mul's and the Add's arithmetic, in place
+            total *= self.scale
+            total += residual[0]
         return total
 
     def _counts(self, height: int, width: int, dtype: np.dtype) -> np.ndarray:
