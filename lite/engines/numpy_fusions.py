@@ -8,16 +8,19 @@ step computes what its steps computed, in the same arithmetic:
 - a MatMul by constant weights and the Add of its constant bias (:func:`_fuse_bias_adds`);
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
+- PoolFormer's token mixer, a 3x3 average pool less its input (:mod:`lite.engines.numpy_pool_mixer`);
 - summed convolutions of one input (RepVGG's branches)
   (:mod:`lite.engines.conv_fusions`);
 - a group normalization written as an instance normalization between Reshapes, with one group
   or with a per-channel affine map and a Relu (:mod:`lite.engines.group_norm_fusion`);
 - a per-channel Mul and Add of constants and the Relu after them (:mod:`lite.engines.affine_fusion`);
-- a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`);
+- a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`), and SwiftFormer's additive
+  attention (:mod:`lite.engines.numpy_additive_attention`);
 - an RMSNorm written as elementwise nodes, a LayerNormalization with the residual Add before it,
   an L2 normalization over the last axis (:mod:`lite.engines.numpy_norms`);
 - a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`);
-- a tanh-approximated GELU written as elementwise nodes (:mod:`lite.engines.numpy_gelu`);
+- a tanh-approximated GELU written as elementwise nodes, and the exact Gelu node computed from a table
+  (:mod:`lite.engines.numpy_gelu`);
 - a MatMul and the reshapes and elementwise updates its result alone goes through
   (:mod:`lite.engines.numpy_epilogue`).
 """
@@ -31,11 +34,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines import affine_fusion, conv_fusions, group_norm_fusion
+from lite.engines.numpy_additive_attention import fuse_additive_attention
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
-from lite.engines.numpy_gelu import fuse_tanh_gelu
+from lite.engines.numpy_gelu import fuse_erf_gelu, fuse_tanh_gelu
 from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm, fuse_rms_norm
 from lite.engines.numpy_patterns import Graph, in_turn
+from lite.engines.numpy_pool_mixer import fuse_pool_mixer
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 
 if TYPE_CHECKING:
@@ -51,14 +56,17 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_bias_adds(steps, constants, graph_outputs)
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
+    steps = fuse_pool_mixer(steps, constants, graph_outputs)
     steps = conv_fusions.fuse(steps, constants, graph_outputs)
     steps = fuse_attention(steps, constants, graph_outputs)
+    steps = fuse_additive_attention(steps, constants, graph_outputs)
     steps = fuse_rms_norm(steps, constants, graph_outputs)
     steps = group_norm_fusion.fuse_one_group_norm(steps, constants, graph_outputs)
     steps = fuse_residual_layer_norm(steps, constants, graph_outputs)
     steps = fuse_l2_normalize(steps, constants, graph_outputs)
     steps = fuse_rotary_embedding(steps, constants, graph_outputs)
     steps = fuse_tanh_gelu(steps, constants, graph_outputs)
+    steps = fuse_erf_gelu(steps, constants, graph_outputs)
     steps = fuse_product_epilogues(steps, constants, graph_outputs)
     steps = group_norm_fusion.fuse_group_norm(steps, constants, graph_outputs)
     return affine_fusion.fuse_channel_affine(steps, constants, graph_outputs)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
-from lite.engines.numpy_gelu import FusedTanhGelu
+from lite.engines.numpy_gelu import FusedTanhGelu, TableGelu
 from lite.format import GraphBuilder, load, to_bytes
 from tests.lite.engines.fusion_tools import node_by_node
 
@@ -71,3 +71,50 @@ def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
     (step,) = engine.plans[0].steps
     x = np.random.default_rng(23).standard_normal((2, 3, 8))  # float64: not the constants' type
     np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
+
+
+# -- the exact Gelu node from a table -------------------------------------------------------------
+
+
+def erf_gelu_model(dtype=np.float32, approximate="none"):
+    b = GraphBuilder("gelu", opset=20)
+    x = b.input("x", dtype, ["N", 4, 3, 3])
+    b.output(b.node("Gelu", [x], outputs=["y"], approximate=approximate), dtype, None)
+    return load(to_bytes(b.build()))
+
+
+def test_the_exact_gelu_runs_from_the_table():
+    engine = NumpyEngine(erf_gelu_model())
+    (step,) = engine.plans[0].steps
+    assert isinstance(step.fn, TableGelu)
+    rng = np.random.default_rng(5)
+    x = (3 * rng.standard_normal((2, 4, 3, 3))).astype(np.float32)
+    wide = x.astype(np.float64)
+    expected = wide * np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in wide.reshape(-1)]).reshape(x.shape)
+    np.testing.assert_allclose(engine.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_the_table_against_math_erfc_over_the_line():
+    from lite.ops.activations import Gelu
+
+    gelu = TableGelu(Gelu)
+    x = np.concatenate([np.linspace(-8, 12, 200_001, dtype=np.float32), np.float32(10) ** -np.arange(1, 30, dtype=np.float32)])
+    wide = x.astype(np.float64)
+    expected = wide * np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in wide.tolist()])
+    got = gelu(x).astype(np.float64)
+    # The linear step's relative error is below x²·(1/2048)²/2: 7.6e-6 at x = -8.
+    assert np.all(np.abs(got - expected) <= 1e-5 * np.abs(expected) + 1e-30)
+    assert np.abs(got - expected).max() < 5e-7
+    special = gelu(np.array([np.nan, np.inf, 20, -20, 0], np.float32))
+    assert np.isnan(special[0]) and special[1] == np.inf and special[2] == 20 and special[3] == 0 and special[4] == 0
+    # A channels-last view comes back in the same layout with the same values.
+    image = np.random.default_rng(2).standard_normal((1, 3, 3, 8)).astype(np.float32).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(gelu(image), Gelu(image), rtol=1e-5, atol=1e-7)
+    assert gelu(image).strides == image.strides
+
+
+@pytest.mark.parametrize("options", [{"dtype": np.float64}, {"approximate": "tanh"}], ids=["float64", "tanh"])
+def test_other_gelus_take_the_kernel(options):
+    engine = NumpyEngine(erf_gelu_model(**options))
+    x = np.random.default_rng(3).standard_normal((1, 4, 3, 3)).astype(options.get("dtype", np.float32))
+    np.testing.assert_array_equal(engine.run({"x": x})["y"], node_by_node(engine, {"x": x})["y"])

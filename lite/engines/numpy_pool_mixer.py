@@ -1,0 +1,139 @@
+"""The numpy engine's PoolFormer token mixer: a 3x3 average pool (stride 1, padding 1, padded cells
+not counted) and the Sub of its input after it, as one step::
+
+    x ─┬─► AveragePool(3x3, stride 1, pad 1, count_include_pad 0) ─► Sub(·, x) ─► y
+       └──────────────────────────────────────────────────────────────┘
+
+The AveragePool kernel's general path cost about 160 µs a call whatever the size (it was a fifth
+of PoolFormer's run on 64x64 images, where the tensors are 32x16x16 down to 128x2x2). The fused
+step sums the window separably, three shifted rows then three shifted columns of a zero-padded
+copy, divides by each window's count of real cells (kept per shape) and subtracts
+``x``: eight numpy calls. Where the difference alone goes on through PoolFormer's layer scale (a
+Mul by a (C, 1, 1) constant) and its residual Add, those two run in place in the same step, the
+same arithmetic as their kernels'. The nine values are summed in another order than the kernel's, so the
+result may differ from it in the last bit. An AveragePool of this kind without the Sub runs the
+same way without the last call. Other inputs run the nodes' own kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lite.engines.numpy_patterns import FLOATS, Graph, plain, run_steps
+
+if TYPE_CHECKING:
+    from lite.engines.numpy_steps import _Step
+
+_KEPT = 16  # counts kept per image shape (a server sees a few)
+
+
+def fuse_pool_mixer(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` with each 3x3 same-size average pool (and the Sub of its input after it) as one step."""
+    graph = Graph(steps, graph_outputs)
+    fused: dict[int, _Step] = {}
+    dropped: set[int] = set()
+    for pool in steps:
+        if pool.node.op_type != "AveragePool" or not plain(pool, 1) or not _same_size_3x3(pool.attributes):
+            continue
+        x = pool.inputs[0]
+        sub = graph.only_reader(pool.outputs[0], "Sub", 2, None)
+        if sub is not None and sub.inputs[1] == x:
+            block, inputs, scale = [pool, sub], [x], None
+            residual = _scaled_residual(sub, graph, constants)
+            if residual is not None:
+                mul, add, scale, other = residual
+                block += [mul, add]
+                inputs.append(other)
+            fused[id(block[-1])] = replace(
+                block[-1], fn=PoolMixer(block, inputs, True, constants, scale), inputs=inputs, attributes={},
+                output_count=None, wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+            dropped.update(id(step) for step in block[:-1])
+        else:
+            fused[id(pool)] = replace(
+                pool, fn=PoolMixer([pool], [x], False, constants), attributes={}, output_count=None,
+                wants_allocate=True, prepare=None, prepared=None, memo=None, memo_sources=[])
+    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _scaled_residual(sub: _Step, graph: Graph, constants: dict[int, Any]):
+    """(Mul, Add, the per-channel scale, the other addend) where the Sub's result alone goes
+    through a Mul by a (C, 1, 1) constant (PoolFormer's layer scale) and then an Add (the
+    residual connection), or None."""
+    mul = graph.only_reader(sub.outputs[0], "Mul", 2, None, first=False)
+    if mul is None:
+        return None
+    scale = constants.get(mul.inputs[1] if mul.inputs[0] == sub.outputs[0] else mul.inputs[0])
+    if not isinstance(scale, np.ndarray) or scale.dtype not in FLOATS or scale.ndim != 3 or scale.shape[1:] != (1, 1):
+        return None
+    add = graph.only_reader(mul.outputs[0], "Add", 2, None, first=False)
+    if add is None:
+        return None
+    other = add.inputs[1] if add.inputs[0] == mul.outputs[0] else add.inputs[0]
+    if other in constants or graph.position[id(add)] < graph.position[id(mul)]:
+        return None
+    return mul, add, scale, other
+
+
+def _same_size_3x3(attributes: dict[str, Any]) -> bool:
+    return (list(attributes.get("kernel_shape", [])) == [3, 3]
+            and list(attributes.get("strides", [1, 1])) == [1, 1]
+            and list(attributes.get("pads", [0, 0, 0, 0])) == [1, 1, 1, 1]
+            and list(attributes.get("dilations", [1, 1])) == [1, 1]
+            and attributes.get("count_include_pad", 0) == 0 and attributes.get("ceil_mode", 0) == 0
+            and attributes.get("auto_pad", "NOTSET") == "NOTSET")
+
+
+class PoolMixer:
+    """The fused step's kernel (see the module docstring)."""
+
+    def __init__(self, block: list[_Step], inputs: list[int], subtract: bool, constants: dict[int, Any],
+                 scale: np.ndarray | None = None) -> None:
+        self.block = block
+        self.inputs = inputs  # x, then the residual where the block ends in the Add
+        self.subtract = subtract
+        self.scale = scale
+        self.constants = constants
+        self.counts: dict[tuple[int, int, np.dtype], np.ndarray] = {}
+
+    def __call__(self, x: Any, *residual: Any, allocate: Callable = np.empty) -> Any:
+        if (type(x) is not np.ndarray or x.dtype not in FLOATS or x.ndim != 4 or 0 in x.shape
+                or (residual and (type(residual[0]) is not np.ndarray or residual[0].shape != x.shape
+                                  or residual[0].dtype != x.dtype or self.scale.dtype != x.dtype
+                                  or self.scale.shape[0] != x.shape[1]))):
+            return run_steps(self.block, dict(zip(self.inputs, (x, *residual))), self.constants, allocate)
+        height, width = x.shape[2:]
+        padded = np.zeros((*x.shape[:2], height + 2, width + 2), x.dtype)
+        padded[:, :, 1:-1, 1:-1] = x
+        rows = np.add(padded[:, :, :, :-2], padded[:, :, :, 1:-1])
+        rows += padded[:, :, :, 2:]
+        total = np.add(rows[:, :, :-2], rows[:, :, 1:-1])
+        total += rows[:, :, 2:]
+        total /= self._counts(height, width, x.dtype)
+        if self.subtract:
+            total -= x
+        if residual:  # the Mul's and the Add's arithmetic, in place
+            total *= self.scale
+            total += residual[0]
+        return total
+
+    def _counts(self, height: int, width: int, dtype: np.dtype) -> np.ndarray:
+        """The real cells in each window, (height, width)."""
+        key = (height, width, dtype)
+        count = self.counts.get(key)
+        if count is None:
+            def counts(size: int) -> np.ndarray:
+                count = np.full(size, 3.0)
+                count[0] -= 1
+                count[-1] -= 1  # a single cell: 1
+                return count
+
+            count = np.outer(counts(height), counts(width)).astype(dtype)
+            count.flags.writeable = False
+            if len(self.counts) >= _KEPT:
+                self.counts.clear()
+            self.counts[key] = count
+        return count
