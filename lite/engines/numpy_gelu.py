@@ -194,7 +194,8 @@ class TableGelu:
         y = self.slope[index]
         y *= u
         y += self.phi[index]
-        return np.multiply(y, x, out=y)
+        with np.errstate(invalid="ignore"):  # -inf · Phi(-inf) = -inf · 0: NaN, as ONNX Runtime gives, unwarned
+            return np.multiply(y, x, out=y)
 
 
 _NODES = np.float32(_PER_UNIT)
