@@ -79,12 +79,18 @@ def _scaled_residual(sub: _Step, graph: Graph, constants: dict[int, Any]):
 
 
 def _same_size_3x3(attributes: dict[str, Any]) -> bool:
-    return (list(attributes.get("kernel_shape", [])) == [3, 3]
-            and list(attributes.get("strides", [1, 1])) == [1, 1]
-            and list(attributes.get("pads", [0, 0, 0, 0])) == [1, 1, 1, 1]
-            and list(attributes.get("dilations", [1, 1])) == [1, 1]
+    return (_listed(attributes.get("kernel_shape", [])) == [3, 3]
+            and _listed(attributes.get("strides", [1, 1])) == [1, 1]
+            and _listed(attributes.get("pads", [0, 0, 0, 0])) == [1, 1, 1, 1]
+            and _listed(attributes.get("dilations", [1, 1])) == [1, 1]
             and attributes.get("count_include_pad", 0) == 0 and attributes.get("ceil_mode", 0) == 0
             and attributes.get("auto_pad", "NOTSET") == "NOTSET")
+
+
+def _listed(value: Any) -> list | None:
+    """An ints attribute as a list; None for anything else (a damaged file's scalar or string),
+    which the pooling kernel then refuses with its own typed error."""
+    return list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
 
 
 class PoolMixer:
