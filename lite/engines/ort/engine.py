@@ -160,11 +160,11 @@ class OrtEngine:
         if wanted == "float":
             decision = {"chosen": "float", "why": "int8_compute='float'"}
         else:
-            int8, names = segment.runner, self.output_names
+            int8 = segment.runner
             try:
-                decision = int8_choice.measure(lambda feeds: dict(zip(names, int8.run_arrays(names, feeds))),
-                                               lambda feeds: dict(zip(names, floated.run_arrays(names, feeds))),
-                                               int8_choice.random_feeds(self.model), self._numpy_reference)
+                decision = int8_choice.measure(self._outputs_of(int8), self._outputs_of(floated),
+                                               int8_choice.random_feeds(self.model), self._numpy_reference,
+                                               lambda ms: thread_choice.both_forms(self, ms, _FLOAT_FORM))
             except LiteError as err:  # e.g. a symbolic length of 1 is too short for the model's convolutions
                 self.int8_form = "as stored"
                 return {"chosen": "int8", "why": f"not measured: random inputs did not run ({type(err).__name__}: {err})"}
@@ -176,6 +176,10 @@ class OrtEngine:
         else:
             self.int8_form = "as stored"
         return decision
+
+    def _outputs_of(self, session: sessions.Session) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        names = self.output_names
+        return lambda feeds: dict(zip(names, session.run_arrays(names, feeds)))
 
     def _numpy_reference(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
         from lite.engines.numpy_engine import NumpyEngine

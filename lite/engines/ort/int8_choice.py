@@ -21,6 +21,12 @@ The decision is a small JSON record, ``engine.decision``, written under
 ``<cache_dir>/ort/int8/`` and reused by later loads of the same file on the same CPU, ONNX
 Runtime version, thread count and lowering code (the measurement costs about a second). A choice
 whose rounds disagree (a busy machine) is used for that load only; the next load measures again.
+
+Where the engine may then run the model on fewer threads than ONNX Runtime's default
+(:mod:`lite.engines.ort.thread_choice`: a small model on a CPU with many cores), the two forms are
+also timed at those thread counts, and each round compares each form at its fastest count: on a
+16-core Xeon the int8 kernels' lead at 16 threads was not the lead at the 2 or 4 the thread choice
+then kept.
 ``int8_compute="int8"`` keeps the int8 kernels without measuring (what quantization tools that
 evaluate int8 accuracy need, and the engine's own default), ``"float"`` takes the float form.
 """
@@ -43,7 +49,7 @@ from lite.format import ir
 
 _QUANTIZING = {"QuantizeLinear", "DequantizeLinear", "MatMulInteger"}
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
-DECISION_FORMAT = 2  # 2: turns timed by their fastest call, unsettled choices not recorded
+DECISION_FORMAT = 3  # 2: turns timed by their fastest call, unsettled choices not recorded; 3: fewer threads too
 # Calls slower than this get fewer rounds: their times vary less, and rounds cost more.
 _SLOW_CALL_MS = 20.0
 _MIN_CALLS = 3
@@ -101,13 +107,17 @@ def record(path: Path | None, decision: dict[str, Any]) -> None:
         handle.write(json.dumps(decision, indent=2, sort_keys=True).encode())
 
 
-def measure(int8: Run, float_form: Run, feeds: dict[str, np.ndarray], reference: Callable[[], Run]) -> dict[str, Any]:
+def measure(int8: Run, float_form: Run, feeds: dict[str, np.ndarray], reference: Callable[[], Run],
+            fewer_threads: Callable[[float], dict[int, tuple[Run, Run]]] | None = None) -> dict[str, Any]:
     """Check the float form against the int8 kernels on ``feeds``, time both, and choose.
 
     Where the two disagree, ``reference()`` (the numpy engine, which computes what the QDQ nodes
     say) tells which is wrong: a float form that lost something keeps the int8 kernels, int8
     kernels that compute something else (ONNX Runtime 1.32's fused QDQ EfficientNet returns
     zeros) give way to the float form, whatever their times.
+
+    ``fewer_threads(ms)``, given the time of one int8 call, returns (int8, float form) runners at
+    other thread counts the engine may serve with; each round then takes each form's fastest.
     """
     from lite.compare import QUANTIZED_TOLERANCE, agreement
 
@@ -129,19 +139,28 @@ def measure(int8: Run, float_form: Run, feeds: dict[str, np.ndarray], reference:
                                            "disagree with the numpy engine")
         return decision
     fast = first_ms < _SLOW_CALL_MS
-    times = alternate({"int8": int8, "float": float_form}, feeds, rounds=5 if fast else 3,
+    calls = {"int8": int8, "float": float_form}
+    for count, (int8_at, float_at) in (fewer_threads(first_ms) if fewer_threads else {}).items():
+        calls[f"int8 at {count} threads"] = int8_at
+        calls[f"float at {count} threads"] = float_at
+    times = alternate(calls, feeds, rounds=5 if fast else 3,
                       warmup_s=0.03 if fast else 0.0, measure_s=0.06 if fast else 0.0)
-    ratios = [f / i for f, i in zip(times["float"], times["int8"])]
+    ratios = [f / i for f, i in zip(_fastest(times, "float"), _fastest(times, "int8"))]
     ratio = statistics.median(ratios)
     decision.update(ms={label: statistics.median(values) for label, values in times.items()}, float_over_int8=ratio,
                     rounds=ratios, settled=settled(ratios))
     chosen = "float" if ratio < 1.0 else "int8"
     decision["chosen"] = chosen
     decision["why"] = (f"the float form ran in {ratio:.2f}x the int8 kernels' time (median of {len(ratios)} rounds, "
-                       "each timing both)")
+                       "each timing both" + (", each at its fastest thread count" if len(calls) > 2 else "") + ")")
     if not decision["settled"]:
         decision["why"] += "; the rounds disagree, so this load's choice is not kept for the next"
     return decision
+
+
+def _fastest(times: dict[str, list[float]], form: str) -> list[float]:
+    """Per round, the fastest time of ``form`` ("int8" or "float") at any thread count timed."""
+    return [min(round_times) for round_times in zip(*(t for label, t in times.items() if label.split()[0] == form))]
 
 
 def settled(ratios: list[float]) -> bool:

@@ -59,17 +59,26 @@ class SizedSessions:
         return self._pick(feeds).run(output_names, feeds)
 
 
+def counts(engine: OrtEngine) -> tuple[int, ...]:
+    """The smaller thread counts this engine's small calls may run on: () where the choice does not
+    apply (another device, a thread count the caller set, too few cores)."""
+    cores = usable_cores()
+    if engine.name != "cpu" or engine.config.threads is not None or cores < MIN_CORES:
+        return ()
+    return tuple(n for n in FEW if n < cores)
+
+
 def settle(engine: OrtEngine) -> tuple[Any, dict[str, Any] | None]:
     """The engine's direct session, wrapped in :class:`SizedSessions` where fewer threads were
     timed faster, and the decision (None where nothing was to decide)."""
     direct = engine.direct
-    cores = usable_cores()
-    if engine.name != "cpu" or engine.config.threads is not None or direct is None or cores < MIN_CORES:
+    fewer = counts(engine)
+    if direct is None or not fewer:
         return direct, None
-    identity = engine._identity(f"thread count|cores={cores}", engine.int8_form)
+    identity = engine._identity(f"thread count|cores={usable_cores()}", engine.int8_form)
     path = None if identity is None or engine.config.cache_dir is None else \
         int8_choice.decision_path(engine.config.cache_dir, identity, kind="threads")
-    labels = ("default", *(str(n) for n in FEW if n < cores))
+    labels = ("default", *(str(n) for n in fewer))
     decision = int8_choice.recorded(path, labels, DECISION_FORMAT)
     if decision is not None:
         decision["reused"] = True
@@ -89,7 +98,28 @@ def settle(engine: OrtEngine) -> tuple[Any, dict[str, Any] | None]:
 
 
 def _session(engine: OrtEngine, count: int) -> Any:
+    """The whole-graph session, in the engine's int8 form, on ``count`` threads."""
     return engine._runner(engine.segments[0], 0, 1, dataclasses.replace(engine.plain_config, threads=count))
+
+
+def both_forms(engine: OrtEngine, call_ms: float, float_form: str) -> dict[int, tuple[Any, Any]]:
+    """An int8 model's int8 kernels and float form (``float_form``: the engine's name for it) at
+    each smaller thread count this choice may take, as output-dict runners, so that
+    :mod:`lite.engines.ort.int8_choice` compares the two forms where they will run; none where
+    the choice does not apply or ``call_ms``, one call's time, is too long for it."""
+    if call_ms >= SMALL_CALL_MS:
+        return {}
+    names, form = engine.output_names, engine.int8_form
+
+    def runner(count: int, int8_form: str) -> Any:
+        engine.int8_form = int8_form  # the form the engine's lowering builds (see OrtEngine._lower)
+        session = _session(engine, count)
+        return lambda feeds: dict(zip(names, session.run_arrays(names, feeds)))
+
+    try:
+        return {count: (runner(count, "as stored"), runner(count, float_form)) for count in counts(engine)}
+    finally:
+        engine.int8_form = form
 
 
 def _measure(engine: OrtEngine, direct: Any, labels: tuple[str, ...]) -> dict[str, Any]:

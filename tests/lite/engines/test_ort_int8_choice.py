@@ -256,3 +256,54 @@ def test_random_inputs_that_do_not_run_keep_the_int8_kernels():
     assert model.engine.decision["chosen"] == "int8" and "not measured" in model.engine.decision["why"]
     assert model.engine.int8_form == "as stored"
     assert model(np.ones((1, 1, 9), np.float32)).shape == (1, 2, 5)
+
+
+def test_on_many_cores_the_two_forms_are_compared_at_their_fastest_thread_counts(tmp_path, monkeypatch):
+    from lite.engines.ort import int8_choice, thread_choice
+
+    monkeypatch.setattr(thread_choice, "usable_cores", lambda: 16)
+    # At the default thread count the int8 kernels lead; at 2 threads, where small calls will run,
+    # the float form is faster than either: the int8 choice must see that.
+    timed = {}
+
+    def alternate(calls, feeds, rounds, warmup_s, measure_s):
+        timed.setdefault("labels", []).append(set(calls))
+        if "int8" in calls:
+            base = {"int8": 1.0, "float": 1.3, "int8 at 2 threads": 0.9, "float at 2 threads": 0.6,
+                    "int8 at 4 threads": 0.95, "float at 4 threads": 0.7}
+        else:  # the thread choice, on the form kept
+            base = {"default": 1.0, "2": 0.5, "4": 0.6}
+        for call in calls.values():  # each runner really runs
+            call(feeds)
+        return {label: [base[label]] * rounds for label in calls}
+
+    monkeypatch.setattr(int8_choice, "alternate", alternate)
+    path = tmp_path / "residual.lite"
+    path.write_bytes(_residual())
+    model = lite.Model.load(path, device="cpu", cache_dir=tmp_path / "cache")
+    assert timed["labels"][0] == {"int8", "float", "int8 at 2 threads", "float at 2 threads",
+                                  "int8 at 4 threads", "float at 4 threads"}
+    decision = model.engine.decision
+    assert decision["chosen"] == "float" and decision["float_over_int8"] == pytest.approx(0.6 / 0.9)
+    assert "fastest thread count" in decision["why"] and model.engine.int8_form == "float form"
+    assert model.engine.threads_decision["chosen"] == "2"
+    floated = lite.Model.load(path, device="cpu", cache_dir=None, threads=2, int8_compute="float")
+    np.testing.assert_allclose(model.predict(_feeds())["pooled"], floated.predict(_feeds())["pooled"], rtol=1e-5,
+                               atol=1e-7)
+
+
+def test_without_many_cores_the_int8_choice_times_the_default_count_alone(tmp_path, monkeypatch):
+    from lite.engines.ort import int8_choice, thread_choice
+
+    monkeypatch.setattr(thread_choice, "usable_cores", lambda: thread_choice.MIN_CORES - 1)
+    labels = []
+
+    def alternate(calls, feeds, rounds, warmup_s, measure_s):
+        labels.append(set(calls))
+        return {label: [1.0] * rounds for label in calls}
+
+    monkeypatch.setattr(int8_choice, "alternate", alternate)
+    path = tmp_path / "residual.lite"
+    path.write_bytes(_residual())
+    lite.Model.load(path, device="cpu", cache_dir=None)
+    assert labels == [{"int8", "float"}]

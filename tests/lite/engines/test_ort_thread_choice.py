@@ -105,3 +105,4 @@ def test_a_model_its_random_inputs_cannot_run_keeps_the_default_and_says_why(six
     assert decision == {"chosen": "default", "why": "not measured: ValueError: cannot make random data of type bfloat16"}
     assert model.engine.direct is model.engine.segments[0].runner
     assert not (tmp_path / "cache" / "ort" / "threads").exists()
+
