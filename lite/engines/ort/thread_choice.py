@@ -84,7 +84,7 @@ def settle(engine: OrtEngine) -> tuple[Any, dict[str, Any] | None]:
         decision["reused"] = True
     else:
         try:
-            decision = _measure(engine, direct, labels)
+            decision = _from_int8_timing(engine, labels) or _measure(engine, direct, labels)
         except Exception as err:  # noqa: BLE001 - random inputs the model rejects, a dtype they cannot be
             # made in, a session that does not build: the default serves, as without the choice
             return direct, {"chosen": "default", "why": f"not measured: {type(err).__name__}: {err}"}
@@ -122,6 +122,22 @@ def both_forms(engine: OrtEngine, call_ms: float, float_form: str) -> dict[int, 
         engine.int8_form = form
 
 
+def _from_int8_timing(engine: OrtEngine, labels: tuple[str, ...]) -> dict[str, Any] | None:
+    """The choice from the rounds the int8 choice has just timed (each form at each count, see
+    :func:`both_forms`), for the form it kept; None where it timed no such rounds. Timing again
+    would cost a second of load and could pick another count from the same sessions' noise."""
+    timed = (engine.decision or {}).get("times")
+    if not timed or engine.decision.get("reused"):
+        return None
+    form = engine.decision["chosen"]
+    times = {label: timed.get(form if label == "default" else f"{form} at {label} threads") for label in labels}
+    if any(values is None for values in times.values()):
+        return None
+    feeds = int8_choice.random_feeds(engine.model)
+    return _decide({"format": DECISION_FORMAT, "cores": usable_cores(),
+                    "max_elements": int(sum(value.size for value in feeds.values()))}, times, labels)
+
+
 def _measure(engine: OrtEngine, direct: Any, labels: tuple[str, ...]) -> dict[str, Any]:
     feeds = int8_choice.random_feeds(engine.model)
     names = engine.output_names
@@ -138,7 +154,11 @@ def _measure(engine: OrtEngine, direct: Any, labels: tuple[str, ...]) -> dict[st
     for label in labels[1:]:
         session = _session(engine, int(label))
         calls[label] = lambda f, s=session: s.run_arrays(names, f)
-    times = int8_choice.alternate(calls, feeds, rounds=5, warmup_s=0.03, measure_s=0.06)
+    return _decide(decision, int8_choice.alternate(calls, feeds, rounds=5, warmup_s=0.03, measure_s=0.06), labels)
+
+
+def _decide(decision: dict[str, Any], times: dict[str, list[float]], labels: tuple[str, ...]) -> dict[str, Any]:
+    """``decision`` completed from each count's per-round times (ms)."""
     ratios = {label: [t / d for t, d in zip(times[label], times["default"])] for label in labels[1:]}
     best = min(ratios, key=lambda label: statistics.median(ratios[label]))
     ratio = statistics.median(ratios[best])

@@ -268,11 +268,8 @@ def test_on_many_cores_the_two_forms_are_compared_at_their_fastest_thread_counts
 
     def alternate(calls, feeds, rounds, warmup_s, measure_s):
         timed.setdefault("labels", []).append(set(calls))
-        if "int8" in calls:
-            base = {"int8": 1.0, "float": 1.3, "int8 at 2 threads": 0.9, "float at 2 threads": 0.6,
-                    "int8 at 4 threads": 0.95, "float at 4 threads": 0.7}
-        else:  # the thread choice, on the form kept
-            base = {"default": 1.0, "2": 0.5, "4": 0.6}
+        base = {"int8": 1.0, "float": 1.3, "int8 at 2 threads": 0.9, "float at 2 threads": 0.6,
+                "int8 at 4 threads": 0.95, "float at 4 threads": 0.7}
         for call in calls.values():  # each runner really runs
             call(feeds)
         return {label: [base[label]] * rounds for label in calls}
@@ -286,7 +283,11 @@ def test_on_many_cores_the_two_forms_are_compared_at_their_fastest_thread_counts
     decision = model.engine.decision
     assert decision["chosen"] == "float" and decision["float_over_int8"] == pytest.approx(0.6 / 0.9)
     assert "fastest thread count" in decision["why"] and model.engine.int8_form == "float form"
-    assert model.engine.threads_decision["chosen"] == "2"
+    # The thread choice reads the kept form's rounds instead of timing the same sessions again.
+    assert len(timed["labels"]) == 1
+    threads = model.engine.threads_decision
+    assert threads["chosen"] == "2" and threads["rounds"]["2"] == [pytest.approx(0.6 / 1.3)] * 5
+    assert isinstance(model.engine.direct, thread_choice.SizedSessions)
     floated = lite.Model.load(path, device="cpu", cache_dir=None, threads=2, int8_compute="float")
     np.testing.assert_allclose(model.predict(_feeds())["pooled"], floated.predict(_feeds())["pooled"], rtol=1e-5,
                                atol=1e-7)
