@@ -21,6 +21,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx.external_data_helper
 import onnx_ir as ir
@@ -48,6 +49,7 @@ from lite.atomic import atomic_path
 from lite.compare import Tolerance
 from lite.format import ir as lite_ir
 from lite.format import save
+from lite.signature import SAMPLE_SHAPES_KEY
 
 OUTPUT_FORMATS = (".lite", ".onnx")
 CUSTOM_OPS_KEY = "lite.custom_ops"
@@ -202,9 +204,10 @@ def convert(
         # there and renamed over it, so the output appears complete or not at all (even after a
         # hard kill).
         with atomic_path(output) as temporary:
-            exported = _write(imported, report, temporary, suffix, recorded, graph.allow_custom, quantize)
+            exported, written = _write(imported, report, temporary, suffix, recorded, graph.allow_custom, quantize)
             if verify:
                 _verify(report, original, imported, exported, temporary, suffix, options, tolerance)
+                _record_sample_shapes(written, report.verification, temporary)
     except BaseException:
         _finish(report, started, options.report_path, written=False)
         raise
@@ -261,6 +264,26 @@ def _verify(report: ConversionReport, original: onnx.ModelProto | None, imported
         raise VerificationError(failure_message(verification))
 
 
+def _record_sample_shapes(model: lite_ir.Model | None, verification: Any, path: Path) -> None:
+    """Write ``model`` again with the input shapes its verification ran on, where an input has
+    symbolic sizes beyond its batch dimension (``lite.signature.SAMPLE_SHAPES_KEY``): what the
+    runtime measures at load (the ONNX Runtime engine's thread and int8 choices), autotuning and
+    ``lite bench`` then make random inputs of sizes the model runs on, not a 1x1 image or a
+    one-token text. Only inputs the original and the converted model both ran on are recorded."""
+    if model is None or verification is None or not verification.passed or not verification.feeds:
+        return
+    shapes = {}
+    for index in model.main.inputs:
+        tensor = model.main.tensors[index]
+        value = verification.feeds.get(tensor.name)
+        if (tensor.shape and isinstance(value, np.ndarray) and value.ndim == len(tensor.shape)
+                and any(not isinstance(d, int) for d in tensor.shape[1:])):
+            shapes[tensor.name] = [int(d) for d in value.shape]
+    if shapes:
+        model.metadata[SAMPLE_SHAPES_KEY] = json.dumps(shapes, sort_keys=True)
+        save(model, path)
+
+
 def _import_source(
     model: ModelSource, source: SourceOptions, allow_custom: bool
 ) -> tuple[ImportedModel, onnx.ModelProto | None, list[str]]:
@@ -297,8 +320,9 @@ def _write(
     options: dict[str, Any],
     allow_custom: bool,
     quantize=None,
-) -> onnx.ModelProto | None:
-    """Write the output to ``temporary``; return the ONNX export when one was made.
+) -> tuple[onnx.ModelProto | None, lite_ir.Model | None]:
+    """Write the output to ``temporary``; return the ONNX export when one was made, and the .lite
+    model when that was written.
 
     ``quantize`` (int8 modes) rewrites the lowered .lite model; a quantized .onnx output is that
     model lowered back to ONNX (QDQ form) as the runtime's ONNX Runtime engine does.
@@ -306,7 +330,7 @@ def _write(
     if suffix == ".onnx" and quantize is None:
         exported = to_onnx(imported.model)
         _write_bytes(temporary, serialize(exported))
-        return exported
+        return exported, None
     lite_model = lower_model(imported.model, _metadata(imported, options))
     if quantize is not None:
         lite_model = quantize(lite_model)
@@ -315,7 +339,7 @@ def _write(
 
         exported = lower_to_onnx(lite_model, external_weights=False).model
         _write_bytes(temporary, serialize(exported))
-        return exported
+        return exported, None
     unsupported = unsupported_nodes(lite_model)
     if unsupported and not allow_custom and unsupported_domains(lite_model) == {"com.microsoft"}:
         # ONNX Runtime's own ops (its quantizer and optimizer write them): its engines run them.
@@ -338,7 +362,7 @@ def _write(
         report.warnings.append(f"{len(unsupported)} node(s) kept as custom ops (see custom_ops)")
         lite_model.metadata[CUSTOM_OPS_KEY] = json.dumps([name for name, _, _ in unsupported])
     save(lite_model, temporary)
-    return None
+    return None, lite_model
 
 
 def _write_bytes(path: Path, data: bytes) -> None:

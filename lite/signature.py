@@ -2,12 +2,13 @@
 
 :class:`TensorSpec` (name, element type, shape of an input or output), :func:`file_identity`
 (what caches key a model file on) and random inputs that fit a signature (:func:`concrete_shape`,
-:func:`random_array`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
+:func:`random_array`), sized where the model says how (:func:`sample_shapes`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
 them without importing the model class, and nothing imports in a circle.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -47,11 +48,37 @@ def file_identity(path: str | os.PathLike) -> str:
     return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
 
 
-def concrete_shape(spec: TensorSpec, batch: int) -> tuple[int, ...]:
-    """``spec``'s shape with a symbolic leading dimension set to ``batch`` and the others to 1."""
+# Model metadata: input shapes the model is known to run on, as the converter records them.
+SAMPLE_SHAPES_KEY = "lite.sample_shapes"
+
+
+def sample_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
+    """Input name -> a shape the model is known to run on, for inputs with symbolic dimensions
+    other than the batch: the converter records the shapes its verification ran the original on
+    (planned from the graph, or the user's samples) under :data:`SAMPLE_SHAPES_KEY`. Random
+    inputs of 1 for every symbolic size mean a 1x1 image to a detector with a ``[-1, 3, ?, ?]``
+    input, which its own layers reject or which times nothing like a real call. Empty where the
+    file records none (or something unreadable)."""
+    try:
+        recorded = json.loads(model.metadata.get(SAMPLE_SHAPES_KEY, "{}"))
+    except ValueError:
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {name: tuple(shape) for name, shape in recorded.items()
+            if isinstance(shape, list) and all(type(d) is int and d > 0 for d in shape)}
+
+
+def concrete_shape(spec: TensorSpec, batch: int, sample: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """``spec``'s shape with a symbolic leading dimension set to ``batch`` and the other symbolic
+    ones taken from ``sample`` (a shape the model runs on, :func:`sample_shapes`), else 1."""
     if spec.shape is None:
         raise InvalidInputError(f"input {spec.name!r} has unknown rank; give its shape with --shape {spec.name}:D1,D2,...")
-    return tuple(d if isinstance(d, int) else (batch if axis == 0 else 1) for axis, d in enumerate(spec.shape))
+    if sample is not None and (len(sample) != len(spec.shape) or any(
+            isinstance(d, int) and d != s for d, s in zip(spec.shape, sample))):
+        sample = None  # recorded for another signature: not this input's
+    return tuple(d if isinstance(d, int) else batch if axis == 0 else sample[axis] if sample else 1
+                 for axis, d in enumerate(spec.shape))
 
 
 def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

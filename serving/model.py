@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 import lite
+from lite.signature import concrete_shape, sample_shapes
 
 from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors, pinned_allocator
 from .config import ModelConfig, check_renames
@@ -142,13 +143,22 @@ class ServedModel:
         return served
 
     def _zero_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
+        """Zeros of each input's shape: symbolic sizes beyond the batch as the model file records
+        them (lite.signature.sample_shapes), else 1."""
+        samples = sample_shapes(self._model.ir)
         feed = {}
         for spec in self._model.inputs:
-            shape = [d if isinstance(d, int) else 1 for d in (spec.shape or ())]
+            shape = list(concrete_shape(spec, 1, samples.get(spec.name))) if spec.shape is not None else []
             if self.config.max_batch_size > 0 and shape:
                 shape[0] = batch_size
             feed[spec.name] = np.zeros(shape, dtype=spec.dtype or np.float32)
         return feed
+
+    def _unknown_sizes(self) -> list[str]:
+        """Inputs with symbolic sizes beyond the batch that the model file gives no sample of."""
+        samples = sample_shapes(self._model.ir)
+        return [spec.name for spec in self._model.inputs if spec.name not in samples
+                and spec.shape is not None and any(not isinstance(d, int) for d in spec.shape[1:])]
 
     def _complete_outputs(self) -> list[lite.TensorSpec]:
         """Output specs with dtype and rank; a model that leaves them open is run once on zeros
@@ -180,7 +190,15 @@ class ServedModel:
         if self.config.max_batch_size > 0:
             sizes.update(self.config.batch_sizes())
         runs = [(size, 1) for size in sorted(sizes)]
-        if self.pad_to and isinstance(self._scheduler, DynamicBatcher):
+        unknown = self._unknown_sizes()
+        if unknown and runs:
+            # Sizes of 1 are no shape requests bring, and a detector's layers reject a 1x1 image.
+            log.info("model %s version %s: input(s) %s have sizes only requests give and the file records no "
+                     "sample of them: warm-up at each batch size skipped (convert the model again to record the "
+                     "sizes its verification ran on, or configure warmup)", self.name, self.version,
+                     ", ".join(unknown), extra={"model": self.name})
+            runs = []
+        if self.pad_to and not unknown and isinstance(self._scheduler, DynamicBatcher):
             self._scheduler.preallocate(self._zero_inputs(1))
         if self.config.warmup is not None:
             runs.append((self.config.warmup.batch_size, self.config.warmup.count))
@@ -190,9 +208,11 @@ class ServedModel:
                 for _ in range(count):
                     self._model.predict(feed)
             except Exception as err:  # an engine may fail in any way (MemoryError too); say which model and why
+                hint = (f" (input(s) {', '.join(unknown)} ran with size 1 where the model leaves a size open: convert "
+                        "it again to record the sizes its verification ran on)" if unknown else "")
                 raise ModelLoadError(
                     f"model {self.name} version {self.version}: warmup at batch size {batch_size} failed: "
-                    f"{type(err).__name__}: {err}"
+                    f"{type(err).__name__}: {err}{hint}"
                 ) from err
 
     def start(self) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from lite.commands._model_file import regular_file
 from lite.errors import InvalidInputError
 from lite.model import Model
-from lite.signature import concrete_shape, random_array
+from lite.signature import concrete_shape, random_array, sample_shapes
 
 
 def parse_shape_overrides(values: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -52,10 +52,13 @@ def read_inputs(model: Model, pairs: list[str]) -> dict[str, np.ndarray]:
 
 
 def random_inputs(model: Model, batch: int, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random arrays matching the signature: symbolic leading dims take ``batch``, others 1."""
+    """Random arrays matching the signature: symbolic leading dims take ``batch``, the others the
+    sizes the model records (:func:`lite.signature.sample_shapes`), else 1."""
     rng = np.random.default_rng(seed)
+    samples = sample_shapes(model.ir)
     feeds = {}
     for spec in model.inputs:
-        shape = shapes.get(spec.name) or (shapes.get("") if len(model.inputs) == 1 else None) or concrete_shape(spec, batch)
+        shape = (shapes.get(spec.name) or (shapes.get("") if len(model.inputs) == 1 else None)
+                 or concrete_shape(spec, batch, samples.get(spec.name)))
         feeds[spec.name] = random_array(spec, shape, rng)
     return feeds

@@ -145,6 +145,21 @@ def test_converts_and_verifies(model, converted):
         assert "ONNX Runtime engine" in verification.engine, verification.engine
 
 
+def test_what_the_runtime_measures_with_runs(model, converted):
+    """The ONNX Runtime engine's choices at load, autotuning, ``lite bench`` and serving's warm-up
+    make random inputs from the signature: where the model leaves sizes beyond the batch open
+    (PaddleOCR's [-1, 3, ?, ?], YOLOv8's [1, 3, ?, ?]), the file records sizes it runs on."""
+    from lite.engines.ort.int8_choice import random_feeds
+    from lite.signature import sample_shapes
+
+    path, _ = converted
+    loaded = lite.Model.load(path, device="cpu", cache_dir=None)
+    open_sizes = [spec.name for spec in loaded.inputs
+                  if spec.shape is not None and any(not isinstance(d, int) for d in spec.shape[1:])]
+    assert sorted(sample_shapes(loaded.ir)) == sorted(open_sizes)
+    loaded.predict(random_feeds(loaded.ir))
+
+
 @pytest.mark.parametrize("device, rtol", [("numpy", NUMPY_RTOL), ("cpu", CPU_RTOL)])
 def test_engine_matches_onnxruntime(model, converted, reference, device, rtol):
     if (model.name, device) in EXCLUSIONS:
