@@ -187,7 +187,7 @@ class OrtEngine:
         return NumpyEngine(self.model, self.custom_ops).run
 
     def _decision_path(self) -> Path | None:
-        identity = self._identity("int8 or float form", "either")
+        identity = self.identity("int8 or float form", "either")
         if identity is None or self.config.cache_dir is None:
             return None
         return int8_choice.decision_path(self.config.cache_dir, f"{identity}|threads={self.config.threads}")
@@ -273,13 +273,24 @@ class OrtEngine:
             def build(input_types: dict[str, DataType] | None = None) -> sessions.Session:
                 typed = sorted((k, int(v)) for k, v in (input_types or {}).items())
                 return sessions.create(self.ort, lambda: self._lower(segment.nodes, inputs, outputs, name, input_types),
-                                       config, self._identity(f"{part}|{typed}", self.int8_form))
+                                       config, self.identity(f"{part}|{typed}", self.int8_form))
 
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
                 return _TypedOnFirstRun(build)
             return build()
         return numpy_part(self.model, Part(False, segment.nodes, segment.inputs, segment.outputs), index,
                           self.custom_ops)
+
+    def whole_graph_session(self, threads: int, int8_form: str | None = None) -> sessions.Session:
+        """A CPU session of the whole graph (one segment) on ``threads`` intra-op threads, in
+        ``int8_form`` ("as stored" or the float form; default: the engine's): what the load-time
+        choices (thread_choice.py) time and keep."""
+        kept = self.int8_form
+        self.int8_form = int8_form or kept  # the form _lower builds and identity() names
+        try:
+            return self._runner(self.segments[0], 0, 1, dataclasses.replace(self.plain_config, threads=threads))
+        finally:
+            self.int8_form = kept
 
     def _half_compute(self) -> bool:
         """On GPUs, compute in float16 when asked, or (auto) when the model stores float16 weights."""
@@ -310,7 +321,7 @@ class OrtEngine:
             lowered = unsigned_weights(lowered)
         return to_half_compute(lowered) if self.compute_precision == "fp16" else lowered
 
-    def _identity(self, part: str, form: str = "as stored") -> str | None:
+    def identity(self, part: str, form: str = "as stored") -> str | None:
         """Names a lowered part of the model without lowering it, when the model came from a file."""
         if self.config.weights_identity is None:
             return None
@@ -338,7 +349,7 @@ class OrtEngine:
             config = config if stream is None else dataclasses.replace(config, compute_stream=stream.cuda_stream)
             try:
                 graphed = sessions.create(self.ort, lambda: self._lower(main.nodes, main.inputs, main.outputs, main.name),
-                                          config, self._identity("whole graph, CUDA graph"))
+                                          config, self.identity("whole graph, CUDA graph"))
             except Exception as err:  # e.g. some nodes fell back to the CPU provider: no capture possible
                 self.cuda_graph_declined = f"{type(err).__name__}: {err}"
                 return plain, None

@@ -19,7 +19,6 @@ measures nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from typing import TYPE_CHECKING, Any
@@ -75,7 +74,7 @@ def settle(engine: OrtEngine) -> tuple[Any, dict[str, Any] | None]:
     fewer = counts(engine)
     if direct is None or not fewer:
         return direct, None
-    identity = engine._identity(f"thread count|cores={usable_cores()}", engine.int8_form)
+    identity = engine.identity(f"thread count|cores={usable_cores()}", engine.int8_form)
     path = None if identity is None or engine.config.cache_dir is None else \
         int8_choice.decision_path(engine.config.cache_dir, identity, kind="threads")
     labels = ("default", *(str(n) for n in fewer))
@@ -93,13 +92,8 @@ def settle(engine: OrtEngine) -> tuple[Any, dict[str, Any] | None]:
             int8_choice.record(path, decision)
     if decision["chosen"] == "default":
         return direct, decision
-    small = _session(engine, int(decision["chosen"]))
+    small = engine.whole_graph_session(int(decision["chosen"]))
     return SizedSessions(small, int(decision["max_elements"]), direct), decision
-
-
-def _session(engine: OrtEngine, count: int) -> Any:
-    """The whole-graph session, in the engine's int8 form, on ``count`` threads."""
-    return engine._runner(engine.segments[0], 0, 1, dataclasses.replace(engine.plain_config, threads=count))
 
 
 def both_forms(engine: OrtEngine, call_ms: float, float_form: str) -> dict[int, tuple[Any, Any]]:
@@ -109,17 +103,13 @@ def both_forms(engine: OrtEngine, call_ms: float, float_form: str) -> dict[int, 
     the choice does not apply or ``call_ms``, one call's time, is too long for it."""
     if call_ms >= SMALL_CALL_MS:
         return {}
-    names, form = engine.output_names, engine.int8_form
+    names = engine.output_names
 
     def runner(count: int, int8_form: str) -> Any:
-        engine.int8_form = int8_form  # the form the engine's lowering builds (see OrtEngine._lower)
-        session = _session(engine, count)
+        session = engine.whole_graph_session(count, int8_form)
         return lambda feeds: dict(zip(names, session.run_arrays(names, feeds)))
 
-    try:
-        return {count: (runner(count, "as stored"), runner(count, float_form)) for count in counts(engine)}
-    finally:
-        engine.int8_form = form
+    return {count: (runner(count, "as stored"), runner(count, float_form)) for count in counts(engine)}
 
 
 def _from_int8_timing(engine: OrtEngine, labels: tuple[str, ...]) -> dict[str, Any] | None:
@@ -152,7 +142,7 @@ def _measure(engine: OrtEngine, direct: Any, labels: tuple[str, ...]) -> dict[st
         return decision
     calls = {"default": lambda f: direct.run_arrays(names, f)}
     for label in labels[1:]:
-        session = _session(engine, int(label))
+        session = engine.whole_graph_session(int(label))
         calls[label] = lambda f, s=session: s.run_arrays(names, f)
     return _decide(decision, int8_choice.alternate(calls, feeds, rounds=5, warmup_s=0.03, measure_s=0.06), labels)
 

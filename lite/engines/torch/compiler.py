@@ -247,7 +247,7 @@ class AotCompiled:
             if mode is None:
                 mode, runner = choose_mode(self, args, lock)
             else:
-                runner = self._runner(args, mode, lock)
+                runner = self.mode_runner(args, mode, lock)
         except AotUnavailable as err:
             if capture_lock is not None:
                 raise
@@ -262,7 +262,7 @@ class AotCompiled:
         self.artifact_keys.append(self.key(args, mode))
         return runner
 
-    def _runner(self, args: tuple[torch.Tensor, ...], mode: str, capture_lock: Any) -> Callable:
+    def mode_runner(self, args: tuple[torch.Tensor, ...], mode: str, capture_lock: Any) -> Callable:
         """``mode``'s artifact for ``args`` as a callable of the inputs (graphed where the segment is)."""
         artifact = self._artifact(args, mode)
         weights = self._weights

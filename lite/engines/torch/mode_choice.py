@@ -74,7 +74,7 @@ def choose_mode(runner: AotCompiled, args: tuple[torch.Tensor, ...], capture_loc
     errors: dict[str, Exception] = {}
     for mode in runner.candidates:
         try:
-            runners[mode] = runner._runner(args, mode, capture_lock)
+            runners[mode] = runner.mode_runner(args, mode, capture_lock)
         except Exception as err:  # noqa: BLE001 - an AotUnavailable or a capture failure drops the mode
             errors[mode] = err
             log.warning("mode %s could not be compiled for input shapes %s: %s: %s", mode,
