@@ -22,13 +22,14 @@ The decision is a small JSON record, ``engine.decision``, written under
 Runtime version, thread count and lowering code (the measurement costs about a second). A choice
 whose rounds disagree (a busy machine) is used for that load only; the next load measures again.
 
+``int8_compute="int8"`` keeps the int8 kernels without measuring (what quantization tools that
+evaluate int8 accuracy need, and the engine's own default), ``"float"`` takes the float form.
+
 Where the engine may then run the model on fewer threads than ONNX Runtime's default
 (:mod:`lite.engines.ort.thread_choice`: a small model on a CPU with many cores), the two forms are
 also timed at those thread counts, and each round compares each form at its fastest count: on a
 16-core Xeon the int8 kernels' lead at 16 threads was not the lead at the 2 or 4 the thread choice
 then kept.
-``int8_compute="int8"`` keeps the int8 kernels without measuring (what quantization tools that
-evaluate int8 accuracy need, and the engine's own default), ``"float"`` takes the float form.
 """
 
 from __future__ import annotations
