@@ -25,6 +25,7 @@ import torch
 from torch import fx
 
 from lite.engines.torch.ops import LOWERINGS, Lowering, apply_activation
+from lite.engines.torch.ops._values import ArrayAttribute
 from lite.engines.torch.ops.dtypes import COMPUTE_TYPES, torch_dtype
 from lite.format import fused_activation, ir
 from lite.format.dtypes import DataType
@@ -184,7 +185,8 @@ class _Builder:
         inputs = list(node.inputs)
         while inputs and inputs[-1] < 0:
             inputs.pop()
-        kwargs = {name: attribute_value(a) for name, a in node.attributes.items() if name not in _ENGINE_ATTRIBUTES}
+        kwargs = {name: _literal(attribute_value(a)) for name, a in node.attributes.items()
+                  if name not in _ENGINE_ATTRIBUTES}
         activation = _activation(node) if fused_activation.ATTRIBUTE in node.attributes else None
         engine = {"float_type": self.policy.float_type, "device": self.policy.device, "opset": self.opset,
                   "output_count": len(node.outputs), "fused_activation": activation}
@@ -227,6 +229,11 @@ class _Builder:
             return self.values[index]
         value = self.constant(index)
         return self.buffer(index, value) if isinstance(value, torch.Tensor) else value
+
+
+def _literal(value: Any) -> Any:
+    """An attribute value as the generated code can spell it (numpy arrays as ArrayAttribute)."""
+    return ArrayAttribute.of(value) if isinstance(value, np.ndarray) else value
 
 
 def build_module(model: ir.Model, nodes: list[ir.Node], inputs: list[int], outputs: list[int],

@@ -205,6 +205,22 @@ def test_shape_arithmetic_stays_on_the_host():
         np.testing.assert_allclose(engine.run({"x": x})["y"], NumpyEngine(model).run({"x": x})["y"], rtol=1e-6)
 
 
+@pytest.mark.parametrize("value", [np.array([0.5], np.float32), np.array([3], np.int64), np.array([1], np.float16)])
+def test_a_tensor_attribute_of_a_node_on_a_dynamic_shape(value):
+    """ConstantOfShape's ``value`` (a tensor attribute) on a shape known only at run time: the
+    generated code spells it (a numpy array's repr named nothing there: NameError 'array')."""
+    b = GraphBuilder("fill", opset=17)
+    x = b.input("x", np.float32, ["N", 4])
+    filled = b.node("ConstantOfShape", [b.node("Shape", [x])], value=value)
+    y = b.node("Add", [x, b.node("Cast", [filled], to=1)], outputs=["y"])
+    b.output(y, np.float32, ["N", 4])
+    model = b.build()
+    engine = TorchEngine(model, device="cpu", mode="eager", cache_dir=None)
+    for batch in (1, 3):
+        x = f32(batch, 4)
+        np.testing.assert_array_equal(engine.run({"x": x})["y"], NumpyEngine(model).run({"x": x})["y"])
+
+
 ACTIVATIONS = [("Relu", []), ("Clip", [0.0, 6.0]), ("LeakyRelu", [0.1]), ("HardSigmoid", [0.2, 0.5]),
                ("HardSwish", []), ("Silu", []), ("Sigmoid", []), ("Tanh", [])]
 

@@ -7,8 +7,9 @@ Host values carry shape arithmetic (``Shape -> Gather -> Concat -> Reshape``) in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 HostValue = int | float | bool | list
@@ -27,6 +28,27 @@ def to_tensor(value: Any, like: torch.Tensor | None = None, *, dtype: torch.dtyp
         dtype = dtype or like.dtype
         device = device or like.device
     return torch.tensor(value, dtype=dtype, device=device)
+
+
+class ArrayAttribute(NamedTuple):
+    """A tensor-valued attribute (ConstantOfShape's ``value``) in a form torch.fx can write into
+    the code it generates: it spells a NamedTuple as a call of its type, where a numpy array's
+    repr (``array([0.], dtype=float32)``) names nothing the generated code can resolve."""
+
+    values: tuple
+    dtype: str
+    shape: tuple
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> ArrayAttribute:
+        return cls(tuple(array.reshape(-1).tolist()), str(array.dtype), tuple(array.shape))
+
+
+def host_array(value: Any) -> np.ndarray:
+    """A tensor-valued attribute as the numpy array it holds (see :class:`ArrayAttribute`)."""
+    if isinstance(value, ArrayAttribute):
+        return np.asarray(value.values, dtype=np.dtype(value.dtype)).reshape(value.shape)
+    return np.asarray(value)
 
 
 def host_ints(value: Any) -> list[int]:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from lite.engines.torch.ops._values import (
     common,
+    host_array,
     host_ints,
     host_scalar,
     is_host,
@@ -172,7 +173,7 @@ def ConstantOfShape(input, *, value=None, float_type, device):
     shape = host_ints(input) if not (isinstance(input, list) and not input) else []
     if value is None:
         return torch.zeros(shape, dtype=float_type, device=device)
-    array = np.asarray(value).reshape(-1)
+    array = host_array(value).reshape(-1)
     dtype = float_type if array.dtype == np.float32 else torch.from_numpy(array[:0].copy()).dtype
     return torch.full(shape, array[0].item(), dtype=dtype, device=device)
 
@@ -314,7 +315,7 @@ def SpaceToDepth(input, *, blocksize):
 def Constant(*, value=None, value_float=None, value_floats=None, value_int=None, value_ints=None, float_type,
              device):
     if value is not None:
-        array = np.asarray(value)
+        array = host_array(value)
         tensor = torch.from_numpy(array.copy()).to(device)
         return tensor.to(float_type) if array.dtype == np.float32 else tensor
     if value_float is not None:
