@@ -16,6 +16,7 @@ DLPack — torch tensors are used as they are — and outputs then are torch ten
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -41,7 +42,7 @@ from lite.engines.torch.compiler import (
 )
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
 from lite.engines.torch.precompiled import Package
-from lite.errors import EngineUnavailableError, UnsupportedOpError
+from lite.errors import EngineUnavailableError, KernelError, LiteError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, storage_dtype
 from lite.format.values import tensor_value
@@ -248,7 +249,17 @@ class TorchEngine:
 
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Run the main graph; numpy in, numpy out; CUDA arrays in, torch tensors (on that GPU) out."""
+        """Run the main graph; numpy in, numpy out; CUDA arrays in, torch tensors (on that GPU) out.
+        PyTorch's own failures (a shape a Reshape cannot take, TorchDynamo's errors) are raised
+        as :class:`KernelError` naming their innermost cause."""
+        try:
+            return self._run(feeds)
+        except LiteError:
+            raise
+        except Exception as err:  # noqa: BLE001 - PyTorch's run-time refusals are untyped: name them
+            raise KernelError(f"PyTorch failed to run the model: {_innermost_reason(err)}") from err
+
+    def _run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         direct = self._direct
         if direct is not None:
             # The common GPU call: one compiled segment, PyTorch tensors already on this GPU.
@@ -387,3 +398,17 @@ class DeviceKernels:
             results = run_device_kernel(kernel, [*inputs, *extras], inputs)
             produced.update(zip(outputs, results))
         return produced
+
+
+def _innermost_reason(err: BaseException) -> str:
+    """What ``err`` says went wrong, shortened: the deepest exception it was raised from, and of
+    TorchDynamo's wrapped errors the operation's own (``... got RuntimeError("shape '[-1, 4]' is
+    invalid for input of size 3")``), not its advice."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    text = str(err).strip()
+    wrapped = re.search(r"got (\w+\(.*\))\s*$", text, re.MULTILINE)
+    if wrapped:
+        return wrapped.group(1)[:400]
+    lines = text.splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:400]

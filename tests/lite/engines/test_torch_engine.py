@@ -221,6 +221,19 @@ def test_a_tensor_attribute_of_a_node_on_a_dynamic_shape(value):
         np.testing.assert_array_equal(engine.run({"x": x})["y"], NumpyEngine(model).run({"x": x})["y"])
 
 
+@pytest.mark.parametrize("mode", ["eager", "default"])
+def test_pytorch_s_own_refusal_is_a_kernel_error_naming_it(mode):
+    from lite.errors import KernelError
+
+    b = GraphBuilder("rows", opset=17)
+    x = b.input("x", np.float32, ["N", "K"])
+    y = b.node("Reshape", [x, b.constant("rows", np.array([-1, 4], np.int64))], outputs=["y"])
+    b.output(y, np.float32, ["M", 4])
+    engine = TorchEngine(b.build(), device="cpu", mode=mode, cache_dir=None)
+    with pytest.raises(KernelError, match=r"PyTorch failed to run the model: .*invalid for input of size 3"):
+        engine.run({"x": f32(1, 3)})
+
+
 ACTIVATIONS = [("Relu", []), ("Clip", [0.0, 6.0]), ("LeakyRelu", [0.1]), ("HardSigmoid", [0.2, 0.5]),
                ("HardSwish", []), ("Silu", []), ("Sigmoid", []), ("Tanh", [])]
 
