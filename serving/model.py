@@ -203,10 +203,11 @@ class ServedModel:
         if self.config.warmup is not None:
             runs.append((self.config.warmup.batch_size, self.config.warmup.count))
         for batch_size, count in runs:
+            outputs: dict[str, np.ndarray] = {}
             try:
                 feed = self._zero_inputs(batch_size)
                 for _ in range(count):
-                    self._model.predict(feed)
+                    outputs = self._model.predict(feed)
             except Exception as err:  # an engine may fail in any way (MemoryError too); say which model and why
                 hint = (f" (input(s) {', '.join(unknown)} ran with size 1 where the model leaves a size open: convert "
                         "it again to record the sizes its verification ran on)" if unknown else "")
@@ -214,6 +215,21 @@ class ServedModel:
                     f"model {self.name} version {self.version}: warmup at batch size {batch_size} failed: "
                     f"{type(err).__name__}: {err}{hint}"
                 ) from err
+            self._check_batch_axis(outputs, batch_size)
+
+    def _check_batch_axis(self, outputs: dict[str, np.ndarray], batch_size: int) -> None:
+        """Merged requests are split along the outputs' first axis: a model whose outputs do not
+        lead with the batch (an OCR model's [sequence, batch, classes] declared [batch, sequence])
+        is refused at load, not in every merged request."""
+        if batch_size < 2 or not isinstance(self._scheduler, DynamicBatcher):
+            return
+        for name, array in outputs.items():
+            shape = getattr(array, "shape", ())
+            if not shape or shape[0] != batch_size:
+                raise ModelLoadError(
+                    f"model {self.name} version {self.version}: at batch size {batch_size} output {name!r} has "
+                    f"shape {list(shape)}, not the batch first; the model cannot be batched (set max_batch_size 0)"
+                )
 
     def start(self) -> None:
         self._drained = asyncio.Event()

@@ -473,6 +473,27 @@ def test_a_model_with_open_sizes_loads_warming_up_at_the_sizes_its_file_records(
         load(tmp_path / "open.lite", parse_config({"max_batch_size": 4, "warmup": {"batch_size": 1, "count": 1}}, "m"))
 
 
+def test_a_model_whose_outputs_do_not_lead_with_the_batch_is_refused_at_load_when_batched(tmp_path):
+    """Merged requests are split along the first axis: [N, 3] in, [3, N] out cannot be batched."""
+    from lite.format import GraphBuilder, save
+    from serving.errors import ModelLoadError
+    from serving.metrics import Metrics
+    from serving.model import ServedModel
+
+    b = GraphBuilder("transposed")
+    x = b.input("x", np.float32, ["N", 3])
+    b.output(b.node("Transpose", [x], outputs=["y"], perm=[1, 0]), np.float32, ["N", 3])  # declared wrongly
+    save(b.build(), tmp_path / "t.lite")
+
+    def load(config):
+        return ServedModel.load("t", 1, tmp_path / "t.lite", parse_config(config, "t"), device="numpy", instances=1,
+                                max_queue_size=8, metrics=Metrics())
+
+    with pytest.raises(ModelLoadError, match=r"output 'y' has shape \[3, 4\], not the batch first"):
+        load({"max_batch_size": 4, "dynamic_batching": {}})
+    assert load({"max_batch_size": 0}).state == "LOADING"
+
+
 def test_a_model_warms_up_at_each_configured_batch_size_before_it_is_ready(tmp_path, monkeypatch):
     """1, the preferred sizes and max_batch_size each run once on zero inputs during the load,
     then the configured warmup requests; a request never pays for a shape's first run."""
