@@ -189,3 +189,32 @@ def test_average_pool_other_windows_decline_the_3x3_same_size_path(attributes):
                              ceil_mode=attributes.get("ceil_mode", 0))
     assert not geometry.same_size_3x3()
     check_against_reference("AveragePool", [x], {**attributes, "count_include_pad": 1}, opset=19)
+
+
+@pytest.mark.parametrize("shape, attributes", [
+    ((1, 32, 32, 32), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 3, 11, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),  # no pads, ceil overhang
+    ((2, 5, 9, 7), {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    ((1, 3, 13, 10), {"kernel_shape": [3, 2], "strides": [3, 1], "pads": [1, 0, 2, 1], "dilations": [2, 3]}),
+    ((1, 4, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),  # the input itself is the buffer
+    ((1, 2, 5, 6), {"kernel_shape": [5, 6], "strides": [1, 1]}),  # one window per plane
+])
+def test_max_pool_flat_shifts_match_the_general_path(shape, attributes):
+    """lite.ops.max_pool._flat_max_2d (taps as shifts of the flat padded buffer) against
+    ONNX Runtime and the general separable path, with NaN and -inf cells; a channels-last
+    input without pads is no contiguous buffer and takes the strided views instead."""
+    from lite.ops._pool_common import pool_geometry
+    from lite.ops.max_pool import MaxPool, _separable_max
+
+    x = normal(*shape)
+    x.reshape(-1)[::7] = np.nan
+    x.reshape(-1)[3::11] = -np.inf
+    geometry = pool_geometry("MaxPool", x, kernel_shape=attributes["kernel_shape"], strides=attributes["strides"],
+                             dilations=attributes.get("dilations"), auto_pad="NOTSET", pads=attributes.get("pads"),
+                             ceil_mode=attributes.get("ceil_mode", 0))
+    expected = _separable_max(x, geometry, np.empty)
+    np.testing.assert_array_equal(MaxPool(x, **attributes), expected)
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(MaxPool(channels_last, **attributes), expected)
+    # onnx.reference gets the output shape of a padded stride-1 ceil_mode pool wrong; ONNX Runtime does not.
+    check_against_onnxruntime("MaxPool", [normal(*shape)], attributes, opset=12)
