@@ -4,15 +4,14 @@ not counted) and the Sub of its input after it, as one step::
     x ─┬─► AveragePool(3x3, stride 1, pad 1, count_include_pad 0) ─► Sub(·, x) ─► y
        └──────────────────────────────────────────────────────────────┘
 
-The AveragePool kernel's general path cost about 160 µs a call whatever the size (it was a fifth
-of PoolFormer's run on 64x64 images, where the tensors are 32x16x16 down to 128x2x2). The fused
-step sums the window separably, three shifted rows then three shifted columns of a zero-padded
-copy, divides by each window's count of real cells (kept per shape) and subtracts
-``x``: eight numpy calls. Where the difference alone goes on through PoolFormer's layer scale (a
-Mul by a (C, 1, 1) constant) and its residual Add, those two run in place in the same step, the
-same arithmetic as their kernels'. The nine values are summed in another order than the kernel's, so the
-result may differ from it in the last bit. An AveragePool of this kind without the Sub runs the
-same way without the last call. Other inputs run the nodes' own kernels.
+The average is the AveragePool kernel's own path for this window
+(:func:`lite.ops.average_pool.same_size_average`: the window summed separably, by shifted
+slices of a zero-padded copy, divided by each window's count of real cells); the step then
+subtracts ``x`` in place, saving the Sub's call and its new array. Where the difference alone
+goes on through PoolFormer's layer scale (a Mul by a (C, 1, 1) constant) and its residual Add,
+those two run in place in the same step, the same arithmetic as their kernels'. An AveragePool
+of this kind without the Sub runs the kernel's path alone. Other inputs run the nodes' own
+kernels.
 """
 
 from __future__ import annotations
@@ -24,12 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines.numpy_patterns import FLOATS, Graph, plain, run_steps
+from lite.ops.average_pool import same_size_average
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
-
-_KEPT = 16  # counts kept per image shape (a server sees a few)
-
 
 def fuse_pool_mixer(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with each 3x3 same-size average pool (and the Sub of its input after it) as one step."""
@@ -103,7 +100,6 @@ class PoolMixer:
         self.subtract = subtract
         self.scale = scale
         self.constants = constants
-        self.counts: dict[tuple[int, int, np.dtype], np.ndarray] = {}
 
     def __call__(self, x: Any, *residual: Any, allocate: Callable = np.empty) -> Any:
         if (type(x) is not np.ndarray or x.dtype not in FLOATS or x.ndim != 4 or 0 in x.shape
@@ -111,35 +107,10 @@ class PoolMixer:
                                   or residual[0].dtype != x.dtype or self.scale.dtype != x.dtype
                                   or self.scale.shape[0] != x.shape[1]))):
             return run_steps(self.block, dict(zip(self.inputs, (x, *residual))), self.constants, allocate)
-        height, width = x.shape[2:]
-        padded = np.zeros((*x.shape[:2], height + 2, width + 2), x.dtype)
-        padded[:, :, 1:-1, 1:-1] = x
-        rows = np.add(padded[:, :, :, :-2], padded[:, :, :, 1:-1])
-        rows += padded[:, :, :, 2:]
-        total = np.add(rows[:, :, :-2], rows[:, :, 1:-1])
-        total += rows[:, :, 2:]
-        total /= self._counts(height, width, x.dtype)
+        total = same_size_average(x, False)
         if self.subtract:
             total -= x
         if residual:  # the Mul's and the Add's arithmetic, in place
             total *= self.scale
             total += residual[0]
         return total
-
-    def _counts(self, height: int, width: int, dtype: np.dtype) -> np.ndarray:
-        """The real cells in each window, (height, width)."""
-        key = (height, width, dtype)
-        count = self.counts.get(key)
-        if count is None:
-            def counts(size: int) -> np.ndarray:
-                count = np.full(size, 3.0)
-                count[0] -= 1
-                count[-1] -= 1  # a single cell: 1
-                return count
-
-            count = np.outer(counts(height), counts(width)).astype(dtype)
-            count.flags.writeable = False
-            if len(self.counts) >= _KEPT:
-                self.counts.clear()
-            self.counts[key] = count
-        return count

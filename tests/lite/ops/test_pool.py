@@ -146,3 +146,75 @@ def test_average_pool_of_windows_that_tile_the_input(shape, kernel):
     check_against_reference("AveragePool", [x], {"kernel_shape": kernel, "strides": kernel}, opset=11)
     AveragePool(x, kernel_shape=kernel, strides=kernel)
     np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 7, 5), (2, 2, 1, 1), (1, 4, 1, 6), (1, 1, 2, 9), (1, 32, 16, 16)])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pool_3x3_same_size_sums_by_shifted_slices(shape, count_include_pad):
+    """3x3, stride 1, pads 1 (PoolFormer's mixer) takes lite.ops._pool_common.same_size_3x3_sum:
+    against onnx.reference, and against the general path on a channels-last input (a
+    non-contiguous view); the input is left as it was."""
+    from lite.ops._pool_common import pool_geometry
+    from lite.ops.average_pool import AveragePool
+
+    attributes = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": count_include_pad}
+    x = normal(*shape)
+    before = x.copy()
+    check_against_reference("AveragePool", [x], attributes, opset=11)
+    AveragePool(x, **attributes)
+    np.testing.assert_array_equal(x, before)
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(AveragePool(channels_last, **attributes), AveragePool(x, **attributes), rtol=1e-6)
+    # The same window written with explicit strides and dilations of 1 is the same geometry.
+    geometry = pool_geometry("AveragePool", x, kernel_shape=[3, 3], strides=[1, 1], dilations=[1, 1],
+                             auto_pad="NOTSET", pads=[1, 1, 1, 1], ceil_mode=0)
+    assert geometry.same_size_3x3()
+
+
+@pytest.mark.parametrize("attributes", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "dilations": [2, 2]},
+    {"kernel_shape": [3, 3], "pads": [0, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]},
+])
+def test_average_pool_other_windows_decline_the_3x3_same_size_path(attributes):
+    from lite.ops._pool_common import pool_geometry
+
+    x = normal(1, 2, 9, 7)
+    geometry = pool_geometry("AveragePool", x, kernel_shape=attributes["kernel_shape"],
+                             strides=attributes.get("strides"), dilations=attributes.get("dilations"),
+                             auto_pad=attributes.get("auto_pad", "NOTSET"), pads=attributes.get("pads"),
+                             ceil_mode=attributes.get("ceil_mode", 0))
+    assert not geometry.same_size_3x3()
+    check_against_reference("AveragePool", [x], {**attributes, "count_include_pad": 1}, opset=19)
+
+
+@pytest.mark.parametrize("shape, attributes", [
+    ((1, 32, 32, 32), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 3, 11, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),  # no pads, ceil overhang
+    ((2, 5, 9, 7), {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    ((1, 3, 13, 10), {"kernel_shape": [3, 2], "strides": [3, 1], "pads": [1, 0, 2, 1], "dilations": [2, 3]}),
+    ((1, 4, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),  # the input itself is the buffer
+    ((1, 2, 5, 6), {"kernel_shape": [5, 6], "strides": [1, 1]}),  # one window per plane
+])
+def test_max_pool_flat_shifts_match_the_general_path(shape, attributes):
+    """lite.ops.max_pool._flat_max_2d (taps as shifts of the flat padded buffer) against
+    ONNX Runtime and the general separable path, with NaN and -inf cells; a channels-last
+    input without pads is no contiguous buffer and takes the strided views instead."""
+    from lite.ops._pool_common import pool_geometry
+    from lite.ops.max_pool import MaxPool, _separable_max
+
+    x = normal(*shape)
+    x.reshape(-1)[::7] = np.nan
+    x.reshape(-1)[3::11] = -np.inf
+    geometry = pool_geometry("MaxPool", x, kernel_shape=attributes["kernel_shape"], strides=attributes["strides"],
+                             dilations=attributes.get("dilations"), auto_pad="NOTSET", pads=attributes.get("pads"),
+                             ceil_mode=attributes.get("ceil_mode", 0))
+    expected = _separable_max(x, geometry, np.empty)
+    np.testing.assert_array_equal(MaxPool(x, **attributes), expected)
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(MaxPool(channels_last, **attributes), expected)
+    # onnx.reference gets the output shape of a padded stride-1 ceil_mode pool wrong; ONNX Runtime does not.
+    check_against_onnxruntime("MaxPool", [normal(*shape)], attributes, opset=12)
