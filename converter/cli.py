@@ -70,24 +70,28 @@ def _add_quantization_options(parser: argparse.ArgumentParser) -> None:
 
     group = parser.add_argument_group("quantization (docs/quantization.md)")
     group.add_argument("--quant", choices=MODES, help="int8 (static, needs --calib), int8-dynamic, int8-weight or fp16")
-    group.add_argument("--calib", metavar="DATA", help="calibration data: a folder of .npy/.npz files or of images")
+    group.add_argument("--calib", metavar="DATA",
+                       help="calibration data for --quant int8: a folder of .npy/.npz files or of images")
     group.add_argument("--calib-method", choices=CALIBRATION_METHODS, default="minmax", help="how activation ranges are chosen")
     group.add_argument("--calib-size", type=int, default=256, metavar="N", help="calibration samples to read at most (default 256)")
     channel = group.add_mutually_exclusive_group()
     channel.add_argument("--per-channel", dest="per_channel", action="store_true", default=True,
                          help="one weight scale per output channel (default)")
     channel.add_argument("--per-tensor", dest="per_channel", action="store_false", help="one weight scale per tensor")
-    group.add_argument("--eval", metavar="DATA", help="evaluation data (labels in .npz 'label' or class sub-folders): accuracy report")
+    group.add_argument("--eval", metavar="DATA",
+                       help="evaluation data for an int8 --quant (labels in .npz 'label' or class sub-folders): "
+                            "accuracy report")
     group.add_argument("--max-accuracy-drop", type=float, metavar="PP",
                        help="keep the most sensitive layers in float until the drop is <= PP percentage points (needs --eval)")
-    group.add_argument("--preprocess", metavar="SPEC", help="image preprocessing spec (JSON text or file); stored in the model")
+    group.add_argument("--preprocess", metavar="SPEC",
+                       help="image preprocessing spec (JSON text or file); stored in the model, with or without --quant")
     group.add_argument("--activation-type", choices=("uint8", "int8"), default="uint8", help="activation integer type (default uint8)")
     group.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float (repeatable)")
 
 
 def _quantization_arguments(args: argparse.Namespace) -> dict:
-    if args.quant is None:
-        return {"max_accuracy_drop": args.max_accuracy_drop} if args.max_accuracy_drop is not None else {}
+    # All of them, --quant or not: convert() stores --preprocess in any model and refuses --calib,
+    # --eval and --max-accuracy-drop where they would be ignored.
     return {
         "quant": args.quant,
         "calibration_data": args.calib,
