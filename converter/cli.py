@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME:D0,D1,...",
-        help="fix an input's shape, e.g. input:1,3,224,224 (repeatable)",
+        help="fix an input's shape, e.g. input:1,3,224,224 (repeatable): sets its symbolic dimensions; "
+        "a size the model fixes must be given as is",
     )
     parser.add_argument("--dynamic-batch", action="store_true", help="make the leading dimension of inputs symbolic")
     parser.add_argument("--fp16", action="store_true", help="store float weights as float16")
