@@ -113,6 +113,20 @@ def test_pipes_are_refused_without_blocking(tmp_path, capsys, command):
     assert "not a regular file" in err and err.count("\n") == 1
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", [["inspect"], ["bench", "--device", "numpy", "--profile", "--loops", "1"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, command):
+    """``lite inspect m.lite | head``: the pipe's reader closes it before the command writes."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # before the command starts: its first write meets a broken pipe
+    try:
+        result = subprocess.run([sys.executable, "-m", "lite.cli", command[0], str(matmul_model(tmp_path)),
+                                 *command[1:]], stdout=write_end, stderr=subprocess.PIPE, text=True, check=False)
+    finally:
+        os.close(write_end)
+    assert result.stderr == "" and result.returncode == 141
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["empty", "pipe", "directory"])
 def test_convert_refuses_empty_files_pipes_and_folders(tmp_path, capsys, kind):
