@@ -48,6 +48,15 @@ def test_inspect_graph_dot(tmp_path):
     assert text.startswith("digraph lite {") and '"MatMul"' in text
 
 
+@pytest.mark.parametrize("name, message", [("g.txt", "use a .dot, .svg, .png or .pdf"),
+                                           ("missing/g.dot", "does not exist")])
+def test_inspect_checks_the_graph_name_before_printing(tmp_path, capsys, name, message):
+    path = matmul_model(tmp_path)
+    assert main(["inspect", str(path), "--graph", str(tmp_path / name)]) == 1
+    printed = capsys.readouterr()
+    assert printed.out == "" and message in printed.err and printed.err.count("\n") == 1
+
+
 @pytest.mark.parametrize("content", [b"", b"garbage", b"\0" * 100])
 def test_invalid_file_gives_one_line_error_and_nonzero_exit(tmp_path, content):
     bad = tmp_path / "bad.lite"
