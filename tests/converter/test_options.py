@@ -150,3 +150,23 @@ def test_the_command_line_refuses_calib_without_quant_int8(tmp_path, capsys):
                  str(tmp_path / "calib")]) == 2
     assert "--quant int8" in capsys.readouterr().err
     assert not (tmp_path / "m.lite").exists()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--exclude", "conv1"], "--exclude applies to --quant int8 / int8-dynamic / int8-weight, not to no --quant"),
+    (["--per-tensor", "--quant", "fp16"], "--per-channel/--per-tensor applies to .* not to --quant fp16"),
+    (["--calib-method", "entropy", "--quant", "int8-dynamic"], "--calib-method applies to --quant int8, not to"),
+    (["--calib-size", "8"], "--calib-size applies to --quant int8, not to no --quant"),
+    (["--activation-type", "int8", "--quant", "int8-weight"], "--activation-type applies to --quant int8, not"),
+])
+def test_the_command_line_refuses_quantization_tuning_without_its_mode(tmp_path, capsys, arguments, message):
+    import re
+
+    import onnx
+
+    from converter.cli import main
+
+    onnx.save(_model(), tmp_path / "m.onnx")
+    assert main(["convert", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.lite"), *arguments]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "m.lite").exists()
