@@ -54,7 +54,8 @@ def read_inputs(model: Model, pairs: list[str]) -> dict[str, np.ndarray]:
 def named_shapes(model: Model, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """``--shape`` overrides keyed by input name (a bare shape names a single-input model's
     input); a name the model has no input of is an error naming the ones it has."""
-    names = [spec.name for spec in model.inputs]
+    specs = {spec.name: spec for spec in model.inputs}
+    names = list(specs)
     named = {}
     for name, shape in shapes.items():
         if not name:
@@ -65,8 +66,23 @@ def named_shapes(model: Model, shapes: dict[str, tuple[int, ...]]) -> dict[str, 
         elif name not in names:
             raise InvalidInputError(f"--shape {name}:{_dims(shape)}: the model has no input {name!r}; "
                                     f"its inputs: {', '.join(names)}")
+        _check_against_signature(specs[name], shape)
         named[name] = shape
     return named
+
+
+def _check_against_signature(spec, shape: tuple[int, ...]) -> None:
+    """A --shape of the input's rank that keeps the sizes the model fixes."""
+    if spec.shape is None:
+        return
+    expected = "[" + ", ".join("?" if dim is None else str(dim) for dim in spec.shape) + "]"
+    if len(shape) != len(spec.shape):
+        raise InvalidInputError(f"--shape {spec.name}:{_dims(shape)}: rank {len(shape)}, the model's input has "
+                                f"rank {len(spec.shape)} ({spec.name}{expected})")
+    for axis, (dim, size) in enumerate(zip(spec.shape, shape)):
+        if isinstance(dim, int) and dim != size:
+            raise InvalidInputError(f"--shape {spec.name}:{_dims(shape)}: dimension {axis} is fixed at {dim} by the "
+                                    f"model, {size} given ({spec.name}{expected})")
 
 
 def _dims(shape: tuple[int, ...]) -> str:

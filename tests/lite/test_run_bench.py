@@ -85,10 +85,15 @@ def test_bench_header_says_which_shapes_ran(tmp_path, capsys):
     assert "sets them" not in out
 
 
-def test_bench_refuses_a_shape_for_an_input_the_model_lacks(cnn, capsys):
-    assert main(["bench", str(cnn), "--loops", "1", "--shape", "bogus:1,3,8,8"]) == 1
+@pytest.mark.parametrize("shape, message", [
+    ("bogus:1,3,8,8", "no input 'bogus'; its inputs: x"),
+    ("x:1,3,8", "rank 3, the model's input has rank 4 (x[N, 3, 8, 8])"),
+    ("x:1,4,8,8", "dimension 1 is fixed at 3 by the model, 4 given"),
+])
+def test_bench_refuses_a_shape_the_model_cannot_take(cnn, capsys, shape, message):
+    assert main(["bench", str(cnn), "--loops", "1", "--shape", shape]) == 1
     err = capsys.readouterr().err
-    assert "no input 'bogus'" in err and "its inputs: x" in err
+    assert message in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("given", [["--shape", "x:1,3,8,8"], ["--input", "INPUT"]])
