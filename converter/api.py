@@ -47,8 +47,12 @@ from converter.verify import onnxruntime_available
 from converter.verify_output import failure_message, verify_output
 from lite.atomic import atomic_path
 from lite.compare import Tolerance
+from lite.errors import PreprocessingError
 from lite.format import ir as lite_ir
 from lite.format import save
+from lite.preprocessing import METADATA_KEY as PREPROCESSING_KEY
+from lite.preprocessing import ImagePreprocessing
+from lite.preprocessing import read_spec as read_preprocessing_spec
 from lite.signature import SAMPLE_SHAPES_KEY
 
 OUTPUT_FORMATS = (".lite", ".onnx")
@@ -149,9 +153,11 @@ def convert(
       is ``"int8"`` (static; needs ``calibration_data``: a folder of .npy/.npz files or images, or
       an iterable of arrays), ``"int8-dynamic"``, ``"int8-weight"`` or ``"fp16"``. ``eval_data``
       adds the accuracy report (``report.quantization``); ``max_accuracy_drop`` (percentage
-      points) keeps the most sensitive layers in float until it holds. ``preprocessing`` (the
-      image spec, JSON/dict/path) prepares image folders and is stored in the model's
-      ``preprocessing`` metadata for serving. ``quant_options`` sets further
+      points) keeps the most sensitive layers in float until it holds; ``calibration_data``
+      without ``quant="int8"`` and ``eval_data`` or ``max_accuracy_drop`` without an int8 mode
+      are :class:`InvalidOptionError`. ``preprocessing`` (the image spec, JSON/dict/path) is
+      checked against the model's inputs and stored in the model's ``preprocessing`` metadata
+      for serving, with or without ``quant``; int8 also prepares image folders with it. ``quant_options`` sets further
       :class:`converter.quantize.config.QuantConfig` fields (``activation_type``, ``percentile``,
       ``exclude``, ...). Quantized models are checked by the quantization report rather than by
       ``verify``.
@@ -199,12 +205,15 @@ def convert(
     report.warnings[:0] = source_warnings
     report.after = GraphStats.of(imported.model)
     quantize = _quantizer(quantization, quant_config, report)
+    # int8 modes check and store the spec with the calibration that reads it (quantize_model).
+    preprocessing = None if quantization.is_int8 else _preprocessing_metadata(quantization.preprocessing, imported.model)
     try:
         # lite.atomic: a hidden, exclusively created temporary file beside the output, verified
         # there and renamed over it, so the output appears complete or not at all (even after a
         # hard kill).
         with atomic_path(output) as temporary:
-            exported, written = _write(imported, report, temporary, suffix, recorded, graph.allow_custom, quantize)
+            exported, written = _write(imported, report, temporary, suffix, recorded, graph.allow_custom, quantize,
+                                       preprocessing)
             if verify:
                 _verify(report, original, imported, exported, temporary, suffix, options, tolerance)
                 _record_sample_shapes(written, report.verification, temporary)
@@ -235,8 +244,6 @@ def _quantizer(quantization: QuantizeOptions, config: QuantConfig | None,
     if config is None:
         return None
     if not quantization.is_int8:
-        if quantization.eval_data is not None or quantization.max_accuracy_drop is not None:
-            report.warnings.append("fp16: the accuracy report and fallback apply to int8 modes only")
         return None
 
     def quantize(lite_model: lite_ir.Model) -> lite_ir.Model:
@@ -320,18 +327,25 @@ def _write(
     options: dict[str, Any],
     allow_custom: bool,
     quantize=None,
+    preprocessing: str | None = None,
 ) -> tuple[onnx.ModelProto | None, lite_ir.Model | None]:
     """Write the output to ``temporary``; return the ONNX export when one was made, and the .lite
     model when that was written.
 
     ``quantize`` (int8 modes) rewrites the lowered .lite model; a quantized .onnx output is that
     model lowered back to ONNX (QDQ form) as the runtime's ONNX Runtime engine does.
+    ``preprocessing`` (the checked spec as JSON) goes into the ``preprocessing`` metadata.
     """
     if suffix == ".onnx" and quantize is None:
         exported = to_onnx(imported.model)
+        if preprocessing is not None:
+            onnx.helper.set_model_props(exported, {**{p.key: p.value for p in exported.metadata_props},
+                                                   PREPROCESSING_KEY: preprocessing})
         _write_bytes(temporary, serialize(exported))
         return exported, None
     lite_model = lower_model(imported.model, _metadata(imported, options))
+    if preprocessing is not None:
+        lite_model.metadata[PREPROCESSING_KEY] = preprocessing
     if quantize is not None:
         lite_model = quantize(lite_model)
     if suffix == ".onnx":
@@ -363,6 +377,28 @@ def _write(
         lite_model.metadata[CUSTOM_OPS_KEY] = json.dumps([name for name, _, _ in unsupported])
     save(lite_model, temporary)
     return None, lite_model
+
+
+def _preprocessing_metadata(spec: str | os.PathLike | dict[str, Any] | None, model: ir.Model) -> str | None:
+    """The image preprocessing spec checked against the model's inputs, as stored in its
+    ``preprocessing`` metadata (lite.preprocessing, which serving reads); None without one."""
+    inputs = [_ImageInput(value) for value in model.graph.inputs if value.name not in model.graph.initializers]
+    try:
+        raw = read_preprocessing_spec(spec)
+        if not raw:
+            return None
+        return ImagePreprocessing.from_spec(raw, inputs).to_json()
+    except PreprocessingError as err:
+        raise InvalidOptionError(f"--preprocess (preprocessing=): {err}") from err
+
+
+class _ImageInput:
+    """An ONNX graph input as lite.preprocessing describes one: name, numpy dtype, shape."""
+
+    def __init__(self, value: ir.Value) -> None:
+        self.name = value.name
+        self.dtype = value.dtype.numpy() if value.dtype is not None else None
+        self.shape = tuple(dim if isinstance(dim, int) else str(dim) for dim in value.shape) if value.shape else None
 
 
 def _write_bytes(path: Path, data: bytes) -> None:

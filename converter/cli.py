@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME:D0,D1,...",
-        help="fix an input's shape, e.g. input:1,3,224,224 (repeatable)",
+        help="fix an input's shape, e.g. input:1,3,224,224 (repeatable): sets its symbolic dimensions; "
+        "a size the model fixes must be given as is",
     )
     parser.add_argument("--dynamic-batch", action="store_true", help="make the leading dimension of inputs symbolic")
     parser.add_argument("--fp16", action="store_true", help="store float weights as float16")
@@ -70,34 +71,63 @@ def _add_quantization_options(parser: argparse.ArgumentParser) -> None:
 
     group = parser.add_argument_group("quantization (docs/quantization.md)")
     group.add_argument("--quant", choices=MODES, help="int8 (static, needs --calib), int8-dynamic, int8-weight or fp16")
-    group.add_argument("--calib", metavar="DATA", help="calibration data: a folder of .npy/.npz files or of images")
-    group.add_argument("--calib-method", choices=CALIBRATION_METHODS, default="minmax", help="how activation ranges are chosen")
-    group.add_argument("--calib-size", type=int, default=256, metavar="N", help="calibration samples to read at most (default 256)")
+    group.add_argument("--calib", metavar="DATA",
+                       help="calibration data for --quant int8: a folder of .npy/.npz files or of images")
+    # The tuning options default to None (the defaults below, in QuantizeOptions and QuantConfig):
+    # given without the mode they tune, they are an error rather than ignored.
+    group.add_argument("--calib-method", choices=CALIBRATION_METHODS, help="how --quant int8 chooses activation ranges "
+                       "(default minmax)")
+    group.add_argument("--calib-size", type=int, metavar="N", help="calibration samples to read at most (default 256)")
     channel = group.add_mutually_exclusive_group()
-    channel.add_argument("--per-channel", dest="per_channel", action="store_true", default=True,
+    channel.add_argument("--per-channel", dest="per_channel", action="store_true", default=None,
                          help="one weight scale per output channel (default)")
     channel.add_argument("--per-tensor", dest="per_channel", action="store_false", help="one weight scale per tensor")
-    group.add_argument("--eval", metavar="DATA", help="evaluation data (labels in .npz 'label' or class sub-folders): accuracy report")
+    group.add_argument("--eval", metavar="DATA",
+                       help="evaluation data for an int8 --quant (labels in .npz 'label' or class sub-folders): "
+                            "accuracy report")
     group.add_argument("--max-accuracy-drop", type=float, metavar="PP",
                        help="keep the most sensitive layers in float until the drop is <= PP percentage points (needs --eval)")
-    group.add_argument("--preprocess", metavar="SPEC", help="image preprocessing spec (JSON text or file); stored in the model")
-    group.add_argument("--activation-type", choices=("uint8", "int8"), default="uint8", help="activation integer type (default uint8)")
+    group.add_argument("--preprocess", metavar="SPEC",
+                       help="image preprocessing spec (JSON text or file); stored in the model, with or without --quant")
+    group.add_argument("--activation-type", choices=("uint8", "int8"),
+                       help="activation integer type of --quant int8 (default uint8)")
     group.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float (repeatable)")
 
 
+# Options that tune one kind of quantization, and the --quant modes they apply to.
+STATIC_ONLY = ("int8",)
+INT8_MODES = ("int8", "int8-dynamic", "int8-weight")
+TUNING_OPTIONS = (
+    ("--calib-method", "calib_method", STATIC_ONLY),
+    ("--calib-size", "calib_size", STATIC_ONLY),
+    ("--activation-type", "activation_type", STATIC_ONLY),
+    ("--per-channel/--per-tensor", "per_channel", INT8_MODES),
+    ("--exclude", "exclude", INT8_MODES),
+)
+
+
 def _quantization_arguments(args: argparse.Namespace) -> dict:
-    if args.quant is None:
-        return {"max_accuracy_drop": args.max_accuracy_drop} if args.max_accuracy_drop is not None else {}
+    """convert()'s quantization keywords: all of them, --quant or not (it stores --preprocess in
+    any model and refuses --calib, --eval and --max-accuracy-drop where they would be ignored);
+    the tuning options only where given, after checking that they apply to the mode."""
+    for option, name, modes in TUNING_OPTIONS:
+        if getattr(args, name) not in (None, []) and args.quant not in modes:
+            mode = "no --quant" if args.quant is None else f"--quant {args.quant}"
+            raise InvalidOptionError(f"{option} applies to --quant {' / '.join(modes)}, not to {mode}")
+    given = {key: value for key, value in (("calibration_method", args.calib_method),
+                                           ("calibration_size", args.calib_size),
+                                           ("per_channel", args.per_channel)) if value is not None}
+    quant_options = {"exclude": tuple(args.exclude)}
+    if args.activation_type is not None:
+        quant_options["activation_type"] = args.activation_type
     return {
         "quant": args.quant,
         "calibration_data": args.calib,
-        "calibration_method": args.calib_method,
-        "calibration_size": args.calib_size,
-        "per_channel": args.per_channel,
+        **given,
         "eval_data": args.eval,
         "max_accuracy_drop": args.max_accuracy_drop,
         "preprocessing": args.preprocess,
-        "quant_options": {"activation_type": args.activation_type, "exclude": tuple(args.exclude)},
+        "quant_options": quant_options,
         "progress": not args.quiet,
     }
 

@@ -292,6 +292,8 @@ def apply_input_shapes(
                 f"--input-shape {name}: rank {len(shape)} given, the model's input has rank "
                 f"{len(value.shape)} ({value.shape})"
             )
+        if value.shape is not None:
+            _check_fixed_sizes(name, list(value.shape), shape)
         value.shape = ir.Shape(shape)
     if dynamic_batch:
         for value in graph.inputs:
@@ -308,6 +310,23 @@ def apply_input_shapes(
     if input_shapes or dynamic_batch:
         _forget_intermediate_shapes(graph)
     return warnings
+
+
+def _check_fixed_sizes(name: str, model_dims: list, given: list[int | str]) -> None:
+    """A size the model fixes cannot be replaced by another: its weights and reshapes were built
+    for it, and the written model would fail or compute garbage at run time."""
+    changed = [(axis, dim, size) for axis, (dim, size) in enumerate(zip(model_dims, given))
+               if isinstance(dim, int) and isinstance(size, int) and dim != size]
+    if not changed:
+        return
+    listing = "; ".join(f"dimension {axis} is fixed at {dim} by the model, {size} given" for axis, dim, size in changed)
+    hint = ("; --dynamic-batch makes the leading dimension symbolic" if any(axis == 0 for axis, _, _ in changed)
+            else "")
+    raise InvalidOptionError(
+        f"--input-shape {name}:{','.join(str(size) for size in given)}: {listing} (the model's input is "
+        f"{name}[{', '.join(str(dim) for dim in model_dims)}]); only symbolic dimensions can be set: "
+        f"give the model's size there{hint}"
+    )
 
 
 def _forget_intermediate_shapes(graph: ir.Graph) -> None:

@@ -94,9 +94,8 @@ class QuantizeOptions:
 
     def config(self) -> QuantConfig | None:
         """The quantization's configuration, or None without ``quant``."""
+        self._check_int8_only_options()
         if self.quant is None:
-            if self.max_accuracy_drop is not None:
-                raise InvalidOptionError("max_accuracy_drop (--max-accuracy-drop) needs quant (--quant int8 ...)")
             return None
         return QuantConfig(
             mode=self.quant,
@@ -107,9 +106,29 @@ class QuantizeOptions:
             **(self.quant_options or {}),
         )
 
+    def _check_int8_only_options(self) -> None:
+        """Calibration data, evaluation data and the accuracy budget given where they would be
+        ignored are errors, as every option that does not apply is."""
+        if self.calibration_data is not None and self.quant != "int8":
+            raise InvalidOptionError(
+                f"calibration data (--calib, calibration_data) applies to quant 'int8' (--quant int8) only, "
+                f"not to {_mode(self.quant)}: add --quant int8, or drop --calib"
+            )
+        for value, option in ((self.eval_data, "eval_data (--eval)"),
+                              (self.max_accuracy_drop, "max_accuracy_drop (--max-accuracy-drop)")):
+            if value is not None and not self.is_int8:
+                raise InvalidOptionError(
+                    f"{option} needs quant int8, int8-dynamic or int8-weight (--quant ...): it compares the float "
+                    f"and the int8 model; not {_mode(self.quant)}"
+                )
+
     @property
     def is_int8(self) -> bool:
         return self.quant is not None and self.quant != "fp16"
+
+
+def _mode(quant: str | None) -> str:
+    return "a float conversion (no --quant)" if quant is None else f"quant {quant!r}"
 
 
 @dataclass(frozen=True)

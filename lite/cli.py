@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -129,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(handler(args) or 0)
+        code = int(handler(args) or 0)
+        sys.stdout.flush()  # a reader gone away shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except (LiteError, ValueError, OSError) as err:
         # User-facing failures: one line, no traceback.
         print(f"lite {args.command}: error: {one_line(str(err))}", file=sys.stderr)
@@ -140,6 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lite {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_gone() -> int:
+    """The reader of our output closed it (``lite inspect m.lite | head``): stop quietly with the
+    status of a Unix tool ended by SIGPIPE, 128 + 13. stdout goes to /dev/null first so that
+    the interpreter's own flush at exit finds no broken pipe either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141  # 128 + SIGPIPE (13), which Windows does not define
 
 
 if __name__ == "__main__":

@@ -51,14 +51,70 @@ def read_inputs(model: Model, pairs: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
+def named_shapes(model: Model, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """``--shape`` overrides keyed by input name (a bare shape names a single-input model's
+    input); a name the model has no input of is an error naming the ones it has."""
+    specs = {spec.name: spec for spec in model.inputs}
+    names = list(specs)
+    named = {}
+    for name, shape in shapes.items():
+        if not name:
+            if len(names) != 1:
+                raise InvalidInputError(f"--shape {_dims(shape)}: the model has {len(names)} inputs "
+                                        f"({', '.join(names)}); write NAME:D1,D2,...")
+            name = names[0]
+        elif name not in names:
+            raise InvalidInputError(f"--shape {name}:{_dims(shape)}: the model has no input {name!r}; "
+                                    f"its inputs: {', '.join(names)}")
+        _check_against_signature(specs[name], shape)
+        named[name] = shape
+    return named
+
+
+def _check_against_signature(spec, shape: tuple[int, ...]) -> None:
+    """A --shape of the input's rank that keeps the sizes the model fixes."""
+    if spec.shape is None:
+        return
+    expected = "[" + ", ".join("?" if dim is None else str(dim) for dim in spec.shape) + "]"
+    if len(shape) != len(spec.shape):
+        raise InvalidInputError(f"--shape {spec.name}:{_dims(shape)}: rank {len(shape)}, the model's input has "
+                                f"rank {len(spec.shape)} ({spec.name}{expected})")
+    for axis, (dim, size) in enumerate(zip(spec.shape, shape)):
+        if isinstance(dim, int) and dim != size:
+            raise InvalidInputError(f"--shape {spec.name}:{_dims(shape)}: dimension {axis} is fixed at {dim} by the "
+                                    f"model, {size} given ({spec.name}{expected})")
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return ",".join(str(size) for size in shape)
+
+
 def random_inputs(model: Model, batch: int, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random arrays matching the signature: symbolic leading dims take ``batch``, the others the
-    sizes the model records (:func:`lite.signature.sample_shapes`), else 1."""
+    """Random arrays matching the signature: ``shapes`` (``--shape``, see :func:`named_shapes`)
+    where given; otherwise symbolic leading dims take ``batch``, the others the sizes the model
+    records (:func:`lite.signature.sample_shapes`), else 1."""
     rng = np.random.default_rng(seed)
     samples = sample_shapes(model.ir)
+    given = named_shapes(model, shapes)
     feeds = {}
     for spec in model.inputs:
-        shape = (shapes.get(spec.name) or (shapes.get("") if len(model.inputs) == 1 else None)
-                 or concrete_shape(spec, batch, samples.get(spec.name)))
+        shape = given.get(spec.name) or concrete_shape(spec, batch, samples.get(spec.name))
         feeds[spec.name] = random_array(spec, shape, rng)
     return feeds
+
+
+def describe_inputs(model: Model, feeds: dict[str, np.ndarray]) -> str:
+    """The inputs a run used, e.g. ``images float32[1, 3, 320, 320]``, and which of the model's
+    dimensions are symbolic (their sizes were chosen by the caller, not fixed by the model)."""
+    specs = {spec.name: spec for spec in model.inputs}
+    parts = []
+    for name, value in feeds.items():
+        text = f"{name} {value.dtype}{list(value.shape)}"
+        spec = specs.get(name)
+        if spec is not None and spec.shape is not None:
+            symbolic = [f"{dim or f'dimension {axis}'}={size}"
+                        for axis, (dim, size) in enumerate(zip(spec.shape, value.shape)) if not isinstance(dim, int)]
+            if symbolic:
+                text += f" ({', '.join(symbolic)})"
+        parts.append(text)
+    return "; ".join(parts)

@@ -27,7 +27,13 @@ import numpy as np
 
 from lite.atomic import atomic_write
 from lite.commands._engine_options import add_engine_options
-from lite.commands._inputs import parse_shape_overrides, random_inputs, read_inputs
+from lite.commands._inputs import (
+    describe_inputs,
+    named_shapes,
+    parse_shape_overrides,
+    random_inputs,
+    read_inputs,
+)
 from lite.commands._model_file import load_checked
 from lite.compare import compare_outputs
 from lite.engines import PRECISIONS
@@ -38,8 +44,12 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="measure latency, throughput, memory; profile; compare engines")
     parser.add_argument("model", nargs="?", help="path to a .lite file (or use --grpc)")
     add_engine_options(parser)
-    parser.add_argument("--batch", type=int, default=1, help="size of symbolic leading dimensions (default 1)")
-    parser.add_argument("--shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="size of symbolic leading dimensions (default 1); an input given by --shape or "
+                             "--input takes its size from there, and a --batch that disagrees with it is an error")
+    parser.add_argument("--shape", action="append", metavar="NAME:D1,D2,...",
+                        help="the whole shape of an input's random data (repeatable); other symbolic sizes are "
+                             "those the converter verified the model on, else 1 (the header prints the shapes used)")
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE", help="real inputs (.npy/.npz)")
     parser.add_argument("--threads", type=int, help="intra-op threads (ONNX Runtime engines)")
     parser.add_argument("--loops", type=int, default=50, help="timed runs (default 50)")
@@ -70,10 +80,11 @@ def run(args: argparse.Namespace) -> int:
     if args.grpc is not None:
         if args.model is not None:
             raise ValueError(f"give a .lite file or --grpc ADDR, not both (got {args.model!r} and --grpc)")
-        return run_backend("grpc", args)
+        # A plug-in reads --batch as a number: 1 where it was not given.
+        return run_backend("grpc", argparse.Namespace(**{**vars(args), "batch": args.batch or 1}))
     if args.model is None:
         raise ValueError("give a .lite file to measure, or --grpc ADDR --model NAME for a served model")
-    if args.loops < 1 or args.warmup < 0 or args.batch < 1:
+    if args.loops < 1 or args.warmup < 0 or (args.batch is not None and args.batch < 1):
         raise ValueError("--loops and --batch must be >= 1 and --warmup >= 0")
     load_checked(args.model)  # refuses what the engines would fail on with a traceback
     if args.autotune is not None:
@@ -81,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         options = {"precision": args.precision} if args.engine is not None and args.precision else {}
         model = Model.load(args.model, device=args.device, threads=args.threads, engine=args.engine, **options)
-    feeds = read_inputs(model, args.input) if args.input else random_inputs(model, args.batch, parse_shape_overrides(args.shape))
+    feeds = _inputs(model, args)
     batch = next(iter(feeds.values())).shape[0] if feeds and next(iter(feeds.values())).ndim else 1
     results: dict[str, Any] = {"model": args.model, "device": model.device, "batch": int(batch),
                                "inputs": {k: list(v.shape) for k, v in feeds.items()}}
@@ -90,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     results["latency_ms"] = time_runs(model, feeds, args.loops, args.warmup)
     results["throughput_per_s"] = batch * 1e3 / results["latency_ms"]["median"]
     print(f"{args.model} on {model.device}, batch {batch}, {args.loops} runs after {args.warmup} warm-up")
+    print(f"inputs: {describe_inputs(model, feeds)}")
+    if not args.input and _chose_sizes(model, named_shapes(model, parse_shape_overrides(args.shape))):
+        print("  random; symbolic sizes beyond the batch: those the converter verified the model on, else 1 "
+              "(--shape NAME:D1,D2,... sets them)")
     lat = results["latency_ms"]
     print(f"latency ms: min {lat['min']:.3f}  median {lat['median']:.3f}  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}")
     print(f"throughput: {results['throughput_per_s']:.1f} samples/s")
@@ -115,10 +130,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inputs(model: Model, args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """Real inputs (``--input``) or random ones (``--batch``, ``--shape``). An input whose leading
+    size ``--shape`` or ``--input`` gives keeps it; a ``--batch`` that says otherwise is refused
+    rather than silently ignored."""
+    if args.input:
+        feeds = read_inputs(model, args.input)
+        given = {name: value.shape for name, value in feeds.items()}
+        source = "--input"
+    else:
+        given = named_shapes(model, parse_shape_overrides(args.shape))
+        feeds = random_inputs(model, args.batch if args.batch is not None else 1, given)
+        source = "--shape"
+    if args.batch is not None:
+        for name, shape in given.items():
+            if len(shape) and shape[0] != args.batch:
+                raise ValueError(
+                    f"--batch {args.batch} and {source} {name} (leading dimension {shape[0]}, shape "
+                    f"{list(shape)}) disagree: give the batch in {source}, or drop --batch"
+                )
+    return feeds
+
+
+def _chose_sizes(model: Model, given: dict[str, tuple[int, ...]]) -> bool:
+    """Whether an input without ``--shape`` has symbolic dimensions beyond its batch, whose
+    sizes bench chose."""
+    return any(spec.shape is not None and any(not isinstance(dim, int) for dim in spec.shape[1:])
+               for spec in model.inputs if spec.name not in given)
+
+
 def autotune(args: argparse.Namespace) -> Model:
     """``--autotune``: measure afresh (retune), print the table, return the model bound to the choice."""
     try:
-        sizes = [int(size) for size in args.autotune.split(",") if size] or [args.batch]
+        sizes = [int(size) for size in args.autotune.split(",") if size] or [args.batch or 1]
     except ValueError as err:
         raise ValueError(f"--autotune {args.autotune!r}: expected batch sizes like 1,8") from err
     model = Model.load(args.model, device=args.device, threads=args.threads, engine="auto", batch_sizes=sizes,

@@ -140,14 +140,24 @@ def to_dot(model: ir.Model) -> str:
     return "\n".join(lines) + "\n"
 
 
+GRAPH_SUFFIXES = (".dot", ".svg", ".png", ".pdf")
+
+
+def check_graph_target(target: Path) -> None:
+    """Refuse a ``--graph`` name that cannot be written, before any work is done."""
+    if target.suffix not in GRAPH_SUFFIXES:
+        raise ValueError(f"--graph {target}: use a .dot, .svg, .png or .pdf file name")
+    if not target.parent.is_dir():
+        raise ValueError(f"--graph {target}: the folder {target.parent} does not exist")
+
+
 def write_graph(model: ir.Model, target: Path) -> str:
     """Draw the graph to ``target`` (.dot, or .svg/.png/.pdf through Graphviz); returns what was written."""
+    check_graph_target(target)
     dot = to_dot(model)
     if target.suffix == ".dot":
         _write_text(target, dot)
         return str(target)
-    if target.suffix not in (".svg", ".png", ".pdf"):
-        raise ValueError(f"--graph {target}: use a .dot, .svg, .png or .pdf file name")
     executable = shutil.which("dot")
     if executable is None:
         fallback = target.with_suffix(".dot")
@@ -172,6 +182,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.graph:
+        check_graph_target(Path(args.graph))
     model = load_checked(args.model)
     summary = summarize(model, args.model)
     print(json.dumps(summary, indent=2) if args.json else render_text(summary))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import onnx
@@ -66,6 +67,17 @@ def test_dynamic_batch_conversion_verifies_at_batch_two(tmp_path):
 def test_unknown_input_name_is_an_option_error(tmp_path):
     with pytest.raises(InvalidOptionError, match="not inputs of the model"):
         converter.convert(_small(), tmp_path / "m.lite", input_shapes={"image": [1, 3, 8, 8]})
+
+
+def test_input_shape_cannot_change_a_size_the_model_fixes(tmp_path):
+    """The model fixes 3 channels: 4 would write a model that fails at run time."""
+    message = r"--input-shape input:1,4,8,8: dimension 1 is fixed at 3 by the model, 4 given .*input\[N, 3, 8, 8\]"
+    with pytest.raises(InvalidOptionError, match=message):
+        converter.convert(_small(), tmp_path / "m.lite", input_shapes={"input": [1, 4, 8, 8]}, verify=False)
+    assert not os.listdir(tmp_path)
+    onnx.save(_small(), tmp_path / "m.onnx")
+    code = _cli(str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.lite"), "--input-shape", "input:1,3,8,9")
+    assert code == 2 and not (tmp_path / "m.lite").exists()
 
 
 def test_bad_extension_and_missing_file(tmp_path):

@@ -86,3 +86,87 @@ def test_option_checks_are_invalid_option_errors():
     with pytest.raises(InvalidOptionError, match="tolerances are >= 0"):
         VerifyOptions(rtol=float("nan")).tolerance(fp16=False)
     assert VerifyOptions().tolerance(fp16=True) == VerifyOptions(rtol=1e-2, atol=1e-3).tolerance(fp16=False)
+
+
+SPEC = {"resize": 8, "crop": 8}
+
+
+@pytest.mark.parametrize("quant, suffix", [(None, ".lite"), ("fp16", ".lite"), (None, ".onnx")])
+def test_the_preprocessing_spec_is_stored_without_int8(tmp_path, quant, suffix):
+    path = tmp_path / f"m{suffix}"
+    converter.convert(_model(), path, quant=quant, preprocessing=json.dumps(SPEC), verify=False)
+    if suffix == ".lite":
+        import lite
+
+        metadata = lite.Model.load(str(path), device="numpy").metadata
+    else:
+        import onnx
+
+        metadata = {prop.key: prop.value for prop in onnx.load(str(path)).metadata_props}
+    assert json.loads(metadata["preprocessing"]) == SPEC
+
+
+def test_the_command_line_stores_the_preprocessing_spec_without_quant(tmp_path):
+    import onnx
+
+    from converter.cli import main
+
+    onnx.save(_model(), tmp_path / "m.onnx")
+    code = main(["convert", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.lite"), "--preprocess",
+                 json.dumps(SPEC), "--no-verify", "-q"])
+    assert code == 0
+    import lite
+
+    assert json.loads(lite.Model.load(str(tmp_path / "m.lite"), device="numpy").metadata["preprocessing"]) == SPEC
+
+
+def test_a_preprocessing_spec_that_does_not_fit_the_model_is_refused(tmp_path):
+    with pytest.raises(InvalidOptionError, match="'image' is not an input of the model"):
+        converter.convert(_model(), tmp_path / "m.lite", preprocessing={**SPEC, "input": "image"}, verify=False)
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"calibration_data": "calib/"}, "applies to quant 'int8'"),
+    ({"calibration_data": "calib/", "quant": "int8-dynamic"}, "applies to quant 'int8'"),
+    ({"eval_data": "eval/"}, "eval_data .* needs quant int8"),
+    ({"eval_data": "eval/", "quant": "fp16"}, "eval_data .* needs quant int8"),
+    ({"max_accuracy_drop": 1.0, "quant": "fp16"}, "max_accuracy_drop .* needs quant int8"),
+])
+def test_quantization_data_where_it_would_be_ignored_is_refused(tmp_path, keywords, message):
+    with pytest.raises(InvalidOptionError, match=message):
+        converter.convert(_model(), tmp_path / "m.lite", verify=False, **keywords)
+    assert not os.listdir(tmp_path)
+
+
+def test_the_command_line_refuses_calib_without_quant_int8(tmp_path, capsys):
+    import onnx
+
+    from converter.cli import main
+
+    onnx.save(_model(), tmp_path / "m.onnx")
+    (tmp_path / "calib").mkdir()
+    assert main(["convert", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.lite"), "--calib",
+                 str(tmp_path / "calib")]) == 2
+    assert "--quant int8" in capsys.readouterr().err
+    assert not (tmp_path / "m.lite").exists()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--exclude", "conv1"], "--exclude applies to --quant int8 / int8-dynamic / int8-weight, not to no --quant"),
+    (["--per-tensor", "--quant", "fp16"], "--per-channel/--per-tensor applies to .* not to --quant fp16"),
+    (["--calib-method", "entropy", "--quant", "int8-dynamic"], "--calib-method applies to --quant int8, not to"),
+    (["--calib-size", "8"], "--calib-size applies to --quant int8, not to no --quant"),
+    (["--activation-type", "int8", "--quant", "int8-weight"], "--activation-type applies to --quant int8, not"),
+])
+def test_the_command_line_refuses_quantization_tuning_without_its_mode(tmp_path, capsys, arguments, message):
+    import re
+
+    import onnx
+
+    from converter.cli import main
+
+    onnx.save(_model(), tmp_path / "m.onnx")
+    assert main(["convert", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.lite"), *arguments]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "m.lite").exists()

@@ -227,3 +227,32 @@ def test_an_input_compared_with_different_constants_gets_no_single_value():
     plan = next(plans(model))
     assert plan.values["sr"].equals is None
     assert feeds(plan)["sr"].item() in range(4)
+
+
+def _report_with(outputs, tolerance):
+    from converter.report import ConversionReport
+    from converter.verify import FAILED, PASSED, Verification
+
+    report = ConversionReport("m.onnx", "m.lite", "lite", "", "", {})
+    status = PASSED if all(output.within(tolerance) for output in outputs) else FAILED
+    report.verification = Verification("cpu", tolerance, outputs, status)
+    return report.table()
+
+
+def test_the_report_line_says_which_bound_a_passing_output_met():
+    """An output 3% off its peak passes only through the reference's own spread: the line says
+    so instead of printing rtol 1e-4 beside an 'ok'."""
+    from lite.compare import OutputError, Tolerance
+
+    spread = Tolerance(1e-4, 1e-6, spread={"output0": 0.02}, spread_factor=2.0)
+    error = OutputError("output0", 0.033, 0.033, 0.998816, magnitude=1.0, dtype=np.dtype(np.float32))
+    line = next(line for line in _report_with([error], spread).splitlines() if "verify (cpu)" in line)
+    assert ": ok " in line and "over rtol 0.0001; within the reference's own spread" in line
+    assert "moves by 0.02" in line and "2 x that = 0.04 allowed on 'output0'" in line
+    close = OutputError("output0", 5e-5, 5e-5, 1.0, magnitude=1.0, dtype=np.dtype(np.float32))
+    assert "(within rtol 0.0001, atol 1e-06)" in _report_with([close], spread)
+    half = OutputError("output0", 2e-3, 2e-3, 1.0, magnitude=1.0, dtype=np.dtype(np.float16))
+    assert "within float16 rounding of its peak 1" in _report_with([half], Tolerance(1e-4, 1e-6))
+    failed = OutputError("output0", 0.05, 0.05, 0.99, magnitude=1.0, dtype=np.dtype(np.float32))
+    line = _report_with([failed], spread)
+    assert "FAILED" in line and "(rtol 0.0001, atol 1e-06, or 2 x the reference's own spread 0.02)" in line

@@ -48,6 +48,15 @@ def test_inspect_graph_dot(tmp_path):
     assert text.startswith("digraph lite {") and '"MatMul"' in text
 
 
+@pytest.mark.parametrize("name, message", [("g.txt", "use a .dot, .svg, .png or .pdf"),
+                                           ("missing/g.dot", "does not exist")])
+def test_inspect_checks_the_graph_name_before_printing(tmp_path, capsys, name, message):
+    path = matmul_model(tmp_path)
+    assert main(["inspect", str(path), "--graph", str(tmp_path / name)]) == 1
+    printed = capsys.readouterr()
+    assert printed.out == "" and message in printed.err and printed.err.count("\n") == 1
+
+
 @pytest.mark.parametrize("content", [b"", b"garbage", b"\0" * 100])
 def test_invalid_file_gives_one_line_error_and_nonzero_exit(tmp_path, content):
     bad = tmp_path / "bad.lite"
@@ -111,6 +120,20 @@ def test_pipes_are_refused_without_blocking(tmp_path, capsys, command):
     assert main(arguments) == 1
     err = capsys.readouterr().err
     assert "not a regular file" in err and err.count("\n") == 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", [["inspect"], ["bench", "--device", "numpy", "--profile", "--loops", "1"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, command):
+    """``lite inspect m.lite | head``: the pipe's reader closes it before the command writes."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # before the command starts: its first write meets a broken pipe
+    try:
+        result = subprocess.run([sys.executable, "-m", "lite.cli", command[0], str(matmul_model(tmp_path)),
+                                 *command[1:]], stdout=write_end, stderr=subprocess.PIPE, text=True, check=False)
+    finally:
+        os.close(write_end)
+    assert result.stderr == "" and result.returncode == 141
 
 
 @pytest.mark.timeout(60)

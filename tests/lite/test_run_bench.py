@@ -11,18 +11,21 @@ from lite.cli import main
 from lite.format import GraphBuilder, save
 
 
-@pytest.fixture
-def cnn(tmp_path):
+def _cnn(path, image_dims):
     rng = np.random.default_rng(0)
     b = GraphBuilder("cnn", opset=17)
-    x = b.input("x", np.float32, ["N", 3, 8, 8])
+    x = b.input("x", np.float32, ["N", 3, *image_dims])
     y = b.node("Conv", [x, b.constant("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))], pads=[1, 1, 1, 1])
     y = b.node("GlobalAveragePool", [y])
     y = b.node("Flatten", [y], outputs=["logits"])
     b.output(y, np.float32, ["N", 4])
-    path = tmp_path / "cnn.lite"
     save(b.build(), path)
     return path
+
+
+@pytest.fixture
+def cnn(tmp_path):
+    return _cnn(tmp_path / "cnn.lite", [8, 8])
 
 
 def test_run_writes_outputs(cnn, tmp_path, capsys):
@@ -68,3 +71,37 @@ def test_bench_reports_latency_memory_profile_and_comparison(cnn, tmp_path, caps
 def test_bench_rejects_bad_arguments(cnn, capsys):
     assert main(["bench", str(cnn), "--loops", "0"]) == 1
     assert "--loops" in capsys.readouterr().err
+
+
+def test_bench_header_says_which_shapes_ran(tmp_path, capsys):
+    model = _cnn(tmp_path / "open.lite", ["H", "W"])
+    assert main(["bench", str(model), "--device", "numpy", "--loops", "1", "--warmup", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "inputs: x float32[1, 3, 1, 1] (N=1, H=1, W=1)" in out and "--shape NAME:D1,D2,... sets them" in out
+    assert main(["bench", str(model), "--device", "numpy", "--loops", "1", "--warmup", "0",
+                 "--shape", "x:2,3,16,12"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 2," in out and "inputs: x float32[2, 3, 16, 12] (N=2, H=16, W=12)" in out
+    assert "sets them" not in out
+
+
+@pytest.mark.parametrize("shape, message", [
+    ("bogus:1,3,8,8", "no input 'bogus'; its inputs: x"),
+    ("x:1,3,8", "rank 3, the model's input has rank 4 (x[N, 3, 8, 8])"),
+    ("x:1,4,8,8", "dimension 1 is fixed at 3 by the model, 4 given"),
+])
+def test_bench_refuses_a_shape_the_model_cannot_take(cnn, capsys, shape, message):
+    assert main(["bench", str(cnn), "--loops", "1", "--shape", shape]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("given", [["--shape", "x:1,3,8,8"], ["--input", "INPUT"]])
+def test_bench_refuses_a_batch_that_contradicts_the_given_shape(cnn, tmp_path, capsys, given):
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
+    given = [str(tmp_path / "x.npy") if word == "INPUT" else word for word in given]
+    assert main(["bench", str(cnn), "--loops", "1", "--batch", "4", *given]) == 1
+    err = capsys.readouterr().err
+    assert "--batch 4 and" in err and "disagree" in err
+    assert main(["bench", str(cnn), "--device", "numpy", "--loops", "1", "--warmup", "0", "--batch", "1",
+                 *given]) == 0
