@@ -98,7 +98,7 @@ class DataPlane:
         self._limits.check(model, request.inputs, request.outputs)
         self._in_flight += 1
         try:
-            return await model.infer(request)
+            return await model.infer(request, self._limits)
         finally:
             self._in_flight -= 1
             if self._idle is not None and not self._in_flight:

@@ -14,6 +14,12 @@ answers with 2**28 values. So, before a request runs:
   the request: no output may exceed ``max_tensor_elements`` elements, and the outputs that would
   be answered may not exceed ``max_message_bytes`` together (the answer could not be sent
   anyway). Outputs whose shape the model leaves open (data-dependent sizes) are not predicted.
+
+After the model runs, the answer itself is measured (:meth:`RequestLimits.check_answer`): an
+output whose size depends on the data (an OCR model's output grows with the image's width) may
+still exceed ``max_tensor_elements``, or the answer ``max_message_bytes``. Sent as it is, gRPC
+would fail the call with its own RESOURCE_EXHAUSTED and the server would count it a success; so
+the server refuses it with a RESOURCE_EXHAUSTED of its own that names the outputs.
 """
 
 from __future__ import annotations
@@ -25,9 +31,13 @@ import numpy as np
 
 from .datatypes import MAX_DIMENSION, dimension_too_large, numpy_dtype
 from .errors import ResourceExhaustedError
-from .types import RequestedOutput, TensorInfo
+from .types import InferenceResponse, ParameterValue, RequestedOutput, TensorInfo
 
 _BYTES_ELEMENT = 4  # a BYTES element is at least its 4-byte length prefix on the wire
+# Bytes of the answer's protobuf framing beyond the tensor data, at most: a field's tag and length
+# take up to 6 bytes, a shape dimension up to 10, and a message has a few such fields.
+_FIELD_OVERHEAD = 16
+_DIMENSION_OVERHEAD = 10
 
 
 @dataclass(frozen=True)
@@ -138,3 +148,41 @@ class RequestLimits:
                 f"them output {largest!r}) for these input shapes, more than max_message_bytes {self.max_answer_bytes}; "
                 "send a smaller batch or request fewer outputs"
             )
+
+    def check_answer(self, model: str, outputs: dict[str, np.ndarray], answer: InferenceResponse,
+                     wanted: list[RequestedOutput], parameters: dict[str, ParameterValue]) -> None:
+        """Raise unless every output the model made (``outputs``) holds at most
+        ``max_tensor_elements`` elements and ``answer`` fits one message of ``max_message_bytes``
+        (its tensor data, outputs written to shared memory not counted, and an upper bound of its
+        framing: names, shapes, the echoed ``parameters``)."""
+        for name, array in outputs.items():
+            if array.size > self.max_elements:
+                raise ResourceExhaustedError(
+                    f"model {model}: output {name!r} has shape {list(array.shape)}, {array.size} elements for these "
+                    f"inputs; the server's limit is {self.max_elements} elements per tensor (max_tensor_elements): "
+                    "send smaller inputs, or raise --max-tensor-elements (LITE_MAX_TENSOR_ELEMENTS) on the server"
+                )
+        in_memory = {o.name for o in wanted if o.shared_memory is not None}
+        sizes = {name: _wire_bytes(array) for name, array in answer.outputs if name not in in_memory}
+        framing = _FIELD_OVERHEAD * 4 + len(answer.model_name) + len(answer.model_version) + len(answer.id)
+        for name, array in answer.outputs:
+            framing += _FIELD_OVERHEAD * 4 + 2 * len(name) + _DIMENSION_OVERHEAD * array.ndim
+        for key, value in parameters.items():
+            framing += _FIELD_OVERHEAD * 2 + len(key) + (len(value) if isinstance(value, str) else 10)
+        total = sum(sizes.values()) + framing
+        if total > self.max_answer_bytes:
+            largest = sorted(sizes.items(), key=lambda item: -item[1])[:4]
+            named = ", ".join(f"output {name!r} {size} bytes" for name, size in largest)
+            raise ResourceExhaustedError(
+                f"model {model}: the answer would be {total} bytes ({named}), more than the server's "
+                f"max_message_bytes {self.max_answer_bytes}: send smaller inputs or request fewer outputs, or raise "
+                "--max-message-bytes (LITE_MAX_MESSAGE_BYTES) on the server (and the client's receive limit)"
+            )
+
+
+def _wire_bytes(array: np.ndarray) -> int:
+    """The bytes ``array`` takes in ``raw_output_contents``: BYTES elements with their length prefix."""
+    if array.dtype.kind in ("O", "U", "S"):
+        return sum(_BYTES_ELEMENT + len(item.encode("utf-8") if isinstance(item, str) else bytes(item))
+                   for item in np.asarray(array, dtype=object).reshape(-1))
+    return array.nbytes

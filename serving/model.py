@@ -23,8 +23,10 @@ from .errors import (
     InvalidRequestError,
     ModelLoadError,
     ModelNotReadyError,
+    ResourceExhaustedError,
     ServingError,
 )
+from .limits import RequestLimits
 from .metrics import Metrics, no_pending
 from .processing import ImagePreprocessing, classify, labels_of
 from .statistics import ExecutionTimes, ModelStatistics
@@ -259,7 +261,8 @@ class ServedModel:
 
     # ----- inference -------------------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def infer(self, request: InferenceRequest, limits: RequestLimits | None = None) -> InferenceResponse:
+        """Run ``request``; with ``limits``, an answer past them is refused (and counted a failure)."""
         if self.state != "READY":
             raise ModelNotReadyError(f"model {self.name} version {self.version} is {self.state.lower()}")
         start = time.perf_counter_ns()
@@ -269,6 +272,8 @@ class ServedModel:
             rows = self._check_request(request)
             scheduled = await self._scheduler.submit(request.inputs, rows, request.deadline)
             response = self._respond(request, scheduled)
+            if limits is not None:
+                self._check_answer(limits, request, scheduled, response)
         except BaseException as err:
             self._record_failure(err, time.perf_counter_ns() - start)
             raise
@@ -280,6 +285,15 @@ class ServedModel:
         self.stats.record_request(True, total, scheduled.queue_ns)
         self._metrics.success(total / 1e9, scheduled.queue_ns / 1e9)
         return response
+
+    def _check_answer(self, limits: RequestLimits, request: InferenceRequest, scheduled: Scheduled,
+                      response: InferenceResponse) -> None:
+        try:
+            limits.check_answer(self.name, scheduled.outputs, response, request.outputs, request.parameters)
+        except ResourceExhaustedError as err:
+            log.warning("model %s version %s: answer refused: %s", self.name, self.version, err,
+                        extra={"model": self.name})
+            raise
 
     def _record_failure(self, err: BaseException, total_ns: int) -> None:
         self.stats.record_request(False, total_ns)

@@ -37,10 +37,22 @@ def matmul_model(path: Path) -> None:
     save(builder.build(), str(path))
 
 
+def expand_model(path: Path) -> None:
+    """x [1] expanded to the shape the input ``shape`` holds: the output's size depends on the
+    data, not on the input shapes (declared dims no input has), so it cannot be predicted."""
+    builder = GraphBuilder("expand")
+    x = builder.input("x", np.float32, [1])
+    shape = builder.input("shape", np.int64, [2])
+    builder.output(builder.node("Expand", [x, shape], outputs=["y"]), np.float32, ["rows", "columns"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save(builder.build(), str(path))
+
+
 @pytest.fixture(scope="module")
 def limited_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("limits-repository")
     matmul_model(root / "matmul" / "1" / "model.lite")
+    expand_model(root / "expand" / "1" / "model.lite")
     identity_model(root / "dynamic" / "1" / "model.lite", shape=("N", "M"))
     image_model(root / "image" / "1" / "model.lite")
     write_config(root / "image", {"preprocessing": "image"})  # no batching: any number of images
@@ -127,6 +139,54 @@ def test_requests_within_the_limits_are_served(stub):
         assert list(response.outputs[0].shape) == shape
     response = stub.ModelInfer(request("matmul", a=[256, 0], b=[0, 256]), timeout=TIMEOUT)  # 256 KiB of zeros
     assert not np.frombuffer(response.raw_output_contents[0], np.float32).any()
+
+
+# ----- answers whose size depends on the data -------------------------------------------------------
+
+
+def expand_request(rows: int, columns: int) -> service_pb2.ModelInferRequest:
+    message = service_pb2.ModelInferRequest(model_name="expand", id="big")
+    message.inputs.add(name="x", datatype="FP32", shape=[1])
+    message.inputs.add(name="shape", datatype="INT64", shape=[2])
+    message.raw_input_contents.append(np.ones(1, np.float32).tobytes())
+    message.raw_input_contents.append(np.array([rows, columns], np.int64).tobytes())
+    return message
+
+
+def outcomes(metrics_port: int, model: str) -> dict[str, float]:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("lite_inference_requests_total{") and f'model="{model}"' in line:
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_an_answer_larger_than_a_message_is_refused_by_the_server_naming_the_output(limited_server, stub):
+    response = stub.ModelInfer(expand_request(64, 1024), timeout=TIMEOUT)  # 256 KiB: served
+    assert list(response.outputs[0].shape) == [64, 1024]
+    before = outcomes(limited_server.metrics_port, "expand")
+    error = refusal(stub, expand_request(512, 1024))  # 2 MiB of floats, 512 Ki elements: within the element limit
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    details = error.details()
+    assert "model expand: the answer would be" in details and "output 'y' 2097152 bytes" in details, details
+    assert f"max_message_bytes {MIB}" in details and "--max-message-bytes" in details, details
+    after = outcomes(limited_server.metrics_port, "expand")
+    assert after["success"] == before["success"]
+    assert after.get("resource_exhausted", 0) == before.get("resource_exhausted", 0) + 1
+    logs = "".join(limited_server.logs)
+    assert "ExecuteBatchError" not in logs and "Sent message larger than max" not in logs
+    assert logs.count("answer refused") == 1
+
+
+def test_an_output_beyond_the_element_limit_is_refused_after_the_model_made_it(stub):
+    error = refusal(stub, expand_request(2, MIB))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert f"output 'y' has shape [2, {MIB}], {2 * MIB} elements" in error.details(), error.details()
+    assert f"limit is {MIB} elements per tensor (max_tensor_elements)" in error.details()
 
 
 # ----- streams ---------------------------------------------------------------------------------------
