@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from lite import cli
@@ -45,6 +46,32 @@ def test_lite_bench_grpc_says_what_went_wrong(server):
     assert "NOT_FOUND" in done.stderr and "Traceback" not in done.stderr
     done = run_lite("bench", "--grpc", server.address, "--duration", "0.2")
     assert done.returncode == 1 and "--model" in done.stderr
+
+
+def test_lite_bench_grpc_sends_the_shapes_and_arrays_it_is_given(server, tmp_path):
+    report_file = tmp_path / "report.json"
+    common = ("bench", "--grpc", server.address, "--duration", "0.2", "--warmup", "1", "--json", str(report_file))
+    done = run_lite(*common, "--model", "identity", "--shape", "INPUT0:3,16")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(report_file.read_text())["inputs"] == {"INPUT0": [3, 16]}
+    done = run_lite(*common, "--model", "batched", "--shape", "5,16")  # the only input: no name needed
+    assert done.returncode == 0, done.stderr
+    report = json.loads(report_file.read_text())
+    assert report["inputs"] == {"INPUT0": [5, 16]} and report["batch"] == 5
+    np.save(tmp_path / "x.npy", np.arange(7 * 16, dtype=np.float64).reshape(7, 16))  # converted to FP32
+    done = run_lite(*common, "--model", "identity", "--input", f"INPUT0={tmp_path / 'x.npy'}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(report_file.read_text())["inputs"] == {"INPUT0": [7, 16]}
+
+
+@pytest.mark.parametrize("flag", ["--shape", "--input"])
+def test_lite_bench_grpc_names_the_inputs_when_given_an_unknown_one(server, tmp_path, flag):
+    np.save(tmp_path / "x.npy", np.zeros((1, 16), np.float32))
+    value = "NOPE:1,16" if flag == "--shape" else f"NOPE={tmp_path / 'x.npy'}"
+    done = run_lite("bench", "--grpc", server.address, "--model", "identity", flag, value, "--duration", "0.2")
+    assert done.returncode == 1
+    assert f"{flag} names input 'NOPE'" in done.stderr and "['INPUT0']" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_without_the_plugin_lite_bench_names_the_extra(monkeypatch, capsys):
