@@ -193,13 +193,31 @@ def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple, w
         raise InvalidRequestError(f"{what}: a value does not fit {tensor.datatype}: {err}") from err
 
 
+# The parameter of a requested output that asks for the top classes: Triton's "classification",
+# and "class_count", the name tritonclient's InferRequestedOutput gives it, which clients also
+# send by hand. Either must be a positive integer; ignoring a bad one would answer the whole tensor.
+_CLASSIFICATION_KEYS = ("classification", "class_count")
+
+
 def _classification(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> int:
-    if "classification" not in output.parameters:
+    if not output.parameters:
         return 0
-    value = parameter_value(output.parameters["classification"])
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidRequestError(f"output {output.name!r}: classification must be a positive integer, got {value!r}")
-    return value
+    counts = {}
+    for key in _CLASSIFICATION_KEYS:
+        if key in output.parameters:
+            value = parameter_value(output.parameters[key])
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidRequestError(
+                    f"output {output.name!r}: parameter {key} must be a positive integer (the number of top "
+                    f"classes to answer), got {value!r}"
+                )
+            counts[key] = value
+    if len(set(counts.values())) > 1:
+        raise InvalidRequestError(
+            f"output {shown(output.name)}: parameters 'classification' {counts['classification']} and 'class_count' "
+            f"{counts['class_count']} disagree; give one of them"
+        )
+    return next(iter(counts.values()), 0)
 
 
 def parameter_value(param: pb.InferParameter) -> ParameterValue:

@@ -174,6 +174,39 @@ def test_unknown_requested_output_is_invalid(client):
     assert "unknown output 'NOPE'" in err.message() and "OUTPUT0" in err.message()
 
 
+def classifier_request(**parameters) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="classifier")
+    request.inputs.add(name="LOGITS", datatype="FP32", shape=[1, 4])
+    request.raw_input_contents.append(np.array([[0, 3, 1, 2]], np.float32).tobytes())
+    output = request.outputs.add(name="PROBS")
+    for key, value in parameters.items():
+        if isinstance(value, str):
+            output.parameters[key].string_param = value
+        else:
+            output.parameters[key].int64_param = value
+    return request
+
+
+@pytest.mark.parametrize("key", ["class_count", "classification"])
+@pytest.mark.parametrize(("value", "shown"), [(-1, "-1"), (0, "0"), ("x", "'x'")])
+def test_a_class_count_that_is_not_a_positive_integer_is_invalid(server, key, value, shown):
+    err = raw_call(server, classifier_request(**{key: value}))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details() == (f"output 'PROBS': parameter {key} must be a positive integer (the number of top "
+                             f"classes to answer), got {shown}")
+
+
+def test_class_count_asks_for_the_top_classes_as_classification_does(server):
+    with grpc.insecure_channel(server.address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for parameters in ({"class_count": 2}, {"classification": 2}, {"class_count": 2, "classification": 2}):
+            response = stub.ModelInfer(classifier_request(**parameters))
+            assert response.outputs[0].datatype == "BYTES" and list(response.outputs[0].shape) == [1, 2]
+            assert b":1:dog" in response.raw_output_contents[0] and b":3:fish" in response.raw_output_contents[0]
+    err = raw_call(server, classifier_request(class_count=2, classification=3))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "disagree" in err.details()
+
+
 def test_undecodable_image_is_invalid(client):
     images = np.array([b"not an image"], dtype=object)
     err = rejected(client, "image", [infer_input("IMAGE", images, "BYTES")])
