@@ -74,7 +74,10 @@ class ModelManager:
                 for v in sorted(versions)]
 
     def index(self, ready_only: bool) -> list[ModelIndexEntry]:
-        entries = [ModelIndexEntry(m.name, m.version, m.state) for m in self.loaded()]
+        """Every loaded version with its state, then (unless ``ready_only``) the repository's models
+        that are not loaded, UNAVAILABLE with the reason. A loaded model whose last reload failed
+        keeps serving the versions it had: they stay READY, with the failure as their reason."""
+        entries = [ModelIndexEntry(m.name, m.version, m.state, self._stale_reason(m.name)) for m in self.loaded()]
         if ready_only:
             return [e for e in entries if e.state == "READY"]
         for name in self.repository.model_names():
@@ -82,6 +85,12 @@ class ModelManager:
                 reason = self._failures.get(name, "unloaded" if name in self._unloaded else "not loaded")
                 entries.append(ModelIndexEntry(name, "", "UNAVAILABLE", reason))
         return sorted(entries, key=lambda e: (e.name, e.version))
+
+    def _stale_reason(self, name: str) -> str:
+        failure = self._failures.get(name)
+        if failure is None:
+            return ""
+        return f"the last reload failed, the versions loaded before keep serving: {failure}"
 
     # ----- load / unload ------------------------------------------------------------------------
 

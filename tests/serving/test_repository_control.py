@@ -370,3 +370,29 @@ def test_a_startup_model_that_is_not_in_the_repository_is_logged_with_the_reason
         server.stop()
     assert any("model ghost: not loaded at startup: model 'ghost' not found in repository" in line
                for line in server.logs)
+
+
+def test_a_failed_reload_keeps_the_model_ready_and_says_why_in_the_index(tmp_path):
+    path = identity_model(tmp_path / "a" / "1" / "model.lite")
+    server = start_server(tmp_path, "--poll-interval-s", "0.2")
+    client = grpcclient.InferenceServerClient(server.address)
+    try:
+        def entry() -> dict:
+            return client.get_model_repository_index(as_json=True)["models"][0]
+
+        assert entry() == {"name": "a", "version": "1", "state": "READY"}
+        with open(path, "r+b") as handle:  # truncated in place, as `cp` begins to write
+            handle.truncate(100)
+        _wait_for(lambda: "reason" in entry())
+        stale = entry()
+        assert stale["state"] == "READY" and stale["version"] == "1"
+        assert stale["reason"].startswith("the last reload failed, the versions loaded before keep serving: ")
+        assert "model a" in stale["reason"] and "truncated" in stale["reason"], stale["reason"]
+        ones = np.ones((1, 16), np.float32)
+        np.testing.assert_array_equal(client.infer("a", [client_input("INPUT0", ones)]).as_numpy("OUTPUT0"), ones)
+        identity_model(tmp_path / "a" / "1" / "model.lite")  # whole again: reloaded, the reason is gone
+        _wait_for(lambda: "reason" not in entry())
+        assert entry()["state"] == "READY"
+    finally:
+        client.close()
+        server.stop()
