@@ -361,11 +361,26 @@ class ServedModel:
         except ServingError:
             raise
         except Exception as err:  # engine and kernel failures of any kind: the request gets INTERNAL
+            empty = self._empty_extent(inputs)
+            if empty is not None and isinstance(err, lite.LiteError):
+                # Models that take empty extents (no detections for a second stage) are served; one
+                # that fails on them failed on what the request sent, not in the server.
+                raise InvalidRequestError(f"model {self.name} version {self.version} does not run on {empty}: "
+                                          f"{err}") from err
             log.exception("model %s version %s failed", self.name, self.version)
             raise InferenceFailedError(f"model {self.name} version {self.version} failed: {err}") from err
         if not self._renames:
             return outputs
         return {self._model_to_served[name]: array for name, array in outputs.items()}
+
+    def _empty_extent(self, inputs: Tensors) -> str | None:
+        """Which input has a size of 0 beyond the batch, said for a message; None when none has."""
+        first = 1 if self.config.max_batch_size > 0 else 0
+        for name, array in inputs.items():
+            shape = getattr(array, "shape", ())
+            if 0 in shape[first:]:
+                return f"input {name!r} of shape {list(shape)} (an empty dimension)"
+        return None
 
     def _record_execution(self, times: ExecutionTimes, requests: int) -> None:
         """Called by the scheduler once per model execution (a batch)."""

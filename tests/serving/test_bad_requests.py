@@ -262,3 +262,40 @@ def test_deadline_is_deadline_exceeded(client):
     with pytest.raises(InferenceServerException) as info:
         client.infer("slow", [big], client_timeout=0.001)
     assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+
+
+@pytest.fixture(scope="module")
+def open_size_server(tmp_path_factory):
+    """A max-pooling model (ONNX Runtime refuses an empty image), batched, of open height and
+    width; and an identity of open sizes (runs on anything)."""
+    from lite.format import GraphBuilder, save
+
+    from .conftest import identity_model, start_server, write_config
+
+    root = tmp_path_factory.mktemp("open-sizes")
+    builder = GraphBuilder("pool")
+    x = builder.input("IMAGE", np.float32, ["N", 3, "H", "W"])
+    pooled = builder.node("MaxPool", [x], outputs=["POOLED"], kernel_shape=[2, 2], strides=[2, 2])
+    builder.output(pooled, np.float32, ["N", 3, "H2", "W2"])
+    (root / "pool" / "1").mkdir(parents=True)
+    save(builder.build(), str(root / "pool" / "1" / "model.lite"))
+    write_config(root / "pool", {"max_batch_size": 4})
+    identity_model(root / "open" / "1" / "model.lite", shape=("N", "M"))
+    server = start_server(root)
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 0, 56), (2, 3, 8, 0)])
+def test_a_model_that_fails_on_an_empty_dimension_answers_invalid_argument(open_size_server, shape):
+    with grpcclient.InferenceServerClient(open_size_server.address) as client:
+        err = rejected(client, "pool", [infer_input("IMAGE", np.zeros(shape, np.float32), "FP32")])
+        assert err.status() == "StatusCode.INVALID_ARGUMENT", err.message()
+        assert f"does not run on input 'IMAGE' of shape {list(shape)} (an empty dimension)" in err.message()
+
+
+def test_empty_extents_a_model_takes_are_served(open_size_server):
+    with grpcclient.InferenceServerClient(open_size_server.address) as client:
+        for shape in [(5, 0), (0, 5)]:
+            result = client.infer("open", [infer_input("INPUT0", np.zeros(shape, np.float32), "FP32")])
+            assert result.as_numpy("OUTPUT0").shape == shape
