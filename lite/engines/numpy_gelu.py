@@ -175,10 +175,10 @@ class TableGelu:
     lies in [2^23, 2^24), where float32 steps by exactly 1, so the sum is ``rint(u) + 1.5·2^23``
     exactly and its bit pattern, read as int32, is the bits of 1.5·2^23 plus ``rint(u)``: the
     table index without a rounding call or a float-to-int conversion, and one clip for the two
-    clamps. The temporaries come from ``allocate``: Swin's 100k-element activations page-faulted
-    on fresh ones every run (a third of its system time). A NaN's bit pattern indexes far outside
-    the table (IndexError); such inputs, and small ones, take the two-clamp path below, which
-    maps NaN to a node."""
+    clamps. The temporaries come from ``allocate``: on fresh ones the activations of Swin,
+    ConvNeXt, FocalNet and PoolFormer page-faulted every run (100-900 faults, a tenth of their
+    time). A NaN's bit pattern indexes far outside the table (IndexError); such inputs, and
+    small ones, take the two-clamp path below, which maps NaN to a node."""
 
     def __init__(self, kernel: Callable) -> None:
         self.kernel = kernel
@@ -197,9 +197,11 @@ class TableGelu:
             return self(x.transpose(order), allocate).transpose(channels_first_order(x.ndim))
         if x.size < _BIT_INDEX_MIN_SIZE:
             return self._two_clamps(x)
-        u = allocate(x.shape, np.float32)
+        # The index (8 bytes an element) and u (4) in one request: each costs the arena a few µs.
+        scratch = allocate((3 * x.size,), np.float32)
+        index = scratch[:2 * x.size].view(np.intp).reshape(x.shape)
+        u = scratch[2 * x.size:].reshape(x.shape)
         y = allocate(x.shape, np.float32)  # the rounded nodes first, then the result
-        index = allocate(x.shape, np.intp)
         np.multiply(x, _NODES, out=u)
         np.clip(u, _LOW, _HIGH, out=u)  # NaN stays NaN (and indexes outside the table)
         np.add(u, _ROUNDER, out=y)
@@ -236,6 +238,7 @@ _LOW, _HIGH = np.float32(-_PER_UNIT * _LIMIT), np.float32(_PER_UNIT * _LIMIT)
 _ROUNDER = np.float32(1.5 * 2**23)
 # rint(u) is the sum's bits less the rounder's (a node index, negative ones from the table's end).
 _INDEX_SHIFT = np.int32(int(_ROUNDER.view(np.int32)))
-# Below this many elements the fresh temporaries do not fault and the two-clamp path is as fast
-# (ViT's and DeiT's 50k-element activations measured no faster, 6k-element ones 10% slower).
-_BIT_INDEX_MIN_SIZE = 65536
+# Below this many elements (48 KiB) the two-clamp path's fresh temporaries stay in the C allocator's
+# reused memory, and its fewer arena requests make it faster (6k-element activations: 10%); from
+# 12k up (ConvNeXt's, FocalNet's, PoolFormer's 12k-25k) they page-faulted every run.
+_BIT_INDEX_MIN_SIZE = 12288

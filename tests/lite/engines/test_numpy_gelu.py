@@ -127,7 +127,7 @@ def test_the_bit_pattern_index_matches_the_rounded_index():
 
     gelu = TableGelu(Gelu)
     rng = np.random.default_rng(7)
-    # Over 65536 elements: the size from which the bit-pattern path runs.
+    # Over 12288 elements: the size from which the bit-pattern path runs.
     ties = (np.arange(-20481, 20482, dtype=np.float32) / 2048).astype(np.float32)  # u = k + 1/2 exactly
     x = np.concatenate([ties, 4 * rng.standard_normal(30000).astype(np.float32),
                         np.array([1e30, -1e30, 10.0, -10.0, np.inf], np.float32)]).reshape(-1, 1)
