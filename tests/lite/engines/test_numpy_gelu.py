@@ -118,3 +118,24 @@ def test_other_gelus_take_the_kernel(options):
     engine = NumpyEngine(erf_gelu_model(**options))
     x = np.random.default_rng(3).standard_normal((1, 4, 3, 3)).astype(options.get("dtype", np.float32))
     np.testing.assert_array_equal(engine.run({"x": x})["y"], node_by_node(engine, {"x": x})["y"])
+
+
+def test_the_bit_pattern_index_matches_the_rounded_index():
+    """The fast path's nearest node (from the float32 sum's bits) is ``rint``'s: same values, bit
+    for bit, as the two-clamp path, rounding ties included; NaN of either sign takes that path."""
+    from lite.ops.activations import Gelu
+
+    gelu = TableGelu(Gelu)
+    rng = np.random.default_rng(7)
+    # Over 12288 elements: the size from which the bit-pattern path runs.
+    ties = (np.arange(-20481, 20482, dtype=np.float32) / 2048).astype(np.float32)  # u = k + 1/2 exactly
+    x = np.concatenate([ties, 4 * rng.standard_normal(30000).astype(np.float32),
+                        np.array([1e30, -1e30, 10.0, -10.0, np.inf], np.float32)]).reshape(-1, 1)
+    np.testing.assert_array_equal(gelu(x), gelu._two_clamps(x))
+    for nan in (np.float32(np.nan), -np.float32(np.nan)):
+        with_nan = x.copy()
+        with_nan[1234, 0] = nan
+        got = gelu(with_nan)
+        assert np.isnan(got[1234, 0])
+        np.testing.assert_array_equal(np.delete(got, 1234), np.delete(gelu(x), 1234))
+    assert gelu(np.float32(1.5)) == pytest.approx(1.5 * 0.5 * math.erfc(-1.5 / math.sqrt(2)), rel=1e-6)
