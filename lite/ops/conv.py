@@ -42,7 +42,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from lite.errors import UnsupportedOpError
+from lite.errors import KernelError
 from lite.ops import _wide_im2col as wide_im2col
 from lite.ops import _winograd as winograd
 from lite.ops import fused_activation as activations
@@ -193,7 +193,7 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
     channels = x_shape[1] if len(x_shape) > 1 else 0
     out_channels = w.shape[0]
     if len(x_shape) < 3 or w.ndim != len(x_shape) or channels != w.shape[1] * group or out_channels % group:
-        raise UnsupportedOpError(
+        raise KernelError(
             f"Conv: input {tuple(x_shape)} and weight {w.shape} do not match for group={group} "
             "(expected X (N, C, ...), W (M, C/group, ...) with M divisible by group)"
         )
@@ -203,6 +203,12 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
     )
     begin, end = resolve_pads("Conv", auto_pad, pads, spatial, kernel_dims, strides, dilations)
     out_shape = output_shape(spatial, kernel_dims, strides, dilations, begin, end)
+    if 0 in out_shape and 0 not in spatial:
+        # ONNX Runtime refuses it too ("Invalid input shape"): an empty output would hide it.
+        reach = [(k - 1) * d + 1 for k, d in zip(kernel_dims, dilations)]
+        padded = [size + b + e for size, b, e in zip(spatial, begin, end)]
+        raise KernelError(f"Conv: input of spatial size {list(spatial)} (padded {padded}) is smaller than the "
+                          f"kernel's reach {reach}: give a larger input")
     bias = None if B is None else np.asarray(B, dtype=dtype)
     # The activation acts on the output dtype: fused into the blocks only when no cast follows.
     block_activation = activation if X.dtype == dtype else None

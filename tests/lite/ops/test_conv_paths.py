@@ -190,3 +190,23 @@ def test_depthwise_weights_laid_out_once_per_array_and_never_stale():
             np.testing.assert_allclose(conv.Conv(x, w, b, **attributes), expected_conv(x, w, b, attributes),
                                        rtol=1e-4, atol=1e-4)
         del w
+
+
+@pytest.mark.parametrize("spatial, pads", [((2, 2), [0, 0, 0, 0]), ((1, 5), [0, 0, 0, 0]), ((1, 1), [0, 0, 0, 0])])
+def test_an_input_smaller_than_the_kernel_s_reach_is_refused(spatial, pads):
+    """ONNX Runtime refuses it ("Invalid input shape"); an empty output would hide a bad input."""
+    from lite.errors import KernelError
+    from lite.ops.conv import Conv
+
+    x = np.ones((1, 2, *spatial), np.float32)
+    w = np.ones((3, 2, 3, 3), np.float32)
+    with pytest.raises(KernelError, match=r"smaller than the kernel's reach \[3, 3\]"):
+        Conv(x, w, pads=pads)
+
+
+def test_an_input_and_weight_that_do_not_match_are_a_kernel_error():
+    from lite.errors import KernelError
+    from lite.ops.conv import Conv
+
+    with pytest.raises(KernelError, match="do not match for group=1"):
+        Conv(np.ones((1, 4, 8, 8), np.float32), np.ones((3, 2, 3, 3), np.float32))
