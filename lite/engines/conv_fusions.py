@@ -20,9 +20,8 @@ merged convolution sums in another order than the nodes did (a rounding differen
 of float32's epsilon per product). It declines with the reason (:func:`_branch`,
 :func:`_merge_reason`).
 
-A residual Add (and Relu) done in place in the convolution's step was tried too: it saved two
-steps per ResNet block and no time (the Add and Relu kernels are one numpy call each, and the
-engine's per-step cost is about a microsecond), so residual connections stay as they are.
+- :func:`lite.engines.conv_chain.fuse_conv_chains`: convolutions that feed only each other, and
+  the residual Add that may end them, as one step (see that module).
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lite.engines.conv_chain import fuse_conv_chains
 from lite.engines.numpy_patterns import Graph, plain
 
 if TYPE_CHECKING:
@@ -43,7 +43,8 @@ _RELU = ("Relu", ())
 
 def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with the convolution fusions applied."""
-    return merge_parallel_convs(steps, constants, graph_outputs)
+    steps = merge_parallel_convs(steps, constants, graph_outputs)
+    return fuse_conv_chains(steps, constants, graph_outputs)
 
 
 def _plain_binary(step: _Step | None, op_type: str) -> bool:

@@ -56,7 +56,12 @@ def test_summed_convolutions_of_one_input_are_one_convolution(options):
                          ids=["branch read elsewhere", "other inputs", "windows not nested"])
 def test_convolutions_that_cannot_be_merged_stay_as_they_are(options):
     engine = NumpyEngine(repvgg_model(identity=False, **options))
-    assert op_types(engine).count("Conv") == 2
+    # Both convolutions still computed: as steps of their own, or one of them in a chain ending
+    # with the Add (lite.engines.conv_chain).
+    steps = engine.plans[0].steps
+    chained = sum(len(step.fn.convs) for step in steps if type(step.fn).__name__ == "_ConvChain")
+    assert op_types(engine).count("Conv") + chained == 2
+    assert not any(type(step.fn).__name__ == "_MergedConv" for step in steps)
     rng = np.random.default_rng(23)
     feeds = {"x": rng.standard_normal((2, 8, 7, 7)).astype(np.float32)}
     if options.get("second_input"):
@@ -68,3 +73,93 @@ def test_convolutions_that_cannot_be_merged_stay_as_they_are(options):
     got, expected = engine.run(feeds), node_by_node(engine, feeds)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
+
+
+# -- convolution chains ----------------------------------------------------------------------------
+
+
+def inverted_residual_model(*, residual_first=False, conv_output=False, constant_residual=False, add_relu=False,
+                            opset=13):
+    """x -> Conv 1x1 (Relu6) -> depthwise 3x3 (Relu6) -> Conv 1x1 -> Add(., x) -> y (MobileNetV2's block)."""
+    rng = np.random.default_rng(24)
+    b = GraphBuilder("inverted_residual", opset=opset)
+    x = b.input("x", np.float32, ["N", 8, 5, 5])
+    expand = b.node("Conv", [x, b.constant("we", rng.standard_normal((24, 8, 1, 1)).astype(np.float32)),
+                             b.constant("be", rng.standard_normal(24).astype(np.float32))],
+                    fused_activation="Clip", fused_activation_params=[0.0, 6.0])
+    depthwise = b.node("Conv", [expand, b.constant("wd", rng.standard_normal((24, 1, 3, 3)).astype(np.float32))],
+                       group=24, pads=[1] * 4, fused_activation="Clip", fused_activation_params=[0.0, 6.0])
+    project = b.node("Conv", [depthwise, b.constant("wp", rng.standard_normal((8, 24, 1, 1)).astype(np.float32)),
+                              b.constant("bp", rng.standard_normal(8).astype(np.float32))], outputs=["project"])
+    residual = b.constant("r", rng.standard_normal((8, 1, 1)).astype(np.float32)) if constant_residual else x
+    extra = {"fused_activation": "Relu"} if add_relu else {}
+    operands = [residual, project] if residual_first else [project, residual]
+    b.output(b.node("Add", operands, outputs=["y"], **extra), np.float32, None)
+    if conv_output:
+        b.output(project, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def chains(engine):
+    return [step.fn for step in engine.plans[0].steps if type(step.fn).__name__ == "_ConvChain"]
+
+
+@pytest.mark.parametrize("options", [{}, {"residual_first": True}, {"opset": 6}],
+                         ids=["conv first", "residual first", "opset 6 Add"])
+def test_an_inverted_residual_block_is_one_step(options):
+    engine = NumpyEngine(inverted_residual_model(**options))
+    assert op_types(engine) == ["Add"]
+    (chain,) = chains(engine)
+    assert len(chain.convs) == 3 and chain.residual is not None
+    rng = np.random.default_rng(25)
+    for batch in (1, 2):
+        feeds = {"x": rng.standard_normal((batch, 8, 5, 5)).astype(np.float32)}
+        # The same operations in the same order: bit for bit the nodes' result.
+        np.testing.assert_array_equal(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"])
+
+
+@pytest.mark.parametrize("options", [{"conv_output": True}, {"constant_residual": True}, {"add_relu": True}],
+                         ids=["conv output returned", "constant residual", "add with an activation"])
+def test_a_chain_ends_before_an_add_it_cannot_take(options):
+    engine = NumpyEngine(inverted_residual_model(**options))
+    assert op_types(engine) == ["Conv", "Add"]
+    (chain,) = chains(engine)
+    assert chain.residual is None and len(chain.convs) == 3
+    feeds = {"x": np.random.default_rng(26).standard_normal((2, 8, 5, 5)).astype(np.float32)}
+    got, expected = engine.run(feeds), node_by_node(engine, feeds)
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_a_convolution_read_twice_ends_a_chain():
+    """x -> Conv a -> Conv b -> y and Conv a's output also returned: no chain through it."""
+    rng = np.random.default_rng(28)
+    b = GraphBuilder("branching", opset=13)
+    x = b.input("x", np.float32, ["N", 4, 6, 6])
+    first = b.node("Conv", [x, b.constant("wa", rng.standard_normal((6, 4, 1, 1)).astype(np.float32))],
+                   outputs=["a"])
+    second = b.node("Conv", [first, b.constant("wb", rng.standard_normal((6, 1, 3, 3)).astype(np.float32))],
+                    group=6, pads=[1] * 4)
+    b.output(b.node("Relu", [second], outputs=["y"]), np.float32, None)
+    b.output(first, np.float32, None)
+    engine = NumpyEngine(load(to_bytes(b.build())))
+    assert not chains(engine)
+    feeds = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    got, expected = engine.run(feeds), node_by_node(engine, feeds)
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_a_residual_of_another_shape_goes_through_the_add_kernel():
+    """Operands that broadcast (a residual of one channel): the Add kernel's own broadcasting."""
+    rng = np.random.default_rng(27)
+    b = GraphBuilder("broadcast_residual", opset=13)
+    x = b.input("x", np.float32, ["N", 4, 3, 3])
+    z = b.input("z", np.float32, ["N", 1, 3, 3])
+    conv = b.node("Conv", [x, b.constant("w", rng.standard_normal((4, 4, 1, 1)).astype(np.float32))])
+    b.output(b.node("Add", [z, conv], outputs=["y"]), np.float32, None)
+    engine = NumpyEngine(load(to_bytes(b.build())))
+    assert op_types(engine) == ["Add"]
+    feeds = {"x": rng.standard_normal((2, 4, 3, 3)).astype(np.float32),
+             "z": rng.standard_normal((2, 1, 3, 3)).astype(np.float32)}
+    np.testing.assert_array_equal(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"])

@@ -159,6 +159,26 @@ def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
     assert step.fn(x).dtype == np.float64
 
 
+def test_the_fused_step_follows_each_call_s_layout():
+    """One block called on the same shape laid out channels-first, then channels-last, then
+    channels-first again: each result in its input's layout and equal to the node-by-node one."""
+    from lite.ops._layout import empty_channels_last, is_channels_last
+
+    engine = NumpyEngine(squeeze_excite_model(depthwise=False))
+    (step,) = fused_steps(engine)
+    rng = np.random.default_rng(16)
+    for channels_last in (False, True, False):
+        x = rng.standard_normal((2, 16, 5, 7)).astype(np.float32)
+        if channels_last:
+            x_last = empty_channels_last(x.shape, x.dtype)
+            x_last[...] = x
+            x = x_last
+        got = step.fn(x)
+        assert is_channels_last(got) == channels_last
+        np.testing.assert_allclose(got, expected_squeeze_excite(engine, np.ascontiguousarray(x)), rtol=1e-5,
+                                   atol=1e-5)
+
+
 # -- projections of one input ---------------------------------------------------------------------
 
 
@@ -243,8 +263,10 @@ def test_prepared_convolutions_run_bound_to_their_attributes(batch):
     model = conv_chain_model()
     engine = NumpyEngine(model)
     steps = engine.plans[0].steps
-    assert [step.node.op_type for step in steps] == ["Conv"] * 3
-    assert all(step.keywords == {} and type(step.fn).__name__ == "_Bound" for step in steps)
+    # One step (lite.engines.conv_chain) running the three bound convolutions in turn.
+    (step,) = steps
+    assert step.node.op_type == "Conv" and step.keywords == {}
+    assert [type(conv).__name__ for conv in step.fn.convs] == ["_Bound"] * 3
     x = np.random.default_rng(9).standard_normal((batch, 4, 9, 9)).astype(np.float32)
     expected = _reference_conv_chain(model, {"x": x})
     for _ in range(2):  # the second run reuses the layers the first built
