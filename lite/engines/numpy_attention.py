@@ -39,7 +39,7 @@ from lite.engines.numpy_patterns import (
     float_scalar,
     is_kernel,
     plain,
-    run_steps,
+    run_block,
 )
 
 if TYPE_CHECKING:
@@ -140,6 +140,14 @@ def match_attention(softmax: _Step, graph: Graph, constants: dict[int, Any]) -> 
         steps += head_steps
         inputs.append(origin)
         chains.append(operations)
+    split = _parts_of_split(inputs, graph, constants)
+    if split is not None:  # q, k or v cut from one tensor by a Split: views of that tensor
+        step, windows = split
+        steps.append(step)
+        for position, origin in enumerate(inputs):
+            if origin in windows:
+                chains[position] = [("Part", windows[origin]), *chains[position]]
+                inputs[position] = step.inputs[0]
     mask_positions = list(range(3, 3 + len(masks)))
     inputs += masks[::-1]  # in the order they are added
     heads = []
@@ -218,6 +226,27 @@ def _split_heads(source: int, graph: Graph, constants: dict[int, Any]):
         steps.append(step)
         source = origin
     return steps, source, operations[::-1]
+
+
+def _parts_of_split(origins: list[int], graph: Graph, constants: dict[int, Any]):
+    """(the Split, {output: (axis, start, stop, axis length)}) where some of q's, k's and v's
+    origins are every output of one Split of a computed tensor by constant sizes, each read by
+    the block alone (LeViT cuts its attention's q, k and v from one product); else None."""
+    producers = [graph.producer_of.get(origin) for origin in origins[:2]]
+    split = next((step for step in producers if step is not None and step.node.op_type == "Split"), None)
+    if (split is None or split.node.op_type != "Split" or split.node.domain or split.activation is not None
+            or split.memo is not None or split.graph_attributes or len(split.inputs) != 2 or len(split.outputs) < 2
+            or not (is_kernel(split.fn, "split", "Split") or is_kernel(split.fn, "split", "Split_v13"))
+            or split.inputs[0] in constants):
+        return None
+    sizes = constants.get(split.inputs[1])
+    if (not isinstance(sizes, np.ndarray) or sizes.dtype != np.int64 or sizes.shape != (len(split.outputs),)
+            or (sizes < 0).any() or len(set(split.outputs)) != len(split.outputs)
+            or not all(origins.count(index) == 1 and graph.single(index) for index in split.outputs)):
+        return None
+    axis, total = int(split.attributes.get("axis", 0)), int(sizes.sum())
+    edges = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    return split, {index: (axis, edges[n], edges[n + 1], total) for n, index in enumerate(split.outputs)}
 
 
 def _nan_guard(softmax: _Step, graph: Graph, constants: dict[int, Any]):
@@ -349,13 +378,20 @@ class FusedAttention:
                     return None
                 resolved.append((kind, tuple(argument)))
                 shape = tuple(shape[axis] for axis in argument)
+            elif kind == "Part":
+                axis, start, stop, total = argument
+                if not -len(shape) <= axis < len(shape) or shape[axis] != total:
+                    return None
+                axis %= len(shape)
+                resolved.append((kind, (slice(None),) * axis + (slice(start, stop),)))
+                shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
             else:
                 resolved.append((kind, argument))
         return resolved
 
     def _in_turn(self, args: tuple[Any, ...], allocate: Callable) -> np.ndarray:
         """The block's own kernels one after the other."""
-        return run_steps(self.block.steps, dict(zip(self.block.inputs, args)), self.constants, allocate)
+        return run_block(self.block.steps, dict(zip(self.block.inputs, args)), self.constants, allocate)
 
 
 _UNPLANNED = object()  # a plans entry not worked out yet
@@ -369,6 +405,8 @@ def _apply(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray |
             value = value.reshape(argument)
         elif kind == "Transpose":
             value = value.transpose(argument)
+        elif kind == "Part":
+            value = value[argument]
         else:
             if argument.dtype != value.dtype or argument.ndim > value.ndim:
                 return None
@@ -383,4 +421,7 @@ def _shape_after(shape: tuple[int, ...], operations: list[tuple[str, Any]]) -> t
             shape = tuple(argument)
         elif kind == "Transpose":
             shape = tuple(shape[axis] for axis in argument)
+        elif kind == "Part":
+            axis = len(argument) - 1
+            shape = shape[:axis] + (argument[axis].stop - argument[axis].start,) + shape[axis + 1:]
     return shape

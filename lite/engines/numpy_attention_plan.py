@@ -111,6 +111,9 @@ def plan_attention(step: FusedAttention, args: tuple[Any, ...]) -> AttentionPlan
                 shape = tuple(argument)
             elif kind == "Transpose":
                 shape = tuple(shape[axis] for axis in argument)
+            elif kind == "Part":
+                axis = len(argument) - 1
+                shape = shape[:axis] + (argument[axis].stop - argument[axis].start,) + shape[axis + 1:]
             elif argument.dtype != dtype or argument.ndim > len(shape):
                 return None
         shapes.append(shape)
@@ -160,6 +163,8 @@ def _views(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray:
             value = value.reshape(argument)
         elif kind == "Transpose":
             value = value.transpose(argument)
+        elif kind == "Part":
+            value = value[argument]
         else:
             value = np.multiply(value, argument)
     return value

@@ -189,3 +189,41 @@ def test_a_plan_serves_only_the_inputs_it_was_made_for():
     wide = {name: value.astype(np.float64) for name, value in inputs.items()}
     np.testing.assert_allclose(engine.run(wide)["context"], node_by_node(model, wide)["context"], rtol=1e-12)
     assert len(step.fn.plans) == 2
+
+
+def split_attention_model(*, split_read_elsewhere=False):
+    """q, k and v cut from one (N, T, HEADS, 2·8 + 16) product by a Split along the last axis,
+    each moved to heads by a Transpose (LeViT's attention)."""
+    b = GraphBuilder("split_attention", opset=18)
+    x = b.input("x", np.float32, ["N", "T", HEADS, 3 * WIDTH])
+    sizes = b.constant("sizes", np.array([WIDTH, WIDTH, WIDTH], np.int64))
+    q, k, v = b.node("Split", [x, sizes], axis=-1, outputs=["q", "k", "v"])
+    scores = b.node("MatMul", [b.node("Transpose", [q], perm=[0, 2, 1, 3]), b.node("Transpose", [k], perm=[0, 2, 3, 1])])
+    scores = b.node("Mul", [scores, b.constant("scale", np.array(WIDTH ** -0.5, np.float32))])
+    probabilities = b.node("Softmax", [scores], axis=-1)
+    context = b.node("MatMul", [probabilities, b.node("Transpose", [v], perm=[0, 2, 1, 3])])
+    merged = b.node("Transpose", [context], perm=[0, 2, 1, 3])
+    b.output(b.node("Reshape", [merged, b.constant("merge", np.array([0, 0, HEADS * WIDTH], np.int64))],
+                    outputs=["context"]), np.float32, None)
+    if split_read_elsewhere:
+        b.output(b.node("Relu", [v], outputs=["values"]), np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+@pytest.mark.parametrize("read_elsewhere", [False, True], ids=["Split read by the block", "a part read elsewhere"])
+def test_q_k_v_cut_by_a_split_are_views_of_its_input(read_elsewhere):
+    model = split_attention_model(split_read_elsewhere=read_elsewhere)
+    engine = NumpyEngine(model)
+    (step,) = fused(engine)
+    op_types = [s.node.op_type for s in engine.plans[0].steps]
+    assert ("Split" in op_types) == read_elsewhere
+    rng = np.random.default_rng(2)
+    for length in (5, 1, 5):
+        inputs = {"x": rng.standard_normal((2, length, HEADS, 3 * WIDTH)).astype(np.float32)}
+        expected = node_by_node(model, inputs)
+        for name, value in engine.run(inputs).items():
+            np.testing.assert_array_equal(value, expected[name])
+    assert len(step.fn.plans) == 2 and all(plan is not None for plan in step.fn.plans.values())
+    # A tensor of another width along the split axis: the nodes in turn, which report the Split's failure.
+    with pytest.raises(KernelError):
+        engine.run({"x": np.zeros((1, 3, HEADS, 3 * WIDTH + 1), np.float32)})
