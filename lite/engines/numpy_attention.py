@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lite.engines.numpy_attention_plan import AttentionPlan, plan_attention
 from lite.engines.numpy_patterns import (
     FLOATS,
     MATMUL,
@@ -38,7 +39,7 @@ from lite.engines.numpy_patterns import (
     float_scalar,
     is_kernel,
     plain,
-    run_steps,
+    run_block,
 )
 
 if TYPE_CHECKING:
@@ -139,6 +140,14 @@ def match_attention(softmax: _Step, graph: Graph, constants: dict[int, Any]) -> 
         steps += head_steps
         inputs.append(origin)
         chains.append(operations)
+    split = _parts_of_split(inputs, graph, constants)
+    if split is not None:  # q, k or v cut from one tensor by a Split: views of that tensor
+        step, windows = split
+        steps.append(step)
+        for position, origin in enumerate(inputs):
+            if origin in windows:
+                chains[position] = [("Part", windows[origin]), *chains[position]]
+                inputs[position] = step.inputs[0]
     mask_positions = list(range(3, 3 + len(masks)))
     inputs += masks[::-1]  # in the order they are added
     heads = []
@@ -219,6 +228,27 @@ def _split_heads(source: int, graph: Graph, constants: dict[int, Any]):
     return steps, source, operations[::-1]
 
 
+def _parts_of_split(origins: list[int], graph: Graph, constants: dict[int, Any]):
+    """(the Split, {output: (axis, start, stop, axis length)}) where some of q's, k's and v's
+    origins are every output of one Split of a computed tensor by constant sizes, each read by
+    the block alone (LeViT cuts its attention's q, k and v from one product); else None."""
+    producers = [graph.producer_of.get(origin) for origin in origins[:2]]
+    split = next((step for step in producers if step is not None and step.node.op_type == "Split"), None)
+    if (split is None or split.node.op_type != "Split" or split.node.domain or split.activation is not None
+            or split.memo is not None or split.graph_attributes or len(split.inputs) != 2 or len(split.outputs) < 2
+            or not (is_kernel(split.fn, "split", "Split") or is_kernel(split.fn, "split", "Split_v13"))
+            or split.inputs[0] in constants):
+        return None
+    sizes = constants.get(split.inputs[1])
+    if (not isinstance(sizes, np.ndarray) or sizes.dtype != np.int64 or sizes.shape != (len(split.outputs),)
+            or (sizes < 0).any() or len(set(split.outputs)) != len(split.outputs)
+            or not all(origins.count(index) == 1 and graph.single(index) for index in split.outputs)):
+        return None
+    axis, total = int(split.attributes.get("axis", 0)), int(sizes.sum())
+    edges = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    return split, {index: (axis, edges[n], edges[n + 1], total) for n, index in enumerate(split.outputs)}
+
+
 def _nan_guard(softmax: _Step, graph: Graph, constants: dict[int, Any]):
     """(IsNaN, Where) steps computing ``Where(IsNaN(p), fill, p)`` from the softmax's output p,
     and the constant scalar fill; None if the softmax is not read so."""
@@ -248,19 +278,29 @@ class FusedAttention:
         self.constants = constants
         self.scale = block.scale
         self.targets = ReshapeTargets()
-        # The shape tensors the block's reshapes read (argument positions), and for each set of
-        # q, k, v shapes and shape tensors the operations of _split and the merge resolved.
+        # The shape tensors the block's reshapes read (argument positions).
         self.shape_positions = sorted({argument for operations in block.heads for kind, argument in operations
                                        if kind == "Reshape"} | ({block.merge[1]} if block.merge else set()))
-        self.resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        # Per q, k and v shapes and q's type: the computation checked once (None: declined).
+        self.plans: dict[tuple[Any, ...], AttentionPlan | None] = {}
 
     def __call__(self, *args: Any, allocate: Callable = np.empty) -> np.ndarray:
+        q, k, v = args[0], args[1], args[2]
+        if type(q) is np.ndarray and type(k) is np.ndarray and type(v) is np.ndarray:
+            key = (q.shape, k.shape, v.shape, q.dtype)
+            plan = self.plans.get(key, _UNPLANNED)
+            if plan is _UNPLANNED:
+                if len(self.plans) >= ReshapeTargets.KEPT:
+                    self.plans.clear()
+                plan = self.plans[key] = plan_attention(self, args)
+            if plan is not None and plan.accepts(args):
+                return plan.run(args)
+        return self._unplanned(args, allocate)
+
+    def _unplanned(self, args: tuple[Any, ...], allocate: Callable) -> np.ndarray:
+        """The fused computation with every check made on this call."""
         block = self.block
-        resolved = self._resolved(args)
-        if resolved is None:
-            q, k, v = self._split(args, 0), self._split(args, 1), self._split(args, 2)
-        else:
-            q, k, v = (_apply(args[position], resolved[position]) for position in (0, 1, 2))
+        q, k, v = self._split(args, 0), self._split(args, 1), self._split(args, 2)
         if (q is None or k is None or v is None or q.ndim != 4 or k.ndim != 4 or v.ndim != 4
                 or q.dtype not in FLOATS or k.dtype != q.dtype or v.dtype != q.dtype
                 or (self.scale is not None and self.scale.dtype != q.dtype) or not (q.size and k.size and v.size)):
@@ -288,40 +328,17 @@ class FusedAttention:
         if block.merge is None:
             return np.matmul(probabilities, v)
         perm, shape_position = block.merge
-        shape = probabilities.shape[:-1] + v.shape[-1:]
-        if (resolved is not None and resolved[3] is not None and probabilities.shape[:-2] == v.shape[:-2]
-                and shape == resolved[5]):
-            # The product written through the merge's transpose into a buffer in the merged
-            # order: its reshape is then a view, not a copy.
-            merged = np.empty(tuple(shape[axis] for axis in perm), v.dtype)
-            np.matmul(probabilities, v, out=merged.transpose(resolved[4]))
-            return merged.reshape(resolved[3])
         context = np.matmul(probabilities, v)
         target = self.targets(context.shape, args[shape_position], perm)
         if target is None:
             return self._in_turn(args, allocate)
         return context.transpose(perm).reshape(target)
 
-    def _resolved(self, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def resolve(self, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """For q, k and v, the operations of _split with each Reshape's target resolved, then
         the merge's reshape target (None where it fails), its perm's inverse and the product's
-        shape it was resolved for, then the shape tensors; remembered by
-        the shapes of q, k and v and the identity of the shape tensors, which must be read-only
-        (constants, or values the engine remembers from shapes); None where they are not, or
-        where an operation would fail."""
-        shapes = []
-        for position in self.shape_positions:
-            target = args[position]
-            if type(target) is not np.ndarray or target.flags.writeable:
-                return None
-            shapes.append(target)
-        q, k, v = args[0], args[1], args[2]
-        if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:
-            return None
-        key = (q.shape, k.shape, v.shape, *[id(target) for target in shapes])
-        known = self.resolved.get(key)
-        if known is not None and all(a is b for a, b in zip(known[6], shapes)):
-            return known
+        shape it was resolved for; None where an operation would fail."""
+        q, v = args[0], args[2]
         operations = [self._head_operations(args, position) for position in (0, 1, 2)]
         if any(resolved is None for resolved in operations):
             return None
@@ -333,10 +350,7 @@ class FusedAttention:
             if sorted(perm) == list(range(len(context))):
                 merged = self.targets(context, args[shape_position], perm)
                 inverse = tuple(int(axis) for axis in np.argsort(perm))
-        if len(self.resolved) >= ReshapeTargets.KEPT:
-            self.resolved.clear()
-        known = self.resolved[key] = (*operations, merged, inverse, context, shapes)
-        return known
+        return operations, merged, inverse, context
 
     def _split(self, args: tuple[Any, ...], position: int) -> np.ndarray | None:
         """q, k or v after the nodes between its source and the product (Reshape and Transpose
@@ -364,23 +378,35 @@ class FusedAttention:
                     return None
                 resolved.append((kind, tuple(argument)))
                 shape = tuple(shape[axis] for axis in argument)
+            elif kind == "Part":
+                axis, start, stop, total = argument
+                if not -len(shape) <= axis < len(shape) or shape[axis] != total:
+                    return None
+                axis %= len(shape)
+                resolved.append((kind, (slice(None),) * axis + (slice(start, stop),)))
+                shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
             else:
                 resolved.append((kind, argument))
         return resolved
 
     def _in_turn(self, args: tuple[Any, ...], allocate: Callable) -> np.ndarray:
         """The block's own kernels one after the other."""
-        return run_steps(self.block.steps, dict(zip(self.block.inputs, args)), self.constants, allocate)
+        return run_block(self.block.steps, dict(zip(self.block.inputs, args)), self.constants, allocate)
+
+
+_UNPLANNED = object()  # a plans entry not worked out yet
 
 
 def _apply(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray | None:
-    """``value`` after the resolved operations of FusedAttention._resolved (Reshape and
+    """``value`` after the resolved operations of FusedAttention._head_operations (Reshape and
     Transpose as views); None where a scale cannot be applied here."""
     for kind, argument in operations:
         if kind == "Reshape":
             value = value.reshape(argument)
         elif kind == "Transpose":
             value = value.transpose(argument)
+        elif kind == "Part":
+            value = value[argument]
         else:
             if argument.dtype != value.dtype or argument.ndim > value.ndim:
                 return None
@@ -395,4 +421,7 @@ def _shape_after(shape: tuple[int, ...], operations: list[tuple[str, Any]]) -> t
             shape = tuple(argument)
         elif kind == "Transpose":
             shape = tuple(shape[axis] for axis in argument)
+        elif kind == "Part":
+            axis = len(argument) - 1
+            shape = shape[:axis] + (argument[axis].stop - argument[axis].start,) + shape[axis + 1:]
     return shape

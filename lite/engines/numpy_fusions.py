@@ -15,7 +15,8 @@ step computes what its steps computed, in the same arithmetic:
   or with a per-channel affine map and a Relu (:mod:`lite.engines.group_norm_fusion`);
 - a per-channel Mul and Add of constants and the Relu after them (:mod:`lite.engines.affine_fusion`);
 - a scaled dot-product attention block (:mod:`lite.engines.numpy_attention`), and SwiftFormer's additive
-  attention (:mod:`lite.engines.numpy_additive_attention`);
+  attention (:mod:`lite.engines.numpy_additive_attention`), MobileViTV2's separable self-attention
+  (:mod:`lite.engines.numpy_separable_attention`);
 - an RMSNorm written as elementwise nodes, a LayerNormalization with the residual Add before it,
   an L2 normalization over the last axis (:mod:`lite.engines.numpy_norms`);
 - a rotary position embedding, ``x·cos + rotate_half(x)·sin`` (:mod:`lite.engines.numpy_rotary`);
@@ -42,6 +43,7 @@ from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm
 from lite.engines.numpy_patterns import Graph, in_turn
 from lite.engines.numpy_pool_mixer import fuse_pool_mixer
 from lite.engines.numpy_rotary import fuse_rotary_embedding
+from lite.engines.numpy_separable_attention import fuse_separable_attention
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -60,6 +62,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = conv_fusions.fuse(steps, constants, graph_outputs)
     steps = fuse_attention(steps, constants, graph_outputs)
     steps = fuse_additive_attention(steps, constants, graph_outputs)
+    steps = fuse_separable_attention(steps, constants, graph_outputs)
     steps = fuse_rms_norm(steps, constants, graph_outputs)
     steps = group_norm_fusion.fuse_one_group_norm(steps, constants, graph_outputs)
     steps = fuse_residual_layer_norm(steps, constants, graph_outputs)

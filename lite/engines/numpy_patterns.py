@@ -135,6 +135,18 @@ def run_steps(block: list[_Step], values: dict[int, Any], constants: dict[int, A
     return values[block[-1].outputs[0]]
 
 
+def run_block(block: list[_Step], values: dict[int, Any], constants: dict[int, Any], allocate: Callable) -> Any:
+    """:func:`run_steps` keeping every output of a step with several (a Split's parts)."""
+    for step in block:
+        args = [values[i] if i in values else constants.get(i) for i in step.inputs]
+        if step.wants_allocate:
+            result = step.fn(*args, allocate=allocate, **step.keywords)
+        else:
+            result = step.fn(*args, **step.keywords)
+        values.update(zip(step.outputs, result if type(result) is tuple else (result,)))
+    return values[block[-1].outputs[0]]
+
+
 def in_turn(block: list[_Step], x_index: int, constants: dict[int, Any]) -> Callable[[Any, Callable], Any]:
     """:func:`run_in_turn` of ``block`` as a fused kernel's ``fallback(x, allocate)``, for the
     inputs the kernel does not handle."""

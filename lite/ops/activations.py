@@ -120,16 +120,22 @@ def HardSigmoid(X, *, alpha=0.2, beta=0.5):
     return _like(np.clip(X * alpha + beta, 0, 1), X)
 
 
+# HardSwish's constants (1/6, 1/2, 0, 1) as scalars of float32 and float64: made once, not on
+# every call (four scalar constructions were a third of a call on LeViT's 16x64 activations).
+_HARD_SWISH = {np.dtype(kind): tuple(kind(value) for value in (1 / 6, 0.5, 0, 1)) for kind in (np.float32, np.float64)}
+
+
 @kernel("HardSwish", since=14)
 def HardSwish(X):
     X = np.asarray(X)
-    if X.dtype.kind == "f" and X.dtype.itemsize >= 4:
+    constants = _HARD_SWISH.get(X.dtype)
+    if constants is not None:
         # The same operations as below, in place into one fresh array and with the clip ufunc
         # (np.clip's Python layer costs as much as a pass over LeViT's 16x128 activations).
-        kind = X.dtype.type
-        gate = np.multiply(X, kind(1 / 6))
-        gate += kind(0.5)
-        clip(gate, kind(0), kind(1), out=gate)
+        sixth, half, zero, one = constants
+        gate = np.multiply(X, sixth)
+        gate += half
+        clip(gate, zero, one, out=gate)
         gate *= X
         return gate
     return _like(X * np.clip(X * (1 / 6) + 0.5, 0, 1), X)

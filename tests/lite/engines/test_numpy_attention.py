@@ -104,11 +104,11 @@ def test_an_attention_block_is_one_step(options, scale):
         np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6)
         # The same numpy operations in the same order as the nodes' kernels: the same float32 values.
         np.testing.assert_array_equal(got, node_by_node(model, inputs)["context"])
-    # The reshapes' targets are constants: each shape's operations were resolved once, the
-    # merged heads' too (their product written in the merged order).
+    # Each set of shapes was planned once, the merged heads' product written in the merged order.
     (step,) = fused(engine)
-    resolved = list(step.fn.resolved.values())
-    assert len(resolved) == 2 and all((entry[3] is not None) == options.get("merge", True) for entry in resolved)
+    plans = list(step.fn.plans.values())
+    assert len(plans) == 2 and all(plan is not None for plan in plans)
+    assert all((plan.merge is not None and plan.merge[0] == "buffer") == options.get("merge", True) for plan in plans)
 
 
 @pytest.mark.parametrize("options", [{"probabilities_output": True}, {"scores_output": True}, {"softmax_axis": 1}],
@@ -158,3 +158,72 @@ def test_a_damaged_block_is_not_fused_and_fails_when_run():
     assert not fused(engine)
     with pytest.raises(KernelError):
         engine.run(feeds(model))
+
+
+def test_a_plan_serves_only_the_inputs_it_was_made_for():
+    """A step plans its work once per set of q, k and v shapes; a mask of another shape, a
+    shape tensor of other values or another element type is computed with every check made,
+    with the same values as the nodes."""
+    model = attention_model()
+    engine = NumpyEngine(model)
+    (step,) = fused(engine)
+    inputs = feeds(model, batch=2, length=5)
+    expected = node_by_node(model, inputs)["context"]
+    np.testing.assert_array_equal(engine.run(inputs)["context"], expected)
+    (plan,) = step.fn.plans.values()
+    args = [inputs["q"], inputs["k"], inputs["v"], inputs["mask0"], *[
+        engine.plans[0].constants[index] for index in step.inputs[4:]]]
+    assert plan.accepts(tuple(args))
+    # A mask broadcast along the query axis: the plan declines it, the step still fuses it.
+    broad = dict(inputs, mask0=np.ascontiguousarray(inputs["mask0"][:, :, :1, :]))
+    assert not plan.accepts((*args[:3], broad["mask0"], *args[4:]))
+    np.testing.assert_array_equal(engine.run(broad)["context"], node_by_node(model, broad)["context"])
+    # Shape tensors of the same values (writeable copies) are accepted; other values are not.
+    same = [np.array(value) for value in args[4:]]
+    assert plan.accepts((*args[:4], *same))
+    np.testing.assert_array_equal(step.fn(*args[:4], *same), expected)
+    other = [*same[:-1], np.array([0, 0, -1], np.int64)]
+    assert not plan.accepts((*args[:4], *other))
+    np.testing.assert_array_equal(step.fn(*args[:4], *other), expected)
+    # float64 operands: a plan of their own.
+    wide = {name: value.astype(np.float64) for name, value in inputs.items()}
+    np.testing.assert_allclose(engine.run(wide)["context"], node_by_node(model, wide)["context"], rtol=1e-12)
+    assert len(step.fn.plans) == 2
+
+
+def split_attention_model(*, split_read_elsewhere=False):
+    """q, k and v cut from one (N, T, HEADS, 2·8 + 16) product by a Split along the last axis,
+    each moved to heads by a Transpose (LeViT's attention)."""
+    b = GraphBuilder("split_attention", opset=18)
+    x = b.input("x", np.float32, ["N", "T", HEADS, 3 * WIDTH])
+    sizes = b.constant("sizes", np.array([WIDTH, WIDTH, WIDTH], np.int64))
+    q, k, v = b.node("Split", [x, sizes], axis=-1, outputs=["q", "k", "v"])
+    scores = b.node("MatMul", [b.node("Transpose", [q], perm=[0, 2, 1, 3]), b.node("Transpose", [k], perm=[0, 2, 3, 1])])
+    scores = b.node("Mul", [scores, b.constant("scale", np.array(WIDTH ** -0.5, np.float32))])
+    probabilities = b.node("Softmax", [scores], axis=-1)
+    context = b.node("MatMul", [probabilities, b.node("Transpose", [v], perm=[0, 2, 1, 3])])
+    merged = b.node("Transpose", [context], perm=[0, 2, 1, 3])
+    b.output(b.node("Reshape", [merged, b.constant("merge", np.array([0, 0, HEADS * WIDTH], np.int64))],
+                    outputs=["context"]), np.float32, None)
+    if split_read_elsewhere:
+        b.output(b.node("Relu", [v], outputs=["values"]), np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+@pytest.mark.parametrize("read_elsewhere", [False, True], ids=["Split read by the block", "a part read elsewhere"])
+def test_q_k_v_cut_by_a_split_are_views_of_its_input(read_elsewhere):
+    model = split_attention_model(split_read_elsewhere=read_elsewhere)
+    engine = NumpyEngine(model)
+    (step,) = fused(engine)
+    op_types = [s.node.op_type for s in engine.plans[0].steps]
+    assert ("Split" in op_types) == read_elsewhere
+    rng = np.random.default_rng(2)
+    for length in (5, 1, 5):
+        inputs = {"x": rng.standard_normal((2, length, HEADS, 3 * WIDTH)).astype(np.float32)}
+        expected = node_by_node(model, inputs)
+        for name, value in engine.run(inputs).items():
+            np.testing.assert_array_equal(value, expected[name])
+    assert len(step.fn.plans) == 2 and all(plan is not None for plan in step.fn.plans.values())
+    # A tensor of another width along the split axis: the nodes in turn, which report the Split's failure.
+    with pytest.raises(KernelError):
+        engine.run({"x": np.zeros((1, 3, HEADS, 3 * WIDTH + 1), np.float32)})

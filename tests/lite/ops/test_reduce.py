@@ -51,20 +51,26 @@ def test_softmax_is_stable():
 
 @pytest.mark.parametrize("dtype", [F32, np.float64])
 def test_softmax_over_rows_shifted_together_or_one_by_one(dtype):
-    """The last-axis softmax shifts every row by the tensor's maximum when the rows' sums stay
-    in range: masked entries (-inf, the float minimum) become 0; rows far below the maximum, a
-    row masked entirely, infinities and NaN take the row-by-row path, with the same values."""
+    """The last-axis softmax of more than 32 rows shifts every row by the tensor's maximum when
+    the rows' sums stay in range: masked entries (-inf, the float minimum) become 0; rows far
+    below the maximum, a row masked entirely, infinities and NaN take the row-by-row path, with
+    the same values; fewer rows take that path at once, one element per row is exp(x - x)."""
     lowest = np.finfo(dtype).min
-    scores = normal((2, 3, 5, 7), dtype, scale=4)
+    scores = normal((2, 3, 8, 7), dtype, scale=4)
     scores[0, 1, :, 4:] = -np.inf
     scores[1, 2, 1:, :3] = lowest
-    far = normal((3, 7), dtype)
+    far = normal((40, 7), dtype)
     far[1] -= 500
-    masked_row = normal((3, 7), dtype)
+    masked_row = normal((40, 7), dtype)
     masked_row[2] = -np.inf
-    special = normal((3, 7), dtype)
+    special = normal((40, 7), dtype)
     special[0, 0], special[2, 3] = np.inf, np.nan
-    for x in (scores, far, masked_row, special):
+    # Up to 32 rows, and a last axis of length 1, take paths of their own.
+    few = scores[:1, :2, :, :]
+    few_special = special[:5]
+    single = normal((2, 4, 3, 1), dtype, scale=100)
+    single[0, 1, 2, 0], single[1, 0, 0, 0], single[1, 3, 1, 0] = np.inf, -np.inf, np.nan
+    for x in (scores, far, masked_row, special, few, few_special, single):
         (got,) = kernel_outputs("Softmax", [x], {}, opset=13)
         wide = x.astype(np.float64)
         with np.errstate(invalid="ignore"):
