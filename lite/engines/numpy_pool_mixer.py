@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines.numpy_patterns import FLOATS, Graph, plain, run_steps
-from lite.ops.average_pool import same_size_average
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -95,6 +94,10 @@ class PoolMixer:
 
     def __init__(self, block: list[_Step], inputs: list[int], subtract: bool, constants: dict[int, Any],
                  scale: np.ndarray | None = None) -> None:
+        # Imported here, where a model has the pattern: loading the engine loads no kernel module.
+        from lite.ops.average_pool import same_size_average
+
+        self.same_size_average = same_size_average
         self.block = block
         self.inputs = inputs  # x, then the residual where the block ends in the Add
         self.subtract = subtract
@@ -107,7 +110,7 @@ class PoolMixer:
                                   or residual[0].dtype != x.dtype or self.scale.dtype != x.dtype
                                   or self.scale.shape[0] != x.shape[1]))):
             return run_steps(self.block, dict(zip(self.inputs, (x, *residual))), self.constants, allocate)
-        total = same_size_average(x, False)
+        total = self.same_size_average(x, False)
         if self.subtract:
             total -= x
         if residual:  # the Mul's and the Add's arithmetic, in place
