@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_attention_plan import AttentionPlan, plan_attention
+from lite.engines.numpy_attention_plan import AttentionPlan, plan_attention, shape_after
 from lite.engines.numpy_patterns import (
     FLOATS,
     MATMUL,
@@ -345,7 +345,7 @@ class FusedAttention:
         merged, inverse, context = None, None, None
         if self.block.merge is not None:
             perm, shape_position = self.block.merge
-            rows, columns = _shape_after(q.shape, operations[0]), _shape_after(v.shape, operations[2])
+            rows, columns = shape_after(q.shape, operations[0]), shape_after(v.shape, operations[2])
             context = rows[:-2] + rows[-2:-1] + columns[-1:]  # checked against the product's shape when run
             if sorted(perm) == list(range(len(context))):
                 merged = self.targets(context, args[shape_position], perm)
@@ -412,16 +412,3 @@ def _apply(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray |
                 return None
             value = np.multiply(value, argument)
     return value
-
-
-def _shape_after(shape: tuple[int, ...], operations: list[tuple[str, Any]]) -> tuple[int, ...]:
-    """The shape of an array of ``shape`` after the resolved operations (a scale keeps it)."""
-    for kind, argument in operations:
-        if kind == "Reshape":
-            shape = tuple(argument)
-        elif kind == "Transpose":
-            shape = tuple(shape[axis] for axis in argument)
-        elif kind == "Part":
-            axis = len(argument) - 1
-            shape = shape[:axis] + (argument[axis].stop - argument[axis].start,) + shape[axis + 1:]
-    return shape

@@ -107,15 +107,9 @@ def plan_attention(step: FusedAttention, args: tuple[Any, ...]) -> AttentionPlan
     for source, ops in zip((q, k, v), operations):
         shape = source.shape
         for kind, argument in ops:
-            if kind == "Reshape":
-                shape = tuple(argument)
-            elif kind == "Transpose":
-                shape = tuple(shape[axis] for axis in argument)
-            elif kind == "Part":
-                axis = len(argument) - 1
-                shape = shape[:axis] + (argument[axis].stop - argument[axis].start,) + shape[axis + 1:]
-            elif argument.dtype != dtype or argument.ndim > len(shape):
-                return None
+            if kind not in _SHAPING and (argument.dtype != dtype or argument.ndim > len(shape)):
+                return None  # a scale of another type, or of more dimensions than it scales
+            shape = shape_after(shape, [(kind, argument)])
         shapes.append(shape)
     q_shape, k_shape, v_shape = shapes
     if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4 or q_shape[-1] != k_shape[-2]:
@@ -168,3 +162,19 @@ def _views(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray:
         else:
             value = np.multiply(value, argument)
     return value
+
+
+_SHAPING = ("Reshape", "Transpose", "Part")
+
+
+def shape_after(shape: tuple[int, ...], operations: list[tuple[str, Any]]) -> tuple[int, ...]:
+    """The shape of an array of ``shape`` after the resolved operations (a scale keeps it)."""
+    for kind, argument in operations:
+        if kind == "Reshape":
+            shape = tuple(argument)
+        elif kind == "Transpose":
+            shape = tuple(shape[axis] for axis in argument)
+        elif kind == "Part":
+            axis = len(argument) - 1
+            shape = shape[:axis] + (argument[axis].stop - argument[axis].start,) + shape[axis + 1:]
+    return shape

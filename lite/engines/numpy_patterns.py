@@ -125,14 +125,7 @@ def run_in_turn(block: list[_Step], x_index: int, x: Any, constants: dict[int, A
 def run_steps(block: list[_Step], values: dict[int, Any], constants: dict[int, Any], allocate: Callable) -> Any:
     """A block's own kernels one after the other, from ``values`` (its inputs by index, filled in
     with what the steps compute): the last step's output."""
-    for step in block:
-        args = [values[i] if i in values else constants.get(i) for i in step.inputs]
-        if step.wants_allocate:
-            result = step.fn(*args, allocate=allocate, **step.keywords)
-        else:
-            result = step.fn(*args, **step.keywords)
-        values[step.outputs[0]] = result[0] if type(result) is tuple else result
-    return values[block[-1].outputs[0]]
+    return run_block(block, values, constants, allocate)
 
 
 def run_block(block: list[_Step], values: dict[int, Any], constants: dict[int, Any], allocate: Callable) -> Any:
