@@ -218,3 +218,18 @@ def test_max_pool_flat_shifts_match_the_general_path(shape, attributes):
     np.testing.assert_array_equal(MaxPool(channels_last, **attributes), expected)
     # onnx.reference gets the output shape of a padded stride-1 ceil_mode pool wrong; ONNX Runtime does not.
     check_against_onnxruntime("MaxPool", [normal(*shape)], attributes, opset=12)
+
+
+def test_max_pool_windows_larger_than_the_input_answer_at_once():
+    """No output cell where the window overhangs by a stride or less (ONNX Runtime gives an empty
+    output), an error where it overhangs by more; neither loops over the kernel's taps (a damaged
+    file's kernel of 4e9 columns took seconds and gigabytes)."""
+    from lite.errors import KernelError
+    from lite.ops.max_pool import MaxPool
+
+    x = np.ones((2, 3, 5, 5), np.float32)
+    y, indices = MaxPool(x, kernel_shape=[2, 6], strides=[2, 2], output_count=2)
+    assert y.shape == (2, 3, 2, 0) and indices.shape == (2, 3, 2, 0)
+    assert MaxPool(x, kernel_shape=[2, 4278190082], strides=[2, 4278190082]).shape == (2, 3, 2, 0)
+    with pytest.raises(KernelError, match="larger than the input"):
+        MaxPool(x, kernel_shape=[2, 9], strides=[2, 2])
