@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.numpy_attention_plan import AttentionPlan, plan_attention, shape_after
+from lite.engines.numpy_attention_plan import AttentionPlan, apply_operations, plan_attention, shape_after
 from lite.engines.numpy_patterns import (
     FLOATS,
     MATMUL,
@@ -359,7 +359,7 @@ class FusedAttention:
         if type(value) is not np.ndarray:
             return None
         operations = self._head_operations(args, position)
-        return None if operations is None else _apply(value, operations)
+        return None if operations is None else apply_operations(value, operations)
 
     def _head_operations(self, args: tuple[Any, ...], position: int) -> list[tuple[str, Any]] | None:
         """The nodes between q, k or v and the product with each Reshape's target resolved for
@@ -395,20 +395,3 @@ class FusedAttention:
 
 
 _UNPLANNED = object()  # a plans entry not worked out yet
-
-
-def _apply(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray | None:
-    """``value`` after the resolved operations of FusedAttention._head_operations (Reshape and
-    Transpose as views); None where a scale cannot be applied here."""
-    for kind, argument in operations:
-        if kind == "Reshape":
-            value = value.reshape(argument)
-        elif kind == "Transpose":
-            value = value.transpose(argument)
-        elif kind == "Part":
-            value = value[argument]
-        else:
-            if argument.dtype != value.dtype or argument.ndim > value.ndim:
-                return None
-            value = np.multiply(value, argument)
-    return value

@@ -68,7 +68,8 @@ class AttentionPlan:
 
     def run(self, args: tuple[Any, ...]) -> np.ndarray:
         """The block's output for accepted ``args``."""
-        q, k, v = _views(args[0], self.q), _views(args[1], self.k), _views(args[2], self.v)
+        q, k, v = (apply_operations(args[0], self.q), apply_operations(args[1], self.k),
+                   apply_operations(args[2], self.v))
         scores = np.matmul(q, k)
         if self.scale is not None:
             self.rescale(scores, self.scale, out=scores)
@@ -150,8 +151,10 @@ def plan_attention(step: FusedAttention, args: tuple[Any, ...]) -> AttentionPlan
     return AttentionPlan(dtype, operations, step.scale, block.divide, masks, kept, step.softmax, block.nan_fill, merge)
 
 
-def _views(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray:
-    """``value`` after a plan's checked operations (Reshape and Transpose as views)."""
+def apply_operations(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray | None:
+    """``value`` after resolved head operations (Reshape and Transpose as views, a Part as a
+    slice, a scale multiplied); None where a scale cannot be applied (another type, more
+    dimensions), which a plan's checked operations never meet."""
     for kind, argument in operations:
         if kind == "Reshape":
             value = value.reshape(argument)
@@ -160,6 +163,8 @@ def _views(value: np.ndarray, operations: list[tuple[str, Any]]) -> np.ndarray:
         elif kind == "Part":
             value = value[argument]
         else:
+            if argument.dtype != value.dtype or argument.ndim > value.ndim:
+                return None
             value = np.multiply(value, argument)
     return value
 
