@@ -262,7 +262,7 @@ def _verify(report: ConversionReport, original: onnx.ModelProto | None, imported
     """Compare the written file with the original; a mismatch raises :class:`VerificationError`."""
     report.verification = verification = verify_output(
         original, imported.model, exported, temporary, suffix, options.graph.fp16_io, tolerance,
-        options.graph.input_shapes, options.verification.verify_data,
+        options.graph.input_shapes, options.verification.verify_data, options.graph.dynamic_batch,
     )
     report.warnings.extend(f"verification: {note}" for note in verification.notes)
     if verification.skipped:

@@ -296,6 +296,7 @@ def apply_input_shapes(
             _check_fixed_sizes(name, list(value.shape), shape)
         value.shape = ir.Shape(shape)
     if dynamic_batch:
+        _check_one_batch([value for value in graph.inputs if not value.is_initializer()])
         for value in graph.inputs:
             if value.is_initializer() or value.shape is None or len(value.shape) == 0:
                 continue
@@ -310,6 +311,24 @@ def apply_input_shapes(
     if input_shapes or dynamic_batch:
         _forget_intermediate_shapes(graph)
     return warnings
+
+
+def _check_one_batch(inputs: list[ir.Value]) -> None:
+    """``--dynamic-batch`` names every input's first dimension "batch": inputs whose first sizes
+    the model fixes differently (a [1, T] text beside a [2, 1, H] recurrent state) cannot share it."""
+    fixed = {value.name: value.shape[0] for value in inputs
+             if value.shape is not None and len(value.shape) > 0 and isinstance(value.shape[0], int)}
+    if len(set(fixed.values())) > 1:
+        raise batch_sizes_differ(fixed)
+
+
+def batch_sizes_differ(sizes: dict[str, int]) -> InvalidOptionError:
+    """The error for inputs whose first dimensions cannot be one batch (``sizes``: name -> size)."""
+    listing = ", ".join(f"{name}: {size}" for name, size in sorted(sizes.items()))
+    return InvalidOptionError(
+        f"--dynamic-batch: the inputs' first dimensions differ ({listing}), so they cannot all be one batch "
+        "dimension; convert without --dynamic-batch and name the symbolic sizes with --input-shape"
+    )
 
 
 def _check_fixed_sizes(name: str, model_dims: list, given: list[int | str]) -> None:

@@ -18,6 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from converter.errors import InvalidOptionError, VerificationError
+from converter.importer import batch_sizes_differ
 from converter.onnx_export import to_onnx
 from converter.verify import InputsRejectedError, Verification, run_onnxruntime, verify_conversion
 from lite.compare import Tolerance
@@ -26,8 +27,10 @@ from lite.format import ir as lite_ir
 
 
 def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, tolerance: Tolerance,
-                  input_shapes, verify_data) -> Verification:
-    """Verify the file just written at ``path`` against ``original`` (see the module docstring)."""
+                  input_shapes, verify_data, dynamic_batch: bool = False) -> Verification:
+    """Verify the file just written at ``path`` against ``original`` (see the module docstring);
+    with ``dynamic_batch``, also check that the converted model runs one batch larger and that its
+    outputs lead with the batch (:func:`check_batch_axis`)."""
     signature = exported if exported is not None else ir.to_proto(_interface_only(model))
     input_dtypes = None
     if fp16_io:  # the converted model takes float16 where the original takes float32
@@ -71,7 +74,44 @@ def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, 
         feeds = {k: v.astype(input_dtypes[k]) if input_dtypes and k in input_dtypes else v
                  for k, v in verification.feeds.items()}
         verification.divergence = first_divergence(original, load(path), feeds, verification.tolerance)
+    if dynamic_batch and verification.passed and verification.feeds:
+        feeds = {k: v.astype(input_dtypes[k]) if input_dtypes and k in input_dtypes else v
+                 for k, v in verification.feeds.items()}
+        check_batch_axis(run, feeds)
     return verification
+
+
+def check_batch_axis(run, feeds: dict[str, np.ndarray]) -> None:
+    """``--dynamic-batch`` labels the first axis of every input and output as the batch; check
+    that claim on the converted model: the verified inputs, one row longer (the first row
+    repeated), must run and give outputs one row longer. A shape written for one batch size (a
+    Reshape to ``[1, -1]``), inputs that do not lead with the batch (an RNN's ``[layers, batch,
+    hidden]`` state) or outputs that do not (an OCR model's ``[sequence, batch, classes]``) are
+    refused here, not in the first batched request a server merges."""
+    leading = {name: value.shape[0] for name, value in feeds.items() if np.ndim(value) > 0}
+    if not leading:
+        return
+    if len(set(leading.values())) > 1:
+        raise batch_sizes_differ(leading)
+    batch = next(iter(leading.values())) + 1
+    grown = {name: np.concatenate([value, value[:1]]) if name in leading else value for name, value in feeds.items()}
+    try:
+        outputs = run(grown)
+    except (VerificationError, InputsRejectedError) as err:
+        raise InvalidOptionError(
+            f"--dynamic-batch: the converted model fails at batch size {batch} on the verified inputs with one row "
+            f"added ({err}); the model fixes its batch size somewhere (e.g. a Reshape to a constant shape): "
+            "convert without --dynamic-batch, or export the model with a dynamic batch axis"
+        ) from err
+    wrong = {name: list(np.shape(value)) for name, value in outputs.items()
+             if np.ndim(value) > 0 and np.shape(value)[0] != batch}
+    if wrong:
+        listing = "; ".join(f"{name} has shape {shape}" for name, shape in sorted(wrong.items()))
+        raise InvalidOptionError(
+            f"--dynamic-batch: at batch size {batch} output(s) do not lead with the batch ({listing}); a server "
+            "splits merged requests along the first axis of every output, so this model cannot be batched: "
+            "convert without --dynamic-batch"
+        )
 
 
 def _reads_an_input(path: Path, node: lite_ir.Node) -> bool:
