@@ -54,6 +54,11 @@ DECISION_FORMAT = 3  # 2: turns timed by their fastest call, unsettled choices n
 # Calls slower than this get fewer rounds: their times vary less, and rounds cost more.
 _SLOW_CALL_MS = 20.0
 _MIN_CALLS = 3
+# Untimed calls of each runner, for this long each (times ``warmup_s`` > 0), before the first
+# round: sessions just made run their first calls slower (buffers allocated, pages touched, worker
+# threads started), and on a 16-core Xeon a choice's turn of a session at 4 threads read 0.304 ms
+# where 200 later calls ran in 0.227.
+FIRST_WARMUP_S = 0.1
 # Rounds that disagree, with a median in this range, leave the choice unsettled (see settled()).
 _CLOSE = (0.9, 1.1)
 # The float form's largest difference from the int8 kernels, relative to an output's peak. It
@@ -183,6 +188,11 @@ def alternate(calls: dict[str, Callable[[dict[str, np.ndarray]], Any]], feeds: d
     untimed calls: the other session's worker threads spin on for a while after its last call."""
     times: dict[str, list[float]] = {label: [] for label in calls}
     order = list(calls)
+    if warmup_s > 0:
+        for call in calls.values():
+            deadline = time.perf_counter() + FIRST_WARMUP_S
+            while time.perf_counter() < deadline:
+                call(feeds)
     for index in range(rounds):
         for label in order if index % 2 == 0 else order[::-1]:
             call = calls[label]
