@@ -8,7 +8,8 @@ first with ``np.copyto`` gained nothing, because that copy alone runs on one thr
 splits a large copy over the intra-op threads, chunk by chunk, and queues each chunk's
 host-to-device copy on a side stream as soon as the chunk is staged, so the host copy of chunk k+1
 overlaps the DMA of chunk k; the caller's stream waits for the last chunk through an event, not
-the host. The buffer is kept and grown, never allocated per call (pinning memory is slow).
+the host. The chunks take turns in a small ring of pinned buffers (:data:`RING_SLOTS`), kept and
+grown, never allocated per call (pinning memory is slow).
 
 Used by the torch engine and the ONNX Runtime engine's CUDA path, both only when PyTorch is
 loaded; the module itself imports nothing beyond numpy (the engines hand it ``torch``).
@@ -26,6 +27,10 @@ STAGED_MIN_BYTES = 4 << 20
 # Chunks of this size keep the copy engine busy while the next chunk is staged; a 77 MB batch of
 # 256 images makes 10 of them.
 CHUNK_BYTES = 8 << 20
+# Pinned chunk buffers used in turn (0: one pinned buffer as large as the array). A ring of a few
+# chunks reuses memory the caches still hold, where a buffer of the array's size writes, and the
+# copy engine reads, every byte from DRAM.
+RING_SLOTS = 3
 
 
 class HostUploader:
@@ -34,13 +39,14 @@ class HostUploader:
     Thread-safe: one upload at a time uses the buffer.
     """
 
-    def __init__(self, torch: Any, device: Any, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(self, torch: Any, device: Any, chunk_bytes: int = CHUNK_BYTES, ring_slots: int = RING_SLOTS) -> None:
         self.torch = torch
         self.device = torch.device(device)
         self.chunk_bytes = int(chunk_bytes)
         self.stream = torch.cuda.Stream(device=self.device)
         self._done = torch.cuda.Event()
-        self._staging = None  # a pinned uint8 tensor, grown to the largest array seen
+        self._staging = None  # a pinned uint8 tensor, grown to the largest array seen (ring_slots 0)
+        self._ring = [(None, torch.cuda.Event()) for _ in range(max(0, int(ring_slots)))]  # (buffer, its DMA read)
         self._lock = threading.Lock()
 
     def upload(self, array: np.ndarray) -> Any:
@@ -67,6 +73,8 @@ class HostUploader:
             with torch.cuda.stream(self.stream):
                 if source.is_pinned():  # already page-locked (lite.pinned_empty): one DMA, no staging
                     destination.copy_(source, non_blocking=True)
+                elif self._ring:
+                    self._ring_copy(source, destination)
                 else:
                     staging = self._buffer(source.numel())
                     for start in range(0, source.numel(), self.chunk_bytes):
@@ -79,6 +87,23 @@ class HostUploader:
     def wait(self) -> None:
         """Block the host until the last upload has reached the device."""
         self._done.synchronize()
+
+    def _ring_copy(self, source: Any, destination: Any) -> None:
+        """Chunk k is staged in slot k mod ``ring_slots`` once the copy engine has read that slot's
+        previous chunk (its event), then queued for the device on the side stream."""
+        chunk = min(self.chunk_bytes, source.numel())
+        for index, start in enumerate(range(0, source.numel(), chunk)):
+            end = min(start + chunk, source.numel())
+            slot = index % len(self._ring)
+            buffer, read = self._ring[slot]
+            read.synchronize()  # the copy engine is done with the slot (an event never recorded returns at once)
+            if buffer is None or buffer.numel() < chunk:
+                buffer = self.torch.empty(chunk, dtype=self.torch.uint8, pin_memory=True)
+            staged = buffer[:end - start]
+            staged.copy_(source[start:end])  # multithreaded host copy
+            destination[start:end].copy_(staged, non_blocking=True)
+            read.record(self.stream)
+            self._ring[slot] = (buffer, read)
 
     def _buffer(self, size: int) -> Any:
         if self._staging is None or self._staging.numel() < size:

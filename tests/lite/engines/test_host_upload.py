@@ -30,8 +30,23 @@ def test_torch_cuda_spec_reads_shape_and_numpy_dtype():
 
 @cuda
 @pytest.mark.gpu
-def test_upload_copies_every_chunk_and_reuses_its_buffer():
-    uploader = HostUploader(torch, "cuda", chunk_bytes=1000)  # many chunks, the last one short
+@pytest.mark.parametrize("ring_slots", [0, 1, 3])
+def test_uploads_queued_back_to_back_each_arrive_whole(ring_slots):
+    """No sync between uploads: a ring slot must not be restaged before the copy engine read it."""
+    uploader = HostUploader(torch, "cuda", chunk_bytes=1 << 16, ring_slots=ring_slots)
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal((5, 70_001)).astype(np.float32) for _ in range(4)]
+    uploaded = [uploader.upload(array) for array in arrays]
+    torch.cuda.current_stream().synchronize()
+    for array, tensor in zip(arrays, uploaded):
+        np.testing.assert_array_equal(tensor.cpu().numpy(), array)
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("ring_slots", [0, 3])
+def test_upload_copies_every_chunk_and_reuses_its_buffer(ring_slots):
+    uploader = HostUploader(torch, "cuda", chunk_bytes=1000, ring_slots=ring_slots)  # many chunks, the last short
     rng = np.random.default_rng(0)
     for shape in ((3, 1001), (7, 999), (2, 3)):  # grows the buffer, then reuses it for less
         array = rng.standard_normal(shape).astype(np.float32)
