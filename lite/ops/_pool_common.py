@@ -19,6 +19,10 @@ from lite.ops._conv_common import TapPlan, output_shape, resolve_pads, spatial_d
 # Window taps per channel a pooling node may take (output positions x kernel elements): 2**34, a
 # 1024x1024 output under a 128x128 window; real networks stay far below.
 _MAX_TAPS = 1 << 34
+# Cells a window may reach past the padded input (a ceil-mode or truncated last window): the taps
+# there only read fill, and a window far past it is a damaged kernel_shape (transformers'
+# EfficientNet reaches 638 past a 2x2 map with its 640x640 window).
+_MAX_OVERHANG = 1 << 16
 
 
 # Hashed by identity: pool_geometry hands out one object per input shape and attributes, and the
@@ -30,9 +34,13 @@ class PoolGeometry:
     dilations: list[int]
     begin: list[int]
     end: list[int]
-    # Extra cells past ``end`` so the last (ceil_mode) window stays in range.
+    # Extra cells past ``end`` so the last (ceil_mode or truncated) window stays in range.
     overhang: list[int]
     out_shape: list[int]
+    # Whether count_include_pad counts the overhang too: ONNX Runtime divides a floor-mode window
+    # that overhangs (see _truncated_sizes) by the whole kernel, a ceil-mode one by what it covers
+    # of the padded input.
+    overhang_counts: bool = False
 
     def tap_plan(self, x: np.ndarray, fill) -> TapPlan:
         """The input laid out so each kernel tap is one contiguous slice (ceil overhang = fill)."""
@@ -91,7 +99,7 @@ class PoolGeometry:
             b, e, extra = self.begin[axis], self.end[axis], self.overhang[axis]
             mask = np.zeros(b + size + e + extra)
             if include_pads:
-                mask[: b + size + e] = 1
+                mask[: b + size + e + (extra if self.overhang_counts else 0)] = 1
             else:
                 mask[b : b + size] = 1
             count = np.zeros(self.out_shape[axis])
@@ -159,6 +167,8 @@ def _pool_geometry(op, spatial, kernel_shape, strides, dilations, auto_pad, pads
     kernel, strides, dilations = spatial_defaults(op, spatial, kernel_shape, strides, dilations)
     begin, end = resolve_pads(op, auto_pad, pads, spatial, kernel, strides, dilations)
     out = output_shape(spatial, kernel, strides, dilations, begin, end, ceil_mode)
+    if not ceil_mode:
+        out = _truncated_sizes(op, spatial, kernel, strides, dilations, begin, end, out)
     taps = math.prod(out) * math.prod(kernel)
     if taps > _MAX_TAPS:
         # Spec-valid with auto_pad SAME (the pads grow with the kernel), but the loop over the
@@ -171,7 +181,31 @@ def _pool_geometry(op, spatial, kernel_shape, strides, dilations, auto_pad, pads
         max(0, (o - 1) * s + (k - 1) * d + 1 - (n + b + e))
         for o, s, k, d, n, b, e in zip(out, strides, kernel, dilations, spatial, begin, end)
     ]
-    return PoolGeometry(kernel, strides, dilations, begin, end, overhang, out)
+    if max(overhang, default=0) > _MAX_OVERHANG:
+        raise KernelError(f"{op}: kernel {list(kernel)} (dilations {list(dilations)}) reaches {max(overhang):,} cells "
+                          f"past the input {list(spatial)} padded by {list(begin)} and {list(end)}; check the node's "
+                          "kernel_shape")
+    return PoolGeometry(kernel, strides, dilations, begin, end, overhang, out, overhang_counts=not ceil_mode)
+
+
+def _truncated_sizes(op, spatial, kernel, strides, dilations, begin, end, out) -> list[int]:
+    """Output sizes as ONNX Runtime computes them, ``(span / stride) + 1`` in C's division, which
+    rounds toward zero: a window that overhangs the padded input by less than a stride still makes
+    one output cell, over the part of the window inside, as a ceil-mode overhang does (the spec's
+    floor, which onnx.reference follows, gives none; a 2x2 map under a 3x3 stride-2 max pool
+    gives one cell in ONNX Runtime). A window that overhangs by more is an error there too."""
+    sizes = []
+    for o, n, k, s, d, b, e in zip(out, spatial, kernel, strides, dilations, begin, end):
+        span = n + b + e - ((k - 1) * d + 1)
+        if span >= 0:
+            sizes.append(o)
+            continue
+        length = -(-span // s) + 1
+        if length < 0:
+            raise KernelError(f"{op}: kernel {list(kernel)} (dilations {list(dilations)}) is larger than the input "
+                              f"{list(spatial)} padded by {list(begin)} and {list(end)}")
+        sizes.append(length)
+    return sizes
 
 
 def lowest(dtype: np.dtype):

@@ -42,6 +42,8 @@ def AveragePool(
         pads=pads,
         ceil_mode=ceil_mode,
     )
+    if 0 in geometry.out_shape:  # no window fits (see lite.ops._pool_common): nothing to sum
+        return np.empty((*X.shape[:2], *geometry.out_shape), X.dtype)
     dtype = compute_dtype(X)
     if geometry.same_size_3x3() and X.size:
         total = same_size_average(np.asarray(X, dtype=dtype), bool(count_include_pad))

@@ -34,6 +34,8 @@ def LpPool(
         pads=pads,
         ceil_mode=ceil_mode,
     )
+    if 0 in geometry.out_shape:  # no window fits (see lite.ops._pool_common): nothing to sum
+        return np.empty((*X.shape[:2], *geometry.out_shape), X.dtype)
     dtype = compute_dtype(X)
     powered = np.abs(np.asarray(X, dtype=dtype)) ** p
     plan = geometry.tap_plan(powered, 0)

@@ -221,15 +221,38 @@ def test_max_pool_flat_shifts_match_the_general_path(shape, attributes):
 
 
 def test_max_pool_windows_larger_than_the_input_answer_at_once():
-    """No output cell where the window overhangs by a stride or less (ONNX Runtime gives an empty
-    output), an error where it overhangs by more; neither loops over the kernel's taps (a damaged
-    file's kernel of 4e9 columns took seconds and gigabytes)."""
+    """A window overhanging the input is sized as ONNX Runtime sizes it (below); an absurd kernel
+    is refused before any loop over its taps (a damaged file's kernel of 4e9 columns took seconds
+    and gigabytes building one view per tap)."""
     from lite.errors import KernelError
     from lite.ops.max_pool import MaxPool
 
     x = np.ones((2, 3, 5, 5), np.float32)
     y, indices = MaxPool(x, kernel_shape=[2, 6], strides=[2, 2], output_count=2)
-    assert y.shape == (2, 3, 2, 0) and indices.shape == (2, 3, 2, 0)
-    assert MaxPool(x, kernel_shape=[2, 4278190082], strides=[2, 4278190082]).shape == (2, 3, 2, 0)
+    assert y.shape == (2, 3, 2, 1) and indices.shape == (2, 3, 2, 1)
+    assert MaxPool(x, kernel_shape=[2, 8], strides=[2, 2]).shape == (2, 3, 2, 0)
+    with pytest.raises(KernelError, match="cells past the input"):
+        MaxPool(x, kernel_shape=[2, 4278190082], strides=[2, 4278190082])
     with pytest.raises(KernelError, match="larger than the input"):
         MaxPool(x, kernel_shape=[2, 9], strides=[2, 2])
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+@pytest.mark.parametrize(("spatial", "attributes"), [
+    ((2, 2), {"kernel_shape": [3, 3], "strides": [2, 2]}),  # overhangs by less than a stride: one cell
+    ((1, 1), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((5, 5), {"kernel_shape": [2, 6], "strides": [2, 2]}),
+    ((2, 3), {"kernel_shape": [5, 5], "strides": [4, 4]}),
+    ((3, 3), {"kernel_shape": [3, 3], "strides": [2, 2], "dilations": [2, 2]}),
+    ((2, 2), {"kernel_shape": [4, 4], "strides": [3, 3], "pads": [1, 0, 0, 1]}),
+    ((5, 5), {"kernel_shape": [2, 8], "strides": [2, 2]}),  # by one to two strides: no cell
+])
+def test_windows_overhanging_a_small_input_match_onnxruntime(op, spatial, attributes):
+    """ONNX Runtime sizes a floor-mode pool by C's division, toward zero: the model a user checks
+    against it on a small image gets the same cells (onnx.reference follows the spec's floor)."""
+    if op != "MaxPool" and "dilations" in attributes:
+        attributes = {key: value for key, value in attributes.items() if key != "dilations"}
+    x = np.random.default_rng(3).standard_normal((1, 2, *spatial)).astype(np.float32)
+    check_against_onnxruntime(op, [x], attributes, opset=18)
+    if op == "AveragePool":
+        check_against_onnxruntime(op, [x], {**attributes, "count_include_pad": 1}, opset=18)
