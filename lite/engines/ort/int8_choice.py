@@ -50,14 +50,16 @@ from lite.format import ir
 
 _QUANTIZING = {"QuantizeLinear", "DequantizeLinear", "MatMulInteger"}
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
-DECISION_FORMAT = 3  # 2: turns timed by their fastest call, unsettled choices not recorded; 3: fewer threads too
+# 2: turns timed by their fastest call, unsettled choices not recorded; 3: fewer threads too; 4: every
+# runner warmed up before the first round
+DECISION_FORMAT = 4
 # Calls slower than this get fewer rounds: their times vary less, and rounds cost more.
 _SLOW_CALL_MS = 20.0
 _MIN_CALLS = 3
-# Untimed calls of each runner, for this long each (times ``warmup_s`` > 0), before the first
-# round: sessions just made run their first calls slower (buffers allocated, pages touched, worker
-# threads started), and on a 16-core Xeon a choice's turn of a session at 4 threads read 0.304 ms
-# where 200 later calls ran in 0.227.
+# Untimed calls of each runner, for this long each, before the first round (where turns warm up
+# at all, ``warmup_s`` > 0): sessions just made run their first calls slower (buffers allocated,
+# pages touched, worker threads started); on a 16-core Xeon a choice's turn of a session at 4
+# threads read 0.304 ms where 200 later calls ran in 0.227.
 FIRST_WARMUP_S = 0.1
 # Rounds that disagree, with a median in this range, leave the choice unsettled (see settled()).
 _CLOSE = (0.9, 1.1)

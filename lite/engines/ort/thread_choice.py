@@ -35,7 +35,7 @@ MIN_CORES = 6
 FEW = (2, 4)
 SMALL_CALL_MS = 10.0
 MARGIN = 0.95  # a smaller thread count must take at most this fraction of the default's time
-DECISION_FORMAT = 1
+DECISION_FORMAT = 2  # 2: every runner warmed up before the first round (int8_choice.FIRST_WARMUP_S)
 
 
 class SizedSessions:
