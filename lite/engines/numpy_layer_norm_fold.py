@@ -20,6 +20,9 @@ float32 constant γ (width,) and β (width,) or none; its output is not a graph 
 reader is a MatMul taking it as A with constant float32 (width, N) weights read by nothing else;
 each MatMul's product is read by one Add of a constant (N,) bias read by nothing else (where β
 is not zero). The rewrite replaces those constants, so it runs before the fusions that read them.
+
+A LayerNormalization over the last axis that does not fold keeps its kernel, wrapped so that a
+transposed input is normalized along its columns without a copy (:class:`TransposedInputLayerNorm`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def fold_layer_norm_affine(steps: list[_Step], constants: dict[int, Any], graph_
             continue
         folds, _reason = match_layer_norm_fold(norm, graph, constants)
         if folds is None:
+            if _last_axis_norm(norm, constants) is not None:  # its readers keep γ and β to themselves
+                replaced[id(norm)] = replace(norm, fn=TransposedInputLayerNorm(norm.fn))
             continue
         scale = constants[norm.inputs[1]].astype(np.float64)
         shift = constants[norm.inputs[2]].astype(np.float64) if len(norm.inputs) == 3 else None
@@ -64,16 +69,10 @@ def fold_layer_norm_affine(steps: list[_Step], constants: dict[int, Any], graph_
 def match_layer_norm_fold(norm: _Step, graph: Graph, constants: dict[int, Any]):
     """[(weights index, bias index or None)] of the linear layers reading ``norm``'s output, or
     None; and the reason it does not fold."""
-    attributes = norm.attributes
-    if (len(norm.inputs) not in (2, 3) or len(norm.outputs) != 1 or attributes.get("axis", -1) != -1
-            or attributes.get("stash_type", 1) != 1 or norm.output_count not in (None, 1)):
-        return None, "not a LayerNormalization over the last axis with Y alone"
-    scale = constants.get(norm.inputs[1])
-    shift = constants.get(norm.inputs[2]) if len(norm.inputs) == 3 else None
-    if (not isinstance(scale, np.ndarray) or scale.dtype != np.float32 or scale.ndim != 1
-            or (len(norm.inputs) == 3 and (not isinstance(shift, np.ndarray) or shift.dtype != np.float32
-                                           or shift.shape != scale.shape))):
-        return None, "γ and β are not float32 constant vectors of one width"
+    parameters = _last_axis_norm(norm, constants)
+    if parameters is None:
+        return None, "not a LayerNormalization over the last axis with Y alone, float32 constant γ and β"
+    scale, shift = parameters
     y = norm.outputs[0]
     readers = graph.readers_of.get(y, [])
     if not readers or y in graph.graph_outputs:
@@ -92,6 +91,22 @@ def match_layer_norm_fold(norm: _Step, graph: Graph, constants: dict[int, Any]):
             return None, "a MatMul has no constant bias of its own to take β"
         folds.append((weights_index, bias_index if needs_bias else None))
     return folds, ""
+
+
+def _last_axis_norm(norm: _Step, constants: dict[int, Any]) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(γ, β or None) of a LayerNormalization over the last axis with Y alone, float32 statistics
+    and float32 constant vectors γ and β of one width; None for another."""
+    attributes = norm.attributes
+    if (len(norm.inputs) not in (2, 3) or len(norm.outputs) != 1 or attributes.get("axis", -1) != -1
+            or attributes.get("stash_type", 1) != 1 or norm.output_count not in (None, 1)):
+        return None
+    scale = constants.get(norm.inputs[1])
+    shift = constants.get(norm.inputs[2]) if len(norm.inputs) == 3 else None
+    if (not isinstance(scale, np.ndarray) or scale.dtype != np.float32 or scale.ndim != 1
+            or (len(norm.inputs) == 3 and (not isinstance(shift, np.ndarray) or shift.dtype != np.float32
+                                           or shift.shape != scale.shape))):
+        return None
+    return scale, shift
 
 
 def _bias_of(matmul: _Step, weights: np.ndarray, graph: Graph, constants: dict[int, Any]) -> int | None:
@@ -155,18 +170,53 @@ class UnitLayerNorm:
         return centered.reshape(x.shape)
 
     def _columns(self, columns: np.ndarray) -> np.ndarray:
-        """The normalized columns of a C-contiguous ``(..., width, T)`` array: a transformer's
-        tokens as a convolution's (channels, positions) output viewed transposed. The statistics
-        run along the rows (each numpy call one pass over long rows, where the last-axis path
-        would copy the tensor first and then work on rows of ``width``); the caller gets the
-        result transposed back, a view."""
-        mean = np.matmul(self.mean_weights, columns)
-        centered = np.subtract(columns, mean[..., None, :])
-        square = np.multiply(centered, centered)
-        variance = np.matmul(self.mean_weights, square)
-        variance += self.epsilon
-        deviation = np.sqrt(variance, out=variance)
-        return np.divide(centered, deviation[..., None, :], out=centered)
+        return normalize_columns(columns, self.mean_weights, self.epsilon)
 
     def _kernel(self, x: Any) -> Any:
         return self.kernel(x, self.scale, epsilon=self.epsilon_attribute, output_count=1)
+
+
+def normalize_columns(columns: np.ndarray, mean_weights: np.ndarray, epsilon: np.float32) -> np.ndarray:
+    """The normalized columns of a C-contiguous float32 ``(..., width, T)`` array (``mean_weights``:
+    ``width`` times 1/width): a transformer's tokens as a convolution's (channels, positions)
+    output viewed transposed. The statistics run along the rows (each numpy call one pass over
+    long rows, where the last-axis path copies the tensor first and then works on rows of
+    ``width``); the caller transposes the result back, a view."""
+    mean = np.matmul(mean_weights, columns)
+    centered = np.subtract(columns, mean[..., None, :])
+    square = np.multiply(centered, centered)
+    variance = np.matmul(mean_weights, square)
+    variance += epsilon
+    deviation = np.sqrt(variance, out=variance)
+    return np.divide(centered, deviation[..., None, :], out=centered)
+
+
+class TransposedInputLayerNorm:
+    """A LayerNormalization over the last axis that keeps its γ and β: a transposed float32
+    input (SegFormer's and PVT's patch embeddings, a convolution's output viewed as tokens) is
+    normalized along its columns (:func:`normalize_columns`), then scaled and shifted per row of
+    the columns, and handed on transposed back; every other input runs the kernel."""
+
+    def __init__(self, kernel: Callable) -> None:
+        self.kernel = kernel
+        self.mean_weights: dict[int, np.ndarray] = {}
+
+    def __call__(self, X: Any, Scale: Any, B: Any = None, **attributes: Any) -> Any:
+        if (type(X) is np.ndarray and X.dtype == np.float32 and X.ndim > 1 and X.size and not X.flags.c_contiguous
+                and X.swapaxes(-1, -2).flags.c_contiguous and attributes.get("output_count", 1) == 1
+                and attributes.get("axis", -1) in (-1, X.ndim - 1) and attributes.get("stash_type", 1) == 1
+                and _vector(Scale, X.shape[-1]) and (B is None or _vector(B, X.shape[-1]))):
+            width = X.shape[-1]
+            weights = self.mean_weights.get(width)
+            if weights is None:
+                weights = self.mean_weights[width] = _read_only(np.full(width, 1.0 / width, np.float32))
+            columns = normalize_columns(X.swapaxes(-1, -2), weights, np.float32(attributes.get("epsilon", 1e-5)))
+            columns *= Scale[:, None]
+            if B is not None:
+                columns += B[:, None]
+            return columns.swapaxes(-1, -2)
+        return self.kernel(X, Scale, B, **attributes)
+
+
+def _vector(value: Any, width: int) -> bool:
+    return type(value) is np.ndarray and value.dtype == np.float32 and value.shape == (width,)

@@ -107,3 +107,39 @@ def test_the_unit_norm_matches_the_kernel_with_unit_scale():
     np.testing.assert_array_equal(norm(strided), LayerNormalization(strided, ones, output_count=1))
     double = rng.standard_normal((2, WIDTH))
     np.testing.assert_array_equal(norm(double), LayerNormalization(double, ones, output_count=1))
+
+
+def transposed_norm_model(*, axis=-1, shift=True):
+    """x (N, 12, T) -> Transpose(0, 2, 1) -> LayerNormalization(γ, β) -> y, -> Relu -> r: a
+    convolution's output taken as tokens, normalized and read by a layer that is not linear."""
+    rng = np.random.default_rng(24)
+    b = GraphBuilder("transposed", opset=17)
+    x = b.input("x", np.float32, ["N", WIDTH, "T"])
+    tokens = b.node("Transpose", [x], perm=[0, 2, 1])
+    parameters = [tokens, b.constant("gamma", rng.standard_normal(WIDTH).astype(np.float32))]
+    if shift:
+        parameters.append(b.constant("beta", rng.standard_normal(WIDTH).astype(np.float32)))
+    normalized = b.node("LayerNormalization", parameters, outputs=["y"], epsilon=1e-5, axis=axis)
+    b.output(normalized, np.float32, None)
+    b.output(b.node("Relu", [normalized], outputs=["r"]), np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+@pytest.mark.parametrize("shift", [True, False], ids=["γ and β", "no β"])
+def test_a_layer_norm_of_a_transposed_input_normalizes_its_columns(shift):
+    model = transposed_norm_model(shift=shift)
+    engine = NumpyEngine(model)
+    kernels = [type(step.fn).__name__ for step in engine.plans[0].steps]
+    assert "TransposedInputLayerNorm" in kernels and not folded(engine)
+    check_against_nodes(model, engine, [(2, WIDTH, 5), (1, WIDTH, 1), (1, WIDTH, 37)])
+    (norm,) = [step for step in engine.plans[0].steps if type(step.fn).__name__ == "TransposedInputLayerNorm"]
+    rng = np.random.default_rng(25)
+    parameters = [engine.plans[0].constants[index] for index in norm.inputs[1:]]
+    contiguous = rng.standard_normal((2, 3, WIDTH)).astype(np.float32)
+    np.testing.assert_array_equal(norm.fn(contiguous, *parameters, **norm.keywords),
+                                  norm.fn.kernel(contiguous, *parameters, **norm.keywords))
+
+
+def test_a_layer_norm_over_another_axis_keeps_its_kernel():
+    engine = NumpyEngine(transposed_norm_model(axis=1))
+    assert "TransposedInputLayerNorm" not in [type(step.fn).__name__ for step in engine.plans[0].steps]
