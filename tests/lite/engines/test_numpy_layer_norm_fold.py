@@ -16,11 +16,13 @@ WIDTH = 12
 
 
 def norm_model(*, shift=True, zero_shift=False, bias=(True, True), other_reader=False, shared_weights=False,
-               axis=-1, norm_output=False):
-    """x (N, T, 12) -> LayerNormalization(γ, β) -> two MatMuls (12x20, 12x8), each [+ bias] -> y0, y1."""
+               axis=-1, norm_output=False, residual=False):
+    """x (N, T, 12) [+ x] -> LayerNormalization(γ, β) -> two MatMuls (12x20, 12x8), each [+ bias] -> y0, y1."""
     rng = np.random.default_rng(21)
     b = GraphBuilder("fold", opset=17)
     x = b.input("x", np.float32, ["N", "T", WIDTH])
+    if residual:
+        x = b.node("Add", [x, b.node("Relu", [x])])
     parameters = [x, b.constant("gamma", rng.standard_normal(WIDTH).astype(np.float32))]
     if shift:
         beta = np.zeros(WIDTH, np.float32) if zero_shift else rng.standard_normal(WIDTH).astype(np.float32)
@@ -57,7 +59,9 @@ def node_by_node(model, inputs: dict) -> dict:
 
 
 def folded(engine: NumpyEngine) -> list:
-    return [step for step in engine.plans[0].steps if isinstance(step.fn, UnitLayerNorm)]
+    """The steps computing a folded norm (on its own, or inside the residual Add's fused step)."""
+    return [step for step in engine.plans[0].steps
+            if isinstance(step.fn, UnitLayerNorm) or isinstance(getattr(step.fn, "norm", None), UnitLayerNorm)]
 
 
 def check_against_nodes(model, engine, shapes, rtol=2e-5, atol=2e-5):
@@ -71,8 +75,9 @@ def check_against_nodes(model, engine, shapes, rtol=2e-5, atol=2e-5):
             np.testing.assert_allclose(value, expected[name], rtol=rtol, atol=atol, err_msg=name)
 
 
-@pytest.mark.parametrize("options", [{}, {"shift": False}, {"zero_shift": True}, {"zero_shift": True, "bias": (False, True)}],
-                         ids=["γ and β", "no β", "β zero", "β zero, a MatMul without bias"])
+@pytest.mark.parametrize("options", [{}, {"shift": False}, {"zero_shift": True}, {"zero_shift": True, "bias": (False, True)},
+                                     {"residual": True}],
+                         ids=["γ and β", "no β", "β zero", "β zero, a MatMul without bias", "after a residual Add"])
 def test_a_layer_norm_read_by_linear_layers_gives_them_its_scale_and_shift(options):
     model = norm_model(**options)
     engine = NumpyEngine(model)
