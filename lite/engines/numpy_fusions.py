@@ -5,6 +5,8 @@ subgraph may read an intermediate by name, so models with subgraphs are left as 
 fusion keeps the values the graph returns and every intermediate another step reads; each fused
 step computes what its steps computed, in the same arithmetic:
 
+- a LayerNormalization's scale and shift folded into the linear layers reading it
+  (:mod:`lite.engines.numpy_layer_norm_fold`);
 - a MatMul by constant weights and the Add of its constant bias (:func:`_fuse_bias_adds`);
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
@@ -39,6 +41,7 @@ from lite.engines.numpy_additive_attention import fuse_additive_attention
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
 from lite.engines.numpy_gelu import fuse_erf_gelu, fuse_tanh_gelu
+from lite.engines.numpy_layer_norm_fold import fold_layer_norm_affine
 from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm, fuse_rms_norm
 from lite.engines.numpy_patterns import Graph, in_turn
 from lite.engines.numpy_pool_mixer import fuse_pool_mixer
@@ -55,6 +58,7 @@ _SHAPES_KEPT = 16
 
 def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with every fusion applied (``graph_outputs``: the indices the graph returns)."""
+    steps = fold_layer_norm_affine(steps, constants, graph_outputs)  # first: it rewrites constants
     steps = _fuse_bias_adds(steps, constants, graph_outputs)
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
