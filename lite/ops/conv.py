@@ -7,7 +7,7 @@ Five paths, picked by shape, all computing the same thing:
 - pointwise (every kernel extent 1): the input *is* the im2col matrix, so one GEMM per image,
   ``W (M, C) @ X (C, H*W)``, or for a channels-last input (see :mod:`lite.ops._layout`) on all
   but small images ``X (H*W, C) @ W^T`` with the output channels-last too: no copy beyond an
-  optional stride subsample;
+  optional stride subsample (of a channels-first input: :class:`lite.ops._conv_gemm.StridedPointwise`);
 - depthwise (group == input channels): sums of shifted elementwise products, channels-last
   (one einsum per column phase) or over tap slices (see :mod:`lite.ops._depthwise`);
 - 3x3 stride 1 with enough channels, when the engine prepared the weights at load (see
@@ -52,7 +52,7 @@ from lite.ops import _winograd as winograd
 from lite.ops import fused_activation as activations
 from lite.ops._conv_blocks import Direct
 from lite.ops._conv_common import compute_dtype, output_shape, resolve_pads, spatial_defaults
-from lite.ops._conv_gemm import Im2col, Pointwise, Rows
+from lite.ops._conv_gemm import Im2col, Pointwise, Rows, StridedPointwise
 from lite.ops._depthwise import depthwise_layer
 from lite.ops._phase_grid import PhaseGrid
 from lite.ops.registry import kernel
@@ -236,6 +236,8 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
                         group, kernel_dims)
     elif plain and group == 1 and all(k == 1 for k in kernel_dims):
         layer = Pointwise(X, w, bias, block_activation)
+    elif StridedPointwise.suits(X, group, kernel_dims, begin, end, strides):
+        layer = StridedPointwise(X, w, bias, block_activation, strides, out_shape)
     elif phase_grid.suits(X, w, group, kernel_dims, begin, end, strides, out_shape):
         layer = PhaseGrid(X, w, bias, block_activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
     elif Im2col.suits(X, w, group, begin, end, out_shape):
