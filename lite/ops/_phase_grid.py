@@ -36,9 +36,10 @@ from lite.ops import fused_activation as activations
 from lite.ops._layout import is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES
 
-# At most this fraction of the GEMM's columns computed for nothing (a 4x4 map's 3x3 convolution
-# computes 6 columns a row for 4: the copies it saves still pay for a grouped one).
-_WASTE = 0.5
+# At most this fraction of the GEMM's columns computed for nothing: an 8x8 map's 3x3 convolution
+# computes 10 columns a row for 8. A 4x4 map's (6 for 4) ran 0.89x alone but cost RegNet's run
+# 2-4% (process CPU time), so it keeps the classic copy.
+_WASTE = 0.25
 # A strided convolution only where the classic copy would be at least this many rows: the phase
 # buffer's fill (one strided copy per phase) costs more than it saves below (RegNet's grouped
 # stride-2 layers of 2,304 rows ran 1.2-1.4x slower, ResNeXt's of 18,432 rows 0.83-0.90x).

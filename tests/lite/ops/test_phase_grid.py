@@ -97,6 +97,8 @@ def test_conv_takes_the_path_for_grouped_layers_and_matches_the_general_one():
     ((1, 32, 16, 16), (32, 8, 1, 1), {"group": 4}, "pointwise"),
     ((1, 32, 16, 16), (32, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}, "few strided rows"),
     ((1, 64, 2, 2), (64, 8, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}, "mostly wasted columns"),
+    ((1, 64, 4, 4), (64, 8, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}, "a third of the columns wasted"),
+    ((1, 64, 8, 8), (64, 8, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}, None),
     ((1, 8, 64, 64), (8, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, None),
 ])
 def test_suits(x_shape, w_shape, attributes, reason):
