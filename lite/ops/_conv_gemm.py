@@ -4,6 +4,8 @@ images (see :mod:`lite.ops.conv`, which picks the path).
 https://onnx.ai/onnx/operators/onnx__Conv.html
 
 - :class:`Pointwise`: 1x1, stride 1, no padding, one group: the input *is* the im2col matrix;
+- :class:`StridedPointwise`: 1x1, strided, no padding, one group: the sampled pixels copied
+  out, then one GEMM;
 - :class:`Im2col`: the whole im2col matrix of a small image copied at once, then one GEMM;
 - :class:`Rows`: a 1-D convolution run by a 2-D layer over images one row high.
 """
@@ -126,6 +128,54 @@ class Pointwise:
         if self.keeps_scratch:
             self._local.augmented = augmented
         return augmented
+
+class StridedPointwise:
+    """A strided 1x1 convolution (no padding, one group: ResNet's downsampling shortcuts) of a
+    channels-first input: per image the sampled pixels copied into a ``(C, pixels)`` matrix, one
+    GEMM by the weights, then the bias and the activation in place. The Im2col layer transposed
+    the image into a channels-last buffer first; this copy is a quarter of the image, and the
+    GEMM the same: 0.7-0.9x the time on a 64x64 ResNet's shortcuts ((512, 8, 8) -> 1024
+    channels: 400 -> 284 µs). The bias stays out of the GEMM: as a 513th column of the
+    weights (rows no longer 16-byte aligned) that GEMM took 1.4x as long."""
+
+    def __init__(self, x, w, bias, activation, strides, out_shape):
+        batch, channels = x.shape[:2]
+        out_channels = w.shape[0]
+        pixels = math.prod(out_shape)
+        self.matrix = w.reshape(out_channels, channels)
+        self.sample = (slice(None),) + tuple(slice(None, (out - 1) * stride + 1, stride)
+                                             for out, stride in zip(out_shape, strides))
+        self.columns_shape = (channels, *out_shape)
+        self.product_shape = (batch, out_channels, pixels)
+        self.y_shape = (batch, out_channels, *out_shape)
+        item = w.dtype.itemsize
+        self.small = math.prod(self.product_shape) * item < SMALL_ARRAY_BYTES  # see Pointwise
+        self.split = out_channels * channels * pixels >= parallel.SPLIT_MULTIPLY_ADDS
+        self.bias = None if bias is None else bias.reshape(out_channels, 1)
+        self.activate = None if activation is None else activations.in_place(*activation, w.dtype)
+
+    @staticmethod
+    def suits(x, group, kernel_dims, begin, end, strides) -> bool:
+        return (group == 1 and all(k == 1 for k in kernel_dims) and not any(begin) and not any(end)
+                and any(s > 1 for s in strides) and not is_channels_last(x))
+
+    def __call__(self, x: np.ndarray, allocate) -> np.ndarray:
+        y = (np.empty if self.small else allocate)(self.product_shape, x.dtype)
+        sampled = allocate(self.columns_shape, x.dtype)
+        columns = sampled.reshape(self.columns_shape[0], -1)
+        for n in range(x.shape[0]):
+            np.copyto(sampled, x[n][self.sample])
+            if self.split:
+                parallel.matmul(self.matrix, columns, y[n])
+            else:
+                np.matmul(self.matrix, columns, out=y[n])
+        del sampled, columns
+        if self.bias is not None:
+            np.add(y, self.bias, out=y)
+        if self.activate is not None:
+            self.activate(y)
+        return y.reshape(self.y_shape)
+
 
 class Im2col:
     """A 2-D convolution whose whole im2col matrix fits ``_WHOLE_COLUMNS_BYTES`` (small images: a

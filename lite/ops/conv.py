@@ -2,17 +2,20 @@
 
 https://onnx.ai/onnx/operators/onnx__Conv.html
 
-Four paths, picked by shape, all computing the same thing:
+Five paths, picked by shape, all computing the same thing:
 
 - pointwise (every kernel extent 1): the input *is* the im2col matrix, so one GEMM per image,
   ``W (M, C) @ X (C, H*W)``, or for a channels-last input (see :mod:`lite.ops._layout`) on all
   but small images ``X (H*W, C) @ W^T`` with the output channels-last too: no copy beyond an
-  optional stride subsample;
+  optional stride subsample (of a channels-first input: :class:`lite.ops._conv_gemm.StridedPointwise`);
 - depthwise (group == input channels): sums of shifted elementwise products, channels-last
   (one einsum per column phase) or over tap slices (see :mod:`lite.ops._depthwise`);
 - 3x3 stride 1 with enough channels, when the engine prepared the weights at load (see
   ``prepare_conv``): Winograd F(2x2, 3x3), 2.25x fewer multiplications (see
   :mod:`lite.ops._winograd`);
+- grouped (not depthwise) on small 2-D images: im2col on the image's stride-phase grid, one
+  contiguous copy per tap and channel and one GEMM batched over the groups (see
+  :mod:`lite.ops._phase_grid`);
 - general: on small 2-D images the whole im2col matrix copied at once and one GEMM
   (:class:`lite.ops._conv_gemm.Im2col`); otherwise im2col as a strided view of the padded input
   laid out ``(C, *kernel, *out)``, copied a block of output rows at a time into a bounded buffer,
@@ -43,13 +46,15 @@ from collections.abc import Callable
 import numpy as np
 
 from lite.errors import KernelError
+from lite.ops import _phase_grid as phase_grid
 from lite.ops import _wide_im2col as wide_im2col
 from lite.ops import _winograd as winograd
 from lite.ops import fused_activation as activations
 from lite.ops._conv_blocks import Direct
 from lite.ops._conv_common import compute_dtype, output_shape, resolve_pads, spatial_defaults
-from lite.ops._conv_gemm import Im2col, Pointwise, Rows
+from lite.ops._conv_gemm import Im2col, Pointwise, Rows, StridedPointwise
 from lite.ops._depthwise import depthwise_layer
+from lite.ops._phase_grid import PhaseGrid
 from lite.ops.registry import kernel
 
 # A grouped convolution whose im2col columns (all groups) fit this runs as one batched GEMM.
@@ -231,6 +236,10 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
                         group, kernel_dims)
     elif plain and group == 1 and all(k == 1 for k in kernel_dims):
         layer = Pointwise(X, w, bias, block_activation)
+    elif StridedPointwise.suits(X, group, kernel_dims, begin, end, strides):
+        layer = StridedPointwise(X, w, bias, block_activation, strides, out_shape)
+    elif phase_grid.suits(X, w, group, kernel_dims, begin, end, strides, out_shape):
+        layer = PhaseGrid(X, w, bias, block_activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
     elif Im2col.suits(X, w, group, begin, end, out_shape):
         layer = Im2col(X, w, bias, block_activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
     elif len(x_shape) == 3 and Im2col.suits(X[:, :, None], w[:, :, None], group, [0, *begin], [0, *end], [1, *out_shape]):

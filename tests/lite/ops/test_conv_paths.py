@@ -8,7 +8,7 @@ import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
-from lite.ops import _conv_blocks, _conv_gemm, _wide_im2col, _winograd, conv, fused_activation
+from lite.ops import _conv_blocks, _conv_gemm, _phase_grid, _wide_im2col, _winograd, conv, fused_activation
 from lite.ops.registry import KernelRegistry
 from tests.lite.ops._reference import assert_same_across_threads, reference_outputs
 
@@ -172,6 +172,7 @@ def test_grouped_convolution_in_one_batched_gemm_matches_the_reference(monkeypat
                                                                         activation):
     calls = []
     monkeypatch.setattr(_conv_gemm, "_WHOLE_COLUMNS_BYTES", 0)  # 2-D: not the one-copy path (test_conv_layers.py)
+    monkeypatch.setattr(_phase_grid, "_COLUMNS_BYTES", 0)  # nor the phase grid's (test_phase_grid.py)
     monkeypatch.setattr(_conv_blocks, "_im2col_grouped", _recording(_conv_blocks._im2col_grouped, calls))
     x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
     got = conv.Conv(x, w, b, fused_activation=activation, **attributes)

@@ -13,7 +13,16 @@ import pytest
 import lite
 from lite.engines.numpy_engine import NumpyEngine, _MemoGroup
 from lite.format import GraphBuilder, load, to_bytes
-from lite.ops import KERNELS, _conv_blocks, _conv_gemm, _depthwise, conv, fused_activation, max_pool
+from lite.ops import (
+    KERNELS,
+    _conv_blocks,
+    _conv_gemm,
+    _depthwise,
+    _phase_grid,
+    conv,
+    fused_activation,
+    max_pool,
+)
 from tests.lite.ops._reference import assert_same_across_threads, check_against_reference
 
 rng = np.random.default_rng(2024)
@@ -60,6 +69,7 @@ def test_conv_fused_activation_is_exactly_the_engines(monkeypatch, path, activat
     # Outputs below SMALL_ARRAY_BYTES may skip allocate (lite.ops.registry): not these.
     monkeypatch.setattr(_conv_gemm, "SMALL_ARRAY_BYTES", 0)
     monkeypatch.setattr(_depthwise, "SMALL_ARRAY_BYTES", 0)
+    monkeypatch.setattr(_phase_grid, "SMALL_ARRAY_BYTES", 0)
     x_shape, w_shape, attributes = CONV_PATHS[path]
     x, w, b = normal(*x_shape), normal(*w_shape), normal(w_shape[0])
     expected = fused_activation.apply(conv.Conv(x, w, b, **attributes), *activation)
