@@ -7,9 +7,10 @@ explicit and ordered; each step prepares the next:
 1. ``infer_shapes``: types and shapes of intermediate values (the folds below read ranks and
    static dims).
 2. ``constants_to_initializers``: Constant nodes become initializers, so weights look alike.
-3. ``remove_identity``: Identity and inference-mode Dropout are bypassed.
+3. ``remove_identity``: Identity, inference-mode Dropout and nodes that return their input
+   unchanged (a Pad by zeros, an identity Transpose, ...) are bypassed.
 4. ``fold_constants``: nodes computable at conversion time (incl. Shape/Gather/Expand chains on
-   static dims) become initializers.
+   static dims) become initializers; ``remove_identity`` again (a Pad's amounts folded to zeros).
 5. ``remove_unused``: dead nodes and unused initializers go (e.g. what folding left behind).
 6. ``fold_batchnorm``: BatchNormalization into a preceding Conv/ConvTranspose/Gemm/MatMul(+Add).
 7. ``fold_mul_into_weights``: a per-channel constant Mul after a layer into its weights.
@@ -47,6 +48,7 @@ DEFAULT_PASSES: tuple[Pass, ...] = (
     constants_to_initializers,
     remove_identity,
     fold_constants,
+    remove_identity,
     remove_unused,
     fold_batchnorm,
     fold_mul_into_weights,

@@ -1,10 +1,14 @@
 """Passes that remove what inference does not need.
 
 remove_identity
-    ``Identity`` (https://onnx.ai/onnx/operators/onnx__Identity.html) and inference-mode
+    ``Identity`` (https://onnx.ai/onnx/operators/onnx__Identity.html), inference-mode
     ``Dropout`` (https://onnx.ai/onnx/operators/onnx__Dropout.html: the output equals the input
-    when ``training_mode`` is absent or false, and opset < 12 exports are inference graphs) are
-    bypassed: their readers read the input directly. When the output is a graph output, the input
+    when ``training_mode`` is absent or false, and opset < 12 exports are inference graphs) and
+    nodes that return their input unchanged (a Pad by constant zeros, as Swin's window padding
+    folds to on sizes that need none; a Transpose by the identity permutation; a Cast to the
+    input's own type; a Reshape, Expand or Tile whose static output shape is the input's; a Concat
+    of one input) are bypassed: their readers read the input directly. It runs before and after
+    ``fold_constants``, which makes such Pads' amounts constant. When the output is a graph output, the input
     takes its name. Declines when the mask output of Dropout is read, when ``training_mode`` is not a
     constant false, or when bypassing would join a graph input to a graph output (the graph
     interface needs a node there).
@@ -37,7 +41,7 @@ class BypassIdentity(RewriteRule):
     name = "remove_identity"
 
     def match(self, node: ir.Node) -> ir.Node | None:
-        if node.domain == "" and node.op_type in ("Identity", "Dropout"):
+        if node.domain == "" and (node.op_type in ("Identity", "Dropout") or _unchanged(node)):
             return node
         return None
 
@@ -71,6 +75,35 @@ class BypassIdentity(RewriteRule):
             extra.name = None
         graph.remove(node, safe=True)
         return f"bypassed {describe(node)}"
+
+
+def _unchanged(node: ir.Node) -> bool:
+    """Whether ``node``'s only output is its first input, whatever values it holds."""
+    if not node.inputs or node.inputs[0] is None or len(node.outputs) != 1:
+        return False
+    source, output = node.inputs[0], node.outputs[0]
+    op = node.op_type
+    if op == "Pad":
+        pads = constant(node.inputs[1]) if len(node.inputs) > 1 else None
+        if pads is None and len(node.inputs) == 1:  # opsets 1-10: the amounts are an attribute
+            attribute = node.attributes.get("pads") or node.attributes.get("paddings")
+            pads = None if attribute is None else np.asarray(attribute.value)
+        return pads is not None and pads.size > 0 and not pads.any()
+    if op == "Transpose":
+        perm = node.attributes.get("perm")
+        return perm is not None and list(perm.value) == list(range(len(perm.value)))
+    if op == "Cast":
+        to = node.attributes.get("to")
+        return to is not None and source.dtype is not None and int(to.value) == int(source.dtype)
+    if op == "Concat":
+        return len(node.inputs) == 1
+    if op in ("Reshape", "Expand", "Tile"):
+        return _static(source.shape) and _static(output.shape) and tuple(source.shape) == tuple(output.shape)
+    return False
+
+
+def _static(shape: ir.Shape | None) -> bool:
+    return shape is not None and all(isinstance(dim, int) for dim in shape)
 
 
 remove_identity = RulePass("remove_identity", [BypassIdentity()], __doc__ or "")

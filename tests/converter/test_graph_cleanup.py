@@ -175,3 +175,64 @@ def test_fp16_weights_keep_the_graph_valid(fp16_io):
     got = run_onnxruntime(exported, {k: v.astype(np.float16) if fp16_io else v for k, v in feeds.items()})["y"]
     assert got.dtype == (np.float16 if fp16_io else np.float32)
     np.testing.assert_allclose(got.astype(np.float32), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_nodes_that_return_their_input_unchanged_are_bypassed():
+    model = make_model(f"""{HEADER}
+        g (float[1, 3, 4] x) => (float[1, 3, 4] y) {{
+            a = Relu (x)
+            b = Pad (a, zeros)
+            c = Transpose <perm: ints = [0, 1, 2]> (b)
+            d = Cast <to: int = 1> (c)
+            e = Concat <axis: int = 1> (d)
+            f = Reshape (e, same)
+            g = Expand (f, same)
+            h = Tile (g, ones)
+            y = Sigmoid (h)
+        }}""",
+        zeros=np.zeros(6, np.int64), same=np.array([1, 3, 4], np.int64), ones=np.ones(3, np.int64),
+    )
+    rewritten, [result] = apply(model, remove_identity)
+    assert result.changed == 7, result.details
+    assert ops(rewritten) == ["Relu", "Sigmoid"]
+    assert_same_outputs(model, rewritten)
+
+
+def test_nodes_that_change_their_input_are_kept():
+    model = make_model(f"""{HEADER}
+        g (float[2, 3] x) => (float[3, 2] y, int64[4, 3] z, float[2, 3] w) {{
+            a = Pad (x, pads)
+            b = Slice (a, starts, ends)
+            y = Transpose <perm: ints = [1, 0]> (x)
+            c = Cast <to: int = 7> (x)
+            z = Concat <axis: int = 0> (c, c)
+            w = Identity (b)
+        }}""",
+        pads=np.array([0, 1, 0, 0], np.int64), starts=np.array([0, 1], np.int64), ends=np.array([2, 4], np.int64),
+    )
+    rewritten, [result] = apply(model, remove_identity)
+    assert result.changed == 1  # only the Identity
+    assert ops(rewritten) == ["Pad", "Slice", "Transpose", "Cast", "Concat"]
+
+
+def test_a_pad_whose_amounts_fold_to_zeros_is_bypassed_by_default():
+    """Swin's window padding: the amounts come from the feature map's size, zero where it divides."""
+    model = make_model(f"""{HEADER}
+        g (float[1, 8, 8, 4] x) => (float[1, 8, 8, 4] y) {{
+            s = Shape (x)
+            h = Gather <axis: int = 0> (s, one)
+            r = Mod (h, window)
+            q = Sub (window, r)
+            p = Mod (q, window)
+            pads = Concat <axis: int = 0> (zero8, p, zero1)
+            padded = Pad (x, pads)
+            y = Relu (padded)
+        }}""",
+        one=np.array([1], np.int64), window=np.array([4], np.int64), zero8=np.zeros(4, np.int64),
+        zero1=np.zeros(3, np.int64),
+    )
+    from converter.passes import DEFAULT_PASSES
+
+    graph = ir.serde.deserialize_model(model)
+    run_passes(graph, DEFAULT_PASSES)
+    assert [node.op_type for node in graph.graph] == ["Relu"]
