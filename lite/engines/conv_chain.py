@@ -22,6 +22,9 @@ whose stages write straight into each other's buffers (the same products, summed
 einsum in their own order: equal to float rounding, not bit for bit).
 
 The fused step takes the place of the chain's last step (every input is computed by then).
+A squeeze-and-excitation block fused into one step (lite.ops._squeeze_excite) joins a chain as a
+convolution does: MobileNetV3's and EfficientNet's blocks are then one step each.
+
 A convolution joins a chain where its output is read by the next convolution alone (as its
 data input) and is not returned; the Add joins where it carries no activation and its other
 operand is computed (not a constant bias).
@@ -77,7 +80,12 @@ def fuse_conv_chains(steps: list[_Step], constants: dict[int, Any], graph_output
 
 def _bound(step: _Step) -> Callable | None:
     """The Conv step's kernel bound to its prepared weights and attributes (see
-    lite.ops.conv.PreparedConv.bind), or None where the step cannot join a chain."""
+    lite.ops.conv.PreparedConv.bind), a squeeze-and-excitation step's block (see
+    lite.engines.numpy_fusions), or None where the step cannot join a chain."""
+    if step.node.op_type == "Mul" and type(step.fn).__name__ == "SqueezeExcite":
+        usable = (step.inline and step.memo is None and not step.custom and step.wants_allocate
+                  and step.activation is None and len(step.inputs) == 1 and step.output_count is None)
+        return step.fn if usable else None
     if (step.node.op_type != "Conv" or step.node.domain or not is_kernel(step.fn, "conv", "Conv")
             or not step.inline or step.memo is not None or step.custom or not step.wants_allocate
             or step.output_count is not None):
@@ -168,11 +176,15 @@ class _ConvChain:
         shapes alone, so that every call with this shape computes the same way."""
         # Imported here: a model without convolution chains loads no convolution kernels.
         from lite.ops import _separable_chain as separable_chain
+        from lite.ops._squeeze_excite import SqueezeExcite
 
         stages = []
         shape = x.shape
         for conv in self.convs:
             prepared = getattr(conv, "prepared", None)
+            if type(conv) is SqueezeExcite and shape is not None:
+                stages.append(separable_chain.squeeze_stage(conv, shape, x.dtype))  # the shape stays
+                continue
             if prepared is None or shape is None:
                 stages.append(None)
                 shape = None  # the shapes past here are unknown: nothing more is fused

@@ -37,12 +37,25 @@ import numpy as np
 
 from lite.errors import KernelError, LiteError
 from lite.ops import fused_activation as activations
-from lite.ops._conv_common import output_shape, resolve_pads, spatial_defaults
+from lite.ops._conv_common import (
+    PlanesToRows,
+    output_shape,
+    resolve_pads,
+    spatial_defaults,
+    transposes_through_pitch,
+)
 from lite.ops._helpers import einsum, full_operand
 
 # Outputs of at most this many pixels per stage take the fused run; larger maps keep the layers
 # (their banded depthwise forms and threaded GEMMs pay off there).
-MAX_PIXELS = 64
+MAX_PIXELS = 1024
+# A strided depthwise stage only up to this many output pixels: its view's inner rows are C
+# cells, and on larger maps with few channels the layer's stride-phase form was faster (a
+# 48-channel 32x32 map: 83 against 55 µs).
+STRIDED_MAX_PIXELS = 64
+# A run ending with a pointwise stage writes channels-last from this many pixels on (see
+# SeparableChain).
+CHANNELS_LAST_MIN_PIXELS = 64
 
 
 def stage(weights, bias, attributes: tuple, activation, x_shape: tuple, dtype) -> PointwiseStage | DepthwiseStage | None:
@@ -71,7 +84,8 @@ def stage(weights, bias, attributes: tuple, activation, x_shape: tuple, dtype) -
     if (group == 1 and weights.shape[1] == channels and kernel_dims == [1, 1] and strides == [1, 1]
             and not any(begin) and not any(end)):
         return PointwiseStage(weights, bias, activation, height, width)
-    if group == channels == out_channels and weights.shape[1] == 1 and channels > 1:
+    if (group == channels == out_channels and weights.shape[1] == 1 and channels > 1
+            and (strides[1] == 1 or out_shape[0] * out_shape[1] <= STRIDED_MAX_PIXELS)):
         return DepthwiseStage(weights, bias, activation, height, width, begin, end, strides, dilations, out_shape)
     return None
 
@@ -151,6 +165,29 @@ class DepthwiseStage:
         self.activation = activation
 
 
+class SqueezeStage:
+    """A squeeze-and-excitation block (lite.ops._squeeze_excite.SqueezeExcite, whose prepared
+    weights it shares) on a map of ``height`` x ``width``: the rows times a gate of their means."""
+
+    kind = "squeeze"
+
+    def __init__(self, block, channels: int, height: int, width: int):
+        self.block = block
+        self.dtype = block.dtype
+        self.channels = self.out_channels = channels
+        self.height = self.out_h = height
+        self.width = self.out_w = width
+        self.mean_row = np.full((1, height * width), 1.0 / (height * width), block.dtype)
+
+
+def squeeze_stage(block, x_shape: tuple, dtype) -> SqueezeStage | None:
+    """The stage of a SqueezeExcite ``block`` on a batch-1 image of ``x_shape``, or None."""
+    if (len(x_shape) != 4 or x_shape[0] != 1 or np.dtype(dtype) != block.dtype
+            or x_shape[1] != block.w1_t.shape[0] or x_shape[2] * x_shape[3] > MAX_PIXELS):
+        return None
+    return SqueezeStage(block, *x_shape[1:])
+
+
 class SeparableChain:
     """The stages in turn on a batch-1 image ``x`` ``(1, C, H, W)`` (channels-first or -last),
     as ``chain(x, allocate) -> y`` ``(1, M, out_h, out_w)`` laid out channels-last."""
@@ -159,9 +196,11 @@ class SeparableChain:
         self.stages = stages
         self.dtype = np.dtype(dtype)
         last = stages[-1]
-        # A last pointwise stage writes channels-first: a global pool after it (the head of a
-        # classifier) reads contiguous planes, and the next block reads either layout as is.
-        self.channels_first = last.kind == "pointwise"
+        # A last pointwise stage on a small map writes channels-first: a global pool after it
+        # (the head of a classifier) reads contiguous planes, and the next block reads either
+        # layout as is. On larger maps channels-last, as lite.ops._conv_gemm.Pointwise does: a
+        # depthwise layer after it would transpose a large image.
+        self.channels_first = last.kind == "pointwise" and last.out_h * last.out_w < CHANNELS_LAST_MIN_PIXELS
         for first, second in zip(stages, stages[1:]):
             if (first.out_channels, first.out_h, first.out_w) != (second.channels, second.height, second.width):
                 raise KernelError("SeparableChain: each stage must take the previous stage's output shape")
@@ -205,7 +244,9 @@ def _runner(chain: SeparableChain) -> Callable[[np.ndarray, np.ndarray], None]:
             target = np.empty((stage.out_h * stage.out_w, stage.out_channels), dtype)
             buffers[index + 1] = target
         if stage.kind == "pointwise":
-            steps.append(_pointwise_step(stage, index == 0, target, dtype))
+            steps.append(_pointwise_step(stage, index == 0, target, dtype, chain.channels_first))
+        elif stage.kind == "squeeze":
+            steps.append(_squeeze_step(stage, index == 0, target))
         else:
             steps.append(_depthwise_step(stage, index == 0, buffers[index], target, dtype))
 
@@ -245,11 +286,13 @@ def _finish(bias, activation, dtype, total: np.ndarray | None) -> Callable[[np.n
     return finish_into
 
 
-def _pointwise_step(stage: PointwiseStage, first: bool, target: np.ndarray | None, dtype):
+def _pointwise_step(stage: PointwiseStage, first: bool, target: np.ndarray | None, dtype,
+                    last_channels_first: bool):
     pixels, channels, out_channels = stage.height * stage.width, stage.channels, stage.out_channels
     matrix, transposed = stage.matrix, stage.transposed
     total = None if target is None else np.empty((pixels, out_channels), dtype)
-    finish = _finish(stage.bias if target is not None else stage.bias_first, stage.activation, dtype, total)
+    channels_first = target is None and last_channels_first
+    finish = _finish(stage.bias_first if channels_first else stage.bias, stage.activation, dtype, total)
     # np.dot: BLAS's GEMM with less of the ufunc machinery than np.matmul (0.5 µs a call).
     dot = np.dot
 
@@ -262,9 +305,14 @@ def _pointwise_step(stage: PointwiseStage, first: bool, target: np.ndarray | Non
                 rows = x.transpose(0, 2, 3, 1).reshape(pixels, channels)
         else:
             rows = x
-        if target is None:
+        if target is None and channels_first:
             out = storage.reshape(out_channels, pixels)
             dot(matrix, rows.T, out=out)
+            finish(out)
+            return out
+        if target is None:
+            out = storage.reshape(pixels, out_channels)
+            dot(rows, transposed, out=out)
             finish(out)
             return out
         dot(rows, transposed, out=total)
@@ -281,10 +329,19 @@ def _depthwise_step(stage: DepthwiseStage, first: bool, padded: np.ndarray, targ
     total = None if target is None else np.empty(stage.out_shape, dtype)
     finish = _finish(stage.bias, stage.activation, dtype, total)
     weights, subscripts, out_shape = stage.weights, stage.subscripts, stage.out_shape
+    # A channels-first image whose planes would evict each other in the transpose goes through
+    # pitched planes (see lite.ops._conv_common.PlanesToRows).
+    to_rows = planes = None
+    if first and transposes_through_pitch(stage.channels, stage.height, stage.width, padded.itemsize):
+        to_rows = PlanesToRows(stage.channels, stage.height, stage.width)
+        planes = to_rows.buffer(dtype)
 
     def step(x: np.ndarray, storage: np.ndarray) -> np.ndarray:
         if first:
-            np.copyto(interior, x[0].transpose(1, 2, 0))
+            if to_rows is not None and x.flags.c_contiguous:
+                to_rows(x[0], interior, planes)
+            else:
+                np.copyto(interior, x[0].transpose(1, 2, 0))
         if target is None:
             out = storage.reshape(out_shape)
             einsum(subscripts, view, weights, out=out)
@@ -292,6 +349,40 @@ def _depthwise_step(stage: DepthwiseStage, first: bool, padded: np.ndarray, targ
             return out
         einsum(subscripts, view, weights, out=total)
         finish(target)
+        return target
+
+    return step
+
+
+def _squeeze_step(stage: SqueezeStage, first: bool, target: np.ndarray | None):
+    block, mean_row = stage.block, stage.mean_row
+    pixels, channels = stage.height * stage.width, stage.channels
+    # Into the next stage's input: rows (P, C) or a depthwise buffer's interior (H, W, C).
+    shape = None if target is None else target.shape
+    dot, add, multiply = np.dot, np.add, np.multiply
+
+    def step(x: np.ndarray, storage: np.ndarray) -> np.ndarray:
+        if first:
+            if x.flags.c_contiguous:
+                rows = x.reshape(channels, pixels).T
+            else:
+                rows = x.transpose(0, 2, 3, 1).reshape(pixels, channels)
+        else:
+            rows = x
+        hidden = dot(dot(mean_row, rows), block.w1_t)
+        if block.b1 is not None:
+            add(hidden, block.b1, out=hidden)
+        if block.act1 is not None:
+            block.act1(hidden)
+        gate = dot(hidden, block.w2_t)
+        if block.b2 is not None:
+            add(gate, block.b2, out=gate)
+        if block.act2 is not None:
+            block.act2(gate)
+        if target is None:
+            out = storage.reshape(pixels, channels)
+            return multiply(rows, gate, out=out)
+        multiply(rows.reshape(shape), gate.reshape(-1), out=target)
         return target
 
     return step

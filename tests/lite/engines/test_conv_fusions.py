@@ -187,3 +187,39 @@ def test_a_residual_of_another_shape_goes_through_the_add_kernel():
     feeds = {"x": rng.standard_normal((2, 4, 3, 3)).astype(np.float32),
              "z": rng.standard_normal((2, 1, 3, 3)).astype(np.float32)}
     np.testing.assert_array_equal(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"])
+
+
+def squeeze_excite_block_model():
+    """x -> Conv 1x1 (HardSwish) -> depthwise 3x3 (HardSwish) -> squeeze-excitation -> Conv 1x1 -> Add(., x)
+    (MobileNetV3's block)."""
+    rng = np.random.default_rng(29)
+
+    def constant(name, *shape):
+        return b.constant(name, rng.standard_normal(shape).astype(np.float32))
+
+    b = GraphBuilder("squeeze_excite_block", opset=13)
+    x = b.input("x", np.float32, ["N", 8, 4, 4])
+    expand = b.node("Conv", [x, constant("we", 24, 8, 1, 1), constant("be", 24)], fused_activation="HardSwish")
+    depthwise = b.node("Conv", [expand, constant("wd", 24, 1, 3, 3), constant("bd", 24)], group=24, pads=[1] * 4,
+                       fused_activation="HardSwish")
+    means = b.node("ReduceMean", [depthwise], axes=[2, 3], keepdims=1)
+    hidden = b.node("Conv", [means, constant("w1", 6, 24, 1, 1), constant("b1", 6)], fused_activation="Relu")
+    gate = b.node("Conv", [hidden, constant("w2", 24, 6, 1, 1), constant("b2", 24)], fused_activation="HardSigmoid",
+                  fused_activation_params=[1 / 6, 0.5])
+    gated = b.node("Mul", [depthwise, gate])
+    project = b.node("Conv", [gated, constant("wp", 8, 24, 1, 1), constant("bp", 8)])
+    b.output(b.node("Add", [project, x], outputs=["y"]), np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def test_a_squeeze_excitation_block_joins_the_chain_around_it():
+    engine = NumpyEngine(squeeze_excite_block_model())
+    assert op_types(engine) == ["Add"]
+    (chain,) = chains(engine)
+    assert [type(conv).__name__ for conv in chain.convs] == ["_Bound", "_Bound", "SqueezeExcite", "_Bound"]
+    rng = np.random.default_rng(30)
+    for batch in (1, 2):
+        feeds = {"x": rng.standard_normal((batch, 8, 4, 4)).astype(np.float32)}
+        np.testing.assert_allclose(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"], rtol=1e-5, atol=1e-5)
+    plans = {key[0][0]: [type(conv).__name__ for conv in plan] for key, plan in chain.plans.items()}
+    assert plans == {1: ["SeparableChain"], 2: ["_Bound", "_Bound", "SqueezeExcite", "_Bound"]}

@@ -9,6 +9,7 @@ import pytest
 
 from lite.ops import _separable_chain as separable_chain
 from lite.ops import fused_activation
+from lite.ops._conv_common import transposes_through_pitch
 from tests.lite.ops._reference import channels_last, reference_outputs
 
 rng = np.random.default_rng(41)
@@ -65,6 +66,7 @@ CASES = {
     "5x5 dilated": ((1, 4, 8, 6), inverted_residual(4, 8, 4, {"pads": [4, 4, 4, 4], "dilations": [2, 2]}, kernel=5,
                                                      activation=("HardSwish", ()))),
     "2x2 no padding": ((1, 16, 2, 2), inverted_residual(16, 48, 24, {"pads": [0, 0, 0, 0]}, kernel=1)),
+    "16x16, channels-last output": ((1, 4, 16, 16), inverted_residual(4, 8, 6, {"pads": [1, 1, 1, 1]})),
 }
 
 
@@ -75,7 +77,9 @@ def test_a_run_matches_the_layers_one_by_one(case, layout):
     x = normal(*x_shape)
     chain = chain_of(layers, x_shape)
     got = chain(channels_last(x) if layout == "channels last" else x)
-    assert got.flags.c_contiguous  # a last pointwise stage writes channels-first
+    # A last pointwise stage writes channels-first on small maps, channels-last on larger ones.
+    small = got.shape[2] * got.shape[3] < separable_chain.CHANNELS_LAST_MIN_PIXELS
+    assert got.flags.c_contiguous if small else got.transpose(0, 2, 3, 1).flags.c_contiguous
     np.testing.assert_allclose(got, reference(x, layers), rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(chain(x), got)  # its scratch holds nothing from the last call
 
@@ -87,6 +91,17 @@ def test_a_run_ending_with_a_depthwise_stage_is_channels_last_and_without_bias()
     got = chain_of(layers, x.shape)(x)
     assert got.shape == (1, 12, 3, 3) and got.transpose(0, 2, 3, 1).flags.c_contiguous
     np.testing.assert_allclose(got, reference(x, layers), rtol=1e-5, atol=1e-5)
+
+
+def test_a_run_starting_with_a_depthwise_stage_transposes_a_large_channels_first_image_through_pitched_planes():
+    x = normal(1, 16, 32, 32)  # 4 KiB planes (lite.ops._conv_common.transposes_through_pitch)
+    layers = [(normal(16, 1, 3, 3), normal(16), attributes(group=16, pads=[1, 1, 1, 1]), RELU6),
+              (normal(8, 16, 1, 1), normal(8), attributes(), None)]
+    assert transposes_through_pitch(16, 32, 32, 4)
+    chain = chain_of(layers, x.shape)
+    expected = reference(x, layers)
+    np.testing.assert_allclose(chain(x), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(chain(channels_last(x)), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_run_starting_with_a_depthwise_stage_in_float64():
@@ -106,10 +121,64 @@ def test_a_run_starting_with_a_depthwise_stage_in_float64():
     ((8, 4, 1, 1), attributes(strides=[2, 2]), (1, 4, 4, 4), np.float32),  # strided 1x1
     ((8, 4, 1, 1), attributes(pads=[1, 1, 1, 1]), (1, 4, 4, 4), np.float32),  # padded 1x1
     ((8, 4, 1, 1), attributes(), (2, 4, 4, 4), np.float32),  # batch 2
-    ((8, 4, 1, 1), attributes(), (1, 4, 16, 16), np.float32),  # a map larger than MAX_PIXELS
+    ((8, 4, 1, 1), attributes(), (1, 4, 64, 64), np.float32),  # a map larger than MAX_PIXELS
+    ((4, 1, 3, 3), attributes(group=4, pads=[1, 1, 1, 1], strides=[2, 2]), (1, 4, 32, 32), np.float32),  # strided
     ((4, 1, 3, 3), attributes(group=4, pads=[1, 1, 1, 1]), (1, 4, 4, 4), np.float16),  # computed in float32
     ((4, 1, 3), attributes(group=4, pads=[1, 1]), (1, 4, 4), np.float32),  # 1-D
 ])
 def test_convolutions_that_are_not_stages_are_declined(weights, attrs, x_shape, dtype):
     w = np.zeros(weights, dtype)
     assert separable_chain.stage(w, None, attrs, None, x_shape, dtype) is None
+
+
+def squeeze_excite(channels, hidden, dtype=np.float32):
+    """A SqueezeExcite block (Relu, then HardSigmoid: MobileNetV3's) and its formula."""
+    from lite.ops._squeeze_excite import SqueezeExcite
+
+    w1, b1 = normal(hidden, channels, dtype=dtype), normal(hidden, dtype=dtype)
+    w2, b2 = normal(channels, hidden, dtype=dtype), normal(channels, dtype=dtype)
+    hard_sigmoid = ("HardSigmoid", (1 / 6, 0.5))
+
+    def formula(x):
+        means = x.mean(axis=(2, 3))
+        gate = fused_activation.apply(np.maximum(means @ w1.T + b1, 0) @ w2.T + b2, *hard_sigmoid)
+        return x * gate[:, :, None, None]
+
+    block = SqueezeExcite(w1, b1, ("Relu", ()), w2, b2, hard_sigmoid, lambda x, allocate: formula(x))
+    return block, formula
+
+
+@pytest.mark.parametrize("layout", ["channels first", "channels last"])
+@pytest.mark.parametrize("position", ["between", "first", "last"])
+def test_a_squeeze_excitation_stage_gates_the_rows_in_place_of_the_block(position, layout):
+    x = normal(1, 6, 4, 4)
+    expand = [(normal(12, 6, 1, 1), normal(12), attributes(), ("HardSwish", ())),
+              (normal(12, 1, 3, 3), normal(12), attributes(group=12, pads=[1, 1, 1, 1]), ("HardSwish", ()))]
+    project = [(normal(6, 12, 1, 1), normal(6), attributes(), None)]
+    block, formula = squeeze_excite(12, 4)
+    if position == "first":
+        x = normal(1, 12, 4, 4)
+        before, after = [], [*expand[1:], *project]
+    elif position == "last":
+        before, after = expand, []
+    else:
+        before, after = expand, project
+    stages, shape = [], x.shape
+    for w, b, attrs, activation in before:
+        stages.append(separable_chain.stage(w, b, attrs, activation, shape, np.float32))
+        shape = separable_chain.output_shape_of(w, attrs, shape)
+    stages.append(separable_chain.squeeze_stage(block, shape, np.float32))
+    for w, b, attrs, activation in after:
+        stages.append(separable_chain.stage(w, b, attrs, activation, shape, np.float32))
+        shape = separable_chain.output_shape_of(w, attrs, shape)
+    assert None not in stages
+    got = separable_chain.SeparableChain(stages, np.float32)(channels_last(x) if layout == "channels last" else x)
+    np.testing.assert_allclose(got, reference(formula(reference(x, before)), after), rtol=1e-4, atol=1e-4)
+
+
+def test_a_squeeze_excitation_stage_is_declined_where_its_block_would_fall_back():
+    block, _ = squeeze_excite(12, 4)
+    assert separable_chain.squeeze_stage(block, (1, 12, 4, 4), np.float32) is not None
+    for shape, dtype in [((2, 12, 4, 4), np.float32), ((1, 8, 4, 4), np.float32), ((1, 12, 4, 4), np.float64),
+                         ((1, 12, 64, 64), np.float32)]:
+        assert separable_chain.squeeze_stage(block, shape, dtype) is None
