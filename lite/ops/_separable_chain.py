@@ -277,7 +277,9 @@ def _finish(bias, activation, dtype, total: np.ndarray | None) -> Callable[[np.n
             if bias is None:
                 np.copyto(out, product)
             else:
-                np.add(product, bias.reshape(out.shape), out=out)
+                # A bias of (C,) where too large to materialize (lite.ops._helpers.full_operand):
+                # it broadcasts along the last axis, the channels, of every layout here.
+                np.add(product, bias if bias.ndim == 1 else bias.reshape(out.shape), out=out)
             return
         if bias is not None:
             np.add(total, bias, out=total)

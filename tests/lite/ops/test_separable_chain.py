@@ -67,6 +67,8 @@ CASES = {
                                                      activation=("HardSwish", ()))),
     "2x2 no padding": ((1, 16, 2, 2), inverted_residual(16, 48, 24, {"pads": [0, 0, 0, 0]}, kernel=1)),
     "16x16, channels-last output": ((1, 4, 16, 16), inverted_residual(4, 8, 6, {"pads": [1, 1, 1, 1]})),
+    # Biases of (1024, 24) cells, too large to materialize: added broadcast (lite.ops._helpers.full_operand).
+    "32x32, large biases": ((1, 4, 32, 32), inverted_residual(4, 24, 6, {"pads": [1, 1, 1, 1]}, activation=None)),
 }
 
 
