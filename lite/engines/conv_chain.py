@@ -16,7 +16,15 @@ would run it), and the residual is added in place into the last one's fresh outp
 ``y = conv(...) + x``, the addition the Add did (``conv + x`` and ``x + conv`` are equal in
 floating point), so the result is bit for bit the same.
 
+On a batch-1 image, runs of two or more pointwise and depthwise convolutions on small maps go
+further: one :class:`lite.ops._separable_chain.SeparableChain` per run, planned per input shape,
+whose stages write straight into each other's buffers (the same products, summed by BLAS and
+einsum in their own order: equal to float rounding, not bit for bit).
+
 The fused step takes the place of the chain's last step (every input is computed by then).
+A squeeze-and-excitation block fused into one step (lite.ops._squeeze_excite) joins a chain as a
+convolution does: MobileNetV3's and EfficientNet's blocks are then one step each.
+
 A convolution joins a chain where its output is read by the next convolution alone (as its
 data input) and is not returned; the Add joins where it carries no activation and its other
 operand is computed (not a constant bias).
@@ -72,7 +80,12 @@ def fuse_conv_chains(steps: list[_Step], constants: dict[int, Any], graph_output
 
 def _bound(step: _Step) -> Callable | None:
     """The Conv step's kernel bound to its prepared weights and attributes (see
-    lite.ops.conv.PreparedConv.bind), or None where the step cannot join a chain."""
+    lite.ops.conv.PreparedConv.bind), a squeeze-and-excitation step's block (see
+    lite.engines.numpy_fusions), or None where the step cannot join a chain."""
+    if step.node.op_type == "Mul" and type(step.fn).__name__ == "SqueezeExcite":
+        usable = (step.inline and step.memo is None and not step.custom and step.wants_allocate
+                  and step.activation is None and len(step.inputs) == 1 and step.output_count is None)
+        return step.fn if usable else None
     if (step.node.op_type != "Conv" or step.node.domain or not is_kernel(step.fn, "conv", "Conv")
             or not step.inline or step.memo is not None or step.custom or not step.wants_allocate
             or step.output_count is not None):
@@ -136,15 +149,67 @@ class _Residual:
 
 
 class _ConvChain:
-    """The chain's convolutions in turn on ``x``, then its residual Add if it has one."""
+    """The chain's convolutions in turn on ``x``, then its residual Add if it has one.
+
+    Per input shape and type, runs of two or more pointwise and depthwise convolutions on small
+    maps are one :class:`lite.ops._separable_chain.SeparableChain` (planned on the first call,
+    from the shapes the convolutions saw)."""
 
     def __init__(self, convs: list[Callable], residual: _Residual | None) -> None:
         self.convs = convs
         self.residual = residual
+        self.plans: dict[tuple, list[Callable]] = {}
 
     def __call__(self, x: Any, *residual: Any, allocate: Callable) -> Any:
-        for conv in self.convs:
+        plan = self.plans.get((x.shape, x.dtype)) if type(x) is np.ndarray else self.convs
+        if plan is None:
+            plan = self._plan(x)
+        for conv in plan:
             x = conv(x, allocate=allocate)
         if self.residual is None:
             return x
         return self.residual(x, residual[0], allocate)
+
+    def _plan(self, x: np.ndarray) -> list[Callable]:
+        """The chain for inputs like ``x``: each run of two or more convolutions that are
+        stages (see lite.ops._separable_chain.stage) as one SeparableChain. Planned from the
+        shapes alone, so that every call with this shape computes the same way."""
+        # Imported here: a model without convolution chains loads no convolution kernels.
+        from lite.ops import _separable_chain as separable_chain
+        from lite.ops._squeeze_excite import SqueezeExcite
+
+        stages = []
+        shape = x.shape
+        for conv in self.convs:
+            prepared = getattr(conv, "prepared", None)
+            if type(conv) is SqueezeExcite and shape is not None:
+                stages.append(separable_chain.squeeze_stage(conv, shape, x.dtype))  # the shape stays
+                continue
+            if prepared is None or shape is None:
+                stages.append(None)
+                shape = None  # the shapes past here are unknown: nothing more is fused
+                continue
+            stages.append(separable_chain.stage(prepared.weights, prepared.bias, conv.attributes, conv.activation,
+                                                shape, x.dtype))
+            shape = separable_chain.output_shape_of(prepared.weights, conv.attributes, shape)
+        plan: list[Callable] = []
+        run: list[tuple[Callable, Any]] = []
+        for conv, stage in [*zip(self.convs, stages), (None, None)]:
+            if stage is not None:
+                run.append((conv, stage))
+                continue
+            if len(run) > 1:
+                plan.append(separable_chain.SeparableChain([s for _, s in run], run[0][1].dtype))
+            else:
+                plan.extend(c for c, _ in run)
+            run = []
+            if conv is not None:
+                plan.append(conv)
+        if len(self.plans) >= _PLANS:
+            self.plans.clear()
+        self.plans[(x.shape, x.dtype)] = plan
+        return plan
+
+
+# Input shapes one chain keeps plans for (a server sees a few).
+_PLANS = 16

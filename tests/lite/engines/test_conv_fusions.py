@@ -114,8 +114,32 @@ def test_an_inverted_residual_block_is_one_step(options):
     rng = np.random.default_rng(25)
     for batch in (1, 2):
         feeds = {"x": rng.standard_normal((batch, 8, 5, 5)).astype(np.float32)}
-        # The same operations in the same order: bit for bit the nodes' result.
-        np.testing.assert_array_equal(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"])
+        got, expected = engine.run(feeds)["y"], node_by_node(engine, feeds)["y"]
+        if batch == 1:  # one SeparableChain (lite.ops._separable_chain): the same products, in BLAS's order
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        else:  # the same operations in the same order: bit for bit the nodes' result
+            np.testing.assert_array_equal(got, expected)
+    plans = {key[0][0]: [type(conv).__name__ for conv in plan] for key, plan in chain.plans.items()}
+    assert plans == {1: ["SeparableChain"], 2: ["_Bound", "_Bound", "_Bound"]}
+
+
+def test_a_chain_fuses_only_the_runs_of_small_pointwise_and_depthwise_convolutions():
+    """A 3x3 convolution, then a depthwise and a pointwise one: the last two as one run."""
+    rng = np.random.default_rng(27)
+    b = GraphBuilder("stem", opset=13)
+    x = b.input("x", np.float32, ["N", 3, 8, 8])
+    stem = b.node("Conv", [x, b.constant("ws", rng.standard_normal((8, 3, 3, 3)).astype(np.float32))],
+                  pads=[1] * 4, strides=[2, 2], fused_activation="Relu")
+    depthwise = b.node("Conv", [stem, b.constant("wd", rng.standard_normal((8, 1, 3, 3)).astype(np.float32))],
+                       group=8, pads=[1] * 4)
+    b.output(b.node("Conv", [depthwise, b.constant("wp", rng.standard_normal((4, 8, 1, 1)).astype(np.float32))],
+                    outputs=["y"]), np.float32, None)
+    engine = NumpyEngine(load(to_bytes(b.build())))
+    (chain,) = chains(engine)
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    np.testing.assert_allclose(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"], rtol=1e-5, atol=1e-5)
+    (plan,) = chain.plans.values()
+    assert [type(conv).__name__ for conv in plan] == ["_Bound", "SeparableChain"]
 
 
 @pytest.mark.parametrize("options", [{"conv_output": True}, {"constant_residual": True}, {"add_relu": True}],
@@ -163,3 +187,39 @@ def test_a_residual_of_another_shape_goes_through_the_add_kernel():
     feeds = {"x": rng.standard_normal((2, 4, 3, 3)).astype(np.float32),
              "z": rng.standard_normal((2, 1, 3, 3)).astype(np.float32)}
     np.testing.assert_array_equal(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"])
+
+
+def squeeze_excite_block_model():
+    """x -> Conv 1x1 (HardSwish) -> depthwise 3x3 (HardSwish) -> squeeze-excitation -> Conv 1x1 -> Add(., x)
+    (MobileNetV3's block)."""
+    rng = np.random.default_rng(29)
+
+    def constant(name, *shape):
+        return b.constant(name, rng.standard_normal(shape).astype(np.float32))
+
+    b = GraphBuilder("squeeze_excite_block", opset=13)
+    x = b.input("x", np.float32, ["N", 8, 4, 4])
+    expand = b.node("Conv", [x, constant("we", 24, 8, 1, 1), constant("be", 24)], fused_activation="HardSwish")
+    depthwise = b.node("Conv", [expand, constant("wd", 24, 1, 3, 3), constant("bd", 24)], group=24, pads=[1] * 4,
+                       fused_activation="HardSwish")
+    means = b.node("ReduceMean", [depthwise], axes=[2, 3], keepdims=1)
+    hidden = b.node("Conv", [means, constant("w1", 6, 24, 1, 1), constant("b1", 6)], fused_activation="Relu")
+    gate = b.node("Conv", [hidden, constant("w2", 24, 6, 1, 1), constant("b2", 24)], fused_activation="HardSigmoid",
+                  fused_activation_params=[1 / 6, 0.5])
+    gated = b.node("Mul", [depthwise, gate])
+    project = b.node("Conv", [gated, constant("wp", 8, 24, 1, 1), constant("bp", 8)])
+    b.output(b.node("Add", [project, x], outputs=["y"]), np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def test_a_squeeze_excitation_block_joins_the_chain_around_it():
+    engine = NumpyEngine(squeeze_excite_block_model())
+    assert op_types(engine) == ["Add"]
+    (chain,) = chains(engine)
+    assert [type(conv).__name__ for conv in chain.convs] == ["_Bound", "_Bound", "SqueezeExcite", "_Bound"]
+    rng = np.random.default_rng(30)
+    for batch in (1, 2):
+        feeds = {"x": rng.standard_normal((batch, 8, 4, 4)).astype(np.float32)}
+        np.testing.assert_allclose(engine.run(feeds)["y"], node_by_node(engine, feeds)["y"], rtol=1e-5, atol=1e-5)
+    plans = {key[0][0]: [type(conv).__name__ for conv in plan] for key, plan in chain.plans.items()}
+    assert plans == {1: ["SeparableChain"], 2: ["_Bound", "_Bound", "SqueezeExcite", "_Bound"]}
