@@ -41,6 +41,10 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 # After the drain, what gRPC's own stop gives the answers still being written: the models are
 # idle by then, so this only has to cover sending, not computing.
 _SEND_GRACE_S = 2.0
+# ... and at least this much, even when the drain took the whole grace period (a loaded machine):
+# a call that arrived as the last model finished is being answered UNAVAILABLE, and gRPC's stop
+# would cancel it (CANCELLED) with no time left. Well within _HARD_STOP_MARGIN_S.
+_SEND_FLOOR_S = 0.5
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 # After the grace period, what the shutdown gets to finish (stop gRPC, send the last answers,
 # close the models) before the process exits without waiting for executions still running.
@@ -134,7 +138,8 @@ class Server:
         gRPC first would cancel calls that arrive as it stops (CANCELLED), and a call caught in
         its shutdown could be held for the whole grace period. Streams stop reading, answer what
         they have read, and end with UNAVAILABLE. Only then does gRPC stop; by that time no
-        model is running for anyone, and it gives the answers being sent ``_SEND_GRACE_S``."""
+        model is running for anyone, and it gives the answers being sent what is left of the grace
+        period, between ``_SEND_FLOOR_S`` and ``_SEND_GRACE_S``."""
         if self._stopped.is_set():
             return
         grace = self.settings.grace_period_s
@@ -148,7 +153,7 @@ class Server:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._servicer.streams_closed(), self._left(deadline))
         if self._grpc is not None:
-            await self._grpc.stop(min(self._left(deadline), _SEND_GRACE_S) if drained else 0)
+            await self._grpc.stop(min(max(self._left(deadline), _SEND_FLOOR_S), _SEND_GRACE_S) if drained else 0)
         await self.manager.close()
         self.dataplane.shared_memory.close()
         if self._http is not None:
