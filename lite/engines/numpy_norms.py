@@ -114,8 +114,50 @@ class FusedRMSNorm:
         self.weight = weight
         self.dtype = epsilon.dtype
         self.constants = constants
+        # x's shape -> (rows shape, ones, the length, the mean's shape, γ as a whole array or
+        # None), or None where the steps run in turn (see _plan).
+        self.plans: dict[tuple[int, ...], tuple[Any, ...] | None] = {}
 
     def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
+        if type(x) is np.ndarray and x.dtype is self.dtype and x.flags.c_contiguous:
+            plan = self.plans.get(x.shape, _UNPLANNED)
+            if plan is _UNPLANNED:
+                plan = self._plan(x)
+            if plan is not None:
+                rows, ones_row, length, column, weight = plan
+                # The steps below, each check made once for this shape and γ as a whole array.
+                square = np.multiply(x, x)
+                mean = np.matmul(square.reshape(rows), ones_row)
+                np.divide(mean, length, out=mean)
+                mean = mean.reshape(column)
+                np.add(mean, self.epsilon, out=mean)
+                np.sqrt(mean, out=mean)
+                np.reciprocal(mean, out=mean)
+                y = np.multiply(x, mean)
+                if weight is not None:
+                    np.multiply(y, weight, out=y)
+                return y
+        return self._checked(x, allocate)
+
+    def _plan(self, x: np.ndarray) -> tuple[Any, ...] | None:
+        """What __call__ needs for inputs of ``x``'s shape, or None where _checked would not
+        compute them itself."""
+        plan = None
+        if (x.ndim and x.size and self.axis in (-1, x.ndim - 1) and self.epsilon.ndim <= x.ndim
+                and (self.weight is None or broadcasts_to(self.weight.shape, x.shape))
+                and not (self.epsilon.ndim == x.ndim and self.epsilon.shape != (1,) * x.ndim)):
+            from lite.ops._helpers import full_operand
+
+            length = x.shape[-1]
+            plan = ((x.size // length, length), ones(length, x.dtype), x.dtype.type(length), x.shape[:-1] + (1,),
+                    None if self.weight is None else full_operand(self.weight, x.shape))
+        if len(self.plans) >= _SHAPES_KEPT:
+            self.plans.clear()
+        self.plans[x.shape] = plan
+        return plan
+
+    def _checked(self, x: Any, allocate: Callable) -> np.ndarray:
+        """The fused computation with every check made on this call."""
         if (type(x) is not np.ndarray or x.dtype != self.dtype or not x.ndim or not x.size
                 or self.axis not in (-1, x.ndim - 1) or not x.flags.c_contiguous
                 or (self.weight is not None and not broadcasts_to(self.weight.shape, x.shape))
@@ -136,6 +178,10 @@ class FusedRMSNorm:
         if self.weight is not None:
             np.multiply(y, self.weight, out=y)
         return y
+
+
+_UNPLANNED = object()  # a plans entry not worked out yet
+_SHAPES_KEPT = 16  # shapes planned per step (a server sees a few sequence lengths)
 
 
 # -- residual connection and LayerNormalization ---------------------------------------------------

@@ -52,7 +52,7 @@ def test_an_rms_norm_is_one_step(options):
     assert len(fused(engine)) == 1
     assert len(engine.plans[0].steps) == 1
     rng = np.random.default_rng(4)
-    for shape in [(2, 5, WIDTH), (1, 7, WIDTH)]:
+    for shape in [(2, 5, WIDTH), (1, 7, WIDTH), (2, 5, WIDTH)]:  # a shape seen again: its plan
         x = rng.standard_normal(shape).astype(np.float32)
         got = engine.run({"x": x})["y"]
         expected = x / np.sqrt((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True) + 1e-6)
@@ -85,6 +85,11 @@ def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
     np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
     x64 = np.random.default_rng(7).standard_normal((2, 3, WIDTH))
     np.testing.assert_array_equal(step.fn(x64), node_by_node(model, {"x": x64})["y"])
+    # A strided input of a planned shape: the checks, then the nodes in turn.
+    x = np.random.default_rng(8).standard_normal((2, 3, WIDTH)).astype(np.float32)
+    np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
+    strided = np.asfortranarray(x)
+    np.testing.assert_array_equal(step.fn(strided), node_by_node(model, {"x": strided})["y"])
 
 
 # -- residual Add + LayerNormalization ------------------------------------------------------------
