@@ -146,7 +146,7 @@ def match_attention(softmax: _Step, graph: Graph, constants: dict[int, Any]) -> 
         steps.append(step)
         for position, origin in enumerate(inputs):
             if origin in windows:
-                chains[position] = [("Part", windows[origin]), *chains[position]]
+                chains[position] = [windows[origin], *chains[position]]
                 inputs[position] = step.inputs[0]
     mask_positions = list(range(3, 3 + len(masks)))
     inputs += masks[::-1]  # in the order they are added
@@ -229,24 +229,31 @@ def _split_heads(source: int, graph: Graph, constants: dict[int, Any]):
 
 
 def _parts_of_split(origins: list[int], graph: Graph, constants: dict[int, Any]):
-    """(the Split, {output: (axis, start, stop, axis length)}) where some of q's, k's and v's
-    origins are every output of one Split of a computed tensor by constant sizes, each read by
-    the block alone (LeViT cuts its attention's q, k and v from one product); else None."""
+    """(the Split, {output: ("Part", (axis, start, stop, axis length))}) where some of q's, k's
+    and v's origins are every output of one Split of a computed tensor by constant sizes, each
+    read by the block alone (LeViT cuts its attention's q, k and v from one product); or
+    {output: ("Chunk", (axis, its position, the outputs' count))} for a Split into
+    ``num_outputs`` parts (opset 18: GPT-2's), whose windows depend on the axis length and are
+    worked out when run. Else None."""
     producers = [graph.producer_of.get(origin) for origin in origins[:2]]
     split = next((step for step in producers if step is not None and step.node.op_type == "Split"), None)
     if (split is None or split.node.op_type != "Split" or split.node.domain or split.activation is not None
-            or split.memo is not None or split.graph_attributes or len(split.inputs) != 2 or len(split.outputs) < 2
+            or split.memo is not None or split.graph_attributes or len(split.outputs) < 2
             or not (is_kernel(split.fn, "split", "Split") or is_kernel(split.fn, "split", "Split_v13"))
-            or split.inputs[0] in constants):
-        return None
-    sizes = constants.get(split.inputs[1])
-    if (not isinstance(sizes, np.ndarray) or sizes.dtype != np.int64 or sizes.shape != (len(split.outputs),)
-            or (sizes < 0).any() or len(set(split.outputs)) != len(split.outputs)
+            or split.inputs[0] in constants or len(set(split.outputs)) != len(split.outputs)
             or not all(origins.count(index) == 1 and graph.single(index) for index in split.outputs)):
         return None
-    axis, total = int(split.attributes.get("axis", 0)), int(sizes.sum())
+    axis = int(split.attributes.get("axis", 0))
+    if len(split.inputs) == 1 and split.attributes.get("num_outputs") == len(split.outputs):
+        count = len(split.outputs)
+        return split, {index: ("Chunk", (axis, n, count)) for n, index in enumerate(split.outputs)}
+    sizes = constants.get(split.inputs[1]) if len(split.inputs) == 2 else None
+    if (not isinstance(sizes, np.ndarray) or sizes.dtype != np.int64 or sizes.shape != (len(split.outputs),)
+            or (sizes < 0).any()):
+        return None
+    total = int(sizes.sum())
     edges = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    return split, {index: (axis, edges[n], edges[n + 1], total) for n, index in enumerate(split.outputs)}
+    return split, {index: ("Part", (axis, edges[n], edges[n + 1], total)) for n, index in enumerate(split.outputs)}
 
 
 def _nan_guard(softmax: _Step, graph: Graph, constants: dict[int, Any]):
@@ -378,12 +385,22 @@ class FusedAttention:
                     return None
                 resolved.append((kind, tuple(argument)))
                 shape = tuple(shape[axis] for axis in argument)
-            elif kind == "Part":
-                axis, start, stop, total = argument
-                if not -len(shape) <= axis < len(shape) or shape[axis] != total:
+            elif kind in ("Part", "Chunk"):
+                axis = argument[0]
+                if not -len(shape) <= axis < len(shape):
                     return None
                 axis %= len(shape)
-                resolved.append((kind, (slice(None),) * axis + (slice(start, stop),)))
+                if kind == "Part":
+                    _, start, stop, total = argument
+                    if shape[axis] != total:
+                        return None
+                else:  # the Split kernel's num_outputs parts: ceil(length / count), the last one smaller
+                    _, part, count = argument
+                    chunk = -(-shape[axis] // count)
+                    start, stop = part * chunk, (part + 1) * chunk if part < count - 1 else shape[axis]
+                    if shape[axis] - chunk * (count - 1) < 0:
+                        return None
+                resolved.append(("Part", (slice(None),) * axis + (slice(start, stop),)))
                 shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
             else:
                 resolved.append((kind, argument))

@@ -120,10 +120,18 @@ def _epilogue(product: _Step, graph: Graph, constants: dict[int, Any]):
 
 
 class ProductEpilogue:
-    """The fused step's kernel: the product's own kernel, then the chain's operations."""
+    """The fused step's kernel: the product's own kernel, then the chain's operations.
+
+    Everything but the arithmetic depends only on the input's shape and type and on the
+    constant inputs (weights, shape tensors, a folded batch norm's scale and shift), so the
+    first call for a shape records an :class:`_EpiloguePlan`: the Reshape targets resolved, the
+    constant operands broadcast to the shape they update (the same values, a ufunc over operands
+    of one shape skipping the broadcast's second loop), the checks made. LeViT runs 22 such
+    steps on 1 to 16 rows, where those checks cost as much as the arithmetic."""
 
     def __init__(self, product: _Step, operations: list[tuple[str, Any]], product_inputs: int) -> None:
         from lite.ops import arithmetic
+        from lite.ops.mat_mul import MatMul
         from lite.ops.transpose import Transpose
 
         self.arithmetic = arithmetic
@@ -131,6 +139,7 @@ class ProductEpilogue:
         self.product = product.fn
         self.keywords = product.keywords
         self.product_allocates = product.wants_allocate
+        self.matmul = product.fn is MatMul and not product.keywords  # the kernel's product may be numpy's
         self.operations = operations
         # Each operation as the run reads it: (op type, argument, the ufunc or None, whether the
         # product is the second operand).
@@ -138,26 +147,141 @@ class ProductEpilogue:
                        kind.endswith("Swapped")) for kind, argument in operations]
         self.product_inputs = product_inputs
         self.targets = ReshapeTargets()
+        self.plans: dict[tuple[int, ...], _EpiloguePlan | None] = {}
 
     def __call__(self, *args: Any, allocate: Callable = np.empty) -> Any:
+        x = args[0]
+        if type(x) is np.ndarray:
+            plan = self.plans.get(x.shape, _UNPLANNED)
+            if plan is _UNPLANNED:
+                if len(self.plans) >= ReshapeTargets.KEPT:
+                    self.plans.clear()
+                plan = self.plans[x.shape] = self._plan(args)
+            if plan is not None and plan.accepts(args):
+                return plan.run(args, allocate)
+        return self._in_turn(args, allocate)
+
+    def _in_turn(self, args: tuple[Any, ...], allocate: Callable, record: list[Any] | None = None) -> Any:
+        """The product and each operation with every check made on this call (``record``: the
+        actions of a plan, appended as they are taken; None in it where one cannot be planned)."""
         if self.product_allocates:
             y = self.product(*args[: self.product_inputs], allocate=allocate, **self.keywords)
         else:
             y = self.product(*args[: self.product_inputs], **self.keywords)
         owned = type(y) is np.ndarray  # a fresh array: operations may write into it
+        if record is not None and not (owned and y.flags.writeable):
+            record.append(None)
         for kind, argument, ufunc, swapped in self.steps:
             if kind == "Reshape":
                 target = self.targets(y.shape, args[argument])
                 y = y.reshape(target) if target is not None else self.targets.reshape(y, args[argument])
+                if record is not None:  # a computed shape tensor may hold other values on another run
+                    fixed = target is not None and not args[argument].flags.writeable
+                    record.append((_RESHAPE, y.shape, None) if fixed else None)
             elif kind == "Transpose":
                 y = self.transpose(y, perm=argument)
+                if record is not None:
+                    record.append((_TRANSPOSE, argument, None))
             else:
                 other = args[argument]
                 if (owned and type(other) is np.ndarray and other.dtype == y.dtype and y.dtype.kind == "f"
                         and y.flags.writeable and _broadcasts_to(other.shape, y.shape)):
+                    if record is not None:
+                        record.append((_CONSTANT if not other.flags.writeable else _COMPUTED, ufunc, argument,
+                                       y.shape))
                     ufunc(y, other, out=y)
                 else:
                     operands = (other, y) if swapped else (y, other)
                     y = getattr(self.arithmetic, kind)(*operands, allocate=allocate)
                     owned = type(y) is np.ndarray and y.flags.writeable
+                    if record is not None:
+                        record.append(None)
         return y
+
+    def _plan(self, args: tuple[Any, ...]) -> _EpiloguePlan | None:
+        """The plan for inputs like ``args``, worked out on copies of them (this call's result
+        comes from the plan or the checked path, never from the recording), or None where an
+        operation takes its kernel or a computed input could change more than its values."""
+        fixed, checked = [], []
+        for position, value in enumerate(args):
+            if type(value) is not np.ndarray:
+                return None
+            if value.flags.writeable:  # computed on each run: its type and shape are checked
+                if position:
+                    checked.append((position, value.dtype, value.shape))
+            else:  # a constant, or a value the engine remembers from shapes: known by identity
+                fixed.append((position, value))
+        x = args[0]
+        record: list[Any] = []
+        self._in_turn(tuple(value.copy() if value.flags.writeable else value for value in args), np.empty, record)
+        if any(action is None for action in record):
+            return None
+        actions = []
+        for action in record:
+            if action[0] == _CONSTANT:  # the operand as a whole array of the shape it updates
+                kind, ufunc, argument, shape = action
+                actions.append((kind, ufunc, _full(args[argument], shape)))
+            else:
+                actions.append(action[:3] if action[0] == _COMPUTED else action)
+        direct = (self.matmul and len(args) >= 2 and not args[1].flags.writeable and x.dtype is args[1].dtype
+                  and x.ndim >= 2 and args[1].ndim == 2 and x.dtype.kind == "f" and x.dtype.itemsize >= 4
+                  and x.size * args[1].shape[1] < _SPLIT_MULTIPLY_ADDS)
+        return _EpiloguePlan(self, x.dtype, fixed, checked, actions, direct)
+
+
+class _EpiloguePlan:
+    """A ProductEpilogue's work for one input shape (see ProductEpilogue)."""
+
+    def __init__(self, epilogue: ProductEpilogue, dtype: np.dtype, fixed: list[tuple[int, np.ndarray]],
+                 checked: list[tuple[int, np.dtype, tuple[int, ...]]], actions: list[tuple[Any, ...]],
+                 direct: bool) -> None:
+        self.epilogue = epilogue
+        self.dtype = dtype
+        self.fixed = fixed
+        self.checked = checked
+        self.actions = actions
+        # The product straight from numpy's matmul (what the MatMul kernel calls for these shapes).
+        self.weights = fixed[0][1] if direct and fixed and fixed[0][0] == 1 else None
+
+    def accepts(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``args`` (whose first has the plan's shape) are inputs it was made for."""
+        if args[0].dtype is not self.dtype:
+            return False
+        for position, value in self.fixed:
+            if args[position] is not value:
+                return False
+        for position, dtype, shape in self.checked:
+            value = args[position]
+            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != shape:
+                return False
+        return True
+
+    def run(self, args: tuple[Any, ...], allocate: Callable) -> Any:
+        epilogue = self.epilogue
+        if self.weights is not None:
+            y = np.matmul(args[0], self.weights)
+        elif epilogue.product_allocates:
+            y = epilogue.product(*args[: epilogue.product_inputs], allocate=allocate, **epilogue.keywords)
+        else:
+            y = epilogue.product(*args[: epilogue.product_inputs], **epilogue.keywords)
+        for kind, first, second in self.actions:
+            if kind == _RESHAPE:
+                y = y.reshape(first)
+            elif kind == _CONSTANT:
+                first(y, second, out=y)
+            elif kind == _COMPUTED:
+                first(y, args[second], out=y)
+            else:
+                y = epilogue.transpose(y, perm=first)
+        return y
+
+
+def _full(operand: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    from lite.ops._helpers import full_operand
+
+    return full_operand(operand, shape)
+
+
+_RESHAPE, _TRANSPOSE, _CONSTANT, _COMPUTED = range(4)  # the kinds of a plan's actions
+_UNPLANNED = object()  # a plans entry not worked out yet
+_SPLIT_MULTIPLY_ADDS = 1 << 24  # lite.ops._parallel's: products from this size are split between threads

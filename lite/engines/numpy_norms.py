@@ -114,8 +114,50 @@ class FusedRMSNorm:
         self.weight = weight
         self.dtype = epsilon.dtype
         self.constants = constants
+        # x's shape -> (rows shape, ones, the length, the mean's shape, γ as a whole array or
+        # None), or None where the steps run in turn (see _plan).
+        self.plans: dict[tuple[int, ...], tuple[Any, ...] | None] = {}
 
     def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
+        if type(x) is np.ndarray and x.dtype is self.dtype and x.flags.c_contiguous:
+            plan = self.plans.get(x.shape, _UNPLANNED)
+            if plan is _UNPLANNED:
+                plan = self._plan(x)
+            if plan is not None:
+                rows, ones_row, length, column, weight = plan
+                # The steps below, each check made once for this shape and γ as a whole array.
+                square = np.multiply(x, x)
+                mean = np.matmul(square.reshape(rows), ones_row)
+                np.divide(mean, length, out=mean)
+                mean = mean.reshape(column)
+                np.add(mean, self.epsilon, out=mean)
+                np.sqrt(mean, out=mean)
+                np.reciprocal(mean, out=mean)
+                y = np.multiply(x, mean)
+                if weight is not None:
+                    np.multiply(y, weight, out=y)
+                return y
+        return self._checked(x, allocate)
+
+    def _plan(self, x: np.ndarray) -> tuple[Any, ...] | None:
+        """What __call__ needs for inputs of ``x``'s shape, or None where _checked would not
+        compute them itself."""
+        plan = None
+        if (x.ndim and x.size and self.axis in (-1, x.ndim - 1) and self.epsilon.ndim <= x.ndim
+                and (self.weight is None or broadcasts_to(self.weight.shape, x.shape))
+                and not (self.epsilon.ndim == x.ndim and self.epsilon.shape != (1,) * x.ndim)):
+            from lite.ops._helpers import full_operand
+
+            length = x.shape[-1]
+            plan = ((x.size // length, length), ones(length, x.dtype), x.dtype.type(length), x.shape[:-1] + (1,),
+                    None if self.weight is None else full_operand(self.weight, x.shape))
+        if len(self.plans) >= _SHAPES_KEPT:
+            self.plans.clear()
+        self.plans[x.shape] = plan
+        return plan
+
+    def _checked(self, x: Any, allocate: Callable) -> np.ndarray:
+        """The fused computation with every check made on this call."""
         if (type(x) is not np.ndarray or x.dtype != self.dtype or not x.ndim or not x.size
                 or self.axis not in (-1, x.ndim - 1) or not x.flags.c_contiguous
                 or (self.weight is not None and not broadcasts_to(self.weight.shape, x.shape))
@@ -138,6 +180,10 @@ class FusedRMSNorm:
         return y
 
 
+_UNPLANNED = object()  # a plans entry not worked out yet
+_SHAPES_KEPT = 16  # shapes planned per step (a server sees a few sequence lengths)
+
+
 # -- residual connection and LayerNormalization ---------------------------------------------------
 
 
@@ -148,6 +194,8 @@ def fuse_residual_layer_norm(steps: list[_Step], constants: dict[int, Any], grap
         a ─► Add(a, b) ─► LayerNormalization(·, γ, β) ─► y      becomes      a, b ─► Add+LayerNorm ─► y
 
     The sum is numpy's add of the two arrays when they share a float type, else the Add kernel.
+    Every other LayerNormalization by constant parameters then becomes a :class:`ConstantLayerNorm`
+    (:func:`keep_layer_norm_rows`).
     """
     graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
@@ -160,37 +208,96 @@ def fuse_residual_layer_norm(steps: list[_Step], constants: dict[int, Any], grap
         if add is None or id(add) in dropped or norm.inputs[0] in norm.inputs[1:]:
             continue
         fused[id(norm)] = replace(
-            norm, fn=ResidualLayerNorm(add.fn, norm.fn), inputs=add.inputs + norm.inputs[1:],
-            wants_allocate=True, memo=None, memo_sources=[])
+            norm, fn=ResidualLayerNorm(add.fn, norm.fn, _normalizer(norm, constants)),
+            inputs=add.inputs + norm.inputs[1:], wants_allocate=True, memo=None, memo_sources=[])
         dropped.add(id(add))
-    return [fused.get(id(step), step) for step in steps if id(step) not in dropped]
+    return keep_layer_norm_rows([fused.get(id(step), step) for step in steps if id(step) not in dropped], constants)
+
+
+def _normalizer(norm: _Step, constants: dict[int, Any]):
+    """A LastAxisNormalizer for ``norm``, a LayerNormalization of Y alone over the last axis in
+    float32 statistics by constant Scale and B; None for any other."""
+    from lite.ops.layer_normalization import LastAxisNormalizer
+
+    attributes = norm.attributes
+    if (norm.output_count != 1 or attributes.get("axis", -1) != -1 or attributes.get("stash_type", 1) != 1
+            or len(norm.inputs) not in (2, 3)):
+        return None
+    scale = constants.get(norm.inputs[1])
+    bias = constants.get(norm.inputs[2]) if len(norm.inputs) == 3 else None
+    if not isinstance(scale, np.ndarray) or (len(norm.inputs) == 3 and not isinstance(bias, np.ndarray)):
+        return None
+    return LastAxisNormalizer(scale, bias, attributes.get("epsilon", 1e-5))
 
 
 class ResidualLayerNorm:
     """The fused step's kernel: the sum, then the LayerNormalization kernel on it."""
 
-    def __init__(self, add: Callable, norm: Callable) -> None:
+    def __init__(self, add: Callable, norm: Callable, normalizer: Callable | None = None) -> None:
         # Imported here, where a model has the pattern: loading the engine loads no kernel module.
         from lite.ops.layer_normalization import normalize_last_axis
 
         self.add = add
         self.norm = norm
         self.normalize_last_axis = normalize_last_axis
+        # The kernel's last-axis path for the node's own constant parameters (see _normalizer).
+        self.normalizer = normalizer
 
     def __call__(self, a: Any, b: Any, *parameters: Any, allocate: Callable = np.empty, **attributes: Any) -> Any:
         if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype in FLOATS:
             total = np.add(a, b)
+            if self.normalizer is not None and total.dtype is _FLOAT32 and len(parameters) in (1, 2):
+                # The sum is a temporary of this step: normalized in place.
+                y = self.normalizer(total, parameters[0], parameters[1] if len(parameters) == 2 else None, True)
+                if y is not None:
+                    return y
             if (total.dtype == np.float32 and attributes.get("output_count") == 1 and attributes.get("stash_type", 1) == 1
                     and attributes.get("axis", -1) in (-1, total.ndim - 1) and total.ndim and total.size
                     and total.flags.c_contiguous and len(parameters) in (1, 2)):
                 # The kernel's path for Y alone over the last axis, into the sum (a temporary of this step).
                 y = self.normalize_last_axis(total, parameters[0], parameters[1] if len(parameters) == 2 else None,
-                                        attributes.get("epsilon", 1e-5), overwrite=True)
+                                             attributes.get("epsilon", 1e-5), overwrite=True)
                 if y is not None:
                     return y
         else:
             total = self.add(a, b, allocate=allocate)
         return self.norm(total, *parameters, **attributes)
+
+
+def keep_layer_norm_rows(steps: list[_Step], constants: dict[int, Any]) -> list[_Step]:
+    """``steps`` with each LayerNormalization of Y alone over the last axis, by constant Scale
+    and B, computed by :class:`ConstantLayerNorm` (a pre-norm transformer's, GPT-2's: the sum
+    is read by the next residual Add too, so it stays a node of its own)."""
+    kept = []
+    for norm in steps:
+        if (norm.node.op_type == "LayerNormalization" and not norm.node.domain and norm.inline and not norm.activation
+                and norm.memo is None and min(norm.inputs, default=-1) >= 0 and norm.prepared is None):
+            normalizer = _normalizer(norm, constants)
+            if normalizer is not None:
+                norm = replace(norm, fn=ConstantLayerNorm(norm.fn, norm.keywords, normalizer), attributes={},
+                               output_count=None, memo=None, memo_sources=[])
+        kept.append(norm)
+    return kept
+
+
+class ConstantLayerNorm:
+    """The step's kernel: the LayerNormalization kernel's last-axis path for its constant
+    parameters on a C-contiguous float32 input (LastAxisNormalizer), the kernel otherwise."""
+
+    def __init__(self, kernel: Callable, keywords: dict[str, Any], normalizer: Callable) -> None:
+        self.kernel = kernel
+        self.keywords = keywords
+        self.normalizer = normalizer
+
+    def __call__(self, x: Any, *parameters: Any) -> Any:
+        if type(x) is np.ndarray and x.dtype is _FLOAT32 and len(parameters) in (1, 2):
+            y = self.normalizer(x, parameters[0], parameters[1] if len(parameters) == 2 else None)
+            if y is not None:
+                return y
+        return self.kernel(x, *parameters, **self.keywords)
+
+
+_FLOAT32 = np.dtype(np.float32)
 
 
 # -- L2 normalization ----------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def _plan_shape_memos(steps: list[_Step], constants: dict[int, Any], graph_outpu
         step.memo_sources = sorted(depends)
         step.memo = {}
         sources[step.outputs[0]] = depends
-    steps[:] = _group_memos(steps)
+    steps[:] = _fold_shapes(_group_memos(steps), graph_outputs)
 
 
 def _group_memos(steps: list[_Step]) -> list[_Step]:
@@ -139,6 +139,30 @@ def _group_memos(steps: list[_Step]) -> list[_Step]:
     return grouped
 
 
+def _fold_shapes(steps: list[_Step], graph_outputs: set[int]) -> list[_Step]:
+    """``steps`` without the Shape nodes that only groups of remembered steps read: each such
+    group reads the Shape's input instead and looks its results up by that input's shape (a
+    tuple numpy keeps, not an int64 array made and turned into bytes on every run), computing the
+    Shape's output itself when it looks them up in vain. A small BERT's three Shape nodes."""
+    readers: dict[int, list[_Step]] = {}
+    for step in steps:
+        for index in {*step.inputs, *step.memo_sources}:
+            readers.setdefault(index, []).append(step)
+    kept = []
+    for step in steps:
+        output = step.outputs[0] if len(step.outputs) == 1 else -1
+        if (step.node.op_type == "Shape" and not step.node.domain and not step.custom and step.inline
+                and step.activation is None and len(step.inputs) == 1 and step.inputs[0] >= 0 and output >= 0
+                and output not in graph_outputs and readers.get(output)
+                and all(type(reader.fn) is _MemoGroup for reader in readers[output])):
+            for reader in readers[output]:
+                reader.fn.read_shape(step)
+                reader.inputs = reader.slots = reader.fn.inputs
+            continue
+        kept.append(step)
+    return kept
+
+
 class _MemoGroup:
     """The kernel of consecutive remembered steps: their results looked up at once by the values
     of the Shape outputs they depend on, or computed one after the other and remembered (as
@@ -148,6 +172,9 @@ class _MemoGroup:
         self.steps = steps
         self.inputs = inputs
         self.keys = [inputs.index(index) for index in sources]  # argument positions of the sources
+        # Shape nodes folded into the group (_fold_shapes): argument position -> (the Shape's
+        # step, its output); the argument is the Shape's input, its key part that input's shape.
+        self.shapes: dict[int, tuple[_Step, int]] = {}
         # key -> (whether every result is kept, the results kept or None)
         self.memo: dict[tuple[bytes, ...], tuple[bool, tuple[Any, ...]]] = {}
 
@@ -161,13 +188,30 @@ class _MemoGroup:
         outputs = [step.outputs[0] for step in run]
         return _Step(run[-1].node, group, inputs, outputs, {}, {}, None, None, slots=inputs)
 
+    def read_shape(self, shape: _Step) -> None:
+        """Read the input of ``shape`` (a Shape step whose output this group reads) in place of
+        its output, and key by that input's shape."""
+        output = shape.outputs[0]
+        position = self.inputs.index(output)
+        self.inputs = [shape.inputs[0] if index == output else index for index in self.inputs]
+        self.shapes[position] = (shape, output)
+
     def __call__(self, *args: Any) -> tuple[Any, ...]:
-        key = tuple([args[position].tobytes() for position in self.keys])
+        if self.shapes:
+            key = tuple([np.shape(args[position]) if position in self.shapes else args[position].tobytes()
+                         for position in self.keys])
+        else:
+            key = tuple([args[position].tobytes() for position in self.keys])
         entry = self.memo.get(key)
         if entry is not None and entry[0]:
             return entry[1]
         known = None if entry is None else entry[1]
         values = dict(zip(self.inputs, args))
+        for position, (shape, output) in self.shapes.items():
+            try:
+                values[output] = shape.fn(args[position], **shape.keywords)
+            except Exception as err:
+                raise _failure(shape, [args[position]], err) from err
         results = []
         for position, step in enumerate(self.steps):
             if known is not None and known[position] is not None:

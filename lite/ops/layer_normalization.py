@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
 from lite.errors import UnsupportedOpError
-from lite.ops._helpers import einsum
+from lite.ops._helpers import einsum, full_operand
 from lite.ops.registry import kernel
 
 _STASH_TYPES = {1: np.float32, 11: np.float64}
@@ -62,16 +63,77 @@ def normalize_last_axis(x: np.ndarray, Scale, B, epsilon: float, overwrite: bool
             or (B is not None and (type(B) is not np.ndarray or B.dtype != np.float32 or B.shape != (width,)))):
         return None
     rows = x.reshape(-1, width)
-    mean = np.matmul(rows, _mean_weights(width, rows.dtype))
-    centered = np.subtract(rows, mean.reshape(-1, 1), out=rows if overwrite else None)
-    variance = einsum("ij,ij->i", centered, centered)
-    variance *= np.float32(1.0 / width)
-    variance += np.float32(epsilon)
-    deviation = np.sqrt(variance, out=variance).reshape(-1, 1)
-    centered *= np.divide(Scale, deviation)
-    if B is not None:
-        centered += B
+    centered = _normalize(rows, rows if overwrite else None, _mean_weights(width, rows.dtype),
+                          np.float32(1.0 / width), np.float32(epsilon), Scale, B)
     return centered.reshape(x.shape)
+
+
+def _normalize(rows: np.ndarray, out: np.ndarray | None, mean_weights: np.ndarray, inverse_width: np.float32,
+               epsilon: np.float32, scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """normalize_last_axis's arithmetic on float32 ``rows`` (rows, width), into ``out`` (``rows``
+    itself, or None for a new array): ``scale`` and ``bias`` are vectors or whole (rows, width)
+    arrays of the same values."""
+    mean = np.matmul(rows, mean_weights)
+    centered = np.subtract(rows, mean.reshape(-1, 1), out=out)
+    variance = einsum("ij,ij->i", centered, centered)
+    variance *= inverse_width
+    variance += epsilon
+    deviation = np.sqrt(variance, out=variance).reshape(-1, 1)
+    centered *= np.divide(scale, deviation)
+    if bias is not None:
+        centered += bias
+    return centered
+
+
+class LastAxisNormalizer:
+    """normalize_last_axis for one constant Scale and B (known by identity) with what depends
+    on the input's shape worked out once per shape (a server sees a few sequence lengths):
+    the same values, with Scale and B broadcast to whole rows (a ufunc over operands of one
+    shape skips the broadcast's second loop: 1.4 against 0.6 µs for a 16x64 bias) and none of
+    the per-call checks, which on a small transformer's 16x64 rows cost a third of the step."""
+
+    KEPT = 16
+
+    def __init__(self, Scale: np.ndarray, B: np.ndarray | None, epsilon: float) -> None:
+        self.scale = Scale
+        self.bias = B
+        self.epsilon = np.float32(epsilon)
+        # x's shape -> (rows shape, mean weights, 1/width, Scale rows, B rows or None), or None
+        # where the parameters do not fit it (the kernel's general path then).
+        self.shapes: dict[tuple[int, ...], tuple[Any, ...] | None] = {}
+
+    def __call__(self, x: np.ndarray, Scale: Any, B: Any, overwrite: bool = False) -> np.ndarray | None:
+        """Y for a C-contiguous float32 ``x`` (overwritten where the caller says it may be), or
+        None (other parameters than its own, or ones the last-axis path does not take)."""
+        if Scale is not self.scale or B is not self.bias or not x.flags.c_contiguous:
+            return None
+        plan = self.shapes.get(x.shape, _UNPLANNED)
+        if plan is _UNPLANNED:
+            plan = self._plan(x.shape)
+        if plan is None:
+            return None
+        rows, mean_weights, inverse_width, scale, bias = plan
+        flat = x.reshape(rows)
+        if overwrite:
+            _normalize(flat, flat, mean_weights, inverse_width, self.epsilon, scale, bias)
+            return x
+        return _normalize(flat, None, mean_weights, inverse_width, self.epsilon, scale, bias).reshape(x.shape)
+
+    def _plan(self, shape: tuple[int, ...]) -> tuple[Any, ...] | None:
+        width, Scale, B = shape[-1] if shape else 0, self.scale, self.bias
+        plan = None
+        if (math.prod(shape) and type(Scale) is np.ndarray and Scale.dtype == np.float32 and Scale.shape == (width,)
+                and (B is None or (type(B) is np.ndarray and B.dtype == np.float32 and B.shape == (width,)))):
+            rows = (math.prod(shape[:-1]), width)
+            plan = (rows, _mean_weights(width, np.dtype(np.float32)), np.float32(1.0 / width), full_operand(Scale, rows),
+                    None if B is None else full_operand(B, rows))
+        if len(self.shapes) >= self.KEPT:
+            self.shapes.clear()
+        self.shapes[shape] = plan
+        return plan
+
+
+_UNPLANNED = object()  # a shapes entry not worked out yet
 
 
 def _as_rows(x: np.ndarray, axis: int, Scale, B) -> np.ndarray | None:

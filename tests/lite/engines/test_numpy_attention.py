@@ -191,13 +191,17 @@ def test_a_plan_serves_only_the_inputs_it_was_made_for():
     assert len(step.fn.plans) == 2
 
 
-def split_attention_model(*, split_read_elsewhere=False):
+def split_attention_model(*, split_read_elsewhere=False, num_outputs=False):
     """q, k and v cut from one (N, T, HEADS, 2·8 + 16) product by a Split along the last axis,
-    each moved to heads by a Transpose (LeViT's attention)."""
+    each moved to heads by a Transpose (LeViT's attention); by sizes, or into ``num_outputs``
+    parts (GPT-2's)."""
     b = GraphBuilder("split_attention", opset=18)
     x = b.input("x", np.float32, ["N", "T", HEADS, 3 * WIDTH])
-    sizes = b.constant("sizes", np.array([WIDTH, WIDTH, WIDTH], np.int64))
-    q, k, v = b.node("Split", [x, sizes], axis=-1, outputs=["q", "k", "v"])
+    if num_outputs:
+        q, k, v = b.node("Split", [x], axis=-1, num_outputs=3, outputs=["q", "k", "v"])
+    else:
+        sizes = b.constant("sizes", np.array([WIDTH, WIDTH, WIDTH], np.int64))
+        q, k, v = b.node("Split", [x, sizes], axis=-1, outputs=["q", "k", "v"])
     scores = b.node("MatMul", [b.node("Transpose", [q], perm=[0, 2, 1, 3]), b.node("Transpose", [k], perm=[0, 2, 3, 1])])
     scores = b.node("Mul", [scores, b.constant("scale", np.array(WIDTH ** -0.5, np.float32))])
     probabilities = b.node("Softmax", [scores], axis=-1)
@@ -210,9 +214,10 @@ def split_attention_model(*, split_read_elsewhere=False):
     return load(to_bytes(b.build()))
 
 
+@pytest.mark.parametrize("num_outputs", [False, True], ids=["sizes", "num_outputs"])
 @pytest.mark.parametrize("read_elsewhere", [False, True], ids=["Split read by the block", "a part read elsewhere"])
-def test_q_k_v_cut_by_a_split_are_views_of_its_input(read_elsewhere):
-    model = split_attention_model(split_read_elsewhere=read_elsewhere)
+def test_q_k_v_cut_by_a_split_are_views_of_its_input(read_elsewhere, num_outputs):
+    model = split_attention_model(split_read_elsewhere=read_elsewhere, num_outputs=num_outputs)
     engine = NumpyEngine(model)
     (step,) = fused(engine)
     op_types = [s.node.op_type for s in engine.plans[0].steps]
@@ -224,6 +229,12 @@ def test_q_k_v_cut_by_a_split_are_views_of_its_input(read_elsewhere):
         for name, value in engine.run(inputs).items():
             np.testing.assert_array_equal(value, expected[name])
     assert len(step.fn.plans) == 2 and all(plan is not None for plan in step.fn.plans.values())
+    if num_outputs:
+        # Another width along the split axis: parts of ceil(26 / 3) = 9, the last one 8 wide (the width the merge takes).
+        inputs = {"x": rng.standard_normal((1, 3, HEADS, 3 * WIDTH + 2)).astype(np.float32)}
+        np.testing.assert_array_equal(engine.run(inputs)["context"], node_by_node(model, inputs)["context"])
+        assert len(step.fn.plans) == 3 and all(plan is not None for plan in step.fn.plans.values())
+        return
     # A tensor of another width along the split axis: the nodes in turn, which report the Split's failure.
     with pytest.raises(KernelError):
         engine.run({"x": np.zeros((1, 3, HEADS, 3 * WIDTH + 1), np.float32)})

@@ -93,3 +93,47 @@ def test_operands_the_step_does_not_write_in_place_go_through_the_kernels():
     got = step.fn(*args)
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, node_by_node(model, inputs)["y"])
+
+
+def test_a_planned_step_runs_the_kernels_for_inputs_other_than_those_it_was_planned_for():
+    """The first call for an input shape plans the step (constants known by identity, computed
+    inputs by type and shape); inputs unlike those run through the checked path, with the
+    kernels' values: another residual type or shape, a computed copy of a shape tensor, another
+    input type."""
+    model = linear_bn_model()
+    engine = NumpyEngine(model)
+    (step,) = engine.plans[0].steps
+    plan, index_of = engine.plans[0], engine.plans[0].index_of
+
+    def arguments(inputs, copies=()):
+        return [inputs["x"] if i == index_of["x"] else inputs["r"] if i == index_of["r"]
+                else plan.constants[i].copy() if i in copies else plan.constants[i] for i in step.inputs]
+
+    inputs = feeds(False)
+    np.testing.assert_array_equal(engine.run(inputs)["y"], node_by_node(model, inputs)["y"])
+    assert step.fn.plans[inputs["x"].shape] is not None
+    planned = engine.run(inputs)["y"]
+    np.testing.assert_array_equal(planned, node_by_node(model, inputs)["y"])
+    other_type = dict(inputs, r=inputs["r"].astype(np.float64))
+    broadcast = dict(inputs, r=inputs["r"][:1])
+    for case in (other_type, broadcast):
+        got = step.fn(*arguments(case))
+        np.testing.assert_array_equal(got, node_by_node(model, case)["y"])
+        assert got.dtype == node_by_node(model, case)["y"].dtype
+    shape_input = index_of["tokens"]
+    np.testing.assert_array_equal(step.fn(*arguments(inputs, copies={shape_input})), planned)
+    wide = {name: value.astype(np.float64) for name, value in inputs.items()}
+    np.testing.assert_array_equal(step.fn(*arguments(wide)), node_by_node(model, wide)["y"])
+
+
+def test_a_computed_shape_tensor_is_not_planned():
+    model = linear_bn_model()
+    engine = NumpyEngine(model)
+    (step,) = engine.plans[0].steps
+    plan, index_of = engine.plans[0], engine.plans[0].index_of
+    inputs = feeds(False)
+    args = [inputs["x"] if i == index_of["x"] else inputs["r"] if i == index_of["r"]
+            else plan.constants[i].copy() if i == index_of["tokens"] else plan.constants[i] for i in step.inputs]
+    for _ in range(2):
+        np.testing.assert_array_equal(step.fn(*args), node_by_node(model, inputs)["y"])
+    assert step.fn.plans[inputs["x"].shape] is None

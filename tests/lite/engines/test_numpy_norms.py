@@ -52,7 +52,7 @@ def test_an_rms_norm_is_one_step(options):
     assert len(fused(engine)) == 1
     assert len(engine.plans[0].steps) == 1
     rng = np.random.default_rng(4)
-    for shape in [(2, 5, WIDTH), (1, 7, WIDTH)]:
+    for shape in [(2, 5, WIDTH), (1, 7, WIDTH), (2, 5, WIDTH)]:  # a shape seen again: its plan
         x = rng.standard_normal(shape).astype(np.float32)
         got = engine.run({"x": x})["y"]
         expected = x / np.sqrt((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True) + 1e-6)
@@ -85,6 +85,11 @@ def test_inputs_the_fused_step_does_not_handle_run_the_original_kernels():
     np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
     x64 = np.random.default_rng(7).standard_normal((2, 3, WIDTH))
     np.testing.assert_array_equal(step.fn(x64), node_by_node(model, {"x": x64})["y"])
+    # A strided input of a planned shape: the checks, then the nodes in turn.
+    x = np.random.default_rng(8).standard_normal((2, 3, WIDTH)).astype(np.float32)
+    np.testing.assert_array_equal(step.fn(x), node_by_node(model, {"x": x})["y"])
+    strided = np.asfortranarray(x)
+    np.testing.assert_array_equal(step.fn(strided), node_by_node(model, {"x": strided})["y"])
 
 
 # -- residual Add + LayerNormalization ------------------------------------------------------------
@@ -140,6 +145,84 @@ def test_a_layer_norm_whose_sum_or_statistics_are_read_stays_as_it_is(options):
     assert set(got) == set(expected)
     for name, value in got.items():
         np.testing.assert_array_equal(value, expected[name])
+
+
+def layer_norm_model(*, axis=-1, statistics=False, bias=True, computed_scale=False):
+    """x (N, T, 16) -> LayerNormalization(γ, [β]) -> y [, Mean, InvStdDev], as a pre-norm transformer's."""
+    rng = np.random.default_rng(16)
+    b = GraphBuilder("layer_norm", opset=17)
+    x = b.input("x", np.float32, ["N", "T", WIDTH])
+    if computed_scale:
+        gamma = b.input("gamma", np.float32, [WIDTH])
+    else:
+        gamma = b.constant("gamma", rng.standard_normal(WIDTH).astype(np.float32))
+    inputs = [x, gamma]
+    if bias:
+        inputs.append(b.constant("beta", rng.standard_normal(WIDTH).astype(np.float32)))
+    outputs = ["y", "mean", "inv_std"] if statistics else ["y"]
+    b.node("LayerNormalization", inputs, outputs=outputs, axis=axis, epsilon=1e-5)
+    for name in outputs:
+        b.output(name, np.float32, None)
+    return load(to_bytes(b.build()))
+
+
+def constant_layer_norms(engine):
+    return [step for step in engine.plans[0].steps if type(step.fn).__name__ == "ConstantLayerNorm"]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["scale and bias", "scale alone"])
+def test_a_layer_norm_by_constants_computes_what_the_kernel_computes(bias):
+    model = layer_norm_model(bias=bias)
+    engine = NumpyEngine(model)
+    (step,) = constant_layer_norms(engine)
+    rng = np.random.default_rng(17)
+    for shape in [(2, 5, WIDTH), (1, 3, WIDTH), (2, 5, WIDTH), (1, 1, WIDTH)]:  # shapes seen again reuse their plan
+        inputs = {"x": (rng.standard_normal(shape) * 3 + 1).astype(np.float32)}
+        before = inputs["x"].copy()
+        got = engine.run(inputs)["y"]
+        np.testing.assert_array_equal(inputs["x"], before)  # the input is never written into
+        np.testing.assert_array_equal(got, node_by_node(model, inputs)["y"])
+        x = inputs["x"].astype(np.float64)
+        normalized = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(got, normalized * engine.plans[0].constants[engine.plans[0].index_of["gamma"]]
+                                   + (engine.plans[0].constants[engine.plans[0].index_of["beta"]] if bias else 0),
+                                   rtol=1e-4, atol=1e-5)
+    # Inputs the step leaves to the kernel: strided, float64, other parameters than its constants.
+    parameters = [engine.plans[0].constants[i] for i in step.inputs[1:]]
+    strided = rng.standard_normal((WIDTH, 4, 2)).astype(np.float32).transpose(2, 1, 0)
+    float64 = rng.standard_normal((2, 3, WIDTH))
+    for x in (strided, float64):
+        np.testing.assert_array_equal(step.fn(x, *parameters), node_by_node(model, {"x": x})["y"])
+    other = [parameter.copy() for parameter in parameters]
+    x = rng.standard_normal((2, 3, WIDTH)).astype(np.float32)
+    np.testing.assert_array_equal(step.fn(x, *other), node_by_node(model, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("options", [{"axis": 1}, {"statistics": True}, {"computed_scale": True}],
+                         ids=["not the last axis", "statistics", "a computed scale"])
+def test_other_layer_norms_stay_with_the_kernel(options):
+    model = layer_norm_model(**options)
+    engine = NumpyEngine(model)
+    assert not constant_layer_norms(engine)
+    rng = np.random.default_rng(18)
+    inputs = {"x": rng.standard_normal((2, 3, WIDTH)).astype(np.float32)}
+    if options.get("computed_scale"):
+        inputs["gamma"] = rng.standard_normal(WIDTH).astype(np.float32)
+    expected = node_by_node(model, inputs)
+    for name, value in engine.run(inputs).items():
+        np.testing.assert_array_equal(value, expected[name])
+
+
+def test_the_residual_step_normalizes_a_strided_sum_with_the_kernel():
+    """Two channels-last operands give a sum that is not C-contiguous: the kernel normalizes it."""
+    model = residual_model()
+    engine = NumpyEngine(model)
+    (step,) = engine.plans[0].steps
+    rng = np.random.default_rng(19)
+    a, b = (rng.standard_normal((WIDTH, 3, 2)).astype(np.float32).transpose(2, 1, 0) for _ in range(2))
+    constants = [engine.plans[0].constants[i] for i in step.inputs[2:]]
+    got = step.fn(a, b, *constants, **step.keywords)
+    np.testing.assert_array_equal(got, node_by_node(model, {"a": a, "b": b})["y"])
 
 
 # -- L2 normalization -----------------------------------------------------------------------------

@@ -323,6 +323,34 @@ def test_nodes_computed_from_shapes_are_remembered_per_shape():
     assert all(not value.flags.writeable for memo in memos for values in memo.values() for value in values)
 
 
+def test_a_shape_only_remembered_nodes_read_is_looked_up_by_its_input_shape():
+    """A Shape node read by remembered nodes alone runs only when they are looked up in vain:
+    their group reads the Shape's input and keys by its shape. Read by anything else too (a
+    graph output here), it stays a node of its own."""
+    for returned in (False, True):
+        b = GraphBuilder("folded_shape", opset=14)
+        x = b.input("x", np.float32, ["N", "L"])
+        shape = b.node("Shape", [x], start=1)
+        one = b.constant("one", np.array([1], np.int64))
+        target = b.node("Concat", [b.constant("batch", np.array([-1], np.int64)), b.node("Mul", [shape, one]), one],
+                        axis=0)
+        b.output(b.node("Reshape", [x, target], outputs=["y"]), np.float32, None)
+        if returned:
+            b.output(b.node("Identity", [shape], outputs=["shape"]), np.int64, [1])
+        engine = NumpyEngine(load(to_bytes(b.build())))
+        op_types = [step.node.op_type for step in engine.plans[0].steps]
+        assert ("Shape" in op_types) == returned
+        for n, length in [(2, 3), (2, 5), (4, 3), (2, 3)]:
+            x_value = normal(n, length)
+            outputs = engine.run({"x": x_value})
+            np.testing.assert_array_equal(outputs["y"], x_value.reshape(n, length, 1))
+            if returned:
+                assert outputs["shape"].tolist() == [length]
+        remembered, memos = _remembered(engine)
+        assert [step.node.op_type for step in remembered] == ["Mul", "Concat"]
+        assert len(memos[0]) == (2 if returned else 3)  # by the Shape's values, or by x's shape
+
+
 def test_remembered_nodes_between_others_and_a_result_too_large_to_keep():
     """Nodes computed from shapes run, as one group, after the last node they read from (here
     the second Shape, of an intermediate), ahead of nodes between them in the file; a result

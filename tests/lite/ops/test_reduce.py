@@ -293,3 +293,27 @@ def test_sums_over_inner_axes_are_add_reduces(shape, axes, keepdims, dtype):
     np.testing.assert_array_equal(got, expected)
     mean = KERNELS.select("ReduceMean", "", 18).fn(x, np.array(axes, np.int64), keepdims=keepdims)
     np.testing.assert_allclose(mean, x.mean(axis=tuple(axes), keepdims=bool(keepdims)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("axes", [[1], [-2], [0, 1], [1, 3]])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_mean_over_axes_of_length_one(axes, keepdims):
+    """A mean over axes that all have length 1 is the data itself, reshaped, in a new array."""
+    x = normal((1, 1, 5, 1), scale=3)
+    x[0, 0, 2, 0] = np.nan
+    (got,) = check("ReduceMean", [x, np.array(axes, np.int64)], {"keepdims": keepdims}, opset=18)
+    assert not np.shares_memory(got, x)
+    from lite.ops.reduce import _mean, _reduce
+
+    general = _reduce("ReduceMean", _mean, x, np.array(axes, np.int64), keepdims)
+    assert got.shape == general.shape
+    np.testing.assert_array_equal(got, general)
+
+
+def test_reduce_mean_over_a_unit_axis_named_twice_or_out_of_range_fails():
+    from lite.errors import KernelError
+
+    x = normal((1, 1, 5))
+    for axes in ([1, 1], [3], [1, -2]):
+        with pytest.raises(KernelError):
+            kernel_outputs("ReduceMean", [x, np.array(axes, np.int64)], {}, opset=18)
