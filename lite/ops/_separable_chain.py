@@ -299,14 +299,7 @@ def _pointwise_step(stage: PointwiseStage, first: bool, target: np.ndarray | Non
     dot = np.dot
 
     def step(x: np.ndarray, storage: np.ndarray) -> np.ndarray:
-        if first:
-            # (P, C) rows: the transpose of a channels-first image, or a channels-last one's rows.
-            if x.flags.c_contiguous:
-                rows = x.reshape(channels, pixels).T
-            else:
-                rows = x.transpose(0, 2, 3, 1).reshape(pixels, channels)
-        else:
-            rows = x
+        rows = _rows(x, channels, pixels) if first else x
         if target is None and channels_first:
             out = storage.reshape(out_channels, pixels)
             dot(matrix, rows.T, out=out)
@@ -361,26 +354,11 @@ def _squeeze_step(stage: SqueezeStage, first: bool, target: np.ndarray | None):
     pixels, channels = stage.height * stage.width, stage.channels
     # Into the next stage's input: rows (P, C) or a depthwise buffer's interior (H, W, C).
     shape = None if target is None else target.shape
-    dot, add, multiply = np.dot, np.add, np.multiply
+    dot, multiply = np.dot, np.multiply
 
     def step(x: np.ndarray, storage: np.ndarray) -> np.ndarray:
-        if first:
-            if x.flags.c_contiguous:
-                rows = x.reshape(channels, pixels).T
-            else:
-                rows = x.transpose(0, 2, 3, 1).reshape(pixels, channels)
-        else:
-            rows = x
-        hidden = dot(dot(mean_row, rows), block.w1_t)
-        if block.b1 is not None:
-            add(hidden, block.b1, out=hidden)
-        if block.act1 is not None:
-            block.act1(hidden)
-        gate = dot(hidden, block.w2_t)
-        if block.b2 is not None:
-            add(gate, block.b2, out=gate)
-        if block.act2 is not None:
-            block.act2(gate)
+        rows = _rows(x, channels, pixels) if first else x
+        gate = block.gate(dot(mean_row, rows))
         if target is None:
             out = storage.reshape(pixels, channels)
             return multiply(rows, gate, out=out)
@@ -388,3 +366,11 @@ def _squeeze_step(stage: SqueezeStage, first: bool, target: np.ndarray | None):
         return target
 
     return step
+
+
+def _rows(x: np.ndarray, channels: int, pixels: int) -> np.ndarray:
+    """A batch-1 image as (P, C) rows: the transpose of a channels-first one, or a channels-last
+    one's rows (a transposed view of its storage)."""
+    if x.flags.c_contiguous:
+        return x.reshape(channels, pixels).T
+    return x.transpose(0, 2, 3, 1).reshape(pixels, channels)

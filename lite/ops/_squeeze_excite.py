@@ -52,6 +52,20 @@ class SqueezeExcite:
         self.dtype = w1.dtype
         self._layouts: dict[tuple, _Layout] = {}
 
+    def gate(self, means: np.ndarray) -> np.ndarray:
+        """The per-channel gate of rows of channel means (N, C): the two layers and their activations."""
+        hidden = np.matmul(means, self.w1_t)
+        if self.b1 is not None:
+            np.add(hidden, self.b1, out=hidden)
+        if self.act1 is not None:
+            self.act1(hidden)
+        gate = np.matmul(hidden, self.w2_t)
+        if self.b2 is not None:
+            np.add(gate, self.b2, out=gate)
+        if self.act2 is not None:
+            self.act2(gate)
+        return gate
+
     def __call__(self, x: np.ndarray, *, allocate: Callable = np.empty) -> np.ndarray:
         key = (x.shape, x.strides, x.dtype)
         layout = self._layouts.get(key)
@@ -62,22 +76,13 @@ class SqueezeExcite:
                 self._layouts.clear()
             layout = self._layouts[key] = _Layout(x)
         weights = _mean_weights(layout.pixels, x.dtype)
-        add, matmul = np.add, np.matmul
+        matmul = np.matmul
         if layout.channels_last:
             means = matmul(weights, x.transpose(0, 2, 3, 1).reshape(layout.rows_shape))  # (N, C)
         else:
             means = matmul(x.reshape(layout.rows_shape), weights)
         y = allocate(layout.storage_shape, x.dtype)
-        hidden = matmul(means, self.w1_t)
-        if self.b1 is not None:
-            add(hidden, self.b1, out=hidden)
-        if self.act1 is not None:
-            self.act1(hidden)
-        gate = matmul(hidden, self.w2_t)
-        if self.b2 is not None:
-            add(gate, self.b2, out=gate)
-        if self.act2 is not None:
-            self.act2(gate)
+        gate = self.gate(means)
         if layout.channels_last:
             # (N, H, W, C) storage times the gate broadcast over its rows, seen as (N, C, H, W).
             return np.multiply(x, gate.reshape(layout.gate_shape), out=y.transpose(0, 3, 1, 2))
