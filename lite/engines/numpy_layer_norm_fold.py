@@ -148,11 +148,10 @@ class UnitLayerNorm:
         self.scale = _read_only(np.ones(width, np.float32))
         self.mean_weights = _read_only(np.full(width, 1.0 / width, np.float32))
         self.inverse_width = np.float32(1.0 / width)
-        from lite.ops._helpers import einsum  # imported where a model has the pattern
-
-        self.einsum = einsum
 
     def __call__(self, x: Any) -> Any:
+        from lite.ops.layer_normalization import last_axis_rows  # loaded with the kernel it stands for
+
         if type(x) is not np.ndarray or x.dtype != np.float32 or not x.ndim or x.shape[-1] != self.width or not x.size:
             return self._kernel(x)
         if not x.flags.c_contiguous:
@@ -160,14 +159,7 @@ class UnitLayerNorm:
                 return self._columns(x.swapaxes(-1, -2)).swapaxes(-1, -2)
             return self._kernel(x)
         rows = x.reshape(-1, self.width)
-        mean = np.matmul(rows, self.mean_weights)
-        centered = np.subtract(rows, mean.reshape(-1, 1))
-        variance = self.einsum("ij,ij->i", centered, centered)
-        variance *= self.inverse_width
-        variance += self.epsilon
-        deviation = np.sqrt(variance, out=variance).reshape(-1, 1)
-        np.divide(centered, deviation, out=centered)
-        return centered.reshape(x.shape)
+        return last_axis_rows(rows, None, self.mean_weights, self.inverse_width, self.epsilon, None, None).reshape(x.shape)
 
     def _columns(self, columns: np.ndarray) -> np.ndarray:
         return normalize_columns(columns, self.mean_weights, self.epsilon)

@@ -63,22 +63,25 @@ def normalize_last_axis(x: np.ndarray, Scale, B, epsilon: float, overwrite: bool
             or (B is not None and (type(B) is not np.ndarray or B.dtype != np.float32 or B.shape != (width,)))):
         return None
     rows = x.reshape(-1, width)
-    centered = _normalize(rows, rows if overwrite else None, _mean_weights(width, rows.dtype),
+    centered = last_axis_rows(rows, rows if overwrite else None, _mean_weights(width, rows.dtype),
                           np.float32(1.0 / width), np.float32(epsilon), Scale, B)
     return centered.reshape(x.shape)
 
 
-def _normalize(rows: np.ndarray, out: np.ndarray | None, mean_weights: np.ndarray, inverse_width: np.float32,
-               epsilon: np.float32, scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+def last_axis_rows(rows: np.ndarray, out: np.ndarray | None, mean_weights: np.ndarray, inverse_width: np.float32,
+                   epsilon: np.float32, scale: np.ndarray | None, bias: np.ndarray | None) -> np.ndarray:
     """normalize_last_axis's arithmetic on float32 ``rows`` (rows, width), into ``out`` (``rows``
     itself, or None for a new array): ``scale`` and ``bias`` are vectors or whole (rows, width)
-    arrays of the same values."""
+    arrays of the same values; no ``scale`` divides by the deviation alone (a norm whose γ and β
+    the readers took, lite.engines.numpy_layer_norm_fold)."""
     mean = np.matmul(rows, mean_weights)
     centered = np.subtract(rows, mean.reshape(-1, 1), out=out)
     variance = einsum("ij,ij->i", centered, centered)
     variance *= inverse_width
     variance += epsilon
     deviation = np.sqrt(variance, out=variance).reshape(-1, 1)
+    if scale is None:
+        return np.divide(centered, deviation, out=centered)
     centered *= np.divide(scale, deviation)
     if bias is not None:
         centered += bias
@@ -115,9 +118,9 @@ class LastAxisNormalizer:
         rows, mean_weights, inverse_width, scale, bias = plan
         flat = x.reshape(rows)
         if overwrite:
-            _normalize(flat, flat, mean_weights, inverse_width, self.epsilon, scale, bias)
+            last_axis_rows(flat, flat, mean_weights, inverse_width, self.epsilon, scale, bias)
             return x
-        return _normalize(flat, None, mean_weights, inverse_width, self.epsilon, scale, bias).reshape(x.shape)
+        return last_axis_rows(flat, None, mean_weights, inverse_width, self.epsilon, scale, bias).reshape(x.shape)
 
     def _plan(self, shape: tuple[int, ...]) -> tuple[Any, ...] | None:
         width, Scale, B = shape[-1] if shape else 0, self.scale, self.bias
