@@ -224,12 +224,12 @@ def test_a_pad_whose_amounts_fold_to_zeros_is_bypassed_by_default():
             r = Mod (h, window)
             q = Sub (window, r)
             p = Mod (q, window)
-            pads = Concat <axis: int = 0> (zero8, p, zero1)
+            pads = Concat <axis: int = 0> (head, p, tail)
             padded = Pad (x, pads)
             y = Relu (padded)
         }}""",
-        one=np.array([1], np.int64), window=np.array([4], np.int64), zero8=np.zeros(4, np.int64),
-        zero1=np.zeros(3, np.int64),
+        one=np.array([1], np.int64), window=np.array([4], np.int64), head=np.zeros(4, np.int64),
+        tail=np.zeros(3, np.int64),
     )
     from converter.passes import DEFAULT_PASSES
 
