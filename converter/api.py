@@ -172,6 +172,11 @@ def convert(
     if suffix not in OUTPUT_FORMATS:
         raise InvalidOptionError(
             f"output {output}: the extension must be .lite or .onnx, got {repr(suffix) if suffix else 'none'}")
+    folder = output.parent
+    if not folder.is_dir():
+        # Said before the conversion, not after it, where the write fails on a temporary name.
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise InvalidOptionError(f"output {output}: the folder {folder} {what}; create it or name another output path")
     quant_config = options.quantization.config()
     options = options.settled()
     graph, quantization = options.graph, options.quantization

@@ -22,6 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="convert an ONNX or MindSpore model to .lite (or an optimized .onnx)",
         description="Import an ONNX model, optimize it (BatchNormalization folding, constant folding, "
         "activation fusion...) and write .lite or, for ONNX Runtime, .onnx.",
+        epilog="exit status: 0 written (also when verification could not run: the report says why); "
+        "1 the model or a file could not be read or written; 2 an option or argument is wrong; "
+        "3 the model has ops lite cannot run (--allow-custom keeps them as custom ops); "
+        "4 verification found an output that differs from the original's. "
+        "The output file exists only after status 0.",
     )
     parser.add_argument("model", nargs="?", help="source model: .onnx or MindSpore .mindir")
     mindspore = parser.add_argument_group("MindSpore inputs (docs/mindspore.md)")

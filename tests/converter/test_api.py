@@ -94,6 +94,15 @@ def test_an_output_directory_asks_for_a_file_name(tmp_path):
         converter.convert(_small(), tmp_path / "model")
 
 
+def test_an_output_folder_that_is_missing_is_named_before_converting(tmp_path):
+    with pytest.raises(InvalidOptionError, match=r"the folder .*absent does not exist; create it"):
+        converter.convert(_small(), tmp_path / "absent" / "m.lite")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InvalidOptionError, match=r"the folder .*file is not a folder"):
+        converter.convert(_small(), tmp_path / "file" / "m.lite")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def _custom_model() -> onnx.ModelProto:
     nodes = [
         helper.make_node("Swish2", ["x"], ["a"], name="first", domain="com.example"),
