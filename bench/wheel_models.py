@@ -7,7 +7,8 @@ missing is listed as skipped), on the same realistic inputs. Each is converted w
 options except verification (the tests verify; here it would only add time), then three runners
 take turns, round by round, in a rotating order: ONNX Runtime on the original file, lite's numpy
 engine and lite's cpu engine (ONNX Runtime on the converted graph). A round is ``--runs`` calls
-after one warm-up call; the table gives each runner's median over rounds, the ratios of those
+after untimed ones (a quarter of a second, at least one: ONNX Runtime's threads spin on after its
+turn); the table gives each runner's median over rounds, the ratios of those
 medians to ONNX Runtime, and each engine's largest error relative to the reference's peak. All
 runners use their default thread counts.
 """
@@ -29,10 +30,19 @@ sys.path.insert(0, str(ROOT))
 
 from tests.zoo.wheels import MODELS, DistributionMissing, locate, relative_error
 
+# Untimed calls for at least this long before a turn's timed calls: worker threads (ONNX
+# Runtime's, OpenBLAS's) spin for a while after a run and take the cores from whichever runner
+# comes next. With one warm-up call, PP-OCR's 1.9 ms classifier read 53.5 ms a call on the numpy
+# engine on 2 busy cores; 10.1 ms with this, as in a process of its own.
+DISCARD_S = 0.25
+
 
 def round_time(run: Callable[[], object], runs: int) -> float:
-    """The median seconds of ``runs`` calls, after one warm-up call."""
+    """The median seconds of ``runs`` calls, after untimed calls for ``DISCARD_S`` (at least one)."""
+    deadline = time.perf_counter() + DISCARD_S
     run()
+    while time.perf_counter() < deadline:
+        run()
     times = []
     for _ in range(runs):
         started = time.perf_counter()
