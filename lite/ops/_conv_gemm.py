@@ -42,6 +42,11 @@ _CHANNELS_LAST_MIN_PIXELS = 64
 # least (see Im2col).
 _TRANSPOSED_PIXELS = (32, 128)
 _TRANSPOSED_MIN_CHANNELS = 32
+# OpenBLAS (0.3.31, AVX-512) multiplies products of at most about a million multiply-adds without
+# packing its operands; a larger one of a 2x2 output (N <= 4: the packing is most of it) is cut
+# into blocks of output channels below that (see Im2col).
+_UNPACKED_MULTIPLY_ADDS = 1_000_000
+_UNPACKED_MAX_PIXELS = 4
 
 
 class Pointwise:
@@ -204,7 +209,12 @@ class Im2col:
     channels the GEMM is the latter, into a ``(pixels, M)`` scratch that the activation (or a
     copy) then transposes into the output in one pass: 0.72-0.94x the layer's time (32 -> 32
     channels, 16x16 stride 2: 0.72-0.79x). With 16 output channels, on 4x4 outputs (16 pixels)
-    and on 15x15 ones it ran 1.01-1.14x as long: there the GEMM is ``W' @ columns^T``."""
+    and on 15x15 ones it ran 1.01-1.14x as long: there the GEMM is ``W' @ columns^T``.
+
+    On a 2x2 output (4 columns) OpenBLAS packs the weights of a large product, most of its time:
+    blocks of output channels of at most ``_UNPACKED_MULTIPLY_ADDS`` each, which it multiplies
+    unpacked, ran 0.58-0.66x as long (256 -> 256 channels, 3x3: 400 against 262 µs on a loaded
+    machine, 0.86-0.91x on a quiet one; ResNet-18 0.96x)."""
 
     def __init__(self, x, w, bias, activation, kernel_dims, begin, end, strides, dilations, out_shape, group):
         batch, channels, height, width = x.shape
@@ -235,6 +245,10 @@ class Im2col:
             contiguous = is_channels_last(x) if x.ndim == 4 else False
             self.transposed = (_TRANSPOSED_PIXELS[0] <= pixels <= _TRANSPOSED_PIXELS[1]
                                and out_channels >= _TRANSPOSED_MIN_CHANNELS)
+            # Blocks of output channels, each an unpacked product; None: one product.
+            block = _UNPACKED_MULTIPLY_ADDS // ((depth + 1) * pixels) // 16 * 16
+            self.block = (block if pixels <= _UNPACKED_MAX_PIXELS and 16 <= block < out_channels
+                          else None)
         else:
             self.matrix = w.reshape(group, out_channels // group, -1)
             self.padded_shape = (channels, padded_h, padded_w)
@@ -326,6 +340,9 @@ class Im2col:
             elif self.rows:
                 if self.split:
                     parallel.matmul(self.matrix, columns.T, y[n])
+                elif self.block is not None:
+                    for first in range(0, self.matrix.shape[0], self.block):
+                        np.matmul(self.matrix[first:first + self.block], columns.T, out=y[n, first:first + self.block])
                 else:
                     np.matmul(self.matrix, columns.T, out=y[n])
             elif self.split:

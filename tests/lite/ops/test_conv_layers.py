@@ -55,6 +55,8 @@ CASES = {
     "3x3 16x16 planes strided": ((2, 48, 16, 16), (16, 48, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     # An 8x8 output of 40 channels: the channels-last im2col's GEMM as columns @ W^T, transposed after.
     "3x3 transposed product": ((2, 32, 8, 8), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # A 2x2 output of a large product: blocks of output channels, each below OpenBLAS's packing.
+    "3x3 2x2 output in blocks": ((1, 160, 2, 2), (200, 160, 3, 3), {"pads": [1, 1, 1, 1]}),
     "1-D": ((2, 6, 17), (8, 6, 3), {"pads": [1, 1]}),
     "1-D strided": ((1, 1, 400), (8, 1, 10), {"strides": [5]}),
     "1-D grouped": ((1, 16, 12), (16, 4, 16), {"group": 4, "pads": [8, 8]}),
@@ -170,6 +172,18 @@ def test_im2col_transposed_product_matches_the_reference(activation, with_bias):
     attributes = {"pads": [1, 1, 1, 1]}
     reference = expected_conv(x, w, np.zeros(48, np.float32) if b is None else b, attributes, activation)
     np.testing.assert_allclose(layer(x, np.empty), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_im2col_products_of_a_2x2_output_in_blocks():
+    from lite.ops._conv_gemm import Im2col
+
+    x, w, b = normal(1, 160, 2, 2), normal(200, 160, 3, 3), normal(200)
+    layer = Im2col(x, w, b, ("Relu", ()), [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [2, 2], 1)
+    assert layer.block == 160  # 1,000,000 // (1441 * 4) = 173, in 16s: 160 and 40 of the 200 channels
+    # Small products stay one.
+    assert Im2col(x[:, :32], w[:, :32], b, None, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [2, 2], 1).block is None
+    np.testing.assert_allclose(layer(x, np.empty), expected_conv(x, w, b, {"pads": [1, 1, 1, 1]}, ("Relu", ())),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_planes_to_rows_is_the_transpose():
