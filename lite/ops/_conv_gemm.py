@@ -37,6 +37,16 @@ _ROWS_MIN_CHANNELS = 16
 # on smaller images (MobileNet's 7x7) the channels-first GEMM (pixels as BLAS's leading
 # dimension) is faster, and the depthwise convolution after it transposes a small image.
 _CHANNELS_LAST_MIN_PIXELS = 64
+# The channels-last im2col matrix's GEMM computes ``columns @ W'^T`` (pixels, M) and transposes
+# it into the output for outputs of this many pixels (bounds included) and output channels at
+# least (see Im2col).
+_TRANSPOSED_PIXELS = (32, 128)
+_TRANSPOSED_MIN_CHANNELS = 32
+# OpenBLAS (0.3.31, AVX-512) multiplies products of at most about a million multiply-adds without
+# packing its operands; a larger one of a 2x2 output (N <= 4: the packing is most of it) is cut
+# into blocks of output channels below that (see Im2col).
+_UNPACKED_MULTIPLY_ADDS = 1_000_000
+_UNPACKED_MAX_PIXELS = 4
 
 
 class Pointwise:
@@ -190,7 +200,21 @@ class Im2col:
     group), ``(pixels, kh * kw * C)`` from an ``(H, W, C)`` buffer: a window row is ``kw * C``
     contiguous cells, and the GEMM ``W' @ columns^T`` reads the matrix transposed. That one is
     used for channels-last inputs and for small maps with enough channels (the buffer's fill
-    then transposes a small image)."""
+    then transposes a small image).
+
+    OpenBLAS (0.3.31, AVX-512) multiplies by that transposed matrix slowly on some shapes:
+    ``W' @ columns^T`` of an 8x8 output's 3x3 convolution ran 1.1-1.9x as long as
+    ``columns @ W'^T`` with the weights stored transposed (64 -> 64 channels: 61 against 48 µs).
+    For outputs of ``_TRANSPOSED_PIXELS`` pixels and at least ``_TRANSPOSED_MIN_CHANNELS``
+    channels the GEMM is the latter, into a ``(pixels, M)`` scratch that the activation (or a
+    copy) then transposes into the output in one pass: 0.72-0.94x the layer's time (32 -> 32
+    channels, 16x16 stride 2: 0.72-0.79x). With 16 output channels, on 4x4 outputs (16 pixels)
+    and on 15x15 ones it ran 1.01-1.14x as long: there the GEMM is ``W' @ columns^T``.
+
+    On a 2x2 output (4 columns) OpenBLAS packs the weights of a large product, most of its time:
+    blocks of output channels of at most ``_UNPACKED_MULTIPLY_ADDS`` each, which it multiplies
+    unpacked, ran 0.58-0.66x as long (256 -> 256 channels, 3x3: 400 against 262 µs on a loaded
+    machine, 0.86-0.91x on a quiet one; ResNet-18 0.96x)."""
 
     def __init__(self, x, w, bias, activation, kernel_dims, begin, end, strides, dilations, out_shape, group):
         batch, channels, height, width = x.shape
@@ -219,6 +243,12 @@ class Im2col:
             self.product_shape = (batch, out_channels, pixels)
             self.order = (1, 2, 0)  # an image (C, H, W) as (H, W, C)
             contiguous = is_channels_last(x) if x.ndim == 4 else False
+            self.transposed = (_TRANSPOSED_PIXELS[0] <= pixels <= _TRANSPOSED_PIXELS[1]
+                               and out_channels >= _TRANSPOSED_MIN_CHANNELS)
+            # Blocks of output channels, each an unpacked product; None: one product.
+            block = _UNPACKED_MULTIPLY_ADDS // ((depth + 1) * pixels) // 16 * 16
+            self.block = (block if pixels <= _UNPACKED_MAX_PIXELS and 16 <= block < out_channels
+                          else None)
         else:
             self.matrix = w.reshape(group, out_channels // group, -1)
             self.padded_shape = (channels, padded_h, padded_w)
@@ -232,6 +262,7 @@ class Im2col:
             self.product_shape = (batch, group, out_channels // group, pixels)
             self.order = (0, 1, 2)
             contiguous = x.flags.c_contiguous
+            self.transposed = False
         # The image is copied into a buffer when it needs padding or is not laid out as the
         # view below needs (a view is built on a contiguous buffer).
         self.copy = any(begin) or any(end) or not contiguous
@@ -241,11 +272,19 @@ class Im2col:
             if not self.rows:
                 self.matrix = self.matrix.reshape(1, out_channels, depth + 1)
             bias = None
+        # (depth [+ 1], M): the weights of the transposed GEMM.
+        self.matrix_t = np.ascontiguousarray(self.matrix.T) if self.transposed else None
         self.split = group == 1 and out_channels * depth * pixels >= parallel.SPLIT_MULTIPLY_ADDS
         self.y_shape = (batch, out_channels, *out_shape)
         self.small = math.prod(self.product_shape) * item < SMALL_ARRAY_BYTES  # see Pointwise
         self.bias = None if bias is None else full_operand(bias.reshape(out_channels, 1), (batch, out_channels, pixels))
         self.activate = None if activation is None else activations.in_place(*activation, w.dtype)
+        # The transposed product's pass into the output: the activation, or a copy.
+        self.finish = None
+        if self.transposed:
+            self.finish = _copy if activation is None else activations.into(*activation, w.dtype)
+            self.transposed_shape = (pixels, out_channels)
+            self.activate = None
         # Small scratch that needs a copy of the input anyway: each thread keeps its own (the
         # padded buffer's border is zeroed once; a call writes its interior and the columns).
         scratch = (math.prod(self.columns_shape) + math.prod(self.padded_shape)) * item
@@ -290,9 +329,20 @@ class Im2col:
             else:
                 self._fill(padded[self.interior], x[n], image, to_rows, planes)
                 np.copyto(windows, view)
-            if self.rows:
+            if self.transposed:
+                product = allocate(self.transposed_shape, x.dtype)
+                if self.split:
+                    parallel.matmul(columns, self.matrix_t, product)
+                else:
+                    np.matmul(columns, self.matrix_t, out=product)
+                self.finish(product.T, y[n])
+                del product
+            elif self.rows:
                 if self.split:
                     parallel.matmul(self.matrix, columns.T, y[n])
+                elif self.block is not None:
+                    for first in range(0, self.matrix.shape[0], self.block):
+                        np.matmul(self.matrix[first:first + self.block], columns.T, out=y[n, first:first + self.block])
                 else:
                     np.matmul(self.matrix, columns.T, out=y[n])
             elif self.split:
@@ -325,6 +375,10 @@ class Im2col:
         view = np.ndarray(self.window_shape, dtype, padded, 0, self.window_strides)
         view.flags.writeable = False
         return columns, columns[self.windows].reshape(self.window_shape), padded, view
+
+def _copy(x: np.ndarray, out: np.ndarray) -> None:
+    np.copyto(out, x)
+
 
 class Rows:
     """A 1-D convolution computed by a 2-D layer on its input as images one row high."""

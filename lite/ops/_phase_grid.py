@@ -33,6 +33,7 @@ import numpy as np
 
 from lite.ops import _parallel as parallel
 from lite.ops import fused_activation as activations
+from lite.ops._conv_gemm import Im2col
 from lite.ops._layout import is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES
 
@@ -46,6 +47,14 @@ _WASTE = 0.25
 _MIN_STRIDED_ROWS = 8192
 # The column matrix of one image, at most this big (a small image's path).
 _COLUMNS_BYTES = 4 << 20
+# One group: stride 1 only where the wide grid adds at most this fraction of columns (a 16x16
+# map's 3x3 convolution computes 18 columns a row for 16: 0.62-0.90x the time of
+# lite.ops._conv_gemm.Im2col on 16-64 channels, DenseNet's run 0.87-0.92x; an 8x8 map's, 10 for
+# 8, ran 1.1-1.4x slower, a 15x15 map's 1.03x), in place of Im2col only (larger column matrices
+# take the block paths). Strided layers keep Im2col: 3x3 stride-2 ones of 288-2,304
+# classic rows ran 1.25-1.4x slower here, and the 7x7 stride-2 stem of a 64x64 ResNet, 0.87-0.99x
+# alone, gained nothing in the models' runs.
+_ONE_GROUP_WASTE = 0.125
 # Scratch (phase buffer and columns) at most this big is kept per thread between calls.
 _KEPT_SCRATCH_BYTES = 2 << 20
 
@@ -55,20 +64,24 @@ def _grid(size: int, begin: int, end: int, stride: int) -> int:
 
 
 def suits(x, w, group, kernel_dims, begin, end, strides, out_shape) -> bool:
-    """Grouped (not depthwise) convolutions of channels-first 2-D images, kernels larger than
-    1x1, whose wide output is at most ``_WASTE`` wider than the output and whose column matrix is
-    small; strided ones only where the classic copy has many rows. One group gains too little
-    (0.9-1.1x on a 64x64 model's layers): the classic copy's rows are longer there."""
+    """Convolutions of channels-first 2-D images, kernels larger than 1x1, not depthwise, whose
+    wide output is at most ``_WASTE`` wider than the output and whose column matrix is small;
+    strided ones only where the classic copy has many rows. One group (where the classic copy's
+    rows are longer, see lite.ops._conv_gemm.Im2col): stride 1 under the ``_ONE_GROUP_*`` bounds."""
     if x.ndim != 4 or len(kernel_dims) != 2 or min(out_shape) < 1 or min(begin + end) < 0:
         return False
     channels = x.shape[1]
-    if group < 2 or group == channels or all(k == 1 for k in kernel_dims) or is_channels_last(x):
+    if group == channels or all(k == 1 for k in kernel_dims) or is_channels_last(x):
         return False
+    one = group == 1
+    strided = any(s != 1 for s in strides)
     grid_w = _grid(x.shape[3], begin[1], end[1], strides[1])
-    if grid_w > out_shape[1] * (1 + _WASTE):
+    if grid_w > out_shape[1] * (1 + (_ONE_GROUP_WASTE if one else _WASTE)):
         return False
     depth = channels * math.prod(kernel_dims)
-    if any(s != 1 for s in strides) and depth * out_shape[0] < _MIN_STRIDED_ROWS:
+    if one and (strided or not Im2col.suits(x, w, group, begin, end, out_shape)):
+        return False
+    if strided and depth * out_shape[0] < _MIN_STRIDED_ROWS:
         return False
     return depth * out_shape[0] * grid_w * w.dtype.itemsize <= _COLUMNS_BYTES
 

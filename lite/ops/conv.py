@@ -13,9 +13,9 @@ Five paths, picked by shape, all computing the same thing:
 - 3x3 stride 1 with enough channels, when the engine prepared the weights at load (see
   ``prepare_conv``): Winograd F(2x2, 3x3), 2.25x fewer multiplications (see
   :mod:`lite.ops._winograd`);
-- grouped (not depthwise) on small 2-D images: im2col on the image's stride-phase grid, one
-  contiguous copy per tap and channel and one GEMM batched over the groups (see
-  :mod:`lite.ops._phase_grid`);
+- grouped (not depthwise) on small 2-D images, and one-group stride-1 ones where it pays (16x16
+  maps): im2col on the image's stride-phase grid, one contiguous copy per tap and channel and
+  one GEMM batched over the groups (see :mod:`lite.ops._phase_grid`);
 - general: on small 2-D images the whole im2col matrix copied at once and one GEMM
   (:class:`lite.ops._conv_gemm.Im2col`); otherwise im2col as a strided view of the padded input
   laid out ``(C, *kernel, *out)``, copied a block of output rows at a time into a bounded buffer,

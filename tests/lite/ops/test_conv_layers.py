@@ -51,7 +51,12 @@ CASES = {
     "depthwise 32x32 planes": ((2, 24, 32, 32), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1]}),
     "depthwise 32x32 planes in bands": ((1, 48, 32, 32), (48, 1, 3, 3),
                                         {"group": 48, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
-    "3x3 16x16 planes": ((2, 48, 16, 16), (16, 48, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3 16x16 planes": ((2, 48, 16, 16), (16, 48, 3, 3), {"pads": [1, 1, 1, 1]}),  # stride 1: the phase grid
+    "3x3 16x16 planes strided": ((2, 48, 16, 16), (16, 48, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    # An 8x8 output of 40 channels: the channels-last im2col's GEMM as columns @ W^T, transposed after.
+    "3x3 transposed product": ((2, 32, 8, 8), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # A 2x2 output of a large product: blocks of output channels, each below OpenBLAS's packing.
+    "3x3 2x2 output in blocks": ((1, 160, 2, 2), (200, 160, 3, 3), {"pads": [1, 1, 1, 1]}),
     "1-D": ((2, 6, 17), (8, 6, 3), {"pads": [1, 1]}),
     "1-D strided": ((1, 1, 400), (8, 1, 10), {"strides": [5]}),
     "1-D grouped": ((1, 16, 12), (16, 4, 16), {"group": 4, "pads": [8, 8]}),
@@ -133,7 +138,8 @@ def test_pointwise_layer_keeps_the_layout_policy():
         np.testing.assert_allclose(got, expected_conv(np.ascontiguousarray(x), w, b, {}, None), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["pointwise", "pointwise expansion", "3x3 small image", "3x3 strided", "3x3 dilated"])
+@pytest.mark.parametrize("case", ["pointwise", "pointwise expansion", "3x3 small image", "3x3 strided", "3x3 dilated",
+                                  "3x3 transposed product"])
 def test_products_split_between_threads_give_the_same_values(monkeypatch, case):
     """On a busy machine the engine splits large products itself (lite.ops._parallel)."""
     from lite.ops import _parallel as parallel
@@ -148,6 +154,36 @@ def test_products_split_between_threads_give_the_same_values(monkeypatch, case):
     prepared = conv.prepare_conv([None, w, b], [x.shape, w.shape, b.shape], **attributes)
     got = conv.Conv(x, w, b, fused_activation=("Relu", ()), prepared=prepared, **attributes)
     np.testing.assert_allclose(got, expected_conv(x, w, b, attributes, ("Relu", ())), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("activation", [None, ("Relu", ())], ids=["none", "Relu"])
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no bias"])
+def test_im2col_transposed_product_matches_the_reference(activation, with_bias):
+    from lite.ops._conv_gemm import Im2col
+
+    x, w = normal(2, 32, 8, 8), normal(48, 32, 3, 3)
+    b = normal(48) if with_bias else None
+    layer = Im2col(x, w, b, activation, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [8, 8], 1)
+    assert layer.transposed
+    # Only small outputs of enough channels take it.
+    assert not Im2col(normal(1, 32, 4, 4), w, b, activation, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [4, 4], 1).transposed
+    assert not Im2col(x, w[:16], None if b is None else b[:16], activation, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1],
+                      [8, 8], 1).transposed
+    attributes = {"pads": [1, 1, 1, 1]}
+    reference = expected_conv(x, w, np.zeros(48, np.float32) if b is None else b, attributes, activation)
+    np.testing.assert_allclose(layer(x, np.empty), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_im2col_products_of_a_2x2_output_in_blocks():
+    from lite.ops._conv_gemm import Im2col
+
+    x, w, b = normal(1, 160, 2, 2), normal(200, 160, 3, 3), normal(200)
+    layer = Im2col(x, w, b, ("Relu", ()), [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [2, 2], 1)
+    assert layer.block == 160  # 1,000,000 // (1441 * 4) = 173, in 16s: 160 and 40 of the 200 channels
+    # Small products stay one.
+    assert Im2col(x[:, :32], w[:, :32], b, None, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [2, 2], 1).block is None
+    np.testing.assert_allclose(layer(x, np.empty), expected_conv(x, w, b, {"pads": [1, 1, 1, 1]}, ("Relu", ())),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_planes_to_rows_is_the_transpose():

@@ -41,6 +41,7 @@ CASES = {
     "mixed dilation and stride": ((2, 6, 15, 14), (6, 3, 3, 3), {"group": 2, "dilations": [2, 3],
                                                                   "strides": [3, 2], "pads": [1, 2, 0, 1]}),
     "one group": ((1, 3, 20, 20), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    "one group, stride 1": ((2, 16, 16, 16), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     "no padding": ((1, 8, 7, 7), (4, 4, 2, 2), {"group": 2}),
 }
 
@@ -91,8 +92,22 @@ def test_conv_takes_the_path_for_grouped_layers_and_matches_the_general_one():
     np.testing.assert_allclose(got, expected(x, w, b, attributes, ("Relu", ())), rtol=1e-4, atol=1e-4)
 
 
+def test_conv_takes_the_path_for_one_group_on_a_16x16_map():
+    x_shape, w_shape, attributes = (1, 64, 16, 16), (16, 64, 3, 3), {"pads": [1, 1, 1, 1]}
+    w, b = normal(*w_shape), normal(w_shape[0])
+    prepared = conv.prepare_conv([None, w, b], [x_shape, w.shape, b.shape], **attributes)
+    x = normal(*x_shape)
+    got = conv.Conv(x, w, b, fused_activation=("Relu", ()), prepared=prepared, **attributes)
+    assert any(isinstance(layer, _phase_grid.PhaseGrid) for layer in prepared.layers.values())
+    np.testing.assert_allclose(got, expected(x, w, b, attributes, ("Relu", ())), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(("x_shape", "w_shape", "attributes", "reason"), [
-    ((1, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "one group"),
+    ((1, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}, None),
+    ((1, 32, 8, 8), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "one group, a quarter of the columns wasted"),
+    ((1, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "one group, strided"),
+    ((1, 3, 64, 64), (32, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, "one group, strided stem"),
+    ((1, 64, 32, 32), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, "one group, columns beyond Im2col's"),
     ((1, 32, 16, 16), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1]}, "depthwise"),
     ((1, 32, 16, 16), (32, 8, 1, 1), {"group": 4}, "pointwise"),
     ((1, 32, 16, 16), (32, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}, "few strided rows"),
