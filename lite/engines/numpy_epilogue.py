@@ -57,7 +57,8 @@ def fuse_product_epilogues(steps: list[_Step], constants: dict[int, Any], graph_
     dropped: set[int] = set()
     for step in steps:
         if (step.node.op_type not in ("MatMul", "Gemm")
-                or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or _is_matmul_add(step.fn))
+                or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or _is_matmul_add(step.fn)
+                        or getattr(step.fn, "fresh_product", False))
                 or not plain(step, len(step.inputs)) or len(step.inputs) < 2 or id(step) in dropped):
             continue
         chain, operations, extra = _epilogue(step, graph, constants)

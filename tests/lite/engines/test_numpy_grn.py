@@ -12,9 +12,11 @@ from lite.format import GraphBuilder, load, to_bytes
 from tests.lite.engines.fusion_tools import node_by_node
 
 
-def grn_model(*, dtype=np.float32, swap=False, spatial=(1, 2), channel=(-1,), norms_output=False, channels=6):
+def grn_model(*, dtype=np.float32, swap=False, spatial=(1, 2), channel=(-1,), norms_output=False, channels=6,
+              linear=None):
     """x (N, H, W, C) -> gamma·(x·n) + beta + x with n = g / (mean_C(g) + eps), g = ||x||_2 over H, W:
-    the nodes torch.export writes for ConvNeXt V2's GRN."""
+    the nodes torch.export writes for ConvNeXt V2's GRN. ``linear``: "bias" or "scale" puts ConvNeXt V2's fc2
+    after it, a MatMul and the Add of its bias, then with "scale" its layer scale, a Mul by a constant."""
     b = GraphBuilder("grn", opset=18)
     x = b.input("x", dtype, ["N", "H", "W", channels])
     rng = np.random.default_rng(1)
@@ -28,7 +30,14 @@ def grn_model(*, dtype=np.float32, swap=False, spatial=(1, 2), channel=(-1,), no
     scaled = b.node("Mul", [normalized, x] if swap else [x, normalized])
     weighted = b.node("Mul", [scaled, gamma] if swap else [gamma, scaled])
     shifted_back = b.node("Add", [beta, weighted] if swap else [weighted, beta])
-    b.output(b.node("Add", [x, shifted_back] if swap else [shifted_back, x], outputs=["y"]), dtype, None)
+    y = b.node("Add", [x, shifted_back] if swap else [shifted_back, x], outputs=["grn" if linear else "y"])
+    if linear:
+        weights = b.constant("weights", rng.standard_normal((channels, 4)).astype(dtype))
+        y = b.node("Add", [b.node("MatMul", [y, weights]), b.constant("bias", rng.standard_normal(4).astype(dtype))],
+                   outputs=["y" if linear == "bias" else "fc"])
+        if linear == "scale":
+            y = b.node("Mul", [y, b.constant("scale", rng.standard_normal(4).astype(dtype))], outputs=["y"])
+    b.output(y, dtype, None)
     if norms_output:
         b.output("norms", dtype, None)
     return load(to_bytes(b.build()))
@@ -76,3 +85,23 @@ def test_blocks_that_are_not_grn_stay_apart(options):
         assert not fused(engine)
     elif fused(engine):  # matched, but the axes do not fit: the step runs the nodes
         np.testing.assert_array_equal(engine.run({"x": x})["y"], expected)
+
+
+@pytest.mark.parametrize("linear", ["bias", "scale"], ids=["fc2", "fc2-and-layer-scale"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_linear_layer_after_it_joins_the_step(linear, dtype):
+    """(x·f + beta) @ W + b computed as x @ (f·W) + (beta @ W + b): one step with the MatMul, its
+    bias and (as a product epilogue) the layer scale."""
+    model = grn_model(linear=linear, dtype=dtype)
+    engine = NumpyEngine(model)
+    (step,) = engine.plans[0].steps
+    assert isinstance(getattr(step.fn, "product", step.fn), GlobalResponseNorm)
+    rng = np.random.default_rng(7)
+    for shape in [(1, 5, 7, 6), (2, 3, 3, 6), (1, 1, 1, 6)]:
+        x = rng.standard_normal(shape).astype(dtype)
+        np.testing.assert_allclose(engine.run({"x": x})["y"], node_by_node(model, {"x": x})["y"], rtol=1e-5,
+                                   atol=1e-5)
+    # Inputs the step does not take run the nodes, the MatMul among them.
+    image = rng.standard_normal((1, 6, 4, 5)).astype(dtype).transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(engine.run({"x": image})["y"], node_by_node(model, {"x": image})["y"], rtol=1e-6,
+                               atol=1e-6)
