@@ -51,13 +51,16 @@ def _is_matmul_add(fn: Any) -> bool:
 
 def fuse_product_epilogues(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with each MatMul (its bias fused or not) or Gemm and the chain of nodes reading
-    its result alone (module docstring) replaced by one step."""
+    its result alone (module docstring) replaced by one step. A fused step whose kernel declares
+    ``fresh_product`` (ConvNeXt V2's GRN with its linear layer, lite.engines.numpy_grn) counts as
+    a MatMul: its result is a new array nobody else reads."""
     graph = Graph(steps, graph_outputs)
     fused: dict[int, _Step] = {}
     dropped: set[int] = set()
     for step in steps:
         if (step.node.op_type not in ("MatMul", "Gemm")
-                or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or _is_matmul_add(step.fn))
+                or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or _is_matmul_add(step.fn)
+                        or getattr(step.fn, "fresh_product", False))
                 or not plain(step, len(step.inputs)) or len(step.inputs) < 2 or id(step) in dropped):
             continue
         chain, operations, extra = _epilogue(step, graph, constants)

@@ -41,6 +41,7 @@ from lite.engines.numpy_additive_attention import fuse_additive_attention
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
 from lite.engines.numpy_gelu import fuse_erf_gelu, fuse_tanh_gelu
+from lite.engines.numpy_grn import fuse_grn
 from lite.engines.numpy_layer_norm_fold import fold_layer_norm_affine
 from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm, fuse_rms_norm
 from lite.engines.numpy_patterns import Graph, in_turn
@@ -71,6 +72,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = group_norm_fusion.fuse_one_group_norm(steps, constants, graph_outputs)
     steps = fuse_residual_layer_norm(steps, constants, graph_outputs)
     steps = fuse_l2_normalize(steps, constants, graph_outputs)
+    steps = fuse_grn(steps, constants, graph_outputs)
     steps = fuse_rotary_embedding(steps, constants, graph_outputs)
     steps = fuse_tanh_gelu(steps, constants, graph_outputs)
     steps = fuse_erf_gelu(steps, constants, graph_outputs)

@@ -12,10 +12,18 @@ goes on through PoolFormer's layer scale (a Mul by a (C, 1, 1) constant) and its
 those two run in place in the same step, the same arithmetic as their kernels'. An AveragePool
 of this kind without the Sub runs the kernel's path alone. Other inputs run the nodes' own
 kernels.
+
+On a small C-contiguous map (up to 64 pixels: PoolFormer's last three stages on 64x64 images),
+the average less x is instead one matrix product: each image's (C, H·W) rows times the
+(H·W, H·W) matrix of the window weights, ``kron(T_H, T_W) - I`` with ``T`` a band of ones divided
+by each window's count along that axis. There the shifted slices ran a numpy loop per row of 2 to
+8 cells, ten calls for under 10k values (51-57 µs on 4x4 and 2x2 maps against 7 for the product);
+the product rounds differently (float32 rounding of a nine-term sum), nothing more.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -110,10 +118,38 @@ class PoolMixer:
                                   or residual[0].dtype != x.dtype or self.scale.dtype != x.dtype
                                   or self.scale.shape[0] != x.shape[1]))):
             return run_steps(self.block, dict(zip(self.inputs, (x, *residual))), self.constants, allocate)
-        total = self.same_size_average(x, False)
-        if self.subtract:
-            total -= x
+        batch, channels, height, width = x.shape
+        if height * width <= _PRODUCT_MAX_PIXELS and x.flags.c_contiguous:
+            weights = _window_weights(height, width, self.subtract, x.dtype)
+            total = np.matmul(x.reshape(batch * channels, height * width), weights).reshape(x.shape)
+        else:
+            total = self.same_size_average(x, False)
+            if self.subtract:
+                total -= x
         if residual:  # the Mul's and the Add's arithmetic, in place
             total *= self.scale
             total += residual[0]
         return total
+
+
+# Maps up to this many pixels take the window-weight product (its cost grows with the square of the
+# pixels: 12 µs for 64 channels of 8x8, 160 for 32 of 16x16, where the shifted slices take 50-90).
+_PRODUCT_MAX_PIXELS = 64
+
+
+@functools.lru_cache(maxsize=64)
+def _window_weights(height: int, width: int, subtract: bool, dtype: np.dtype) -> np.ndarray:
+    """The (H·W, H·W) matrix taking an image's row-major pixels to their 3x3 window averages
+    (padded cells not counted), less the identity with ``subtract``; computed in float64,
+    read-only."""
+
+    def band(size: int) -> np.ndarray:
+        ones = np.eye(size) + np.eye(size, k=1) + np.eye(size, k=-1)
+        return ones / ones.sum(axis=0)  # column j: the cells of window j, over their count
+
+    weights = np.kron(band(height), band(width))
+    if subtract:
+        weights -= np.eye(height * width)
+    weights = weights.astype(dtype)
+    weights.flags.writeable = False
+    return weights
