@@ -56,6 +56,12 @@ STRIDED_MAX_PIXELS = 64
 # A run ending with a pointwise stage writes channels-last from this many pixels on (see
 # SeparableChain).
 CHANNELS_LAST_MIN_PIXELS = 64
+# On maps of up to BLOCK_MAX_PIXELS, a pointwise stage's GEMM is split into blocks of output
+# channels of at most BLOCK_MAX_PRODUCTS multiply-adds (pixels x in x out channels), and where it
+# writes channels-first, of at most BLOCK_MAX_CHANNELS output channels (see PointwiseStage).
+BLOCK_MAX_PIXELS = 256
+BLOCK_MAX_PRODUCTS = 1_000_000
+BLOCK_MAX_CHANNELS = 256
 
 
 def stage(weights, bias, attributes: tuple, activation, x_shape: tuple, dtype) -> PointwiseStage | DepthwiseStage | None:
@@ -106,7 +112,15 @@ def output_shape_of(weights, attributes: tuple, x_shape: tuple) -> tuple | None:
 
 
 class PointwiseStage:
-    """A 1x1 convolution (stride 1, no padding, one group) on a map of ``pixels`` cells."""
+    """A 1x1 convolution (stride 1, no padding, one group) on a map of ``pixels`` cells.
+
+    On a small map its GEMM runs in equal blocks of output channels, one batched np.matmul,
+    where the whole product is past 10^6 multiply-adds or, written channels-first, 256 output
+    channels: there OpenBLAS's GEMM was three times slower per multiply-add (it appears to leave
+    its small-matrix kernel and pack the weights on every call, which a few pixels never repay).
+    On one core, in µs: (4 x 512) @ (512 x 512) channels-first 83 -> 25 in 2 blocks,
+    (4 x 112) @ (112 x 1280) 46 -> 16 in 8, (16 x 256) @ (256 x 256) as rows 30 -> 21 in 4,
+    (64 x 128) @ (128 x 128) 19 -> 14 in 2. On 1024 pixels blocks were no faster."""
 
     kind = "pointwise"
 
@@ -119,10 +133,31 @@ class PointwiseStage:
         pixels = height * width
         self.matrix = np.ascontiguousarray(weights.reshape(out_channels, channels))
         self.transposed = np.ascontiguousarray(self.matrix.T)
+        # Blocks of the product written as rows (P, M) and as channels-first (M, P).
+        self.row_blocks = _blocks(pixels, channels, out_channels, out_channels)
+        self.first_blocks = _blocks(pixels, channels, out_channels, BLOCK_MAX_CHANNELS)
+        # (blocks, C, M / blocks): each block's columns of W^T, contiguous.
+        self.transposed_blocks = None if self.row_blocks == 1 else np.ascontiguousarray(
+            self.transposed.reshape(channels, self.row_blocks, -1).transpose(1, 0, 2))
         # Rows (P, M) between stages; the run's last output channels-first (M, P).
         self.bias = None if bias is None else full_operand(bias, (pixels, out_channels))
         self.bias_first = None if bias is None else full_operand(bias[:, None], (out_channels, pixels))
         self.activation = activation
+
+
+def _blocks(pixels: int, channels: int, out_channels: int, max_channels: int) -> int:
+    """The fewest equal blocks of output channels each within BLOCK_MAX_PRODUCTS multiply-adds
+    and ``max_channels`` channels (1 on maps of more than BLOCK_MAX_PIXELS, or where no divisor
+    of ``out_channels`` gives them)."""
+    if pixels > BLOCK_MAX_PIXELS:
+        return 1
+    for blocks in range(1, out_channels + 1):
+        if out_channels % blocks:
+            continue
+        size = out_channels // blocks
+        if pixels * channels * size <= BLOCK_MAX_PRODUCTS and size <= max_channels:
+            return blocks
+    return 1
 
 
 class DepthwiseStage:
@@ -291,30 +326,52 @@ def _finish(bias, activation, dtype, total: np.ndarray | None) -> Callable[[np.n
 def _pointwise_step(stage: PointwiseStage, first: bool, target: np.ndarray | None, dtype,
                     last_channels_first: bool):
     pixels, channels, out_channels = stage.height * stage.width, stage.channels, stage.out_channels
-    matrix, transposed = stage.matrix, stage.transposed
     total = None if target is None else np.empty((pixels, out_channels), dtype)
     channels_first = target is None and last_channels_first
     finish = _finish(stage.bias_first if channels_first else stage.bias, stage.activation, dtype, total)
-    # np.dot: BLAS's GEMM with less of the ufunc machinery than np.matmul (0.5 µs a call).
-    dot = np.dot
+    product = _product(stage, channels_first)
 
     def step(x: np.ndarray, storage: np.ndarray) -> np.ndarray:
         rows = _rows(x, channels, pixels) if first else x
         if target is None and channels_first:
             out = storage.reshape(out_channels, pixels)
-            dot(matrix, rows.T, out=out)
+            product(rows, out)
             finish(out)
             return out
         if target is None:
             out = storage.reshape(pixels, out_channels)
-            dot(rows, transposed, out=out)
+            product(rows, out)
             finish(out)
             return out
-        dot(rows, transposed, out=total)
+        product(rows, total)
         finish(target)
         return target
 
     return step
+
+
+def _product(stage: PointwiseStage, channels_first: bool) -> Callable[[np.ndarray, np.ndarray], None]:
+    """``product(rows, out)``: ``rows (P, C) @ W^T`` into ``out``, laid out ``(M, P)`` where
+    ``channels_first`` else ``(P, M)``, in the stage's blocks of output channels."""
+    blocks = stage.first_blocks if channels_first else stage.row_blocks
+    # np.dot: BLAS's GEMM with less of the ufunc machinery than np.matmul (0.5 µs a call).
+    dot, matmul = np.dot, np.matmul
+    if channels_first:
+        matrix = stage.matrix
+        if blocks == 1:
+            return lambda rows, out: dot(matrix, rows.T, out=out)
+        stacked = matrix.reshape(blocks, -1, stage.channels)  # each block's rows of W, contiguous
+        return lambda rows, out: matmul(stacked, rows.T, out=out.reshape(blocks, -1, out.shape[1]))
+    if blocks == 1:
+        transposed = stage.transposed
+        return lambda rows, out: dot(rows, transposed, out=out)
+    transposed = stage.transposed_blocks
+
+    def blocked(rows: np.ndarray, out: np.ndarray) -> None:
+        # The blocks' outputs are column ranges of ``out``: (blocks, P, M / blocks) strided.
+        matmul(rows, transposed, out=out.reshape(out.shape[0], blocks, -1).transpose(1, 0, 2))
+
+    return blocked
 
 
 def _depthwise_step(stage: DepthwiseStage, first: bool, padded: np.ndarray, target: np.ndarray | None, dtype):

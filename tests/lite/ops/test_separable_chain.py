@@ -86,6 +86,19 @@ def test_a_run_matches_the_layers_one_by_one(case, layout):
     np.testing.assert_array_equal(chain(x), got)  # its scratch holds nothing from the last call
 
 
+def test_large_pointwise_stages_multiply_in_blocks_of_output_channels():
+    # (16 x 256) @ (256 x 512) as rows: 2M multiply-adds in 4 blocks; (512 x 512) @ (512 x 16)
+    # channels-first: 4M in 8 blocks.
+    x = normal(1, 256, 4, 4)
+    layers = [(normal(512, 256, 1, 1) / 16, normal(512), attributes(), RELU6),
+              (normal(512, 1, 3, 3), normal(512), attributes(group=512, pads=[1, 1, 1, 1]), None),
+              (normal(512, 512, 1, 1) / 22, normal(512), attributes(), ("HardSwish", ()))]
+    chain = chain_of(layers, x.shape)
+    assert (chain.stages[0].row_blocks, chain.stages[2].first_blocks) == (4, 8) and chain.channels_first
+    for layout in (x, channels_last(x)):
+        np.testing.assert_allclose(chain(layout), reference(x, layers), rtol=1e-4, atol=1e-4)
+
+
 def test_a_run_ending_with_a_depthwise_stage_is_channels_last_and_without_bias():
     x = normal(1, 8, 5, 5)
     layers = [(normal(12, 8, 1, 1), None, attributes(), ("Relu", ())),
