@@ -68,6 +68,14 @@ CASES = {
     "2x2 no padding": ((1, 16, 2, 2), inverted_residual(16, 48, 24, {"pads": [0, 0, 0, 0]}, kernel=1)),
     "16x16, channels-last output": ((1, 4, 16, 16), inverted_residual(4, 8, 6, {"pads": [1, 1, 1, 1]})),
     # Biases of (1024, 24) cells, too large to materialize: added broadcast (lite.ops._helpers.full_operand).
+    # Strided across: the depthwise stage's input in column phases (a 5x5 kernel reads 3 of phase 0).
+    "32x32 stride 2": ((1, 6, 32, 32), inverted_residual(6, 24, 8, {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                                        activation=("Silu", ()))),
+    "stride 3 across, 5x5, odd pads": ((1, 4, 11, 13), inverted_residual(4, 8, 4, {"pads": [2, 1, 0, 2],
+                                                                                  "strides": [1, 3]}, kernel=5)),
+    "starting strided": ((1, 12, 16, 16), inverted_residual(4, 12, 5, {"pads": [1, 1, 1, 1], "strides": [2, 2]})[1:]),
+    "stride 2, dilated": ((1, 4, 9, 9), inverted_residual(4, 8, 4, {"pads": [2, 2, 2, 2], "strides": [2, 2],
+                                                                     "dilations": [2, 2]})),
     "32x32, large biases": ((1, 4, 32, 32), inverted_residual(4, 24, 6, {"pads": [1, 1, 1, 1]}, activation=None)),
 }
 
@@ -137,7 +145,7 @@ def test_a_run_starting_with_a_depthwise_stage_in_float64():
     ((8, 4, 1, 1), attributes(pads=[1, 1, 1, 1]), (1, 4, 4, 4), np.float32),  # padded 1x1
     ((8, 4, 1, 1), attributes(), (2, 4, 4, 4), np.float32),  # batch 2
     ((8, 4, 1, 1), attributes(), (1, 4, 64, 64), np.float32),  # a map larger than MAX_PIXELS
-    ((4, 1, 3, 3), attributes(group=4, pads=[1, 1, 1, 1], strides=[2, 2]), (1, 4, 32, 32), np.float32),  # strided
+    ((4, 1, 3, 3), attributes(group=4, pads=[1, 1, 1, 1], strides=[1, 5]), (1, 4, 16, 16), np.float32),  # stride 5
     ((4, 1, 3, 3), attributes(group=4, pads=[1, 1, 1, 1]), (1, 4, 4, 4), np.float16),  # computed in float32
     ((4, 1, 3), attributes(group=4, pads=[1, 1]), (1, 4, 4), np.float32),  # 1-D
 ])
