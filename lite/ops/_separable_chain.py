@@ -123,11 +123,23 @@ def _runner(chain: SeparableChain) -> Callable[[np.ndarray, np.ndarray], None]:
     return run
 
 
-def _finish(bias, activation, dtype, total: np.ndarray | None) -> Callable[[np.ndarray], None]:
+def _finish(bias, activation, dtype, total: np.ndarray | None, halved: bool = False) -> Callable[[np.ndarray], None]:
     """``finish(out)``: a stage's bias and activation, in place on ``out`` (its product) when
     ``total`` is None, else from ``total`` (the product) with the last pass writing into ``out``
-    (the next stage's input, ``total``'s shape or a reshape of it)."""
+    (the next stage's input, ``total``'s shape or a reshape of it). A ``halved`` stage's product
+    is half the convolution's, its activation SiLU (see lite.ops._separable_stages)."""
     activate = None if activation is None else activations.into(*activation, dtype)
+    if halved:
+        # The tanh's: ``out`` where contiguous and not the product, else a buffer of the
+        # product's shape (passes over a strided ``out`` are slower), decided on the first call.
+        scratch = []
+
+        def activate(x: np.ndarray, out: np.ndarray) -> None:
+            if not scratch:
+                own = x is out or not out.flags.c_contiguous
+                scratch.append(np.empty(x.shape, dtype) if own else None)
+            activations.silu_of_half(x, out, out if scratch[0] is None else scratch[0])
+
     if total is None:
         def finish_in_place(out: np.ndarray) -> None:
             if bias is not None:
@@ -158,7 +170,7 @@ def _pointwise_step(stage: PointwiseStage, first: bool, target: np.ndarray | Non
     pixels, channels, out_channels = stage.height * stage.width, stage.channels, stage.out_channels
     total = None if target is None else np.empty((pixels, out_channels), dtype)
     channels_first = target is None and last_channels_first
-    finish = _finish(stage.bias_first if channels_first else stage.bias, stage.activation, dtype, total)
+    finish = _finish(stage.bias_first if channels_first else stage.bias, stage.activation, dtype, total, stage.halved)
     product = _product(stage, channels_first)
 
     def step(x: np.ndarray, storage: np.ndarray) -> np.ndarray:
@@ -218,7 +230,7 @@ def _depthwise_step(stage: DepthwiseStage, first: bool, buffers: np.ndarray, tar
               slice(image_column, None, stage.buffer_shape[0]))
              for phase, column, image_column, count in stage.fills]
     total = None if target is None else np.empty(stage.out_shape, dtype)
-    finish = _finish(stage.bias, stage.activation, dtype, total)
+    finish = _finish(stage.bias, stage.activation, dtype, total, stage.halved)
     subscripts, out_shape = stage.subscripts, stage.out_shape
     channels, height, width = stage.channels, stage.height, stage.width
     # A channels-first image whose planes would evict each other in the transpose goes through

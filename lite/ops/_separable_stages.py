@@ -65,6 +65,16 @@ def stage(weights, bias, attributes: tuple, activation, x_shape: tuple, dtype) -
     return None
 
 
+def _halved(weights: np.ndarray, bias: np.ndarray | None, activation) -> tuple:
+    """``(weights, bias, halved)``: for a SiLU stage the weights and bias times 1/2 (exact, so
+    the product is ``x / 2`` as the activation's first pass would make it; see
+    lite.ops.fused_activation.silu_of_half), else as given."""
+    if activation is None or activation[0] != "Silu":
+        return weights, bias, False
+    half = weights.dtype.type(0.5)
+    return weights * half, None if bias is None else bias * half, True
+
+
 def output_shape_of(weights, attributes: tuple, x_shape: tuple) -> tuple | None:
     """The output shape of a 2-D Conv of ``weights`` with ``attributes`` (see :func:`stage`) on
     inputs of ``x_shape``, or None where it is not a 2-D convolution the attributes resolve."""
@@ -95,6 +105,7 @@ class PointwiseStage:
 
     def __init__(self, weights: np.ndarray, bias: np.ndarray | None, activation, height: int, width: int):
         out_channels, channels = weights.shape[:2]
+        weights, bias, self.halved = _halved(weights, bias, activation)
         self.dtype = weights.dtype
         self.channels, self.out_channels = channels, out_channels
         self.height, self.width = height, width
@@ -148,6 +159,7 @@ class DepthwiseStage:
                  begin, end, strides, dilations, out_shape):
         channels = weights.shape[0]
         kernel_h, kernel_w = weights.shape[2:]
+        weights, bias, self.halved = _halved(weights, bias, activation)
         self.dtype = weights.dtype
         self.channels = self.out_channels = channels
         self.height, self.width = height, width

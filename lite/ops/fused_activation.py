@@ -15,7 +15,8 @@ import numpy as np
 from lite.format.fused_activation import ATTRIBUTE, NAMES, PARAMS_ATTRIBUTE, check
 from lite.ops._helpers import clip
 
-__all__ = ["ATTRIBUTE", "NAMES", "PARAMS_ATTRIBUTE", "apply", "apply_into", "check", "in_place", "into", "sigmoid"]
+__all__ = ["ATTRIBUTE", "NAMES", "PARAMS_ATTRIBUTE", "apply", "apply_into", "check", "in_place", "into", "sigmoid",
+           "silu_of_half"]
 
 # |x| beyond which e^x overflows, per float type the fast sigmoid runs on.
 _EXP_LIMITS = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
@@ -109,6 +110,17 @@ def _silu(x, params, out):
     t = np.tanh(h, out=_scratch_for(x, out))
     np.add(t, one, out=t)
     return np.multiply(t, h, out=t if out is None else out)
+
+
+def silu_of_half(h: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
+    """SiLU of ``x`` given ``h = x / 2`` (float32 or float64), as :func:`apply` computes it
+    (``h * (1 + tanh(h))``), into ``out``, ``scratch`` (``h``'s shape, not overlapping ``h``;
+    it may be ``out``) holding the tanh: for kernels that halve their weights and bias, which
+    is exact, and so save the halving pass."""
+    (one,) = _constants(h.dtype, (1,))
+    np.tanh(h, out=scratch)
+    np.add(scratch, one, out=scratch)
+    np.multiply(scratch, h, out=out)
 
 
 def _scratch_for(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:

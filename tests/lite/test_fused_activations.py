@@ -132,6 +132,11 @@ def test_silu_is_within_rounding_of_its_formula(dtype):
     out = np.empty_like(x)
     numpy_activations.apply_into(x, out, "Silu", ())
     np.testing.assert_array_equal(out, got)
+    halved = np.empty_like(x)
+    numpy_activations.silu_of_half(x / dtype(2), halved, np.empty_like(x))
+    np.testing.assert_array_equal(halved, got)
+    numpy_activations.silu_of_half(x / dtype(2), halved, halved)  # the output as the scratch
+    np.testing.assert_array_equal(halved, got)
     both = np.concatenate([x, x])
     numpy_activations.apply_into(both[:4001], both[:4001].reshape(1, -1)[0], "Silu", ())
     np.testing.assert_array_equal(both[:4001], got)
