@@ -46,6 +46,7 @@ from lite.ops._separable_stages import (
     DepthwiseStage,
     PointwiseStage,
     SqueezeStage,
+    fold_depthwise_biases,
     output_shape_of,
     squeeze_stage,
     stage,
@@ -63,7 +64,7 @@ class SeparableChain:
     as ``chain(x, allocate) -> y`` ``(1, M, out_h, out_w)`` laid out channels-last."""
 
     def __init__(self, stages: list, dtype):
-        self.stages = stages
+        self.stages = stages = fold_depthwise_biases(stages)
         self.dtype = np.dtype(dtype)
         last = stages[-1]
         # A last pointwise stage on a small map writes channels-first: a global pool after it

@@ -7,14 +7,16 @@ https://onnx.ai/onnx/operators/onnx__Conv.html
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from lite.errors import LiteError
 from lite.ops._conv_common import output_shape, resolve_pads, spatial_defaults
 from lite.ops._helpers import full_operand
 
-__all__ = ["MAX_PIXELS", "DepthwiseStage", "PointwiseStage", "SqueezeStage", "output_shape_of", "squeeze_stage",
-           "stage"]
+__all__ = ["MAX_PIXELS", "DepthwiseStage", "PointwiseStage", "SqueezeStage", "fold_depthwise_biases",
+           "output_shape_of", "squeeze_stage", "stage"]
 
 # Outputs of at most this many pixels per stage take the fused run; larger maps keep the layers
 # (their banded depthwise forms and threaded GEMMs pay off there).
@@ -119,10 +121,25 @@ class PointwiseStage:
         # (blocks, C, M / blocks): each block's columns of W^T, contiguous.
         self.transposed_blocks = None if self.row_blocks == 1 else np.ascontiguousarray(
             self.transposed.reshape(channels, self.row_blocks, -1).transpose(1, 0, 2))
+        self.activation = activation
+        self._set_bias(bias)
+
+    def _set_bias(self, bias: np.ndarray | None) -> None:
         # Rows (P, M) between stages; the run's last output channels-first (M, P).
+        pixels, out_channels = self.height * self.width, self.out_channels
+        self.bias_vector = bias
         self.bias = None if bias is None else full_operand(bias, (pixels, out_channels))
         self.bias_first = None if bias is None else full_operand(bias[:, None], (out_channels, pixels))
-        self.activation = activation
+
+    def plus_constant_input(self, constant: np.ndarray) -> PointwiseStage:
+        """A copy of the stage whose input is its input plus ``constant`` (C,) on every pixel:
+        the same weights, ``W @ constant`` added to the bias (summed in float64)."""
+        added = self.matrix.astype(np.float64) @ constant.astype(np.float64)
+        if self.bias_vector is not None:
+            added += self.bias_vector
+        stage = copy.copy(self)
+        stage._set_bias(added.astype(self.dtype))
+        return stage
 
 
 def _blocks(pixels: int, channels: int, out_channels: int, max_channels: int) -> int:
@@ -207,16 +224,37 @@ class DepthwiseStage:
                 self.weights.append(tiled.reshape(kernel_h, len(js), self.out_w * channels))
             self.subscripts = "ijrk,ijk->rk"
             self.out_shape = (self.out_h, self.out_w * channels)
-        self.bias = None if bias is None else full_operand(
-            np.broadcast_to(bias.astype(weights.dtype), (self.out_h * self.out_w, channels)).reshape(self.out_shape),
-            self.out_shape)
         self.activation = activation
+        self.bias_vector = None if bias is None else bias.astype(weights.dtype)
+        self.bias = None if bias is None else full_operand(
+            np.broadcast_to(self.bias_vector, (self.out_h * self.out_w, channels)).reshape(self.out_shape),
+            self.out_shape)
+
+    def without_bias(self) -> DepthwiseStage:
+        """A copy of the stage without its bias."""
+        stage = copy.copy(self)
+        stage.bias_vector = stage.bias = None
+        return stage
 
     @property
     def phased(self) -> bool:
         """Whether the input is split into column phases (stride > 1 across): the previous
         stage then writes rows (P, C), which this stage copies into its phases."""
         return self.buffer_shape[0] > 1
+
+
+def fold_depthwise_biases(stages: list) -> list:
+    """``stages`` with the bias of each depthwise stage without activation that a pointwise
+    stage follows moved into the pointwise stage's: ``W (dw(x) + b) + c = W dw(x) + (W b + c)``
+    (equal to rounding), one pass fewer over the depthwise output (ShuffleNet's and GhostNet's
+    depthwise convolutions have no activation)."""
+    folded = list(stages)
+    for index, (first, second) in enumerate(zip(stages, stages[1:])):
+        if (first.kind == "depthwise" and first.activation is None and first.bias_vector is not None
+                and second.kind == "pointwise"):
+            folded[index] = first.without_bias()
+            folded[index + 1] = second.plus_constant_input(first.bias_vector)
+    return folded
 
 
 class SqueezeStage:

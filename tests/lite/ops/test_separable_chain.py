@@ -107,6 +107,16 @@ def test_large_pointwise_stages_multiply_in_blocks_of_output_channels():
         np.testing.assert_allclose(chain(layout), reference(x, layers), rtol=1e-4, atol=1e-4)
 
 
+def test_a_depthwise_stage_without_activation_hands_its_bias_to_the_pointwise_stage_after_it():
+    x = normal(1, 6, 8, 8)
+    layers = [(normal(12, 6, 1, 1), normal(12), attributes(), RELU6),
+              (normal(12, 1, 3, 3), normal(12), attributes(group=12, pads=[1, 1, 1, 1], strides=[2, 2]), None),
+              (normal(5, 12, 1, 1), None, attributes(), ("Silu", ()))]
+    chain = chain_of(layers, x.shape)
+    assert chain.stages[1].bias is None and chain.stages[2].bias_vector is not None
+    np.testing.assert_allclose(chain(x), reference(x, layers), rtol=1e-5, atol=1e-5)
+
+
 def test_a_run_ending_with_a_depthwise_stage_is_channels_last_and_without_bias():
     x = normal(1, 8, 5, 5)
     layers = [(normal(12, 8, 1, 1), None, attributes(), ("Relu", ())),
