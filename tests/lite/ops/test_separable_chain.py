@@ -126,11 +126,14 @@ def test_a_run_ending_with_a_depthwise_stage_is_channels_last_and_without_bias()
     np.testing.assert_allclose(got, reference(x, layers), rtol=1e-5, atol=1e-5)
 
 
-def test_a_run_starting_with_a_depthwise_stage_transposes_a_large_channels_first_image_through_pitched_planes():
-    x = normal(1, 16, 32, 32)  # 4 KiB planes (lite.ops._conv_common.transposes_through_pitch)
-    layers = [(normal(16, 1, 3, 3), normal(16), attributes(group=16, pads=[1, 1, 1, 1]), RELU6),
-              (normal(8, 16, 1, 1), normal(8), attributes(), None)]
-    assert transposes_through_pitch(16, 32, 32, 4)
+@pytest.mark.parametrize("channels, strides", [(16, [1, 1]), (48, [2, 2])], ids=["padded image", "phases"])
+def test_a_run_starting_with_a_depthwise_stage_transposes_a_large_channels_first_image_through_pitched_planes(
+        channels, strides):
+    x = normal(1, channels, 32, 32)  # 4 KiB planes (lite.ops._conv_common.transposes_through_pitch)
+    layers = [(normal(channels, 1, 3, 3), normal(channels), attributes(group=channels, pads=[1, 1, 1, 1],
+                                                                        strides=strides), RELU6),
+              (normal(8, channels, 1, 1), normal(8), attributes(), None)]
+    assert transposes_through_pitch(channels, 32, 32, 4)
     chain = chain_of(layers, x.shape)
     expected = reference(x, layers)
     np.testing.assert_allclose(chain(x), expected, rtol=1e-4, atol=1e-4)
