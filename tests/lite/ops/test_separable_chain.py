@@ -74,6 +74,10 @@ CASES = {
     "stride 3 across, 5x5, odd pads": ((1, 4, 11, 13), inverted_residual(4, 8, 4, {"pads": [2, 1, 0, 2],
                                                                                   "strides": [1, 3]}, kernel=5)),
     "starting strided": ((1, 12, 16, 16), inverted_residual(4, 12, 5, {"pads": [1, 1, 1, 1], "strides": [2, 2]})[1:]),
+    "depthwise into phases": ((1, 8, 12, 12), [
+        (normal(8, 1, 3, 3), normal(8), attributes(group=8, pads=[1, 1, 1, 1]), ("Silu", ())),
+        (normal(8, 1, 3, 3), normal(8), attributes(group=8, pads=[1, 1, 1, 1], strides=[2, 2]), RELU6),
+        (normal(5, 8, 1, 1), normal(5), attributes(), None)]),
     "stride 2, dilated": ((1, 4, 9, 9), inverted_residual(4, 8, 4, {"pads": [2, 2, 2, 2], "strides": [2, 2],
                                                                      "dilations": [2, 2]})),
     "32x32, large biases": ((1, 4, 32, 32), inverted_residual(4, 24, 6, {"pads": [1, 1, 1, 1]}, activation=None)),
@@ -210,6 +214,21 @@ def test_a_squeeze_excitation_stage_gates_the_rows_in_place_of_the_block(positio
     assert None not in stages
     got = separable_chain.SeparableChain(stages, np.float32)(channels_last(x) if layout == "channels last" else x)
     np.testing.assert_allclose(got, reference(formula(reference(x, before)), after), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["channels first", "channels last"])
+def test_a_squeeze_excitation_stage_writes_into_the_column_phases_of_a_strided_depthwise_stage(layout):
+    x = normal(1, 12, 10, 10)
+    block, formula = squeeze_excite(12, 4)
+    after = [(normal(12, 1, 3, 3), normal(12), attributes(group=12, pads=[1, 1, 1, 1], strides=[2, 2]), RELU6),
+             (normal(6, 12, 1, 1), normal(6), attributes(), None)]
+    stages, shape = [separable_chain.squeeze_stage(block, x.shape, np.float32)], x.shape
+    for w, b, attrs, activation in after:
+        stages.append(separable_chain.stage(w, b, attrs, activation, shape, np.float32))
+        shape = separable_chain.output_shape_of(w, attrs, shape)
+    assert stages[1].phased
+    got = separable_chain.SeparableChain(stages, np.float32)(channels_last(x) if layout == "channels last" else x)
+    np.testing.assert_allclose(got, reference(formula(x), after), rtol=1e-4, atol=1e-4)
 
 
 def test_a_squeeze_excitation_stage_is_declined_where_its_block_would_fall_back():
