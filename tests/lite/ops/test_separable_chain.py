@@ -78,6 +78,21 @@ CASES = {
         (normal(8, 1, 3, 3), normal(8), attributes(group=8, pads=[1, 1, 1, 1]), ("Silu", ())),
         (normal(8, 1, 3, 3), normal(8), attributes(group=8, pads=[1, 1, 1, 1], strides=[2, 2]), RELU6),
         (normal(5, 8, 1, 1), normal(5), attributes(), None)]),
+    "pointwise before phases": ((1, 8, 12, 12), [
+        (normal(8, 1, 3, 3), normal(8), attributes(group=8, pads=[1, 1, 1, 1]), RELU6),
+        (normal(12, 8, 1, 1), normal(12), attributes(), ("Silu", ())),
+        (normal(12, 1, 3, 3), normal(12), attributes(group=12, pads=[1, 1, 1, 1], strides=[2, 2]), RELU6),
+        (normal(5, 12, 1, 1), normal(5), attributes(), None)]),
+    "pointwise before a strided view, 5x5, odd pads": ((1, 6, 9, 12), [
+        (normal(6, 6, 1, 1), None, attributes(), None),
+        (normal(10, 6, 1, 1), normal(10), attributes(), ("HardSwish", ())),
+        (normal(10, 1, 5, 5), normal(10), attributes(group=10, pads=[2, 1, 0, 2], strides=[2, 3]), None),
+        (normal(5, 10, 1, 1), normal(5), attributes(), None)]),
+    "pointwise before phases, odd width": ((1, 8, 12, 13), [
+        (normal(8, 8, 1, 1), normal(8), attributes(), RELU6),
+        (normal(12, 8, 1, 1), normal(12), attributes(), RELU6),
+        (normal(12, 1, 3, 3), normal(12), attributes(group=12, pads=[1, 1, 1, 1], strides=[2, 2]), RELU6),
+        (normal(5, 12, 1, 1), normal(5), attributes(), None)]),
     "stride 2, dilated": ((1, 4, 9, 9), inverted_residual(4, 8, 4, {"pads": [2, 2, 2, 2], "strides": [2, 2],
                                                                      "dilations": [2, 2]})),
     "32x32, large biases": ((1, 4, 32, 32), inverted_residual(4, 24, 6, {"pads": [1, 1, 1, 1]}, activation=None)),
