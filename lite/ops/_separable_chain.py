@@ -132,7 +132,6 @@ def _finish(bias, activation, dtype, total: np.ndarray | None, halved: bool = Fa
     ``total`` is None, else from ``total`` (the product) with the last pass writing into ``out``
     (the next stage's input, ``total``'s shape or a reshape of it). A ``halved`` stage's product
     is half the convolution's, its activation SiLU (see lite.ops._separable_stages)."""
-    activate = None if activation is None else activations.into(*activation, dtype)
     if halved:
         # The tanh's: ``out`` where contiguous and not the product, else a buffer of the
         # product's shape (passes over a strided ``out`` are slower), decided on the first call.
@@ -143,7 +142,8 @@ def _finish(bias, activation, dtype, total: np.ndarray | None, halved: bool = Fa
                 own = x is out or not out.flags.c_contiguous
                 scratch.append(np.empty(x.shape, dtype) if own else None)
             activations.silu_of_half(x, out, out if scratch[0] is None else scratch[0])
-
+    else:
+        activate = None if activation is None else activations.into(*activation, dtype)
     if total is None:
         def finish_in_place(out: np.ndarray) -> None:
             if bias is not None:

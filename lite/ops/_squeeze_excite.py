@@ -103,6 +103,7 @@ class SqueezeExcite:
 
 
 def _halved(w_t: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """A layer's weights and bias times 1/2: its output is then h = x / 2, exactly."""
     half = w_t.dtype.type(0.5)
     return w_t * half, None if b is None else (b * half).astype(w_t.dtype)
 
