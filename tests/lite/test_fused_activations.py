@@ -105,9 +105,38 @@ def test_relu_and_clip_bounds_are_read_only_zero_dimensional_arrays():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_hard_swish_matches_its_formula(dtype):
-    """x * clip(x / 6 + 1/2, 0, 1) in x's type, its constants typed once (0-d arrays)."""
+    """x * clip(x * (1/6) + 1/2, 0, 1) in x's type (ONNX's formula, alpha = 1/6), its constants
+    typed once (0-d arrays), into a separate output, in place and into a new array alike."""
     x = _input().astype(dtype)
-    expected = x * np.clip(x / dtype(6) + dtype(0.5), dtype(0), dtype(1))
+    expected = x * np.clip(x * dtype(1 / 6) + dtype(0.5), dtype(0), dtype(1))
     got = numpy_activations.apply(x.copy(), "HardSwish", ())
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, expected)
+    out = np.empty_like(x)
+    numpy_activations.apply_into(x, out, "HardSwish", ())
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(numpy_activations.apply(x.copy().transpose(), "HardSwish", ()), expected.T)
+    tolerance = 1e-3 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(got, x * np.clip(x / dtype(6) + dtype(0.5), 0, 1), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_silu_is_within_rounding_of_its_formula(dtype):
+    """h * (1 + tanh(h)), h = x / 2: x * sigmoid(x) to rounding on the scale of the values, in
+    place, into a separate output or into an output overlapping the input."""
+    x = np.linspace(-40, 40, 4001).astype(dtype)
+    exact = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))
+    tolerance = 2e-6 if dtype == np.float32 else 1e-14
+    got = numpy_activations.apply(x.copy(), "Silu", ())
+    np.testing.assert_allclose(got, exact, rtol=tolerance, atol=tolerance)
+    out = np.empty_like(x)
+    numpy_activations.apply_into(x, out, "Silu", ())
+    np.testing.assert_array_equal(out, got)
+    halved = np.empty_like(x)
+    numpy_activations.silu_of_half(x / dtype(2), halved, np.empty_like(x))
+    np.testing.assert_array_equal(halved, got)
+    numpy_activations.silu_of_half(x / dtype(2), halved, halved)  # the output as the scratch
+    np.testing.assert_array_equal(halved, got)
+    both = np.concatenate([x, x])
+    numpy_activations.apply_into(both[:4001], both[:4001].reshape(1, -1)[0], "Silu", ())
+    np.testing.assert_array_equal(both[:4001], got)
