@@ -11,6 +11,7 @@ step computes what its steps computed, in the same arithmetic:
 - MatMuls of one input by constant weights, side by side (:func:`_fuse_shared_input_matmuls`);
 - a squeeze-and-excitation block (:func:`_fuse_squeeze_excite`);
 - PoolFormer's token mixer, a 3x3 average pool less its input (:mod:`lite.engines.numpy_pool_mixer`);
+- a constant Pad folded into the MaxPool after it (:mod:`lite.engines.numpy_pool_fusion`);
 - summed convolutions of one input (RepVGG's branches)
   (:mod:`lite.engines.conv_fusions`);
 - a group normalization written as an instance normalization between Reshapes, with one group
@@ -45,6 +46,7 @@ from lite.engines.numpy_grn import fuse_grn
 from lite.engines.numpy_layer_norm_fold import fold_layer_norm_affine
 from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm, fuse_rms_norm
 from lite.engines.numpy_patterns import Graph, in_turn
+from lite.engines.numpy_pool_fusion import fuse_pad_max_pool
 from lite.engines.numpy_pool_mixer import fuse_pool_mixer
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 from lite.engines.numpy_separable_attention import fuse_separable_attention
@@ -64,6 +66,7 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
     steps = fuse_pool_mixer(steps, constants, graph_outputs)
+    steps = fuse_pad_max_pool(steps, constants, graph_outputs)
     steps = conv_fusions.fuse(steps, constants, graph_outputs)
     steps = fuse_attention(steps, constants, graph_outputs)
     steps = fuse_additive_attention(steps, constants, graph_outputs)

@@ -200,9 +200,9 @@ def test_average_pool_other_windows_decline_the_3x3_same_size_path(attributes):
     ((1, 2, 5, 6), {"kernel_shape": [5, 6], "strides": [1, 1]}),  # one window per plane
 ])
 def test_max_pool_flat_shifts_match_the_general_path(shape, attributes):
-    """lite.ops.max_pool._flat_max_2d (taps as shifts of the flat padded buffer) against
-    ONNX Runtime and the general separable path, with NaN and -inf cells; a channels-last
-    input without pads is no contiguous buffer and takes the strided views instead."""
+    """lite.ops._shifted_max (taps as shifts of the flat input, the windows crossing its edges
+    worked out again) against ONNX Runtime and the general separable path, with NaN and -inf
+    cells, and on a channels-last input (copied to a contiguous one first)."""
     from lite.ops._pool_common import pool_geometry
     from lite.ops.max_pool import MaxPool, _separable_max
 
@@ -218,6 +218,32 @@ def test_max_pool_flat_shifts_match_the_general_path(shape, attributes):
     np.testing.assert_array_equal(MaxPool(channels_last, **attributes), expected)
     # onnx.reference gets the output shape of a padded stride-1 ceil_mode pool wrong; ONNX Runtime does not.
     check_against_onnxruntime("MaxPool", [normal(*shape)], attributes, opset=12)
+
+
+@pytest.mark.parametrize("shape, attributes", [
+    ((1, 3, 8, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # BiT's stem
+    ((1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [1, 1], "pads": [0, 0, 1, 1], "ceil_mode": 1}),  # HGNetV2's
+    ((2, 2, 8, 10), {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [0, 0, 0, 2], "ceil_mode": 1}),  # overhang
+    ((1, 2, 9, 6), {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 2, 2, 1], "dilations": [3, 2]}),
+    ((1, 2, 3, 4), {"kernel_shape": [4, 4], "strides": [1, 1], "pads": [2, 2, 1, 1]}),  # windows past both edges
+])
+@pytest.mark.parametrize("fill", [0.0, 0.5, -np.inf])
+def test_max_pool_with_padding_that_counts_matches_the_padded_input(shape, attributes, fill):
+    """lite.ops._shifted_max with a ``fill`` (a constant Pad folded into the pool): the pool of
+    the input padded by ``fill``, the ceil-mode overhang past it still never counting."""
+    from lite.ops._pool_common import pool_geometry
+    from lite.ops._shifted_max import shifted_max_2d
+    from lite.ops.max_pool import _separable_max
+
+    x = normal(*shape)
+    x.reshape(-1)[::7] = np.nan
+    common = {"kernel_shape": attributes["kernel_shape"], "strides": attributes["strides"],
+              "dilations": attributes.get("dilations"), "auto_pad": "NOTSET", "ceil_mode": attributes.get("ceil_mode", 0)}
+    geometry = pool_geometry("MaxPool", x, pads=attributes["pads"], **common)
+    top, left, bottom, right = attributes["pads"]
+    padded = np.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], constant_values=fill)
+    expected = _separable_max(padded, pool_geometry("MaxPool", padded, pads=None, **common), np.empty)
+    np.testing.assert_array_equal(shifted_max_2d(x, geometry, np.empty, np.float32(fill)), expected)
 
 
 def test_max_pool_windows_larger_than_the_input_answer_at_once():
