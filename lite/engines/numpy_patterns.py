@@ -112,9 +112,9 @@ def constant_of(step: _Step, constants: dict[int, Any]) -> tuple[int, np.ndarray
 
 def ones(length: int, dtype: np.dtype) -> np.ndarray:
     """A read-only vector of ones (row sums as products), the one lite.ops.reduce keeps."""
-    from lite.ops.reduce import _ones
+    from lite.ops.reduce import ones as kept_ones
 
-    return _ones(length, dtype)
+    return kept_ones(length, dtype)
 
 
 def run_in_turn(block: list[_Step], x_index: int, x: Any, constants: dict[int, Any], allocate: Callable) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from lite.ops._conv_common import compute_dtype
+from lite.ops.reduce import ones
 from lite.ops.registry import kernel
 
 
@@ -17,9 +18,20 @@ def _spatial_axes(X) -> tuple[int, ...]:
     return tuple(range(2, np.ndim(X)))
 
 
+_BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 @kernel("GlobalAveragePool", since=1)
 def GlobalAveragePool(X):
     x = np.asarray(X)
+    if x.dtype in _BLAS_TYPES and x.ndim > 2 and x.flags.c_contiguous and x.size:
+        # Each (n, c) plane's sum as a product with ones, then one division: numpy's mean runs its
+        # reduction loop once per plane, which on a small map costs far more than the adds (a
+        # 1280-channel 2x2 map: 59 µs against 5).
+        pixels = x.size // (x.shape[0] * x.shape[1])
+        total = np.matmul(x.reshape(-1, pixels), ones(pixels, x.dtype))
+        np.divide(total, x.dtype.type(pixels), out=total)
+        return total.reshape(x.shape[:2] + (1,) * (x.ndim - 2))
     flat = x.reshape(x.shape[0], x.shape[1], -1).astype(compute_dtype(x), copy=False)
     mean = flat.mean(axis=-1)
     return mean.reshape(mean.shape + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)

@@ -55,7 +55,7 @@ def _sum_trailing(x, count, keepdims):
     length = math.prod(x.shape[x.ndim - count :])
     if length == 0 or x.size == 0:
         return np.add.reduce(x, axis=tuple(range(x.ndim - count, x.ndim)), keepdims=keepdims, dtype=x.dtype)
-    total = np.matmul(x.reshape(-1, length), _ones(length, x.dtype))
+    total = np.matmul(x.reshape(-1, length), ones(length, x.dtype))
     return total.reshape(kept + (1,) * count if keepdims else kept)
 
 
@@ -85,12 +85,13 @@ def _sum_spatial_channels_last(x, keepdims):
     batch, channels = x.shape[:2]
     pixels = x.size // (batch * channels)
     rows = x.transpose(channels_last_order(x.ndim)).reshape(batch, pixels, channels)
-    total = np.matmul(_ones(pixels, x.dtype), rows)
+    total = np.matmul(ones(pixels, x.dtype), rows)
     return total.reshape((batch, channels) + (1,) * (x.ndim - 2) if keepdims else (batch, channels))
 
 
 @functools.lru_cache(maxsize=64)
-def _ones(length: int, dtype: np.dtype) -> np.ndarray:
+def ones(length: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only vector of ``length`` ones (sums of rows as products with it), kept per size."""
     ones = np.ones(length, dtype)
     ones.flags.writeable = False
     return ones
@@ -177,7 +178,7 @@ def ReduceMean(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
             # general path's axis handling (most of a small call).
             kept = data.shape[: data.ndim - count]
             length = data.size // math.prod(kept)
-            total = np.matmul(data.reshape(-1, length), _ones(length, data.dtype))
+            total = np.matmul(data.reshape(-1, length), ones(length, data.dtype))
             np.divide(total, data.dtype.type(length), out=total)
             return total.reshape(kept + (1,) * count if keepdims else kept)
         shape = _without_unit_axes(axes.tobytes(), axes.dtype, data.shape, bool(keepdims))
