@@ -27,6 +27,7 @@ def unfuse_activations(model: lite_ir.Model, layers: tuple[str, ...] = LAYERS) -
     """``model`` with the non-clamping fused activations of its ``layers`` as separate nodes, and
     the names of the layers rewritten (``model`` itself is not modified)."""
     graph = GraphEditor(model)
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 21))
     rewritten = []
     for node in graph.nodes:
         name = _fused(node)
@@ -41,7 +42,7 @@ def unfuse_activations(model: lite_ir.Model, layers: tuple[str, ...] = LAYERS) -
         node.attributes = {key: value for key, value in node.attributes.items()
                            if key not in (fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE)}
         graph.producer[before] = node
-        graph.place_after_producer(before, _activation_nodes(graph, name, params, before, output, node.name))
+        graph.place_after_producer(before, _activation_nodes(graph, name, params, before, output, node.name, opset))
         rewritten.append(node.name)
     if not rewritten:
         return model, []
@@ -57,14 +58,21 @@ def _fused(node: lite_ir.Node) -> str | None:
 
 
 def _activation_nodes(graph: GraphEditor, name: str, params: list[float], source: int, target: int,
-                      layer: str) -> list[lite_ir.Node]:
+                      layer: str, opset: int) -> list[lite_ir.Node]:
     """The ONNX nodes computing fused activation ``name`` from ``source`` into ``target``."""
     float_attribute = lite_ir.AttributeType.FLOAT
-    if name == "Silu":  # x · sigmoid(x): ONNX has no single op for it before opset 24
+    if name == "Silu" or (name == "HardSwish" and opset < 14):
+        # x · sigmoid(x): ONNX has no single op for it before opset 24; x · HardSigmoid(x; 1/6,
+        # 1/2): HardSwish's definition, for models older than its operator (opset 14).
         gate = graph.add_tensor(f"{graph.tensor(target).name}_gate", graph.tensor(source).dtype,
                                 graph.tensor(source).shape)
-        return [graph.new_node("Sigmoid", [source], [gate], f"{layer}/Sigmoid"),
-                graph.new_node("Mul", [source, gate], [target], f"{layer}/Mul")]
+        if name == "Silu":
+            first = graph.new_node("Sigmoid", [source], [gate], f"{layer}/Sigmoid")
+        else:
+            first = graph.new_node("HardSigmoid", [source], [gate], f"{layer}/HardSigmoid",
+                                   {"alpha": lite_ir.Attribute(float_attribute, 1 / 6),
+                                    "beta": lite_ir.Attribute(float_attribute, 0.5)})
+        return [first, graph.new_node("Mul", [source, gate], [target], f"{layer}/Mul")]
     attributes = {key: lite_ir.Attribute(float_attribute, value)
                   for key, value in fused_activation.ACTIVATIONS[name].onnx_attributes(params).items()}
     return [graph.new_node(name, [source], [target], f"{layer}/{name}", attributes)]

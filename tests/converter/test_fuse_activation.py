@@ -121,3 +121,60 @@ def test_declines_when_layer_output_is_a_graph_output():
     )
     _, [result] = apply(model, fuse_activation)
     assert result.changed == 0 and "graph output" in result.declined[0]
+
+
+# HardSwish as exporters write it without the operator (PaddlePaddle's hard_swish, TensorFlow's
+# x * relu6(x + 3) / 6, every model before opset 14).
+HARD_SWISH_FORMS = {
+    "clip, product, division": "s = Add (h, three)\n c = Clip (s, lo, hi)\n p = Mul (h, c)\n y = Div (p, six)",
+    "shift first, product by a sixth": "s = Add (three, h)\n c = Clip (s, lo, hi)\n p = Mul (c, h)\n y = Mul (sixth, p)",
+    "gate divided first": "s = Add (h, three)\n c = Clip (s, lo, hi)\n g = Div (c, six)\n y = Mul (h, g)",
+    "hard sigmoid gate": "g = HardSigmoid <alpha: float = 0.16666667, beta: float = 0.5> (h)\n y = Mul (g, h)",
+}
+
+
+def _hard_swish_model(lines: str, opset: int = 12, extra_output: str = "") -> onnx.ModelProto:
+    outputs = "float[1, 4, 8, 8] y" + (f", float[1, 4, 8, 8] {extra_output}" if extra_output else "")
+    text = (f'<ir_version: 8, opset_import: ["" : {opset}]>\n'
+            f"g (float[1, 3, 8, 8] x) => ({outputs}) {{\n h = Conv <pads: ints = [1, 1, 1, 1]> (x, w, b)\n {lines}\n}}")
+    weights = {"w": rng().normal(size=(4, 3, 3, 3)).astype(np.float32), "b": rng(1).normal(size=4).astype(np.float32),
+               "lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
+               "three": np.array(3.0, np.float32), "six": np.array(6.0, np.float32),
+               "sixth": np.array(1 / 6, np.float32)}
+    return make_model(text, **weights)
+
+
+@pytest.mark.parametrize("opset", [12, 17])
+@pytest.mark.parametrize("form", HARD_SWISH_FORMS)
+def test_hard_swish_written_out_is_fused(form, opset, tmp_path):
+    model = _hard_swish_model(HARD_SWISH_FORMS[form], opset)
+    graph = ir.serde.deserialize_model(model)
+    _, result = run_passes(graph, (infer_shapes, fuse_activation))
+    assert result.changed == 1, result.declined
+    [conv] = list(graph.graph)
+    assert conv.attributes["fused_activation"].value == "HardSwish"
+    # Written out again for ONNX Runtime: the operator from opset 14, x · HardSigmoid(x; 1/6, 1/2) before.
+    rewritten, _ = apply(model, fuse_activation)
+    assert ops(rewritten) == (["Conv", "HardSwish"] if opset >= 14 else ["Conv", "HardSigmoid", "Mul"])
+    assert_same_outputs(model, rewritten)
+    _assert_lite_matches(model, graph, tmp_path)
+
+
+def test_hard_swish_written_out_declines_a_value_read_elsewhere():
+    model = _hard_swish_model("s = Add (h, three)\n c = Clip (s, lo, hi)\n p = Mul (h, c)\n y = Div (p, six)", 12, "c")
+    rewritten, [result] = apply(model, fuse_activation)
+    assert result.changed == 0 and "Clip" in result.declined[0] and "also read elsewhere" in result.declined[0]
+    assert_same_outputs(model, rewritten)
+
+
+@pytest.mark.parametrize("lines", [
+    "s = Add (h, three)\n c = Clip (s, lo, hi)\n p = Mul (h, c)\n y = Div (p, three)",
+    "s = Add (h, six)\n c = Clip (s, lo, hi)\n p = Mul (h, c)\n y = Div (p, six)",
+    "s = Add (h, three)\n c = Clip (s, lo, three)\n p = Mul (h, c)\n y = Div (p, six)",
+    "g = HardSigmoid (h)\n y = Mul (g, h)",
+], ids=["divided by 3", "shifted by 6", "clipped at 3", "hard sigmoid of other slope"])
+def test_hard_swish_lookalikes_stay_as_they_are(lines):
+    model = _hard_swish_model(lines)
+    rewritten, [result] = apply(model, fuse_activation)
+    assert result.changed == 0
+    assert_same_outputs(model, rewritten)

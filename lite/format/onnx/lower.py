@@ -296,6 +296,12 @@ def activation_nodes(activation: str, params: Sequence[float], source: str, targ
         gate = f"{name}/sigmoid"
         return [helper.make_node("Sigmoid", [source], [gate], name=gate),
                 helper.make_node("Mul", [source, gate], [target], name=name)]
+    if activation == "HardSwish" and opset < 14:
+        # No HardSwish operator before opset 14 (the converter fuses the forms such models write
+        # it in): x · HardSigmoid(x; 1/6, 1/2), its definition.
+        gate = f"{name}/hard_sigmoid"
+        return [helper.make_node("HardSigmoid", [source], [gate], name=gate, alpha=1 / 6, beta=0.5),
+                helper.make_node("Mul", [source, gate], [target], name=name)]
     known = fused_activation.ACTIVATIONS.get(activation)  # the reader refuses unknown names
     attributes = known.onnx_attributes(params) if known is not None else {}
     return [helper.make_node(activation, [source], [target], name=name, **attributes)]
