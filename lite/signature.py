@@ -2,7 +2,7 @@
 
 :class:`TensorSpec` (name, element type, shape of an input or output), :func:`file_identity`
 (what caches key a model file on) and random inputs that fit a signature (:func:`concrete_shape`,
-:func:`random_array`), sized where the model says how (:func:`sample_shapes`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
+:func:`batch_names`, :func:`random_array`), sized where the model says how (:func:`sample_shapes`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
 them without importing the model class, and nothing imports in a circle.
 """
 
@@ -69,15 +69,25 @@ def sample_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
             if isinstance(shape, list) and all(type(d) is int and d > 0 for d in shape)}
 
 
-def concrete_shape(spec: TensorSpec, batch: int, sample: tuple[int, ...] | None = None) -> tuple[int, ...]:
+def batch_names(specs) -> frozenset[str]:
+    """The names of the symbolic leading dimensions of ``specs`` (the inputs): the batch, which
+    other axes may share by name, as a recurrent state's ``[2, batch, 128]`` does."""
+    return frozenset(spec.shape[0] for spec in specs if spec.shape and isinstance(spec.shape[0], str))
+
+
+def concrete_shape(spec: TensorSpec, batch: int, sample: tuple[int, ...] | None = None,
+                   batch_dims: frozenset[str] = frozenset()) -> tuple[int, ...]:
     """``spec``'s shape with a symbolic leading dimension set to ``batch`` and the other symbolic
-    ones taken from ``sample`` (a shape the model runs on, :func:`sample_shapes`), else 1."""
+    ones taken from ``sample`` (a shape the model runs on, :func:`sample_shapes`), else 1. A
+    dimension named like the inputs' leading ones (``batch_dims``, :func:`batch_names`) is the
+    batch on any axis: one size for a name across inputs, whatever batch the sample was
+    recorded with."""
     if spec.shape is None:
         raise InvalidInputError(f"input {spec.name!r} has unknown rank; give its shape with --shape {spec.name}:D1,D2,...")
     if sample is not None and (len(sample) != len(spec.shape) or any(
             isinstance(d, int) and d != s for d, s in zip(spec.shape, sample))):
         sample = None  # recorded for another signature: not this input's
-    return tuple(d if isinstance(d, int) else batch if axis == 0 else sample[axis] if sample else 1
+    return tuple(d if isinstance(d, int) else batch if axis == 0 or d in batch_dims else sample[axis] if sample else 1
                  for axis, d in enumerate(spec.shape))
 
 
