@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-# Ops whose output carries the same indices as their first input (values, possibly reshaped).
+# Ops whose output carries the same indices as their first input (values, possibly reshaped or
+# some of them picked: Slice, Gather's data, as torch.export writes a scalar's ``sr[0]``).
 _PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose",
-                 "Slice", "Tile", "Concat", "Clip", "Add"}
+                 "Slice", "Gather", "Tile", "Concat", "Clip", "Add"}
 _WORDS = ("the", "model", "reads", "short", "words", "and", "numbers", "like", "these")
 _SIZES = (  # per round: image side, sequence length, audio samples, anything else
     {"image": 64, "sequence": 8, "audio": 512, "other": 8},

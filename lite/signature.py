@@ -2,7 +2,8 @@
 
 :class:`TensorSpec` (name, element type, shape of an input or output), :func:`file_identity`
 (what caches key a model file on) and random inputs that fit a signature (:func:`concrete_shape`,
-:func:`batch_names`, :func:`random_array`), sized where the model says how (:func:`sample_shapes`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
+:func:`batch_names`, :func:`random_array`), sized where the model says how (:func:`sample_shapes`,
+:func:`sample_values`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
 them without importing the model class, and nothing imports in a circle.
 """
 
@@ -50,6 +51,8 @@ def file_identity(path: str | os.PathLike) -> str:
 
 # Model metadata: input shapes the model is known to run on, as the converter records them.
 SAMPLE_SHAPES_KEY = "lite.sample_shapes"
+# ... and values of its one-element integer and boolean inputs (a sample rate, a flag) it ran on.
+SAMPLE_VALUES_KEY = "lite.sample_values"
 
 
 def sample_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
@@ -67,6 +70,20 @@ def sample_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
         return {}
     return {name: tuple(shape) for name, shape in recorded.items()
             if isinstance(shape, list) and all(type(d) is int and d > 0 for d in shape)}
+
+
+def sample_values(model: ir.Model) -> dict[str, int | bool]:
+    """Input name -> the value the converter's verification ran the model on, for one-element
+    integer and boolean inputs (:data:`SAMPLE_VALUES_KEY`). Random integers in [0, 10) for Silero
+    VAD's sample rate, which the graph compares with 16000 and 8000, take a branch that rejects
+    16 kHz chunks. Empty where the file records none (or something unreadable)."""
+    try:
+        recorded = json.loads(model.metadata.get(SAMPLE_VALUES_KEY, "{}"))
+    except ValueError:
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {name: value for name, value in recorded.items() if type(value) in (int, bool)}
 
 
 def batch_names(specs) -> frozenset[str]:
@@ -91,9 +108,13 @@ def concrete_shape(spec: TensorSpec, batch: int, sample: tuple[int, ...] | None 
                  for axis, d in enumerate(spec.shape))
 
 
-def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Random values of ``spec``'s type: standard normal floats, integers in [0, 10), booleans."""
+def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator,
+                 value: int | bool | None = None) -> np.ndarray:
+    """Random values of ``spec``'s type: standard normal floats, integers in [0, 10), booleans;
+    ``value`` (:func:`sample_values`) everywhere instead, for an integer or boolean input."""
     dtype = spec.dtype or np.dtype(np.float32)
+    if value is not None and dtype.kind in "iub":
+        return np.full(shape, value, dtype)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
