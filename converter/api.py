@@ -53,7 +53,7 @@ from lite.format import save
 from lite.preprocessing import METADATA_KEY as PREPROCESSING_KEY
 from lite.preprocessing import ImagePreprocessing
 from lite.preprocessing import read_spec as read_preprocessing_spec
-from lite.signature import SAMPLE_SHAPES_KEY
+from lite.signature import SAMPLE_SHAPES_KEY, SAMPLE_VALUES_KEY
 
 OUTPUT_FORMATS = (".lite", ".onnx")
 CUSTOM_OPS_KEY = "lite.custom_ops"
@@ -281,18 +281,26 @@ def _record_sample_shapes(model: lite_ir.Model | None, verification: Any, path: 
     symbolic sizes beyond its batch dimension (``lite.signature.SAMPLE_SHAPES_KEY``): what the
     runtime measures at load (the ONNX Runtime engine's thread and int8 choices), autotuning and
     ``lite bench`` then make random inputs of sizes the model runs on, not a 1x1 image or a
-    one-token text. Only inputs the original and the converted model both ran on are recorded."""
+    one-token text. One-element integer and boolean inputs keep their values
+    (``SAMPLE_VALUES_KEY``): a sample rate the graph compares with 16000 is 16000 there, not a
+    random integer that takes another branch. Only inputs the original and the converted model
+    both ran on are recorded."""
     if model is None or verification is None or not verification.passed or not verification.feeds:
         return
-    shapes = {}
+    shapes, values = {}, {}
     for index in model.main.inputs:
         tensor = model.main.tensors[index]
         value = verification.feeds.get(tensor.name)
         if (tensor.shape and isinstance(value, np.ndarray) and value.ndim == len(tensor.shape)
                 and any(not isinstance(d, int) for d in tensor.shape[1:])):
             shapes[tensor.name] = [int(d) for d in value.shape]
+        if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iub":
+            values[tensor.name] = value.item()
     if shapes:
         model.metadata[SAMPLE_SHAPES_KEY] = json.dumps(shapes, sort_keys=True)
+    if values:
+        model.metadata[SAMPLE_VALUES_KEY] = json.dumps(values, sort_keys=True)
+    if shapes or values:
         save(model, path)
 
 

@@ -294,7 +294,13 @@ def apply_input_shapes(
             )
         if value.shape is not None:
             _check_fixed_sizes(name, list(value.shape), shape)
-        value.shape = ir.Shape(shape)
+    named = _named_sizes(inputs, input_shapes)
+    for name, shape in input_shapes.items():
+        inputs[name].shape = ir.Shape(shape)
+    for value in [*inputs.values(), *graph.outputs]:
+        if value.name not in input_shapes and value.shape is not None and any(
+                _dim_name(dim) in named for dim in value.shape):
+            value.shape = ir.Shape([named.get(_dim_name(dim), dim) if _dim_name(dim) else dim for dim in value.shape])
     if dynamic_batch:
         _check_one_batch([value for value in graph.inputs if not value.is_initializer()])
         for value in graph.inputs:
@@ -311,6 +317,30 @@ def apply_input_shapes(
     if input_shapes or dynamic_batch:
         _forget_intermediate_shapes(graph)
     return warnings
+
+
+def _dim_name(dim) -> str | None:
+    return dim.value if isinstance(dim, ir.SymbolicDim) else None
+
+
+def _named_sizes(inputs: dict[str, ir.Value], input_shapes: dict[str, list[int | str]]) -> dict[str, int]:
+    """The sizes ``--input-shape`` gives the model's named dimensions: a name is one size across
+    the graph, so fixing ``input[batch, sequence]`` at 1,576 fixes a state's ``[2, batch, 128]``
+    at batch 1 too. Two sizes for one name are an error."""
+    named: dict[str, tuple[int, str]] = {}
+    for name, shape in input_shapes.items():
+        dims = inputs[name].shape
+        for axis, (dim, size) in enumerate(zip(dims or (), shape)):
+            label = _dim_name(dim)
+            if label is None or not isinstance(size, int):
+                continue
+            first = named.setdefault(label, (size, f"{name} dimension {axis}"))
+            if first[0] != size:
+                raise InvalidOptionError(
+                    f"--input-shape gives the model's dimension {label!r} two sizes: {first[0]} ({first[1]}) and "
+                    f"{size} ({name} dimension {axis}); a named dimension is one size across the inputs"
+                )
+    return {label: size for label, (size, _) in named.items()}
 
 
 def _check_one_batch(inputs: list[ir.Value]) -> None:

@@ -5,8 +5,8 @@ Pad needs two elements, a strided Conv front end hundreds of samples, a Gather o
 indices below the table's two rows). So the inputs are planned from the graph:
 
 - **sizes**: a dimension fixed by the model stays; one named by the caller (``input_shapes``)
-  takes that size (a declared 0 stays 0: ONNX Runtime holds inputs to their declared sizes); one
-  shared by name takes one size everywhere; a leading batch dimension is 1
+  takes that size, on every input sharing its name (a declared 0 stays 0: ONNX Runtime holds
+  inputs to their declared sizes); one shared by name takes one size everywhere; a leading batch dimension is 1
   (2 for ``batch``, the name ``--dynamic-batch`` gives); the others get sizes by their role,
   in rounds of growing size (images 64, then 224, then 640 pixels; token sequences 8, 32, 128;
   audio 512, 4000, then 16000 samples: 512 is the one chunk size streaming voice models such as
@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-# Ops whose output carries the same indices as their first input (values, possibly reshaped).
+# Ops whose output carries the same indices as their first input (values, possibly reshaped or
+# some of them picked: Slice, Gather's data, as torch.export writes a scalar's ``sr[0]``).
 _PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose",
-                 "Slice", "Tile", "Concat", "Clip", "Add"}
+                 "Slice", "Gather", "Tile", "Concat", "Clip", "Add"}
 _WORDS = ("the", "model", "reads", "short", "words", "and", "numbers", "like", "these")
 _SIZES = (  # per round: image side, sequence length, audio samples, anything else
     {"image": 64, "sequence": 8, "audio": 512, "other": 8},
@@ -80,9 +81,10 @@ def plans(proto: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | Non
     inputs = [value for value in graph.input if value.name not in initializers]
     dtypes = {value.name: _dtype(value) for value in inputs}
     values = _value_hints(proto, [value.name for value in inputs])
+    given = _given_sizes(inputs, input_shapes or {})
     seen: set[tuple] = set()
     for round_sizes in _SIZES:
-        sizes: dict[str, int] = {}
+        sizes: dict[str, int] = dict(given)
         shapes = {value.name: _shape(value, dtypes[value.name], round_sizes, sizes, (input_shapes or {}).get(value.name))
                   for value in inputs}
         key = tuple(tuple(shape) for shape in shapes.values())
@@ -91,6 +93,20 @@ def plans(proto: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | Non
         seen.add(key)
         shown = ", ".join(f"{name}{shape}" for name, shape in shapes.items())
         yield InputPlan(shapes, dtypes, values, sizes, shown)
+
+
+def _given_sizes(inputs: list[onnx.ValueInfoProto], input_shapes: dict[str, list[int | str]]) -> dict[str, int]:
+    """The sizes the caller's shapes give the original's named dimensions, which other inputs
+    share: ``input[batch, sequence]`` given as 1,576 puts a state ``[2, batch, 128]`` at batch 1."""
+    sizes = {}
+    for value in inputs:
+        given = input_shapes.get(value.name)
+        dims = value.type.tensor_type.shape.dim
+        if given is not None and len(given) == len(dims):
+            for dim, size in zip(dims, given):
+                if dim.HasField("dim_param") and dim.dim_param and isinstance(size, int):
+                    sizes.setdefault(dim.dim_param, size)
+    return sizes
 
 
 def feeds(plan: InputPlan, seed: int = 0) -> dict[str, np.ndarray]:

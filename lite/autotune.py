@@ -48,7 +48,15 @@ from lite.engines import ENGINES, PRECISIONS, EngineRequest, create_engine, defa
 from lite.errors import InvalidInputError, LiteError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType
-from lite.signature import TensorSpec, concrete_shape, file_identity, random_array, sample_shapes
+from lite.signature import (
+    TensorSpec,
+    batch_names,
+    concrete_shape,
+    file_identity,
+    random_array,
+    sample_shapes,
+    sample_values,
+)
 from lite.version import __version__
 
 DECISION_FORMAT = 1
@@ -321,13 +329,15 @@ def _measure_bucket(model: ir.Model, batch: int | None, built: dict[str, Any], r
 def _random_feeds(model: ir.Model, batch: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     graph = model.main
-    samples = sample_shapes(model)
+    samples, values = sample_shapes(model), sample_values(model)
+    batch_dims = batch_names(TensorSpec.of(graph.tensors[index]) for index in graph.inputs)
     feeds = {}
     for index in graph.inputs:
         spec = TensorSpec.of(graph.tensors[index])
         if graph.tensors[index].dtype in (DataType.UNDEFINED, DataType.STRING):
             raise InvalidInputError(f"input {spec.name!r} is untyped or holds strings: no random inputs for it")
-        feeds[spec.name] = random_array(spec, concrete_shape(spec, batch, samples.get(spec.name)), rng)
+        shape = concrete_shape(spec, batch, samples.get(spec.name), batch_dims)
+        feeds[spec.name] = random_array(spec, shape, rng, values.get(spec.name))
     return feeds
 
 

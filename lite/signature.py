@@ -2,7 +2,8 @@
 
 :class:`TensorSpec` (name, element type, shape of an input or output), :func:`file_identity`
 (what caches key a model file on) and random inputs that fit a signature (:func:`concrete_shape`,
-:func:`random_array`), sized where the model says how (:func:`sample_shapes`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
+:func:`batch_names`, :func:`random_array`), sized where the model says how (:func:`sample_shapes`,
+:func:`sample_values`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
 them without importing the model class, and nothing imports in a circle.
 """
 
@@ -50,6 +51,8 @@ def file_identity(path: str | os.PathLike) -> str:
 
 # Model metadata: input shapes the model is known to run on, as the converter records them.
 SAMPLE_SHAPES_KEY = "lite.sample_shapes"
+# ... and values of its one-element integer and boolean inputs (a sample rate, a flag) it ran on.
+SAMPLE_VALUES_KEY = "lite.sample_values"
 
 
 def sample_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
@@ -69,21 +72,49 @@ def sample_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
             if isinstance(shape, list) and all(type(d) is int and d > 0 for d in shape)}
 
 
-def concrete_shape(spec: TensorSpec, batch: int, sample: tuple[int, ...] | None = None) -> tuple[int, ...]:
+def sample_values(model: ir.Model) -> dict[str, int | bool]:
+    """Input name -> the value the converter's verification ran the model on, for one-element
+    integer and boolean inputs (:data:`SAMPLE_VALUES_KEY`). Random integers in [0, 10) for Silero
+    VAD's sample rate, which the graph compares with 16000 and 8000, take a branch that rejects
+    16 kHz chunks. Empty where the file records none (or something unreadable)."""
+    try:
+        recorded = json.loads(model.metadata.get(SAMPLE_VALUES_KEY, "{}"))
+    except ValueError:
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {name: value for name, value in recorded.items() if type(value) in (int, bool)}
+
+
+def batch_names(specs) -> frozenset[str]:
+    """The names of the symbolic leading dimensions of ``specs`` (the inputs): the batch, which
+    other axes may share by name, as a recurrent state's ``[2, batch, 128]`` does."""
+    return frozenset(spec.shape[0] for spec in specs if spec.shape and isinstance(spec.shape[0], str))
+
+
+def concrete_shape(spec: TensorSpec, batch: int, sample: tuple[int, ...] | None = None,
+                   batch_dims: frozenset[str] = frozenset()) -> tuple[int, ...]:
     """``spec``'s shape with a symbolic leading dimension set to ``batch`` and the other symbolic
-    ones taken from ``sample`` (a shape the model runs on, :func:`sample_shapes`), else 1."""
+    ones taken from ``sample`` (a shape the model runs on, :func:`sample_shapes`), else 1. A
+    dimension named like the inputs' leading ones (``batch_dims``, :func:`batch_names`) is the
+    batch on any axis: one size for a name across inputs, whatever batch the sample was
+    recorded with."""
     if spec.shape is None:
         raise InvalidInputError(f"input {spec.name!r} has unknown rank; give its shape with --shape {spec.name}:D1,D2,...")
     if sample is not None and (len(sample) != len(spec.shape) or any(
             isinstance(d, int) and d != s for d, s in zip(spec.shape, sample))):
         sample = None  # recorded for another signature: not this input's
-    return tuple(d if isinstance(d, int) else batch if axis == 0 else sample[axis] if sample else 1
+    return tuple(d if isinstance(d, int) else batch if axis == 0 or d in batch_dims else sample[axis] if sample else 1
                  for axis, d in enumerate(spec.shape))
 
 
-def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Random values of ``spec``'s type: standard normal floats, integers in [0, 10), booleans."""
+def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator,
+                 value: int | bool | None = None) -> np.ndarray:
+    """Random values of ``spec``'s type: standard normal floats, integers in [0, 10), booleans;
+    ``value`` (:func:`sample_values`) everywhere instead, for an integer or boolean input."""
     dtype = spec.dtype or np.dtype(np.float32)
+    if value is not None and dtype.kind in "iub":
+        return np.full(shape, value, dtype)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 import lite
-from lite.signature import concrete_shape, sample_shapes
+from lite.signature import batch_names, concrete_shape, sample_shapes, sample_values
 
 from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors, pinned_allocator
 from .config import ModelConfig, check_renames
@@ -146,14 +146,18 @@ class ServedModel:
 
     def _zero_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
         """Zeros of each input's shape: symbolic sizes beyond the batch as the model file records
-        them (lite.signature.sample_shapes), else 1."""
-        samples = sample_shapes(self._model.ir)
+        them (lite.signature.sample_shapes), else 1; one-element integer inputs hold the value it records."""
+        samples, values = sample_shapes(self._model.ir), sample_values(self._model.ir)
+        batch_dims = batch_names(self._model.inputs)  # a state's [2, batch, 128] follows the batch
+        batch = batch_size if self.config.max_batch_size > 0 else 1
         feed = {}
         for spec in self._model.inputs:
-            shape = list(concrete_shape(spec, 1, samples.get(spec.name))) if spec.shape is not None else []
+            shape = ([] if spec.shape is None
+                     else list(concrete_shape(spec, batch, samples.get(spec.name), batch_dims)))
             if self.config.max_batch_size > 0 and shape:
                 shape[0] = batch_size
-            feed[spec.name] = np.zeros(shape, dtype=spec.dtype or np.float32)
+            # A recorded sample rate or flag, as the graph compares it: zero may take a branch that fails.
+            feed[spec.name] = np.full(shape, values.get(spec.name, 0), dtype=spec.dtype or np.float32)
         return feed
 
     def _unknown_sizes(self) -> list[str]:

@@ -4,7 +4,11 @@ Each float32 initializer ``w`` (not a graph input) becomes a float16 initializer
 through one ``Cast(to=FLOAT)`` whose output takes over ``w``'s readers, so every node still sees
 the dtype its schema requires and the graph stays valid ONNX; a runtime may compute with the
 half-precision weights directly. Values outside float16's range are clipped to ±65504 (reported).
-Integer, double and already-half weights are left alone.
+Integer, double and already-half weights are left alone, and so are the scales of QuantizeLinear
+and DequantizeLinear: a rounded activation scale moves the int8 grid, and every value near a
+step's edge lands a whole step away (in a QDQ int8 Whisper encoder, 1,361 of its 128,000 quantized
+input features moved a step, and its output by 3.1 % of its peak where the float32 conversion's
+moved 1.8 %; with the scales kept, the float16 file's output moves as the float32 one's).
 
 With ``fp16_io`` the float32 graph inputs and outputs become float16 too: a ``Cast`` after each
 input and before each output keeps the inside of the graph in float32.
@@ -31,6 +35,9 @@ def store_weights_fp16(model: ir.Model, context: PassContext, *, fp16_io: bool =
         for name, value in list(graph.initializers.items()):
             if value in inputs or value.dtype != ir.DataType.FLOAT or not value.uses():
                 continue
+            if any(_is_quantization_scale(node, index) for node, index in value.uses()):
+                result.counts["quantization scales kept"] += 1
+                continue
             array = value.const_value.numpy()
             clipped = int(np.count_nonzero(np.abs(array) > _FLOAT16_MAX))
             if clipped:
@@ -51,6 +58,12 @@ def store_weights_fp16(model: ir.Model, context: PassContext, *, fp16_io: bool =
     result.details.append(f"{result.counts['weights']} float32 weights stored as float16")
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _is_quantization_scale(node: ir.Node, index: int) -> bool:
+    """A QuantizeLinear or DequantizeLinear scale: a few bytes, and rounding one moves the grid
+    its tensor is quantized on, flipping every element near a step's edge by a whole step."""
+    return node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain in ("", "ai.onnx") and index == 1
 
 
 def _cast_interface(graph: ir.Graph, context: PassContext, result: PassResult) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from lite.commands._model_file import regular_file
 from lite.errors import InvalidInputError
 from lite.model import Model
-from lite.signature import concrete_shape, random_array, sample_shapes
+from lite.signature import batch_names, concrete_shape, random_array, sample_shapes, sample_values
 
 
 def parse_shape_overrides(values: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -91,15 +91,17 @@ def _dims(shape: tuple[int, ...]) -> str:
 
 def random_inputs(model: Model, batch: int, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
     """Random arrays matching the signature: ``shapes`` (``--shape``, see :func:`named_shapes`)
-    where given; otherwise symbolic leading dims take ``batch``, the others the sizes the model
-    records (:func:`lite.signature.sample_shapes`), else 1."""
+    where given; otherwise symbolic leading dims take ``batch`` (so do dims of the same name on
+    other axes), the others the sizes the model records (:func:`lite.signature.sample_shapes`), else 1;
+    one-element integer inputs hold the value the model records (:func:`lite.signature.sample_values`)."""
     rng = np.random.default_rng(seed)
-    samples = sample_shapes(model.ir)
+    samples, values = sample_shapes(model.ir), sample_values(model.ir)
     given = named_shapes(model, shapes)
+    batch_dims = batch_names(model.inputs)
     feeds = {}
     for spec in model.inputs:
-        shape = given.get(spec.name) or concrete_shape(spec, batch, samples.get(spec.name))
-        feeds[spec.name] = random_array(spec, shape, rng)
+        shape = given.get(spec.name) or concrete_shape(spec, batch, samples.get(spec.name), batch_dims)
+        feeds[spec.name] = random_array(spec, shape, rng, values.get(spec.name))
     return feeds
 
 

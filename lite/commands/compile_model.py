@@ -55,7 +55,7 @@ def compile_command(args: argparse.Namespace) -> int:
     from lite.engines import default_cache_dir
     from lite.engines.torch import precompiled
     from lite.model import Model
-    from lite.signature import concrete_shape, random_array, sample_shapes
+    from lite.signature import batch_names, concrete_shape, random_array, sample_shapes, sample_values
 
     output = Path(args.output) if args.output else precompiled.default_location(args.model)
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
@@ -65,7 +65,7 @@ def compile_command(args: argparse.Namespace) -> int:
                            mode=args.mode, cache_dir=cache, startup="best", precompiled=None)
         engine = model.engine
         rng = np.random.default_rng(0)
-        samples = sample_shapes(model.ir)
+        samples, values = sample_shapes(model.ir), sample_values(model.ir)
         rows = []
         for size in sorted(set(args.batch_sizes)):
             feeds = {}
@@ -74,7 +74,8 @@ def compile_command(args: argparse.Namespace) -> int:
                     if size != 1:
                         raise InvalidInputError(f"input {spec.name!r} has no symbolic batch dimension "
                                                 f"(shape {spec.shape}); only --batch-sizes 1 applies")
-                feeds[spec.name] = random_array(spec, concrete_shape(spec, size, samples.get(spec.name)), rng)
+                shape = concrete_shape(spec, size, samples.get(spec.name), batch_names(model.inputs))
+                feeds[spec.name] = random_array(spec, shape, rng, values.get(spec.name))
             started = time.perf_counter()
             for _ in range(3):  # the first call compiles; the next ones record the kernels' launch tuning
                 model.predict(feeds)

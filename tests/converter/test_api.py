@@ -64,6 +64,42 @@ def test_dynamic_batch_conversion_verifies_at_batch_two(tmp_path):
     assert report.verification.passed
 
 
+def _recurrent() -> onnx.ModelProto:
+    """Silero VAD's signature: audio [batch, sequence] and an LSTM state [2, batch, 4] sharing the
+    batch by name; ONNX Runtime rejects a state whose batch differs from the audio's."""
+    return make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, sequence] input, float[2, batch, 4] state) => (float[batch, 4] output) {
+            zero = Constant <value: tensor = int64[1] {0}> ()
+            one = Constant <value: tensor = int64[1] {1}> ()
+            two = Constant <value: tensor = int64[1] {2}> ()
+            x = Unsqueeze (input, zero)
+            features = Slice (x, zero, eight, two)
+            h0 = Gather <axis: int = 0> (state, zero)
+            c0 = Gather <axis: int = 0> (state, one)
+            y, yh, yc = LSTM <hidden_size: int = 4> (features, w, r, , , h0, c0)
+            output = Squeeze (yh, zero)
+        }""",
+        eight=np.array([8], np.int64),
+        w=rng().normal(size=(1, 16, 8)).astype(np.float32),
+        r=rng().normal(size=(1, 16, 4)).astype(np.float32),
+    )
+
+
+def test_input_shape_fixes_a_named_dimension_on_every_input_that_shares_it(tmp_path):
+    """``input:1,576`` fixes ``batch`` at 1, so the state is [2, 1, 4]: not a state still open
+    at ``batch``, which the verification then made 2 and the original rejected (verification skipped)."""
+    from lite.format import load
+
+    report = converter.convert(_recurrent(), tmp_path / "m.lite", input_shapes={"input": [1, 576]})
+    assert report.verification.passed, report.verification.to_dict()
+    main = load(tmp_path / "m.lite").main
+    assert [main.tensors[index].shape for index in main.inputs] == [(1, 576), (2, 1, 4)]
+    assert main.tensors[main.outputs[0]].shape == (1, 4)
+    with pytest.raises(InvalidOptionError, match=r"dimension 'batch' two sizes: 1 \(input dimension 0\) and 3"):
+        converter.convert(_recurrent(), tmp_path / "x.lite", input_shapes={"input": [1, 576], "state": [2, 3, 4]})
+
+
 def test_unknown_input_name_is_an_option_error(tmp_path):
     with pytest.raises(InvalidOptionError, match="not inputs of the model"):
         converter.convert(_small(), tmp_path / "m.lite", input_shapes={"image": [1, 3, 8, 8]})

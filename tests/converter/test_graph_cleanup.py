@@ -177,6 +177,31 @@ def test_fp16_weights_keep_the_graph_valid(fp16_io):
     np.testing.assert_allclose(got.astype(np.float32), expected, rtol=1e-2, atol=1e-2)
 
 
+def test_fp16_weights_keep_quantization_scales_in_float32():
+    """An activation scale rounded to float16 moves the int8 grid: inputs near a step's edge
+    land one step away. The scales stay float32; the float weight beside them is halved."""
+    scale = np.float32(0.0096145)  # 0.0096130... as float16: 1.5e-4 of a step apart
+    model = make_model(f"""{HEADER}
+        g (float[1, 4000] x) => (float[1, 4000] y) {{
+            q = QuantizeLinear (x, s, zero)
+            d = DequantizeLinear (q, s, zero)
+            y = Mul (d, w)
+        }}""",
+        s=np.array(scale), zero=np.array(0, np.uint8), w=rng().normal(size=4000).astype(np.float32),
+    )
+    graph = ir.serde.deserialize_model(model)
+    [result] = run_passes(graph, (store_weights_fp16,), PassContext())
+    assert result.counts["weights"] == 1 and result.counts["quantization scales kept"] == 1
+    assert graph.graph.initializers["s"].dtype == ir.DataType.FLOAT
+    from converter.onnx_export import to_onnx
+    from converter.verify import run_onnxruntime
+
+    x = {"x": np.linspace(0, 2.4, 4000, dtype=np.float32)[None]}  # every step's edge, crossed
+    expected = run_onnxruntime(model, x)["y"]
+    got = run_onnxruntime(to_onnx(graph), x)["y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-6)
+
+
 def test_nodes_that_return_their_input_unchanged_are_bypassed():
     model = make_model(f"""{HEADER}
         g (float[1, 3, 4] x) => (float[1, 3, 4] y) {{

@@ -91,3 +91,47 @@ def test_a_recorded_shape_of_another_signature_is_ignored():
     assert concrete_shape(spec, 4, (1, 1, 32, 48)) == (4, 3, 1, 1)  # a fixed size differs
     assert concrete_shape(spec, 4, (1, 3, 32)) == (4, 3, 1, 1)  # another rank
     assert concrete_shape(spec, 4) == (4, 3, 1, 1)
+
+
+def _recurrent():
+    """Silero VAD's signature: audio ``[batch, 8]`` and an LSTM state ``[2, batch, 4]`` that shares
+    the batch by name on axis 1; verification runs it at batch 2 (``batch`` is the name
+    --dynamic-batch gives), so the recorded state is [2, 2, 4]."""
+    return make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 8] input, float[2, batch, 4] state) => (float[batch, 4] output, float[2, batch, 4] stateN) {
+            zero = Constant <value: tensor = int64[1] {0}> ()
+            one = Constant <value: tensor = int64[1] {1}> ()
+            x = Unsqueeze (input, zero)
+            h0 = Gather <axis: int = 0> (state, zero)
+            c0 = Gather <axis: int = 0> (state, one)
+            y, yh, yc = LSTM <hidden_size: int = 4> (x, w, r, , , h0, c0)
+            output = Squeeze (yh, zero)
+            stateN = Concat <axis: int = 0> (yh, yc)
+        }""",
+        w=rng().normal(size=(1, 16, 8)).astype(np.float32),
+        r=rng().normal(size=(1, 16, 4)).astype(np.float32),
+    )
+
+
+def test_a_dimension_named_like_the_batch_takes_the_batch_on_every_axis(tmp_path):
+    from lite.autotune import _random_feeds
+    from lite.commands._inputs import random_inputs
+    from lite.engines.ort.int8_choice import random_feeds
+    from lite.signature import batch_names
+
+    path = tmp_path / "recurrent.lite"
+    converter.convert(_recurrent(), path)
+    assert json.loads(load(path).metadata[SAMPLE_SHAPES_KEY]) == {"state": [2, 2, 4]}
+    model = lite.Model.load(path, device="numpy")
+    assert batch_names(model.inputs) == {"batch"}
+    for batch in (1, 3):
+        feeds = random_inputs(model, batch=batch, shapes={})  # lite bench, lite run
+        assert feeds["input"].shape == (batch, 8) and feeds["state"].shape == (2, batch, 4)
+        assert model.predict(feeds)["stateN"].shape == (2, batch, 4)
+        assert _random_feeds(model.ir, batch)["state"].shape == (2, batch, 4)  # autotuning
+    assert random_feeds(model.ir)["state"].shape == (2, 1, 4)  # the ONNX Runtime engine's choices at load
+    spec = TensorSpec("state", np.dtype(np.float32), (2, "batch", 4))
+    assert concrete_shape(spec, 3, (2, 2, 4)) == (2, 2, 4)  # without the names: the sample's
+    assert concrete_shape(spec, 3, (2, 2, 4), frozenset({"batch"})) == (2, 3, 4)
+    assert concrete_shape(spec, 3, None, frozenset({"batch"})) == (2, 3, 4)

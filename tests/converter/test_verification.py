@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from passtools import make_model, rng, scale_last_conv
 
 import converter
+import lite
 from converter import api, cli
 from converter.errors import InvalidOptionError, VerificationError
 from converter.passes import DEFAULT_PASSES
@@ -216,6 +217,46 @@ def test_synthesized_inputs_fit_a_streaming_voice_model(tmp_path):
     report = converter.convert(_streaming_vad_like(), tmp_path / "m.lite")
     assert report.verification.passed, report.verification.to_dict()
     assert "input[1, 512], state[2, 1, 128], sr[]" in report.verification.inputs
+
+
+def test_a_rate_picked_out_of_a_reshaped_scalar_is_still_the_compared_constant(tmp_path):
+    """Silero VAD's op18 export (torch.export): Equal(Gather(Reshape(sr, [-1]), 0), 16000)."""
+    from converter.verification_inputs import plans
+
+    model = _streaming_vad_like()
+    model.graph.node[0].input[0] = "sr_0"
+    model.graph.node.insert(0, helper.make_node("Gather", ["sr_flat", "first"], ["sr_0"], axis=0))
+    model.graph.node.insert(0, helper.make_node("Reshape", ["sr", "flat"], ["sr_flat"]))
+    model.graph.initializer.extend([numpy_helper.from_array(np.array([-1], np.int64), "flat"),
+                                    numpy_helper.from_array(np.array(0, np.int64), "first")])
+    assert next(plans(model)).values["sr"].equals == 16000
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+
+
+def test_the_value_of_a_scalar_the_verification_ran_on_is_recorded_and_used(tmp_path):
+    """lite bench, the ONNX Runtime engine's measurements at load and serving's warm-up feed the
+    sample rate the converter verified with: a random or zero rate takes the 8 kHz branch, which
+    rejects the recorded 512-sample chunk."""
+    from lite.commands._inputs import random_inputs
+    from lite.engines.ort.int8_choice import random_feeds
+    from lite.format import load
+    from lite.signature import SAMPLE_VALUES_KEY, sample_values
+    from serving.config import parse_config
+    from serving.metrics import Metrics
+    from serving.model import ServedModel
+
+    path = tmp_path / "m.lite"
+    converter.convert(_streaming_vad_like(), path)
+    assert json.loads(load(path).metadata[SAMPLE_VALUES_KEY]) == {"sr": 16000}
+    model = lite.Model.load(path, device="numpy")
+    assert sample_values(model.ir) == {"sr": 16000}
+    feeds = random_inputs(model, batch=1, shapes={})
+    assert feeds["sr"].shape == () and feeds["sr"].item() == 16000 and feeds["sr"].dtype == np.int64
+    model.predict(feeds)
+    assert random_feeds(model.ir)["sr"].item() == 16000
+    config = parse_config({"warmup": {"batch_size": 1, "count": 1}}, "vad")
+    ServedModel.load("vad", 1, path, config, device="numpy", instances=1, max_queue_size=8, metrics=Metrics())
 
 
 def test_an_input_compared_with_different_constants_gets_no_single_value():

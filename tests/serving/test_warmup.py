@@ -97,3 +97,24 @@ def test_a_model_warms_up_at_each_configured_batch_size_before_it_is_ready(tmp_p
                               metrics=Metrics())
     assert sorted(seen) == [1, 2, 2, 4, 16]
     assert served.state == "LOADING"  # READY once started
+
+
+def test_a_state_that_shares_the_batch_by_name_warms_up_at_the_batch_of_the_request(tmp_path):
+    """Silero VAD's signature: audio [batch, T] and a recurrent state [2, batch, 128]. The converter
+    records the sizes its verification ran on, at batch 2; the warm-up's zeros of batch 1 give the
+    state batch 1 too, or the model's signature check refuses them."""
+    from lite.format import GraphBuilder, save
+    from lite.signature import SAMPLE_SHAPES_KEY
+    from serving.metrics import Metrics
+    from serving.model import ServedModel
+
+    b = GraphBuilder("vad")
+    b.input("input", np.float32, ["batch", "sequence"])
+    state = b.input("state", np.float32, [2, "batch", 4])
+    b.output(b.node("Identity", [state], outputs=["stateN"]), np.float32, [2, "batch", 4])
+    metadata = {SAMPLE_SHAPES_KEY: '{"input": [2, 512], "state": [2, 2, 4]}'}
+    save(b.build(metadata=metadata), tmp_path / "vad.lite")
+    config = parse_config({"warmup": {"batch_size": 1, "count": 1}}, "vad")
+    served = ServedModel.load("vad", 1, tmp_path / "vad.lite", config, device="numpy", instances=1,
+                              max_queue_size=8, metrics=Metrics())
+    assert served.state == "LOADING"

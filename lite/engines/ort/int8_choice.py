@@ -214,14 +214,24 @@ def alternate(calls: dict[str, Callable[[dict[str, np.ndarray]], Any]], feeds: d
 
 def random_feeds(model: ir.Model) -> dict[str, np.ndarray]:
     """Standard normal inputs of batch 1, other symbolic sizes as the model records them
-    (:func:`lite.signature.sample_shapes`, else 1), as autotuning uses."""
-    from lite.signature import TensorSpec, concrete_shape, random_array, sample_shapes
+    (:func:`lite.signature.sample_shapes`, else 1) and recorded values of one-element integer inputs
+    (:func:`lite.signature.sample_values`), as autotuning uses."""
+    from lite.signature import (
+        TensorSpec,
+        batch_names,
+        concrete_shape,
+        random_array,
+        sample_shapes,
+        sample_values,
+    )
 
     rng = np.random.default_rng(0)
     graph = model.main
-    samples = sample_shapes(model)
+    samples, values = sample_shapes(model), sample_values(model)
+    specs = [TensorSpec.of(graph.tensors[index]) for index in graph.inputs]
+    batch_dims = batch_names(specs)
     feeds = {}
-    for index in graph.inputs:
-        spec = TensorSpec.of(graph.tensors[index])
-        feeds[spec.name] = random_array(spec, concrete_shape(spec, 1, samples.get(spec.name)), rng)
+    for spec in specs:
+        shape = concrete_shape(spec, 1, samples.get(spec.name), batch_dims)
+        feeds[spec.name] = random_array(spec, shape, rng, values.get(spec.name))
     return feeds
