@@ -102,6 +102,46 @@ def text_page(rng: np.random.Generator) -> Feeds:
     return {"x": (pixels / 255 - 0.5) / 0.5}
 
 
+def _voiced_audio(rng: np.random.Generator, seconds: float = 2.0, rate: int = 16000) -> np.ndarray:
+    """A voice-like signal: a harmonic series on a gliding 90-150 Hz pitch, switched on and off a
+    few times a second (syllables), over faint noise."""
+    t = np.arange(int(seconds * rate)) / rate
+    phase = 2 * np.pi * np.cumsum(120 + 30 * np.sin(2 * np.pi * 0.7 * t)) / rate
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 15))
+    syllables = (np.sin(2 * np.pi * 2.5 * t) > -0.2) & (t > 0.5)
+    return (0.3 * voiced * syllables + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+def _vad_windows(rng: np.random.Generator) -> np.ndarray:
+    """silero's 16 kHz windows as its wrapper feeds them: 512 samples, each after the previous
+    window's last 64 (576 in all)."""
+    samples = _voiced_audio(rng)
+    count = samples.size // 512
+    windows = samples[: count * 512].reshape(count, 512)
+    context = np.concatenate([np.zeros((1, 64), np.float32), windows[:-1, -64:]])
+    return np.concatenate([context, windows], axis=1)
+
+
+def vad_step(with_rate: bool) -> Callable[[np.random.Generator], Feeds]:
+    """One window in the middle of an utterance, with a recurrent state as a stream leaves it
+    (small values both signs), and the sampling rate where the model takes it."""
+
+    def make(rng: np.random.Generator) -> Feeds:
+        feeds = {"input": _vad_windows(rng)[40:41],
+                 "state": rng.normal(0, 0.3, (2, 1, 128)).astype(np.float32)}
+        if with_rate:
+            feeds["sr"] = np.array(16000, np.int64)
+        return feeds
+
+    return make
+
+
+def vad_sequence(rng: np.random.Generator) -> Feeds:
+    """Every window of two seconds at once (the model runs its LSTM over them), with a state."""
+    return {"input": _vad_windows(rng), "h": rng.normal(0, 0.3, (1, 1, 128)).astype(np.float32),
+            "c": rng.normal(0, 0.3, (1, 1, 128)).astype(np.float32)}
+
+
 # Shapes and value ranges from each package's own preprocessing.
 MODELS = [
     WheelModel("magika", "1.0.3", "magika/models/standard_v3_3/model.onnx", "tf2onnx 1.16.1, opset 15", file_bytes),
@@ -123,6 +163,16 @@ MODELS = [
                "paddle2onnx, opset 12", uniform("x", (1, 3, 48, 320), -1, 1)),
     WheelModel("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
                "PaddlePaddle (paddle2onnx), opset 11", uniform("x", (1, 3, 48, 192), -1, 1)),
+    # silero's voice activity detectors: a recurrent state in and out, the sampling rate as an
+    # input choosing a branch (If subgraphs in the spox and 2.3 exports, arithmetic in the
+    # torch.export one), an LSTM over a whole sequence.
+    WheelModel("silero-vad", "6.2.3", "silero_vad/data/silero_vad.onnx", "spox, opset 16", vad_step(True)),
+    WheelModel("silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx", "pytorch 2.3.1, opset 15",
+               vad_step(True)),
+    WheelModel("silero-vad", "6.2.3", "silero_vad/data/silero_vad_op18_ifless.onnx",
+               "pytorch 2.9 (torch.export), opset 18", vad_step(True)),
+    WheelModel("silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_sequence.onnx", "pytorch 2.11, opset 16",
+               vad_sequence),
 ]
 
 
