@@ -63,6 +63,9 @@ def activation_functions(
     return [functions[d * per : (d + 1) * per] for d in range(directions)]
 
 
+_STATE_NAMES = ("initial_h", "initial_c")
+
+
 def direction_count(op: str, direction: str) -> int:
     if direction not in _DIRECTIONS:
         raise UnsupportedOpError(f"{op}: direction must be forward, reverse or bidirectional, got {direction!r}")
@@ -119,6 +122,15 @@ def run_directions(
     dtype = np.float64 if X.dtype == np.float64 else np.float32
     X = X.astype(dtype, copy=False)
     seq_length, batch = X.shape[:2]
+    for name, state in zip(_STATE_NAMES, initial_states):
+        if state is not None and np.shape(state) != (directions, batch, hidden_size):
+            # Said here, with the shape it must have, rather than by numpy's broadcasting inside
+            # the first step (a state kept from a stream of another batch size). Shapes as the
+            # node's layout gives them (layout 1: batch first).
+            given, wanted = np.shape(state), (directions, batch, hidden_size)
+            if layout:
+                given, wanted = (given[1], given[0], *given[2:]), (batch, directions, hidden_size)
+            raise ValueError(f"{op}: {name} has shape {tuple(given)}; with X of batch {batch} it must be {wanted}")
     masks = step_masks(sequence_lens, seq_length, batch)
     Y = np.zeros((seq_length, directions, batch, hidden_size), dtype=dtype)
     finals = [np.zeros((directions, batch, hidden_size), dtype=dtype) for _ in range(state_count)]

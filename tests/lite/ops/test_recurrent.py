@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -108,3 +110,17 @@ def test_saturated_gates_give_no_overflow_warning():
         warnings.simplefilter("error")
         y, y_h, y_c = LSTM(x * 1e4, w, r, b, hidden_size=6)
     assert np.isfinite(y).all() and np.isfinite(y_c).all()
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_a_state_of_another_batch_is_named_with_the_shape_it_needs(op, layout):
+    from lite.ops.registry import KERNELS
+
+    values = inputs(op, batch=3, layout=layout, initial=True)
+    state = (1, 1, 6)  # kept from a stream of batch 1
+    values[5] = normal(*state)
+    wanted = "(3, 1, 6)" if layout else "(1, 3, 6)"
+    message = f"{op}: initial_h has shape (1, 1, 6); with X of batch 3 it must be {wanted}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        KERNELS.select(op, "", 22).fn(*values, hidden_size=6, layout=layout)
