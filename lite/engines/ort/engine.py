@@ -142,6 +142,8 @@ class OrtEngine:
         self.gpu = self._gpu_runner() if device != "cpu" else None
         if wanted != "int8" and self.decision is None:
             self.decision = self._settle_int8(wanted)
+        elif wanted == "int8" and device == "cpu":
+            self.decision = int8_choice.kept_as_quantized(model, config.int8_compute)
         self.direct = self._direct_session()
         # Many cores, a small model: fewer threads may serve its small calls faster (thread_choice.py).
         self.direct, self.threads_decision = thread_choice.settle(self)

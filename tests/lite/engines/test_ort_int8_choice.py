@@ -35,9 +35,11 @@ def _weights(b: GraphBuilder, name: str, values: np.ndarray) -> str:
                                        b.constant(f"{name}_z", np.zeros(len(values), np.int8))], axis=0)
 
 
-def _residual(relu_left_to_the_pair: bool = True, zero: int = 0, relu_before: bool = False) -> bytes:
+def _residual(relu_left_to_the_pair: bool = True, zero: int = 0, relu_before: bool = False,
+              quantized_by_lite: bool = True) -> bytes:
     """x → Conv → (+x) → pair: the quantizer's form of Conv + Add + Relu with the Relu removed
-    (the pair's zero point at 0 clamps), or with a zero point above 0 (no Relu was there)."""
+    (the pair's zero point at 0 clamps), or with a zero point above 0 (no Relu was there); marked
+    as lite's converter marks the files it quantizes, or not (a file another tool quantized)."""
     rng = np.random.default_rng(0)
     b = GraphBuilder("residual", opset=17)
     x = b.input("x", np.float32, ["N", 4, 6, 6])
@@ -49,7 +51,7 @@ def _residual(relu_left_to_the_pair: bool = True, zero: int = 0, relu_before: bo
     added = b.node("Add", [conv, xd])
     y = _pair(b, added, "y", 0.05 if relu_left_to_the_pair else 0.1, zero)
     b.output(b.node("GlobalAveragePool", [y], outputs=["pooled"]), np.float32, ["N", 4, 1, 1])
-    model = b.build()
+    model = b.build({"quantization": json.dumps({"mode": "int8"})} if quantized_by_lite else None)
     for tensor in model.main.tensors:
         if not tensor.is_constant and tensor.shape is None and tensor.dtype.name == "FLOAT":
             tensor.shape = ("N", 4, 6, 6)
@@ -197,6 +199,19 @@ def test_int8_kernels_without_a_choice():
     assert lite.Model.load(to_bytes(b.build()), cache_dir=None).engine.decision is None
 
 
+def test_a_file_quantized_elsewhere_keeps_its_int8_kernels(tmp_path):
+    """A QDQ file lite's converter did not write (ONNX Runtime's quantizer, another tool's) runs as
+    its producer ran it: "auto" does not swap in the float form, whose outputs move from those of
+    the int8 kernels the file was validated on; "float" still takes it."""
+    data = _residual(quantized_by_lite=False)
+    engine = lite.Model.load(data, device="cpu", cache_dir=tmp_path / "cache").engine
+    assert engine.int8_form == "as stored"
+    assert engine.decision["chosen"] == "int8" and engine.decision["why"].startswith("quantized by another tool")
+    assert not (tmp_path / "cache" / "ort" / "int8").exists()  # nothing measured, nothing recorded
+    floated = lite.Model.load(data, device="cpu", cache_dir=None, int8_compute="float").engine
+    assert floated.decision["chosen"] == "float" and floated.int8_form != "as stored"
+
+
 def test_unknown_int8_compute_is_refused():
     with pytest.raises(ValueError, match="int8_compute must be"):
         lite.Model.load(_residual(), device="cpu", cache_dir=None, int8_compute="fast")
@@ -252,7 +267,7 @@ def test_random_inputs_that_do_not_run_keep_the_int8_kernels():
     w = b.node("DequantizeLinear", [b.constant("w", np.ones((2, 1, 5), np.int8)), b.constant("s", np.float32(0.1))])
     y = _pair(b, b.node("Conv", [_pair(b, x, "x", 0.05, 128), w]), "y", 0.1, 128)
     b.output(b.node("Identity", [y], outputs=["y"]), np.float32, [1, 2, "T-4"])
-    model = lite.Model.load(to_bytes(b.build()), device="cpu", cache_dir=None)
+    model = lite.Model.load(to_bytes(b.build({"quantization": "{}"})), device="cpu", cache_dir=None)
     assert model.engine.decision["chosen"] == "int8" and "not measured" in model.engine.decision["why"]
     assert model.engine.int8_form == "as stored"
     assert model(np.ones((1, 1, 9), np.float32)).shape == (1, 2, 5)
