@@ -19,8 +19,8 @@ here) and on taps that read only padding:
     as ``(H * kh, out_w)`` rows is exactly that matrix and ``S`` (0 or 1: ``h = oh - top + i``,
     the top and bottom padding) is one matrix for every channel.
 
-  ``(H + W) / kh`` multiply-adds per tap instead of one; on ConvNeXt's 16x16 and 8x8 maps the
-  two products took 0.65-0.85 of the einsum path's time (BLAS on one thread).
+  ``(H + W) / kh`` multiply-adds per tap instead of one, at BLAS's speed: on ConvNeXt's 16x16
+  and 8x8 maps the two products took 0.75-0.95 of the einsum path's time (BLAS on one thread).
 
 Both write their output channels-last with the bias and activation, as the other depthwise
 path does (see :mod:`lite.ops._layout`). The products sum in another order than the tap by tap
@@ -34,11 +34,15 @@ import numpy as np
 from lite.ops import fused_activation as activations
 
 # Products: kernels from this wide on maps whose height plus width is at most _REACH kernel
-# widths. Measured on 7x7 kernels (one BLAS thread): 16x16 maps of 24 channels 0.65-0.85 of the
-# einsum path's time, 8x8 of 48 channels 0.8-0.9; 3x3 kernels on 8x8 and 16x16 maps (too many
-# products per tap) took 1.7-3 times as long.
+# widths, with at least _MIN_CHANNEL_WORK multiply-adds in a channel's product across (below it
+# the two BLAS calls per channel cost more than they save). Measured in the models (one BLAS
+# thread): 7x7 kernels on 16x16 maps of 24 channels (28 K per channel) 0.75-0.9 of the einsum
+# path's time, on 8x8 maps of 48 channels (3.6 K) 0.9-0.95; 5x5 kernels on FocalNet's 8x8 maps
+# of 64 channels (2.6 K) and 4x4 maps of 128 took 1.3-1.7 times as long, 3x3 kernels on 8x8 and
+# 16x16 maps (too many products per tap) 1.7-3 times.
 _MIN_KERNEL = 5
 _REACH = 5
+_MIN_CHANNEL_WORK = 3500
 # Dense: kernels of at least this many taps per input cell (7x7 on 4x4 maps: 49 taps, 16 cells;
 # 3x3 kernels on 2x2 maps, 9 taps for 4 cells, ran no faster inside SegFormer), and the weights
 # of every (input cell, output cell, channel) at most _DENSE_BYTES.
@@ -58,7 +62,7 @@ def small_map_layer(x_shape, w, bias, activation, begin, end, strides, dilations
             and cells * out_shape[0] * out_shape[1] * channels * np.dtype(dtype).itemsize <= _DENSE_BYTES):
         return DepthwiseDense(x_shape, w, bias, activation, begin, strides, dilations, out_shape, dtype)
     if (all(s == 1 for s in strides) and all(d == 1 for d in dilations) and min(kernel) >= _MIN_KERNEL
-            and height + width <= _REACH * min(kernel)):
+            and height + width <= _REACH * min(kernel) and cells * kernel[0] * out_shape[1] >= _MIN_CHANNEL_WORK):
         return DepthwiseProducts(x_shape, w, bias, activation, begin, out_shape, dtype)
     return None
 

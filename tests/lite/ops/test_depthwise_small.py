@@ -23,7 +23,7 @@ CASES = [
     (24, 16, 16, 7, [3, 3, 3, 3], [1, 1], [1, 1], _depthwise_small.DepthwiseProducts),  # ConvNeXt's first stage
     (48, 8, 8, 7, [3, 3, 3, 3], [1, 1], [1, 1], _depthwise_small.DepthwiseProducts),
     (8, 10, 12, 7, [2, 3, 1, 4], [1, 1], [1, 1], _depthwise_small.DepthwiseProducts),  # uneven padding
-    (6, 8, 8, 5, [0, 0, 0, 0], [1, 1], [1, 1], _depthwise_small.DepthwiseProducts),  # no padding
+    (6, 12, 12, 7, [0, 0, 0, 0], [1, 1], [1, 1], _depthwise_small.DepthwiseProducts),  # no padding
     (96, 4, 4, 7, [3, 3, 3, 3], [1, 1], [1, 1], _depthwise_small.DepthwiseDense),
     (192, 2, 2, 7, [3, 3, 3, 3], [1, 1], [1, 1], _depthwise_small.DepthwiseDense),
     (16, 2, 3, 5, [2, 1, 1, 2], [2, 1], [1, 1], _depthwise_small.DepthwiseDense),  # strided
@@ -60,6 +60,7 @@ def test_small_map_forms_match_the_reference(case, channels_last, activation):
     (16, 3, [1, 1], None),  # narrow kernels: too many products per tap
     (32, 7, [1, 1], None),  # a map much wider than the kernel
     (16, 7, [2, 2], None),  # strided: no banded products
+    (8, 5, [1, 1], None),  # too little work per channel for two BLAS calls
     (4, 7, [1, 1], _depthwise_small.DepthwiseDense),
     (8, 7, [1, 1], _depthwise_small.DepthwiseProducts),
 ])
