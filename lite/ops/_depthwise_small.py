@@ -6,8 +6,8 @@ here) and on taps that read only padding:
   on 4x4 and 2x2 maps): every output cell as a weighted sum of the input cells, with the weights
   of every (input, output) pair laid out once, ``Y[o, c] = sum_p X[p, c] * M[p, o, c]``, one
   einsum over a channels-last input. A 4x4 map under a 7x7 kernel pads it to 10x10, 49 taps
-  per output of which at most 16 reach the image; it took 0.4-0.6 of the padded path's time
-  (ConvNeXt's 4x4 and 2x2 stages).
+  per output of which at most 16 reach the image. On ConvNeXt's 4x4 and 2x2 stages it took
+  0.4-0.6 of the padded path's time alone and 0.6-0.8 in the model.
 - :class:`DepthwiseProducts` (wide kernels on maps not much wider: 7x7 on 8x8 and 16x16): two
   batched matrix products per channel, which BLAS runs many times faster than einsum its
   fewer multiply-adds:
