@@ -9,7 +9,8 @@ Five paths, picked by shape, all computing the same thing:
   but small images ``X (H*W, C) @ W^T`` with the output channels-last too: no copy beyond an
   optional stride subsample (of a channels-first input: :class:`lite.ops._conv_gemm.StridedPointwise`);
 - depthwise (group == input channels): sums of shifted elementwise products, channels-last
-  (one einsum per column phase) or over tap slices (see :mod:`lite.ops._depthwise`);
+  (one einsum per column phase) or over tap slices (see :mod:`lite.ops._depthwise`); on small
+  maps a dense weighted sum or two batched products (see :mod:`lite.ops._depthwise_small`);
 - 3x3 stride 1 with enough channels, when the engine prepared the weights at load (see
   ``prepare_conv``): Winograd F(2x2, 3x3), 2.25x fewer multiplications (see
   :mod:`lite.ops._winograd`);
@@ -54,6 +55,7 @@ from lite.ops._conv_blocks import Direct
 from lite.ops._conv_common import compute_dtype, output_shape, resolve_pads, spatial_defaults
 from lite.ops._conv_gemm import Im2col, Pointwise, Rows, StridedPointwise
 from lite.ops._depthwise import depthwise_layer
+from lite.ops._depthwise_small import small_map_layer
 from lite.ops._phase_grid import PhaseGrid
 from lite.ops.registry import kernel
 
@@ -220,8 +222,9 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
     plain = not any(begin) and not any(end) and all(s == 1 for s in strides)
     if group == channels and group > 1:
         if len(x_shape) == 4 and out_channels == channels:
-            layer = depthwise_layer(x_shape, w, bias, block_activation, begin, end, strides, dilations, out_shape,
-                                    dtype)
+            layer = small_map_layer(x_shape, w, bias, block_activation, begin, end, strides, dilations, out_shape,
+                                    dtype) or depthwise_layer(x_shape, w, bias, block_activation, begin, end, strides,
+                                                              dilations, out_shape, dtype)
         else:
             layer = Direct("depthwise taps", w, bias, block_activation, begin, end, strides, dilations, out_shape,
                             group, kernel_dims)
