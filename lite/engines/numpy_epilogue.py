@@ -33,6 +33,7 @@ from lite.engines.numpy_patterns import (
     is_kernel,
     plain,
 )
+from lite.ops import _gemm_blocks
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -243,7 +244,8 @@ class _EpiloguePlan:
         self.fixed = fixed
         self.checked = checked
         self.actions = actions
-        # The product straight from numpy's matmul (what the MatMul kernel calls for these shapes).
+        # The product straight from numpy's matmul, in blocks where slow (what the MatMul kernel
+        # calls for these shapes).
         self.weights = fixed[0][1] if direct and fixed and fixed[0][0] == 1 else None
 
     def accepts(self, args: tuple[Any, ...]) -> bool:
@@ -262,7 +264,7 @@ class _EpiloguePlan:
     def run(self, args: tuple[Any, ...], allocate: Callable) -> Any:
         epilogue = self.epilogue
         if self.weights is not None:
-            y = np.matmul(args[0], self.weights)
+            y = _gemm_blocks.product(args[0], self.weights)
         elif epilogue.product_allocates:
             y = epilogue.product(*args[: epilogue.product_inputs], allocate=allocate, **epilogue.keywords)
         else:

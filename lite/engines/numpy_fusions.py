@@ -166,6 +166,7 @@ class _SharedInputMatMul:
 
     def __init__(self, weights: np.ndarray, bias: np.ndarray | None, edges: list[int]) -> None:
         self.weights = weights
+        self.weights.flags.writeable = False  # a constant: products by it may run in blocks (_product)
         self.bias = bias
         self.blocks = [slice(start, stop) for start, stop in zip(edges, edges[1:])]
         self.full: dict[tuple[int, ...], np.ndarray] = {}
@@ -221,17 +222,19 @@ def _product(a: Any, b: np.ndarray) -> np.ndarray:
     straight away where the kernel would call it (``a`` of ``b``'s type, a product below the
     size the kernel splits between threads), the kernel otherwise."""
     if not _MATMUL:
-        from lite.ops import _parallel
+        from lite.ops import _gemm_blocks, _parallel
         from lite.ops.mat_mul import MatMul
 
-        _MATMUL[:] = [MatMul, _parallel.SPLIT_MULTIPLY_ADDS]
+        _MATMUL[:] = [MatMul, _parallel.SPLIT_MULTIPLY_ADDS, _gemm_blocks]
     if (type(a) is np.ndarray and a.dtype is b.dtype and a.ndim >= 2 and b.dtype.kind == "f" and b.dtype.itemsize >= 4
             and a.size * b.shape[1] < _MATMUL[1]):
-        return np.matmul(a, b)
+        # Constant weights (read-only): in blocks of columns where OpenBLAS is slow, as the kernel does.
+        return np.matmul(a, b) if b.flags.writeable else _MATMUL[2].product(a, b)
     return _MATMUL[0](a, b)
 
 
-_MATMUL: list[Any] = []  # the MatMul kernel and the product size it splits from, on first use
+# The MatMul kernel, the product size it splits from and lite.ops._gemm_blocks, on first use.
+_MATMUL: list[Any] = []
 
 
 def _fuse_squeeze_excite(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lite.ops import _gemm_blocks as gemm_blocks
 from lite.ops import _parallel as parallel
 from lite.ops.registry import kernel
 
@@ -21,5 +22,8 @@ def MatMul(A, B):
         out = np.empty(A.shape[:-1] + (B.shape[1],), A.dtype)
         parallel.matmul(A.reshape(-1, A.shape[-1]), B, out.reshape(-1, B.shape[1]))
         return out
+    if B.ndim == 2 and gemm_blocks.suits(A, B):
+        # Constant weights: in blocks of columns where OpenBLAS is slow (lite.ops._gemm_blocks).
+        return gemm_blocks.product(A, B)
     # 1-D @ 1-D gives a numpy scalar; the spec wants a 0-d tensor.
     return np.asarray(np.matmul(A, B))
