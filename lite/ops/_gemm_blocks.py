@@ -30,6 +30,10 @@ import numpy as np
 BLOCK_MULTIPLY_ADDS = 1_000_000
 MAX_ROWS = 256
 MIN_WIDTH = 32
+# A product that no blocks of columns suit, of a depth of at most ROWS_MAX_DEPTH, runs in blocks
+# of at least ROWS_MIN_BLOCK of its rows, each of at most BLOCK_MULTIPLY_ADDS (see row_block).
+ROWS_MAX_DEPTH = 128
+ROWS_MIN_BLOCK = 64
 _KEPT = 256  # products (weights, input shape) whose plan is kept
 
 
@@ -45,6 +49,26 @@ def blocks(rows: int, depth: int, columns: int) -> int:
     return 1
 
 
+def row_block(rows: int, depth: int, columns: int) -> int:
+    """The rows of the largest equal blocks of the ``rows``, each of at most BLOCK_MULTIPLY_ADDS
+    and ROWS_MIN_BLOCK rows at least, for a ``(rows, depth) @ (depth, columns)`` product past a
+    million multiply-adds of a depth of at most ROWS_MAX_DEPTH; 0 (no blocks) otherwise.
+
+    Tall products of a shallow depth (a hierarchical transformer's first stage) are slow too
+    and too narrow for blocks of columns; each block of rows is a product numpy runs on its own
+    (one ``np.matmul`` of the input as a stack of them), in µs on one core: (1024 x 32) @
+    (32 x 128) 81 -> 63 in 8 blocks, (1024 x 128) @ (128 x 32) 81 -> 51 in 8, (1024 x 32) @
+    (32 x 96) 62 -> 44 in 4, (256 x 128) @ (128 x 64) 52 -> 42 in 4. Deeper ones lost it
+    ((256 x 256) @ (256 x 64) 84 -> 97 in 8), and so did blocks of 32 rows ((1024 x 64) @
+    (64 x 256) 261 -> 359)."""
+    if depth > ROWS_MAX_DEPTH or rows * depth * columns <= BLOCK_MULTIPLY_ADDS:
+        return 0
+    for count in range(2, rows // ROWS_MIN_BLOCK + 1):
+        if rows % count == 0 and rows // count * depth * columns <= BLOCK_MULTIPLY_ADDS:
+            return rows // count
+    return 0
+
+
 def stacked(weights: np.ndarray, count: int) -> np.ndarray:
     """``weights`` (K, N) as ``count`` contiguous blocks of its columns: (count, K, N / count)."""
     depth, columns = weights.shape
@@ -54,36 +78,44 @@ def stacked(weights: np.ndarray, count: int) -> np.ndarray:
 def blocked_matmul(x: np.ndarray, stack: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out`` (batch, rows, N) := ``x`` (batch, rows, K) @ the weights ``stack`` holds, block by
     block: the blocks' outputs are column ranges of ``out``, written through a strided view of it."""
-    batch, rows, columns = out.shape
+    batch, rows = out.shape[:2]
     view = out.reshape(batch, rows, stack.shape[0], -1).transpose(0, 2, 1, 3)
     np.matmul(x[:, None], stack, out=view)
     return out
 
 
-_plans: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray, np.ndarray | None]] = {}
+# (weights, input shape) -> (the weights, their stack of column blocks or None, the rows of a row block or 0).
+_plans: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray, np.ndarray | None, int]] = {}
 
 
 def product(a: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """``np.matmul(a, weights)`` for a float ``a`` (..., rows, K) and constant 2-D float
-    ``weights`` (K, N) of its type, in blocks of columns where that is faster (module docstring).
-    numpy multiplies each (rows, K) matrix of ``a`` on its own: the regime is that of one.
+    ``weights`` (K, N) of its type, in blocks of columns or else of rows where that is faster
+    (module docstring, :func:`row_block`). numpy multiplies each (rows, K) matrix of ``a`` on
+    its own: the regime is that of one.
 
-    The plan (the stack of blocks, or None) is made once per weights and input shape and kept
-    with a reference to the weights, so their id stays theirs while the entry lives."""
+    The plan is made once per weights and input shape and kept with a reference to the
+    weights, so their id stays theirs while the entry lives."""
+    if a.size * weights.shape[1] <= BLOCK_MULTIPLY_ADDS:  # most of a small model's: no plan to look up
+        return np.matmul(a, weights)
     key = (id(weights), a.shape)
     plan = _plans.get(key)
     if plan is None:
-        count = blocks(a.shape[-2], weights.shape[0], weights.shape[1])
+        rows, (depth, columns) = a.shape[-2], weights.shape
+        count = blocks(rows, depth, columns)
         if len(_plans) >= _KEPT:
             _plans.clear()
-        plan = _plans[key] = (weights, None if count == 1 else stacked(weights, count))
-    stack = plan[1]
-    if stack is None:
-        return np.matmul(a, weights)
-    rows, depth = a.shape[-2:]
-    out = np.empty(a.shape[:-1] + (weights.shape[1],), a.dtype)
-    blocked_matmul(a.reshape(-1, rows, depth), stack, out.reshape(-1, rows, weights.shape[1]))
-    return out
+        plan = _plans[key] = (weights, None if count == 1 else stacked(weights, count),
+                              row_block(rows, depth, columns) if count == 1 else 0)
+    stack, rows_each = plan[1], plan[2]
+    if stack is not None:
+        rows, depth = a.shape[-2:]
+        out = np.empty(a.shape[:-1] + (weights.shape[1],), a.dtype)
+        blocked_matmul(a.reshape(-1, rows, depth), stack, out.reshape(-1, rows, weights.shape[1]))
+        return out
+    if rows_each:
+        return np.matmul(a.reshape(-1, rows_each, a.shape[-1]), weights).reshape(a.shape[:-1] + (weights.shape[1],))
+    return np.matmul(a, weights)
 
 
 def suits(a: object, weights: np.ndarray) -> bool:

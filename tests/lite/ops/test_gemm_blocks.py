@@ -28,8 +28,21 @@ def test_the_fewest_blocks_within_a_million_multiply_adds(rows, depth, columns, 
     assert gemm_blocks.blocks(rows, depth, columns) == expected
 
 
+@pytest.mark.parametrize("rows, depth, columns, expected", [
+    (1024, 32, 128, 128),  # 8 blocks of 128 rows
+    (1024, 32, 96, 256),
+    (256, 128, 64, 64),
+    (256, 256, 64, 0),  # too deep
+    (1024, 64, 256, 0),  # blocks of a million would be of 32 rows
+    (256, 32, 16, 0),  # under a million multiply-adds
+])
+def test_the_largest_blocks_of_rows_within_a_million_multiply_adds(rows, depth, columns, expected):
+    assert gemm_blocks.row_block(rows, depth, columns) == expected
+
+
 @pytest.mark.parametrize("shape, columns", [((16, 512), 256), ((4, 256), 1024), ((2, 3, 16, 512), 256),
-                                            ((5, 16, 128), 512), ((65, 64), 192)])
+                                            ((5, 16, 128), 512), ((65, 64), 192), ((1, 1024, 32), 128),
+                                            ((3, 256, 128), 64)])
 def test_products_in_blocks_are_the_product(shape, columns):
     rng = np.random.default_rng(3)
     a = rng.standard_normal(shape).astype(np.float32)
