@@ -102,11 +102,12 @@ def product(a: np.ndarray, weights: np.ndarray) -> np.ndarray:
     plan = _plans.get(key)
     if plan is None:
         rows, (depth, columns) = a.shape[-2], weights.shape
-        count = blocks(rows, depth, columns)
+        # Measured for float32 (sgemm): float64 keeps numpy's product.
+        count = blocks(rows, depth, columns) if weights.dtype == np.float32 else 1
+        rows_each = row_block(rows, depth, columns) if count == 1 and weights.dtype == np.float32 else 0
         if len(_plans) >= _KEPT:
             _plans.clear()
-        plan = _plans[key] = (weights, None if count == 1 else stacked(weights, count),
-                              row_block(rows, depth, columns) if count == 1 else 0)
+        plan = _plans[key] = (weights, None if count == 1 else stacked(weights, count), rows_each)
     stack, rows_each = plan[1], plan[2]
     if stack is not None:
         rows, depth = a.shape[-2:]

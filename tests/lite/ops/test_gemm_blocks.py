@@ -58,6 +58,14 @@ def test_products_in_blocks_are_the_product(shape, columns):
     np.testing.assert_array_equal(gemm_blocks.product(a, w), got)  # and the kept plan
 
 
+def test_float64_products_are_numpys():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((16, 512))
+    w = rng.standard_normal((512, 256))
+    w.flags.writeable = False
+    np.testing.assert_array_equal(gemm_blocks.product(a, w), np.matmul(a, w))
+
+
 def test_computed_weights_are_multiplied_as_numpy_does():
     rng = np.random.default_rng(4)
     a = rng.standard_normal((16, 512)).astype(np.float32)
