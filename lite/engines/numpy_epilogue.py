@@ -33,6 +33,7 @@ from lite.engines.numpy_patterns import (
     is_kernel,
     plain,
 )
+from lite.ops import _gemm_blocks
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -229,7 +230,11 @@ class ProductEpilogue:
         direct = (self.matmul and len(args) >= 2 and not args[1].flags.writeable and x.dtype is args[1].dtype
                   and x.ndim >= 2 and args[1].ndim == 2 and x.dtype.kind == "f" and x.dtype.itemsize >= 4
                   and x.size * args[1].shape[1] < _SPLIT_MULTIPLY_ADDS)
-        return _EpiloguePlan(self, x.dtype, fixed, checked, actions, direct)
+        # What the MatMul kernel calls for these shapes: numpy's matmul, or the product in blocks
+        # where numpy's is slow (lite.ops._gemm_blocks).
+        multiply = None if not direct else (
+            _gemm_blocks.product if x.size * args[1].shape[1] > _gemm_blocks.BLOCK_MULTIPLY_ADDS else np.matmul)
+        return _EpiloguePlan(self, x.dtype, fixed, checked, actions, multiply)
 
 
 class _EpiloguePlan:
@@ -237,14 +242,15 @@ class _EpiloguePlan:
 
     def __init__(self, epilogue: ProductEpilogue, dtype: np.dtype, fixed: list[tuple[int, np.ndarray]],
                  checked: list[tuple[int, np.dtype, tuple[int, ...]]], actions: list[tuple[Any, ...]],
-                 direct: bool) -> None:
+                 multiply: Callable | None) -> None:
         self.epilogue = epilogue
         self.dtype = dtype
         self.fixed = fixed
         self.checked = checked
         self.actions = actions
-        # The product straight from numpy's matmul (what the MatMul kernel calls for these shapes).
-        self.weights = fixed[0][1] if direct and fixed and fixed[0][0] == 1 else None
+        # The product straight from ``multiply`` (None: the product's kernel).
+        self.weights = fixed[0][1] if multiply is not None and fixed and fixed[0][0] == 1 else None
+        self.multiply = multiply
 
     def accepts(self, args: tuple[Any, ...]) -> bool:
         """Whether ``args`` (whose first has the plan's shape) are inputs it was made for."""
@@ -262,7 +268,7 @@ class _EpiloguePlan:
     def run(self, args: tuple[Any, ...], allocate: Callable) -> Any:
         epilogue = self.epilogue
         if self.weights is not None:
-            y = np.matmul(args[0], self.weights)
+            y = self.multiply(args[0], self.weights)
         elif epilogue.product_allocates:
             y = epilogue.product(*args[: epilogue.product_inputs], allocate=allocate, **epilogue.keywords)
         else:

@@ -169,6 +169,7 @@ class _SharedInputMatMul:
 
     def __init__(self, weights: np.ndarray, bias: np.ndarray | None, edges: list[int]) -> None:
         self.weights = weights
+        self.weights.flags.writeable = False  # a constant: products by it may run in blocks (_product)
         self.bias = bias
         self.blocks = [slice(start, stop) for start, stop in zip(edges, edges[1:])]
         self.full: dict[tuple[int, ...], np.ndarray] = {}
@@ -220,21 +221,28 @@ class _MatMulAdd:
 
 
 def _product(a: Any, b: np.ndarray) -> np.ndarray:
-    """The MatMul kernel's ``a @ b`` for ``b`` a 2-D float weight matrix: numpy's matmul
-    straight away where the kernel would call it (``a`` of ``b``'s type, a product below the
-    size the kernel splits between threads), the kernel otherwise."""
+    """The MatMul kernel's ``a @ b`` for ``b`` a 2-D float weight matrix: numpy's matmul or the
+    product in blocks (lite.ops._gemm_blocks) straight away where the kernel would call them
+    (``a`` of ``b``'s type, a product below the size the kernel splits between threads), the
+    kernel otherwise. Each check costs a run of a small model: the size is looked at first."""
     if not _MATMUL:
-        from lite.ops import _parallel
+        from lite.ops import _gemm_blocks, _parallel
         from lite.ops.mat_mul import MatMul
 
-        _MATMUL[:] = [MatMul, _parallel.SPLIT_MULTIPLY_ADDS]
-    if (type(a) is np.ndarray and a.dtype is b.dtype and a.ndim >= 2 and b.dtype.kind == "f" and b.dtype.itemsize >= 4
-            and a.size * b.shape[1] < _MATMUL[1]):
-        return np.matmul(a, b)
+        _MATMUL[:] = [MatMul, _parallel.SPLIT_MULTIPLY_ADDS, _gemm_blocks, _gemm_blocks.BLOCK_MULTIPLY_ADDS]
+    if type(a) is np.ndarray and a.dtype is b.dtype and a.ndim >= 2 and b.dtype.kind == "f" and b.dtype.itemsize >= 4:
+        multiply_adds = a.size * b.shape[1]
+        if multiply_adds <= _MATMUL[3]:
+            return np.matmul(a, b)
+        if multiply_adds < _MATMUL[1]:
+            # Constant weights (read-only): in blocks where OpenBLAS is slow, as the kernel does.
+            return np.matmul(a, b) if b.flags.writeable else _MATMUL[2].product(a, b)
     return _MATMUL[0](a, b)
 
 
-_MATMUL: list[Any] = []  # the MatMul kernel and the product size it splits from, on first use
+# The MatMul kernel, the product size it splits from, lite.ops._gemm_blocks and the product size
+# it may cut into blocks from, on first use.
+_MATMUL: list[Any] = []
 
 
 def _fuse_squeeze_excite(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
