@@ -2,7 +2,7 @@
 
     python bench/zoo.py [--models NAME,...] [--exporter dynamo|torchscript] [--cache DIR] [--threads 2]
                         [--rounds 5] [--seconds 0.2] [--discard 0.25] [--load] [--no-int8] [--reconvert]
-                        [--pairs 400] [--json FILE]
+                        [--json FILE]
 
 Each architecture is exported once (``torch.export``-based exporter by default; files cached in
 ``--cache`` as ``NAME-EXPORTER.onnx``, in a spawned process so torch never shares this one) and
@@ -28,17 +28,10 @@ measured seconds apart) and the table gives their median over ``--rounds`` round
 process multiplying 256x256 float32 matrices on one BLAS thread, paused with SIGSTOP while
 quiet), so both conditions see the same outside drift.
 
-Then two pairs of runners that both run on ONNX Runtime take ``--pairs`` calls each, alternating
-call by call: ``auto`` against ``ort`` and ``auto_int8`` against ``auto`` (the "paired" columns:
-ratios of median calls). Such a pair's calls see the same machine, so these ratios hold still where
-the rounds' move with load that comes and goes; the goals on auto/ORT and int8/fp32 are judged on
-them.
-
-Columns: ORT's median ms; numpy/ORT and auto/ORT (quiet) and auto/ORT paired; with ``--load``,
-numpy/ORT under load and each engine's loaded/quiet time; int8: fp32 file size / int8 file size,
-and int8 time / fp32 time on ``auto``, in rounds and paired. Goals: numpy/ORT <= 3 on
-transformers and <= 2.5 on CNNs, numpy loaded/quiet <= 2, auto/ORT <= 1.05, int8 >= 3.5x smaller
-and not slower than fp32.
+Columns: ORT's median ms; numpy/ORT and auto/ORT (quiet); with ``--load``, numpy/ORT under load
+and each engine's loaded/quiet time; int8: fp32 file size / int8 file size, and int8 time /
+fp32 time on ``auto``. Goals: numpy/ORT <= 3 on transformers and <= 2.5 on CNNs, numpy
+loaded/quiet <= 2, auto/ORT <= 1.05, int8 >= 3.5x smaller and not slower than fp32.
 """
 
 from __future__ import annotations
@@ -201,29 +194,6 @@ def measure(calls: dict[str, Callable[[], object]], rounds: int, seconds: float,
     return times
 
 
-def paired(calls: dict[str, Callable[[], object]], top: str, bottom: str, count: int) -> float | None:
-    """median(top) / median(bottom) over ``count`` calls of each, alternating call by call.
-
-    For two runners on ONNX Runtime (``auto`` against ``ort``, ``auto_int8`` against ``auto``):
-    both leave the same spinning threads behind, so neither's calls slow the other's more than
-    their own would, and load that comes and goes on a shared machine lands on both sides alike
-    (the rounds put 0.45 s between a pair's turns: on a machine other work shared, they read
-    GPT-2's auto/ORT as 1.20 where paired calls read 1.00)."""
-    if count <= 0 or top not in calls or bottom not in calls:
-        return None
-    first, second = calls[top], calls[bottom]
-    for _ in range(max(10, count // 10)):
-        first()
-        second()
-    times: dict[str, list[float]] = {top: [], bottom: []}
-    for index in range(count):
-        for name, call in ((top, first), (bottom, second)) if index % 2 == 0 else ((bottom, second), (top, first)):
-            begin = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - begin)
-    return statistics.median(times[top]) / statistics.median(times[bottom])
-
-
 def ratio(times: dict[str, list[float]], top: str, bottom: str) -> float | None:
     if top not in times or bottom not in times:
         return None
@@ -231,12 +201,12 @@ def ratio(times: dict[str, list[float]], top: str, bottom: str) -> float | None:
 
 
 def summarize(architecture: Architecture, files: dict[str, Path], times: dict[str, dict[str, list[float]]],
-              notes: list[str], pairs: dict[str, float | None]) -> dict:
+              notes: list[str]) -> dict:
     quiet = times["quiet"]
     row = {"model": architecture.name, "family": group(architecture), "notes": notes,
            "ms": {c: {name: statistics.median(v) * 1e3 for name, v in runner.items()} for c, runner in times.items()},
            "numpy/ort": ratio(quiet, "numpy", "ort"), "auto/ort": ratio(quiet, "auto", "ort"),
-           "int8/fp32": ratio(quiet, "auto_int8", "auto"), **pairs}
+           "int8/fp32": ratio(quiet, "auto_int8", "auto")}
     if "int8" in files:
         row["fp32/int8 size"] = files["fp32"].stat().st_size / files["int8"].stat().st_size
     if "loaded" in times:
@@ -250,12 +220,9 @@ def summarize(architecture: Architecture, files: dict[str, Path], times: dict[st
 
 
 # -- report --------------------------------------------------------------------------------------
-COLUMNS = [("numpy/ort", "numpy/ORT"), ("auto/ort", "auto/ORT"), ("auto/ort paired", "paired"),
-           ("numpy/ort loaded", "np/ORT load"), ("numpy loaded/quiet", "np load/q"),
-           ("ort loaded/quiet", "ORT load/q"), ("fp32/int8 size", "int8 smaller"), ("int8/fp32", "int8/fp32 t"),
-           ("int8/fp32 paired", "paired")]
-# A goal on a ratio the paired calls also measured is judged on the paired figure.
-PAIRED = {"auto/ort": "auto/ort paired", "int8/fp32": "int8/fp32 paired"}
+COLUMNS = [("numpy/ort", "numpy/ORT"), ("auto/ort", "auto/ORT"), ("numpy/ort loaded", "np/ORT load"),
+           ("numpy loaded/quiet", "np load/q"), ("ort loaded/quiet", "ORT load/q"),
+           ("fp32/int8 size", "int8 smaller"), ("int8/fp32", "int8/fp32 t")]
 
 
 def cell(value: float | None, width: int) -> str:
@@ -293,7 +260,6 @@ def print_medians(rows: list[dict]) -> None:
         if row["family"] == "cnn":
             checks += [("int8/fp32", 1.0)]
         for key, limit in checks:
-            key = PAIRED[key] if row.get(PAIRED.get(key, "")) is not None else key
             if row.get(key) is not None and row[key] > limit:
                 misses.append(f"{row['model']} {key} {row[key]:.2f} > {limit}")
         size = row.get("fp32/int8 size")
@@ -334,8 +300,6 @@ def main() -> int:
     parser.add_argument("--load", action="store_true", help="also measure under one competing busy process")
     parser.add_argument("--no-int8", dest="int8", action="store_false")
     parser.add_argument("--reconvert", action="store_true", help="convert again even where the cache has files")
-    parser.add_argument("--pairs", type=int, default=400,
-                        help="calls of auto and ORT (and int8 and fp32 on auto) alternating call by call (0: none)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
     names = [name for name in args.models.split(",") if name]
@@ -365,10 +329,8 @@ def main() -> int:
             feeds = architecture.make_inputs(np.random.default_rng(0))
             calls = runners(sources[architecture.name], files, feeds, args.threads, notes)
             times = measure(calls, args.rounds, args.seconds, args.discard, busy)
-            pairs = {"auto/ort paired": paired(calls, "auto", "ort", args.pairs),
-                     "int8/fp32 paired": paired(calls, "auto_int8", "auto", args.pairs)}
             del calls
-            rows.append(summarize(architecture, files, times, notes, pairs))
+            rows.append(summarize(architecture, files, times, notes))
             print_row(rows[-1])
     finally:
         if busy is not None:
