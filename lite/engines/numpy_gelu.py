@@ -140,21 +140,22 @@ def fuse_erf_gelu(steps: list[_Step], constants: dict[int, Any], graph_outputs: 
 # Phi = 0 and Phi = 1 (gelu(x) = 0 and x, to well under a float32 ulp of anything summed with them).
 _PER_UNIT = 1024
 _LIMIT = 10
-_TABLES: list[np.ndarray] = []  # Phi at the nodes, and its derivative there; on first use
+_TABLES: list[np.ndarray] = []  # Phi at the nodes, and its derivative times the spacing; on first use
 
 
 def _tables() -> list[np.ndarray]:
-    """Phi(k/1024) and Phi'(k/1024) for k in [-10240, 10240], stored at index k + 10240, in
-    float32; computed in float64 with math.erfc. The two end nodes have slope 0: beyond them Phi is
-    flat, and an index clamped to an end gives that end's constant whatever the offset."""
+    """Phi(k/1024) and Phi'(k/1024)/1024 for k in [-10240, 10240], stored at index k (negative
+    k from the end, numpy's negative indexing), in float32; computed in float64 with math.erfc."""
     if not _TABLES:
         count = _PER_UNIT * _LIMIT
         nodes = np.arange(-count, count + 1, dtype=np.float64) / _PER_UNIT
         phi = np.array([0.5 * math.erfc(-value / math.sqrt(2)) for value in nodes.tolist()])
-        slope = np.exp(-0.5 * nodes * nodes) / math.sqrt(2 * math.pi)
+        slope = np.exp(-0.5 * nodes * nodes) / (math.sqrt(2 * math.pi) * _PER_UNIT)
         phi[0], slope[0], phi[-1], slope[-1] = 0.0, 0.0, 1.0, 0.0
+        order = np.arange(-count, count + 1)
         for column in (phi, slope):
-            table = column.astype(np.float32)
+            table = np.empty(column.size, np.float32)
+            table[order] = column
             table.flags.writeable = False
             _TABLES.append(table)
     return _TABLES
@@ -163,33 +164,25 @@ def _tables() -> list[np.ndarray]:
 class TableGelu:
     """``x·Phi(x)`` for float32 ``x``, Phi (the normal CDF, ``(1 + erf(x/√2))/2``) from a table:
     the value at the nearest of the nodes 1/1024 apart plus the offset times the derivative there.
-    That is ten numpy calls where the erfc fit of the Gelu kernel is sixteen and a ten-row
-    product: under half its time on the 2k-25k-element activations of the zoo's small vision
-    transformers (SwiftFormer, FocalNet, PoolFormer) and ConvNeXt, a quarter of their run. The
-    linear step's error is below (1/2048)²/2·|Phi''|: relative to gelu(x), 2e-7 for x > -1 and
-    4.4e-6 at x = -6 (the erfc fit's there: 2.7e-6) and 7.6e-6 at x = -8, measured against
-    math.erfc in float64. NaN stays NaN; -inf gives NaN, as ``x·Phi(x)`` does in IEEE arithmetic.
-    Other dtypes take the Gelu kernel.
+    That is eleven numpy calls where the erfc fit of the Gelu kernel is sixteen and a
+    ten-row product: half its time on the 2k-25k-element activations of the zoo's small vision
+    transformers (SwiftFormer, FocalNet, PoolFormer), a third of FocalNet's run. The linear step's
+    error is below (1/2048)²/2·|Phi''|: relative to gelu(x), 2e-7 for x > -1 and 4.4e-6 at x = -6
+    (the erfc fit's there: 2.7e-6) and 7.6e-6 at x = -8, measured against math.erfc in float64. NaN stays NaN; -inf
+    gives NaN, as ``x·Phi(x)`` does in IEEE arithmetic. Other dtypes take the Gelu kernel.
 
-    The nearest node comes from float32 rounding itself: for ``|x| <= 4096``, ``x + 1.5·2^13``
-    lies in [2^13, 2^14), where float32 steps by exactly 1/1024, so the sum is the nearest node
-    (ties to even, as ``rint``) plus 1.5·2^13 exactly, and its bit pattern, read as int32, is the
-    bits of 1.5·2^13 plus the node's number: the table index without a rounding call or a
-    float-to-int conversion. The index is clamped by ``np.take(mode="clip")`` (twice as fast as
-    fancy indexing, which checks bounds), which also takes what lies outside: a lower positive
-    sum has lower bits, a negative sum (x < -12288) negative ones (the subtraction runs in int64,
-    so they do not wrap), and either lands on the lowest node, as a NaN's pattern does on one end;
-    the end nodes' zero slope makes the offset's value irrelevant, and NaN gives NaN through
-    ``0·NaN``. Only +inf needs a clamp (x - node would be inf - inf): x is capped at 16 first,
-    the original x multiplying Phi at the end. The temporaries of an activation from 12k elements
-    (48 KiB) come from ``allocate``: on fresh ones the activations of Swin, ConvNeXt, FocalNet and
-    PoolFormer page-faulted every run (100-900 faults, a tenth of their time); smaller ones stay
-    in the C allocator's reused memory, and skip the arena's requests."""
+    The nearest node comes from float32 rounding itself: for ``|u| <= 10240``, ``u + 1.5·2^23``
+    lies in [2^23, 2^24), where float32 steps by exactly 1, so the sum is ``rint(u) + 1.5·2^23``
+    exactly and its bit pattern, read as int32, is the bits of 1.5·2^23 plus ``rint(u)``: the
+    table index without a rounding call or a float-to-int conversion, and one clip for the two
+    clamps. The temporaries come from ``allocate``: on fresh ones the activations of Swin,
+    ConvNeXt, FocalNet and PoolFormer page-faulted every run (100-900 faults, a tenth of their
+    time). A NaN's bit pattern indexes far outside the table (IndexError); such inputs, and
+    small ones, take the two-clamp path below, which maps NaN to a node."""
 
     def __init__(self, kernel: Callable) -> None:
         self.kernel = kernel
         self.phi, self.slope = _tables()
-        self.ceiling = np.empty(0, np.float32)  # _CEILING, as long as the largest input so far
 
     def __call__(self, x: Any, allocate: Callable = np.empty) -> Any:
         if type(x) is not np.ndarray or x.dtype != np.float32 or x.ndim == 0:
@@ -202,40 +195,50 @@ class TableGelu:
             # A convolution's channels-last output: computed in its memory order, handed on so.
             order = channels_last_order(x.ndim)
             return self(x.transpose(order), allocate).transpose(channels_first_order(x.ndim))
-        size = x.size
-        if size < _ARENA_MIN_SIZE:  # fresh arrays: three numpy calls fewer than the views below
-            offset = np.minimum(x, _CEILING)
-            y = np.add(offset, _ROUNDER)  # the rounded nodes first, then the result
-            index = np.subtract(y.view(np.int32), _INDEX_SHIFT)
-        else:
-            if self.ceiling.size < size:
-                self.ceiling = np.full(size, _CEILING)
-            # The index (8 bytes an element) and the offset (4) in one request: each costs the arena a few µs.
-            scratch = allocate((3 * size,), np.float32)
-            index = scratch[:2 * size].view(np.intp).reshape(x.shape)
-            offset = scratch[2 * size:].reshape(x.shape)
-            y = allocate(x.shape, np.float32)
-            # Two whole arrays: numpy's faster minimum loop (4.4 µs against 7 with a scalar on 24k elements).
-            np.minimum(x, self.ceiling[:size].reshape(x.shape), out=offset)
-            np.add(offset, _ROUNDER, out=y)
-            np.subtract(y.view(np.int32), _INDEX_SHIFT, out=index)
+        if x.size < _BIT_INDEX_MIN_SIZE:
+            return self._two_clamps(x)
+        # The index (8 bytes an element) and u (4) in one request: each costs the arena a few µs.
+        scratch = allocate((3 * x.size,), np.float32)
+        index = scratch[:2 * x.size].view(np.intp).reshape(x.shape)
+        u = scratch[2 * x.size:].reshape(x.shape)
+        y = allocate(x.shape, np.float32)  # the rounded nodes first, then the result
+        np.multiply(x, _NODES, out=u)
+        np.clip(u, _LOW, _HIGH, out=u)  # NaN stays NaN (and indexes outside the table)
+        np.add(u, _ROUNDER, out=y)
+        np.subtract(y.view(np.int32), _INDEX_SHIFT, out=index)
+        try:
+            slope = self.slope[index]
+        except IndexError:  # a NaN in x
+            return self._two_clamps(x)
         np.subtract(y, _ROUNDER, out=y)
-        # -inf gives NaN, as ONNX Runtime does, unwarned: -inf - (-inf) here, then 0·NaN.
+        np.subtract(u, y, out=u)
+        np.multiply(slope, u, out=y)
+        np.add(y, self.phi[index], out=y)
+        with np.errstate(invalid="ignore"):  # -inf · Phi(-inf) = -inf · 0: NaN, as ONNX Runtime gives, unwarned
+            return np.multiply(y, x, out=y)
+
+    def _two_clamps(self, x: np.ndarray) -> np.ndarray:
+        """The same values for a small ``x`` or one with NaN in it: clamped with fmax/fmin, which map NaN to
+        the lowest node (Phi = 0), and ``x·0`` gives the NaN back."""
+        u = np.multiply(x, _NODES)
+        np.fmax(u, _LOW, out=u)
+        np.fmin(u, _HIGH, out=u)
+        nearest = np.rint(u)
+        index = nearest.astype(np.intp)
+        np.subtract(u, nearest, out=u)
+        y = self.slope[index]
+        y *= u
+        y += self.phi[index]
         with np.errstate(invalid="ignore"):
-            np.subtract(offset, y, out=offset)
-            np.take(self.slope, index, mode="clip", out=y)
-            np.multiply(y, offset, out=y)
-            np.take(self.phi, index, mode="clip", out=offset)
-            np.add(y, offset, out=y)
             return np.multiply(y, x, out=y)
 
 
-_CEILING = np.float32(16)  # above the last node: capping there keeps x - node finite for x = +inf
-_ROUNDER = np.float32(1.5 * 2**13)
-# The table index is the sum's bits less the rounder's, plus the lowest node's offset; an int64
-# scalar makes numpy subtract in int64.
-_INDEX_SHIFT = np.int64(int(_ROUNDER.view(np.int32)) - _PER_UNIT * _LIMIT)
-# From this many elements (48 KiB) fresh temporaries page-faulted every run (ConvNeXt's,
-# FocalNet's, PoolFormer's 12k-25k): they come from the arena. Below, the C allocator's reused
-# memory is faster than the arena's requests (6k-element activations: 10%).
-_ARENA_MIN_SIZE = 12288
+_NODES = np.float32(_PER_UNIT)
+_LOW, _HIGH = np.float32(-_PER_UNIT * _LIMIT), np.float32(_PER_UNIT * _LIMIT)
+_ROUNDER = np.float32(1.5 * 2**23)
+# rint(u) is the sum's bits less the rounder's (a node index, negative ones from the table's end).
+_INDEX_SHIFT = np.int32(int(_ROUNDER.view(np.int32)))
+# Below this many elements (48 KiB) the two-clamp path's fresh temporaries stay in the C allocator's
+# reused memory, and its fewer arena requests make it faster (6k-element activations: 10%); from
+# 12k up (ConvNeXt's, FocalNet's, PoolFormer's 12k-25k) they page-faulted every run.
+_BIT_INDEX_MIN_SIZE = 12288
