@@ -33,7 +33,6 @@ from lite.engines.numpy_patterns import (
     is_kernel,
     plain,
 )
-from lite.ops import _gemm_blocks
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -232,8 +231,11 @@ class ProductEpilogue:
                   and x.size * args[1].shape[1] < _SPLIT_MULTIPLY_ADDS)
         # What the MatMul kernel calls for these shapes: numpy's matmul, or the product in blocks
         # where numpy's is slow (lite.ops._gemm_blocks).
-        multiply = None if not direct else (
-            _gemm_blocks.product if x.size * args[1].shape[1] > _gemm_blocks.BLOCK_MULTIPLY_ADDS else np.matmul)
+        multiply = None
+        if direct:
+            from lite.ops import _gemm_blocks  # a kernels module: loaded by models with products only
+
+            multiply = _gemm_blocks.product if x.size * args[1].shape[1] > _gemm_blocks.BLOCK_MULTIPLY_ADDS else np.matmul
         return _EpiloguePlan(self, x.dtype, fixed, checked, actions, multiply)
 
 
