@@ -115,8 +115,8 @@ class OrtEngine:
         self.ort = sessions.import_onnxruntime(device)
         # int8 models on the CPU: int8 kernels, or the float form where that is faster (int8_choice.py).
         self.int8_form = "as stored"
-        self.decision: dict[str, Any] | None = None
         wanted = int8_choice.wanted(model, config.int8_compute) if device == "cpu" else "int8"
+        self.decision = int8_choice.kept_as_quantized(model, config.int8_compute) if device == "cpu" else None
         if wanted == "auto":
             self.decision = int8_choice.recorded(self._decision_path())
             if self.decision is not None:
@@ -142,8 +142,6 @@ class OrtEngine:
         self.gpu = self._gpu_runner() if device != "cpu" else None
         if wanted != "int8" and self.decision is None:
             self.decision = self._settle_int8(wanted)
-        elif wanted == "int8" and device == "cpu":
-            self.decision = int8_choice.kept_as_quantized(model, config.int8_compute)
         self.direct = self._direct_session()
         # Many cores, a small model: fewer threads may serve its small calls faster (thread_choice.py).
         self.direct, self.threads_decision = thread_choice.settle(self)
