@@ -5,9 +5,10 @@ The check helps; it never blocks a conversion it could not carry out:
 1. **Inputs** the original accepts: the caller's samples (``verify_data``), else inputs planned
    from the graph (:mod:`converter.verification_inputs`), in rounds of growing size until ONNX
    Runtime runs the original on them.
-2. **The reference's own spread**: the original also runs with ONNX Runtime's graph
-   optimizations off; how far its outputs move between the two levels is noise no conversion
-   can be asked to beat, and widens the tolerance for that output (:class:`lite.compare.Tolerance`).
+2. **The reference's own spread** (:mod:`converter.verify_spread`): the original also runs with
+   ONNX Runtime's graph optimizations off, and, if it quantizes activations, on inputs nudged by
+   1e-6; how far its outputs move is noise no conversion can be asked to beat, and widens the
+   tolerance for that output (:class:`lite.compare.Tolerance`).
 3. **The comparison** (:mod:`lite.compare`): IEEE-aware, relative to each output's peak with an
    absolute floor.
 
@@ -22,6 +23,7 @@ onnxruntime is imported only here, and only when verification runs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ from converter.onnx_export import make_ort_compatible
 from converter.passes.output_size import predicted_elements
 from converter.verification_inputs import UnsynthesizableInputError, plans
 from converter.verification_inputs import feeds as planned_feeds
+from converter.verify_spread import LEVELS, NUDGED, combined, nudge_spread, quantizes_activations
 from lite.compare import OutputError, Tolerance, compare_outputs, spread_of
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -257,7 +260,7 @@ def verify_conversion(original: onnx.ModelProto, run_converted: RunConverted, en
             f"the original's output {', '.join(map(repr, constant))} is constant on {verification.inputs}, so the "
             "comparison shows little there; give real inputs with --verify-data FILE.npz|DIR"
         )
-    verification.tolerance = tolerance = _with_spread(tolerance, original, feeds, expected)
+    verification.tolerance = tolerance = _with_spread(tolerance, original, reference, feeds, expected)
     converted_feeds = {name: value.astype(input_dtypes[name]) if input_dtypes and name in input_dtypes else value
                        for name, value in feeds.items()}
     try:
@@ -359,15 +362,27 @@ def _accepted_inputs(reference: _Reference, original: onnx.ModelProto, input_sha
     )
 
 
-def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, feeds, expected) -> Tolerance:
-    """``tolerance`` widened by how far ONNX Runtime moves between its optimization levels."""
+def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: _Reference, feeds,
+                 expected) -> Tolerance:
+    """``tolerance`` widened by how far ONNX Runtime moves between its optimization levels and,
+    for a model that quantizes activations, under a tiny nudge of the inputs
+    (:mod:`converter.verify_spread`). A spread the caller gave stands as given."""
     if tolerance.spread is not None:
         return tolerance
+    measured = {}
     try:
-        unoptimized = _Reference(original, optimize=False).run(feeds)
+        measured[LEVELS] = spread_of(expected, _Reference(original, optimize=False).run(feeds))
     except VerificationError:
+        pass  # no second level to compare with: the nudge alone, if any
+    if quantizes_activations(original):
+        try:
+            measured[NUDGED] = nudge_spread(reference.run, feeds, expected)
+        except VerificationError:
+            pass  # ONNX Runtime refuses nudged inputs (a value checked for equality): no nudge spread
+    if not measured:
         return tolerance
-    return Tolerance(tolerance.rtol, tolerance.atol, spread_of(expected, unoptimized), tolerance.spread_factor)
+    spread, source = combined(measured)
+    return dataclasses.replace(tolerance, spread=spread, spread_source=source)
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -5,7 +5,7 @@ infinities; a NaN or an infinity on one side only never does. Finite elements ar
 against the output's largest finite magnitude (``rtol``) with an absolute floor (``atol``), so
 that an output of magnitude 1e-7 is not failed for a 3e-8 difference that float32 arithmetic
 makes anyway, and against ``spread``: how far the reference moves by itself (for example between
-ONNX Runtime's optimization levels), which no conversion can be asked to beat. Integer and
+ONNX Runtime's optimization levels, or under a tiny nudge of the inputs), which no conversion can be asked to beat. Integer and
 boolean outputs must be equal.
 """
 
@@ -23,12 +23,15 @@ _ROUNDING_STEPS = 4  # a few units in the last place of the output's type: round
 @dataclass(frozen=True)
 class Tolerance:
     """``rtol``: of the output's largest finite magnitude; ``atol``: absolute floor; ``spread``
-    (per output name): how much the reference itself varies, allowed times ``spread_factor``."""
+    (per output name): how much the reference itself varies, allowed times ``spread_factor``;
+    ``spread_source`` (per output name): how that was measured, in words that complete "the
+    reference moves by X ..." (e.g. "with and without ONNX Runtime's optimizations")."""
 
     rtol: float = 1e-4
     atol: float = 1e-6
     spread: Mapping[str, float] | None = None
     spread_factor: float = 2.0
+    spread_source: Mapping[str, str] | None = None
 
     def allowed(self, name: str, magnitude: float, dtype: np.dtype | None = None) -> float:
         """The largest absolute difference accepted on output ``name`` of that magnitude; an output
@@ -42,7 +45,7 @@ class Tolerance:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rtol": self.rtol, "atol": self.atol, "spread_factor": self.spread_factor,
-                "spread": dict(self.spread or {})}
+                "spread": dict(self.spread or {}), "spread_source": dict(self.spread_source or {})}
 
 
 @dataclass
