@@ -137,7 +137,8 @@ def verified_bound(tolerance: Tolerance, error: OutputError) -> str:
     plain = dataclasses.replace(tolerance, spread=None)
     if not error.within(tolerance):
         if spread:
-            return f"{stated}, or {tolerance.spread_factor:g} x the reference's own spread {spread:.3g}"
+            measured = "" if source == LEVELS else f" {source}"
+            return f"{stated}, or {tolerance.spread_factor:g} x the reference's own spread {spread:.3g}{measured}"
         return stated
     if error.max_abs <= max(tolerance.atol, tolerance.rtol * error.magnitude):
         return f"within {stated}"

@@ -131,6 +131,9 @@ def test_the_report_line_says_the_spread_came_from_the_nudge():
     line = verified_bound(tolerance, error)
     assert "the original moves by 1.5 under a 1e-06 relative nudge of its inputs" in line
     assert "2 x that = 3 allowed on 'output'" in line
+    wrong = OutputError("output", 20.0, 20.0 / 726, 0.99, magnitude=726.0, dtype=np.dtype(np.float32))
+    assert verified_bound(tolerance, wrong).startswith("rtol 0.0001, atol 1e-06, or 2 x the reference's own "
+                                                       "spread 1.5 under a 1e-06 relative nudge")
     levels = Tolerance(spread={"output": 1.5})  # no source recorded: the optimization levels
     assert f"moves by 1.5 {LEVELS}" in verified_bound(levels, error)
 
