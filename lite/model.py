@@ -62,7 +62,9 @@ class Model:
         ``fuse_conv_bias``, ``tf32``, ``cuda_options`` (more CUDA provider options, a dict), ``precision``,
         ``int8_compute`` (int8 models on the CPU: ``"auto"``, the default, measures ONNX Runtime's
         int8 kernels against the model's float form on dequantized weights at load and keeps the
-        faster, ``model.engine.decision`` says which and why; ``"int8"`` or ``"float"`` choose);
+        faster, ``model.engine.decision`` says which and why; ``"int8"`` or ``"float"`` choose),
+        ``spinning`` (CPU threads: ``"run"``, the default, spin for work only while a run is in
+        progress; ``"always"`` keeps ONNX Runtime's own behaviour of spinning on after it; ``"never"``);
         see :class:`lite.engines.ort.sessions.SessionConfig`.
 
         ``engine`` (orthogonal to ``device``, which then says where the engine runs; ``"auto"``

@@ -141,6 +141,31 @@ def test_threads_option(tmp_path):
     assert model(np.ones((1, 3, 16, 16), np.float32)).shape == (1, 4)
 
 
+def _spinning_entries(model) -> tuple[str, str]:
+    options = model.engine.segments[0].runner.session.get_session_options()
+    return (options.get_session_config_entry("session.intra_op.allow_spinning"),
+            options.get_session_config_entry("session.force_spinning_stop"))
+
+
+def test_threads_spin_only_while_a_run_is_in_progress_by_default():
+    # ONNX Runtime's default keeps the threads spinning after a run, taking the cores from the
+    # next model's run (or the Python code between calls) in the same process.
+    model = lite.Model.load(cnn("Relu", []), device="cpu", cache_dir=None)
+    assert _spinning_entries(model) == ("1", "1")
+    assert model(np.ones((1, 3, 16, 16), np.float32)).shape == (1, 4)
+
+
+@pytest.mark.parametrize(("spinning", "entries"), [("always", ("1", "0")), ("never", ("0", "1"))])
+def test_spinning_option_reaches_the_session(spinning, entries):
+    model = lite.Model.load(cnn("Relu", []), device="cpu", cache_dir=None, spinning=spinning)
+    assert _spinning_entries(model) == entries
+
+
+def test_unknown_spinning_value_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="spinning must be one of run, always, never; got 'sometimes'"):
+        lite.Model.load(cnn("Relu", []), device="cpu", cache_dir=None, spinning="sometimes")
+
+
 def test_warm_start_from_the_cache_does_not_import_onnx(tmp_path):
     import subprocess
     import sys

@@ -42,6 +42,14 @@ _MISSING_KERNEL = re.compile(
 _UNKNOWN_OP = re.compile(r"[\w.]*:(\w+)\(-?\d+\) is not a registered function/op")
 
 
+# SessionConfig.spinning -> ONNX Runtime's session config entries (onnxruntime_session_options_config_keys.h).
+_SPINNING = {
+    "run": {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "1"},
+    "always": {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "0"},
+    "never": {"session.intra_op.allow_spinning": "0", "session.force_spinning_stop": "1"},
+}
+
+
 @dataclass(frozen=True)
 class SessionConfig:
     """Everything that decides how a session is built (and so which cache entry it uses)."""
@@ -79,6 +87,14 @@ class SessionConfig:
     # (weights dequantized at load), "auto" measures both at load and keeps the faster (int8_choice.py;
     # lite.Model.load's default). Not part of the cache key: the form is part of the lowered model's.
     int8_compute: str = "int8"
+    # What the intra-op threads do when they run out of work. "run" (the default): they spin while
+    # a run is in progress and stop the moment it returns (ONNX Runtime's session.force_spinning_stop),
+    # leaving the cores to the Python code between calls and to the other models of the process. With
+    # ONNX Runtime's own behaviour, "always", they go on spinning after a run: two models called in
+    # turns in one process (an OCR pipeline, a server with several models) took 2.7-3x as long as
+    # with "run", one model alone the same (bench/multi_model.py). "never": they block whenever
+    # idle, during runs too (slower runs, least CPU). Not part of the cache key.
+    spinning: str = "run"
     cache_dir: Path | None = field(default_factory=default_cache_dir)  # None: no cache
     weights_identity: str | None = None  # identity of the weights (file, size, mtime); None: hash them
 
@@ -102,6 +118,8 @@ class SessionConfig:
             object.__setattr__(self, "fuse_conv_bias", on_gpu and threading.current_thread() is threading.main_thread())
         if self.int8_compute not in ("auto", "int8", "float"):
             raise ValueError(f"int8_compute must be 'auto', 'int8' or 'float'; got {self.int8_compute!r}")
+        if self.spinning not in _SPINNING:
+            raise ValueError(f"spinning must be one of {', '.join(_SPINNING)}; got {self.spinning!r}")
         if self.optimization not in _OPTIMIZATION_LEVELS:
             raise ValueError(f"optimization must be one of {', '.join(_OPTIMIZATION_LEVELS)}; got {self.optimization!r}")
         if self.cudnn_conv_algo_search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
@@ -235,6 +253,8 @@ def session_options(ort, config: SessionConfig, level: str | None = None):
     if config.threads is not None:
         options.intra_op_num_threads = config.threads
     options.inter_op_num_threads = 1
+    for key, value in _SPINNING[config.spinning].items():
+        options.add_session_config_entry(key, value)
     options.log_severity_level = 3  # errors only; our own messages say what matters
     return options
 
