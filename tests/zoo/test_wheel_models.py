@@ -52,7 +52,8 @@ EXCLUSIONS: dict[tuple[str, str], str] = {
     ("nudenet:320n", "int8"): "a detector (YOLOv8n): no top-1 to agree on",
     ("rapidocr-onnxruntime:ch_PP-OCRv4_det_infer", "int8"): "a text segmentation map: no top-1 to agree on",
     **{(f"silero-vad:{name}", "int8"): "a speech probability per window and a recurrent state: no top-1 to agree on"
-       for name in ("silero_vad", "silero_vad_16k_op15", "silero_vad_op18_ifless", "silero_vad_16k_sequence")},
+       for name in ("silero_vad", "silero_vad_16k_op15", "silero_vad_op18_ifless", "silero_vad_16k_sequence",
+                    "silero_vad_half", "silero_vad_openvino_16k")},
 }
 
 # int8 in the mode the other kind of network takes, measured on the same samples (cpu engine);

@@ -173,6 +173,13 @@ MODELS = [
                "pytorch 2.9 (torch.export), opset 18", vad_step(True)),
     WheelModel("silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_sequence.onnx", "pytorch 2.11, opset 16",
                vad_sequence),
+    # Shipped beside them, not loaded by the package itself: a 16 kHz PyTorch 2.3 export without
+    # the rate input (batch and length symbolic, If subgraphs on the input's length), and a spox
+    # export of fixed shape.
+    WheelModel("silero-vad", "6.2.3", "silero_vad/data/silero_vad_half.onnx", "pytorch 2.3.1, opset 16",
+               vad_step(False)),
+    WheelModel("silero-vad", "6.2.3", "silero_vad/data/silero_vad_openvino_16k.onnx", "spox, opset 16",
+               vad_step(False)),
 ]
 
 
