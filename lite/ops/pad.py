@@ -38,12 +38,15 @@ def _pad(data, pads: list[int], mode: str, value, axes: list[int] | None, alloca
         before[axis] = pads[index]
         after[axis] = pads[index + len(axes)]
 
-    # Crop first for negative amounts, then pad the positive ones.
-    window = tuple(
-        slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after))
-    )
-    cropped = data[window]
-    widths = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    if min(before) < 0 or min(after) < 0:
+        # Crop first for negative amounts, then pad the positive ones.
+        window = tuple(
+            slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after))
+        )
+        cropped = data[window]
+        widths = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    else:
+        cropped, widths = data, list(zip(before, after))
     if not any(b or e for b, e in widths):
         return cropped
     if mode != "constant" and any(
@@ -56,7 +59,48 @@ def _pad(data, pads: list[int], mode: str, value, axes: list[int] | None, alloca
         if data.dtype.kind in "biufc":
             return _pad_constant(cropped, widths, fill_value, allocate)
         return np.pad(cropped, widths, mode="constant", constant_values=fill_value)
+    if _mirrors_fit(cropped.shape, widths, mode):
+        return _pad_mirrored(cropped, widths, mode, allocate)
     return np.pad(cropped, widths, mode=_NUMPY_MODES[mode])
+
+
+def _mirrors_fit(shape: tuple[int, ...], widths: list[tuple[int, int]], mode: str) -> bool:
+    """Whether every border is a single copy of cells inside (``reflect``: at most ``n - 1``
+    wide, ``wrap``: at most ``n``; ``edge`` always): :func:`_pad_mirrored`'s case. Wider borders
+    repeat the reflection or the wrap, which ``np.pad`` does."""
+    if mode == "edge":
+        return True
+    reach = 1 if mode == "reflect" else 0
+    return all(b <= n - reach and e <= n - reach for n, (b, e) in zip(shape, widths))
+
+
+def _pad_mirrored(data: np.ndarray, widths: list[tuple[int, int]], mode: str, allocate) -> np.ndarray:
+    """``np.pad`` in ``reflect``, ``edge`` or ``wrap`` mode without its Python layers (42 µs for a
+    576-sample window of silero's STFT, most of its call): the data copied in, then each axis's
+    borders copied from the cells inside, axis after axis as ``np.pad`` does (an axis's borders
+    span the axes padded before it, so the corners come out the same)."""
+    shape = tuple(n + b + e for n, (b, e) in zip(data.shape, widths))
+    padded = (allocate if math.prod(shape) * data.itemsize >= SMALL_ARRAY_BYTES else np.empty)(shape, data.dtype)
+    inner = [slice(b, b + n) for n, (b, _) in zip(data.shape, widths)]
+    padded[tuple(inner)] = data
+    for axis, (before, after) in enumerate(widths):
+        if not (before or after):
+            continue
+        n = data.shape[axis]
+        lead = (slice(None),) * axis
+        rest = tuple(inner[axis + 1:])
+        if mode == "reflect":
+            last = before + n - 2 - after  # the cell before the after border's last source; -1: none
+            sources = (slice(2 * before, before, -1), slice(before + n - 2, last if last >= 0 else None, -1))
+        elif mode == "edge":
+            sources = (slice(before, before + 1), slice(before + n - 1, before + n))
+        else:  # wrap
+            sources = (slice(n, n + before), slice(before, before + after))
+        if before:
+            padded[lead + (slice(0, before),) + rest] = padded[lead + (sources[0],) + rest]
+        if after:
+            padded[lead + (slice(before + n, before + n + after),) + rest] = padded[lead + (sources[1],) + rest]
+    return padded
 
 
 def _pad_constant(data: np.ndarray, widths: list[tuple[int, int]], value, allocate) -> np.ndarray:

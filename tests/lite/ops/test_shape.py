@@ -252,6 +252,25 @@ def test_pad_axes(mode):
     check("Pad", inputs, {"mode": mode}, opset=19)
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+def test_pad_borders_up_to_the_axis_and_past_it_match_numpy(mode):
+    # Borders of one copy of the cells inside are copied slice by slice; wider ones (a reflection
+    # repeated) go through np.pad. Every width from 0 to past the axis, on 1-4 axes, corners included.
+    generator = np.random.default_rng(1)
+    for _ in range(200):
+        ndim = int(generator.integers(1, 5))
+        shape = tuple(int(n) for n in generator.integers(1, 6, ndim))
+        x = generator.standard_normal(shape).astype(F32)
+        pads = [int(p) for p in generator.integers(0, 7, 2 * ndim)]
+        widths = list(zip(pads[:ndim], pads[ndim:]))
+        try:
+            expected = np.pad(x, widths, mode=mode)
+        except ValueError:  # numpy refuses it too (reflect of a one-cell axis)
+            continue
+        (result,) = kernel_outputs("Pad", [x, np.array(pads, dtype=I64)], {"mode": mode}, opset=19)
+        np.testing.assert_array_equal(result, expected, err_msg=f"{mode} {shape} {pads}")
+
+
 def test_pad_integers_and_default_value():
     x = rng.integers(-5, 5, size=(2, 3)).astype(np.int32)
     check("Pad", [x, ints(1, 1, 1, 1)], opset=13)
