@@ -27,6 +27,7 @@ import numpy as np
 
 from lite.engines import numpy_fusions
 from lite.engines.arena import BufferPool
+from lite.engines.numpy_scopes import OuterConstants, Scope
 from lite.engines.numpy_steps import (
     _FOLDABLE_DOMAINS,
     _NOT_FOLDABLE,
@@ -75,6 +76,7 @@ class NumpyEngine:
         self.opsets = {normalize_domain(d): v for d, v in model.opset_imports.items()}
         self.custom_ops = custom_ops
         self.pool = BufferPool()
+        self._outer = OuterConstants(model, _canonical)
         problems: list[str] = []
         self.plans = [self._plan(graph, index, problems) for index, graph in enumerate(model.graphs)]
         if problems:
@@ -94,12 +96,15 @@ class NumpyEngine:
         constants = {i: _canonical(tensor_value(t)) for i, t in enumerate(graph.tensors) if t.is_constant}
         if not problems:  # every node has its kernel: fold what depends on weights alone
             steps = self._fold_constants(steps, constants, len(graph.tensors))
+            # A body's weights are often the enclosing graph's (captured by name): prepared too.
+            known = {**constants, **self._outer.captured(graph_index)} if graph_index else constants
             for step in steps:
                 if step.prepare is not None:
-                    step.prepared = _prepare(step, constants, graph)
+                    step.prepared = _prepare(step, known, graph)
                     step.finish()
-            if len(self.model.graphs) == 1:  # no subgraph reads an intermediate by name
-                steps = numpy_fusions.fuse(steps, constants, set(graph.outputs))
+            # A value a body reads by name is kept as a graph output is: no fusion computes it away.
+            read_by_bodies = {i for i, t in enumerate(graph.tensors) if t.name in self._outer.captured_names}
+            steps = numpy_fusions.fuse(steps, constants, set(graph.outputs) | read_by_bodies)
             for step in steps:
                 _bind(step)
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
@@ -208,7 +213,7 @@ class NumpyEngine:
             self.pool.end_run(outputs, completed=bool(outputs) or not plan.graph.outputs)
         return {plan.graph.tensors[i].name: value for i, value in zip(plan.graph.outputs, outputs)}
 
-    def _run_graph(self, graph_index: int, inputs: list[np.ndarray], scope: _Scope | None,
+    def _run_graph(self, graph_index: int, inputs: list[np.ndarray], scope: Scope | None,
                    observer: Observer | None = None) -> list[np.ndarray]:
         plan = self.plans[graph_index]
         graph = plan.graph
@@ -221,7 +226,7 @@ class NumpyEngine:
             if scope is None:
                 raise ModelFormatError(f"graph {graph.name!r} captures {graph.tensors[index].name!r} but has no enclosing graph")
             values[index] = scope.lookup(graph.tensors[index].name)
-        local = _Scope(plan, values, scope)
+        local = Scope(plan, values, scope)
         allocate = self.pool.allocate
         if observer is None:
             program = plan.program
@@ -240,7 +245,7 @@ class NumpyEngine:
                 values[index] = None
         return [values[i] for i in graph.outputs]
 
-    def _run_steps(self, program: list[tuple[Any, ...]], values: list[Any], local: _Scope,
+    def _run_steps(self, program: list[tuple[Any, ...]], values: list[Any], local: Scope,
                    allocate: Callable) -> None:
         """The run loop without an observer: most nodes' kernels are called inline (a small
         model's run is mostly this loop's overhead), the rest through _execute."""
@@ -331,7 +336,7 @@ class NumpyEngine:
                     constants[index] = values[index]
         return kept
 
-    def _body(self, target, scope: _Scope):
+    def _body(self, target, scope: Scope):
         if isinstance(target, list):
             return [self._body(t, scope) for t in target]
 
@@ -357,23 +362,6 @@ def _program(steps: list[_Step], allocate: Callable) -> list[tuple[Any, ...]]:
         program.append((step.fn if plain else None, step.slots, keywords,
                         step.outputs[0] if step.inline else None, tuple(step.release), step))
     return program
-
-
-class _Scope:
-    """Names visible to a subgraph: the enclosing graph's current values, then its scope."""
-
-    def __init__(self, plan: _GraphPlan, values: list[Any], parent: _Scope | None) -> None:
-        self.plan = plan
-        self.values = values
-        self.parent = parent
-
-    def lookup(self, name: str) -> np.ndarray:
-        index = self.plan.index_of.get(name)
-        if index is not None and self.values[index] is not None:
-            return self.values[index]
-        if self.parent is None:
-            raise ModelFormatError(f"a subgraph reads {name!r}, which no enclosing graph defines")
-        return self.parent.lookup(name)
 
 
 def _prepare(step: _Step, constants: dict[int, Any], graph: ir.Graph) -> Any:

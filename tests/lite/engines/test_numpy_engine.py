@@ -290,3 +290,88 @@ def test_a_convolution_with_a_computed_bias_keeps_its_keywords():
     feeds = {"x": np.random.default_rng(10).standard_normal((2, 4, 9, 9)).astype(np.float32),
              "b3": np.arange(6, dtype=np.float32)}
     np.testing.assert_allclose(engine.run(feeds)["y"], _reference_conv_chain(model, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_a_branch_prepares_the_weights_it_captures_from_the_enclosing_graph(tmp_path):
+    # Exporters put a model's weights in the main graph and read them inside If branches by name
+    # (silero's voice detector, one branch per sampling rate): prepared once, as in the main graph,
+    # instead of a convolution layer built again on every call.
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    import converter
+
+    rng = np.random.default_rng(11)
+    weight = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+
+    def branch(name, activation):
+        conv = helper.make_node("Conv", ["x", "w"], [f"{name}_conv"], pads=[1, 1, 1, 1])
+        act = helper.make_node(activation, [f"{name}_conv"], [f"{name}_y"])
+        return helper.make_graph([conv, act], name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+
+    node = helper.make_node("If", ["flag"], ["y"], then_branch=branch("then", "Relu"), else_branch=branch("else", "Sigmoid"))
+    graph = helper.make_graph(
+        [node], "outer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w")])
+    source = tmp_path / "branches.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source)
+    target = tmp_path / "branches.lite"
+    converter.convert(source, target, verify=False)
+    engine = NumpyEngine(load(target.read_bytes()))
+    convs = [step for plan in engine.plans[1:] for step in plan.steps if step.node.op_type == "Conv"]
+    assert len(convs) == 2 and all(step.prepared is not None for step in convs)
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    for flag in (True, False):
+        feeds = {"x": x, "flag": np.array(flag)}
+        for _ in range(2):
+            np.testing.assert_allclose(engine.run(feeds)["y"], session.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def _if_model(then_reads: str, tmp_path):
+    """x @ W + b in the main graph (a MatMul and a bias Add, which the engine fuses), and an If
+    whose branches read the product or the sum by name."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(12)
+
+    def branch(name, source, op):
+        return helper.make_graph([helper.make_node(op, [source], [f"{name}_y"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["product"]), helper.make_node("Add", ["product", "b"], ["sum"]),
+             helper.make_node("If", ["flag"], ["y"], then_branch=branch("then", then_reads, "Neg"),
+                              else_branch=branch("else", "sum", "Relu"))]
+    graph = helper.make_graph(
+        nodes, "outer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8]), helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b")])
+    path = tmp_path / f"if_{then_reads}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("then_reads", ["product", "sum"])
+def test_fusions_in_a_graph_with_bodies_keep_what_the_bodies_read(then_reads, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    import converter
+
+    source = _if_model(then_reads, tmp_path)
+    target = tmp_path / "if.lite"
+    converter.convert(source, target, verify=False)
+    engine = NumpyEngine(load(target.read_bytes()))
+    main = [step.node.op_type for step in engine.plans[0].steps]
+    # The product read by a branch stays a value of its own; read by nothing else, it is fused.
+    assert main == (["MatMul", "Add", "If"] if then_reads == "product" else ["MatMul", "If"])
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(13).standard_normal((3, 8)).astype(np.float32)
+    for flag in (True, False):
+        feeds = {"x": x, "flag": np.array(flag)}
+        np.testing.assert_allclose(engine.run(feeds)["y"], session.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
