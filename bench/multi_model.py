@@ -27,7 +27,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,25 +34,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from wheel_models import round_time as turn  # a turn: untimed calls first, then the median of the timed ones
 
 from tests.zoo.wheels import MODELS, locate
 
 PIPELINE = ("ch_PP-OCRv4_det_infer", "ch_ppocr_mobile_v2.0_cls_infer", "ch_PP-OCRv4_rec_infer")
-DISCARD_S = 0.25
-
-
-def turn(run: Callable[[], object], runs: int) -> float:
-    """Median seconds of ``runs`` calls after ``DISCARD_S`` of untimed ones."""
-    deadline = time.perf_counter() + DISCARD_S
-    run()
-    while time.perf_counter() < deadline:
-        run()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def runners(directory: Path) -> tuple[dict[str, list[Callable[[], object]]], list[str]]:
