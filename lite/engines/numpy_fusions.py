@@ -1,8 +1,8 @@
 """The numpy engine's fusions: runs of planned steps replaced by one step that computes them.
 
-Applied at load to the main graph's steps once constants are folded and kernels prepared (a
-subgraph may read an intermediate by name, so models with subgraphs are left as they are). Each
-fusion keeps the values the graph returns and every intermediate another step reads; each fused
+Applied at load to every graph's steps once constants are folded and kernels prepared. Each
+fusion keeps the values the graph returns, every intermediate another step reads, and every value
+a body (If, Loop, Scan) reads by name (the engine passes those as returned values too); each fused
 step computes what its steps computed, in the same arithmetic:
 
 - a LayerNormalization's scale and shift folded into the linear layers reading it
