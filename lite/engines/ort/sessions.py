@@ -91,7 +91,7 @@ class SessionConfig:
     # a run is in progress and stop the moment it returns (ONNX Runtime's session.force_spinning_stop),
     # leaving the cores to the Python code between calls and to the other models of the process. With
     # ONNX Runtime's own behaviour, "always", they go on spinning after a run: two models called in
-    # turns in one process (an OCR pipeline, a server with several models) took 2.2-2.8x as long as
+    # turns in one process (an OCR pipeline, a server with several models) took about 2.2x as long as
     # with "run"; one sub-millisecond model called back to back runs a few % slower with it (its next
     # run wakes the threads; bench/multi_model.py, docs/benchmarks.md). "never": they block whenever
     # idle, during runs too (slower runs, least CPU). Not part of the cache key.
