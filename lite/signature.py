@@ -62,12 +62,7 @@ def sample_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
     inputs of 1 for every symbolic size mean a 1x1 image to a detector with a ``[-1, 3, ?, ?]``
     input, which its own layers reject or which times nothing like a real call. Empty where the
     file records none (or something unreadable)."""
-    try:
-        recorded = json.loads(model.metadata.get(SAMPLE_SHAPES_KEY, "{}"))
-    except ValueError:
-        return {}
-    if not isinstance(recorded, dict):
-        return {}
+    recorded = _recorded(model, SAMPLE_SHAPES_KEY)
     return {name: tuple(shape) for name, shape in recorded.items()
             if isinstance(shape, list) and all(type(d) is int and d > 0 for d in shape)}
 
@@ -77,13 +72,16 @@ def sample_values(model: ir.Model) -> dict[str, int | bool]:
     integer and boolean inputs (:data:`SAMPLE_VALUES_KEY`). Random integers in [0, 10) for Silero
     VAD's sample rate, which the graph compares with 16000 and 8000, take a branch that rejects
     16 kHz chunks. Empty where the file records none (or something unreadable)."""
+    return {name: value for name, value in _recorded(model, SAMPLE_VALUES_KEY).items() if type(value) in (int, bool)}
+
+
+def _recorded(model: ir.Model, key: str) -> dict:
+    """The JSON object the converter recorded under metadata ``key``; empty if absent or unreadable."""
     try:
-        recorded = json.loads(model.metadata.get(SAMPLE_VALUES_KEY, "{}"))
+        recorded = json.loads(model.metadata.get(key, "{}"))
     except ValueError:
         return {}
-    if not isinstance(recorded, dict):
-        return {}
-    return {name: value for name, value in recorded.items() if type(value) in (int, bool)}
+    return recorded if isinstance(recorded, dict) else {}
 
 
 def batch_names(specs) -> frozenset[str]:
