@@ -7,7 +7,7 @@ A body reads the enclosing graphs' tensors by name (ONNX's outer-scope reference
 a model's weights in the main graph and read them inside the branches), so a body's kernels are
 prepared on them as the main graph's are (lite.ops.registry's ``prepare``): silero's voice
 detector, one If branch per sampling rate, built its convolutions' layers again on every call
-(0.78 -> 0.34 ms a call).
+(its torch.export file: 1.03-1.55 -> 0.38-0.68 ms a call, `lite bench`, docs/benchmarks.md).
 """
 
 from __future__ import annotations
