@@ -108,6 +108,24 @@ class ReadOnlyInputs:
         self.entries[key] = (inputs, result)
 
 
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """``np.broadcast_shapes(a, b)`` without its cost (3-4 µs, more than a small elementwise
+    kernel: a 64x64 model's per-channel Mul or a small Expand); ValueError where they do not
+    broadcast."""
+    if a == b:
+        return a
+    if len(a) < len(b):
+        a = (1,) * (len(b) - len(a)) + a
+    elif len(b) < len(a):
+        b = (1,) * (len(a) - len(b)) + b
+    result = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"shapes {a} and {b} do not broadcast: {x} against {y}")
+        result.append(y if x == 1 else x)
+    return tuple(result)
+
+
 def normalize_axis(op_type: str, axis: int, rank: int) -> int:
     """``axis`` in ``[-rank, rank)`` mapped to ``[0, rank)``."""
     axis = int(axis)

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from lite.ops._helpers import legacy_broadcast
+from lite.ops._helpers import broadcast_shape, legacy_broadcast
 from lite.ops._layout import empty_channels_last, is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES, kernel
 
@@ -32,25 +32,13 @@ def _binary(ufunc: np.ufunc, A, B, allocate) -> np.ndarray:
     B = np.asarray(B)
     if A.dtype != B.dtype or A.dtype.kind not in "fiub" or allocate is np.empty:
         return _same_type(ufunc(A, B), A)
-    shape = _broadcast_shape(A.shape, B.shape)
+    shape = broadcast_shape(A.shape, B.shape)
     if math.prod(shape) * A.dtype.itemsize < SMALL_ARRAY_BYTES:
         return ufunc(A, B)
     full = [operand for operand in (A, B) if operand.shape == shape]
     if full and all(is_channels_last(operand) for operand in full):
         return ufunc(A, B, out=empty_channels_last(shape, A.dtype, allocate))
     return ufunc(A, B, out=allocate(shape, A.dtype))
-
-
-def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    """np.broadcast_shapes, without its cost (several µs) in the common cases: equal shapes, and
-    one operand (a bias, a scalar) matching the other's trailing dimensions."""
-    if a == b:
-        return a
-    if len(b) <= len(a) and a[len(a) - len(b):] == b:
-        return a
-    if len(a) <= len(b) and b[len(b) - len(a):] == a:
-        return b
-    return np.broadcast_shapes(a, b)
 
 
 @kernel("Add", since=7)
