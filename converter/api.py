@@ -45,6 +45,7 @@ from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_domains, unsupported_nodes
 from converter.verify import onnxruntime_available
 from converter.verify_output import failure_message, verify_output
+from converter.zipmap import class_labels_metadata, unzip_outputs
 from lite.atomic import atomic_path
 from lite.compare import Tolerance
 from lite.errors import PreprocessingError
@@ -329,7 +330,8 @@ def _import_source(
         )
     if source.dec_key is not None:
         raise InvalidOptionError("dec_key applies to encrypted MindSpore files (.mindir, .ckpt) only")
-    return import_onnx(model, source.external_data_dir), None, []
+    imported = import_onnx(model, source.external_data_dir)
+    return imported, None, [zipped.note() for zipped in imported.zipped]
 
 
 def _write(
@@ -431,10 +433,12 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
         proto = ir.to_proto(source)
     else:
         proto = onnx.load_from_string(source)
+    if imported.zipped:  # the reference's outputs as the converted model gives them
+        proto = _copy_proto(proto) if proto is source else proto
+        unzip_outputs(proto)
     if imported.external_data_dir is None:
         return proto
-    inlined = onnx.ModelProto()
-    inlined.CopyFrom(proto)
+    inlined = _copy_proto(proto)
     try:
         onnx.external_data_helper.load_external_data_for_model(inlined, os.fspath(imported.external_data_dir))
     except (OSError, ValueError, onnx.checker.ValidationError) as err:
@@ -445,10 +449,17 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
     return inlined
 
 
+def _copy_proto(proto: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
+
+
 def _metadata(imported: ImportedModel, options: dict[str, Any]) -> dict[str, str]:
     model = imported.model
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
     return {
+        **class_labels_metadata(imported.zipped),
         "producer": producer,
         "source": os.path.basename(imported.source),
         "source_sha256": imported.sha256,

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -23,6 +23,7 @@ from converter.errors import InvalidOptionError, ModelImportError
 from converter.external_data import check_external_data
 from converter.functions import inline_functions
 from converter.import_checks import check_model, checked_numpy
+from converter.zipmap import ZippedOutput, unzip_outputs
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
 
@@ -34,6 +35,7 @@ class ImportedModel:
     sha256: str  # of the serialized source (weights in external files not included)
     size_bytes: int  # serialized size plus external data files
     external_data_dir: Path | None = None  # where its external data was found (None: it has none)
+    zipped: list[ZippedOutput] = field(default_factory=list)  # ZipMap outputs written as tensors
 
 
 def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None = None) -> ImportedModel:
@@ -50,24 +52,30 @@ def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None
     if isinstance(source, onnx.ModelProto):
         what = "<onnx.ModelProto>"
         data = source.SerializeToString()
-        model = _deserialize(_checked_proto(source, what), what)
+        proto = onnx.ModelProto()
+        proto.CopyFrom(source)  # the caller's model stays as it was
+        zipped = unzip_outputs(proto)
+        model = _deserialize(_checked_proto(proto, what), what)
         folder = check_external_data(model, external_data_dir, what)
-        return ImportedModel(_inline_functions(model, what), what, _sha256(data), len(data), folder)
+        return ImportedModel(_inline_functions(model, what), what, _sha256(data), len(data), folder, zipped)
     if isinstance(source, bytes):
         what = "<bytes>"
-        model = _deserialize(_checked_proto(_parse(source, what), what), what)
+        proto = _parse(source, what)
+        zipped = unzip_outputs(proto)
+        model = _deserialize(_checked_proto(proto, what), what)
         folder = check_external_data(model, external_data_dir, what)
-        return ImportedModel(_inline_functions(model, what), what, _sha256(source), len(source), folder)
+        return ImportedModel(_inline_functions(model, what), what, _sha256(source), len(source), folder, zipped)
     path = Path(source)
     check_model_file(path)
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as err:  # onnx raises DecodeError, OSError, ValueError... name the file
         raise ModelImportError(f"{path}: not a readable ONNX model ({err}); check the file") from err
+    zipped = unzip_outputs(proto)
     model = _deserialize(_checked_proto(proto, str(path)), str(path))
     folder = check_external_data(model, path.parent if external_data_dir is None else external_data_dir, str(path))
     model = _inline_functions(model, str(path))
-    return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder)
+    return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder, zipped)
 
 
 def check_model_file(path: Path) -> None:

@@ -42,9 +42,43 @@ def _zipmap_classifier() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=_OPSETS)
 
 
-def test_a_zipmap_output_is_refused_naming_the_node_and_the_tensor_to_use(tmp_path):
+def test_a_zipmap_output_converts_to_its_probabilities_with_the_labels_kept(tmp_path):
+    original = _zipmap_classifier()
+    before = original.SerializeToString()
+    report = converter.convert(original, tmp_path / "m.lite")
+    assert original.SerializeToString() == before  # the caller's model is not rewritten
+    assert report.verification.status == "passed"
+    assert any("'output_probability' was a sequence of maps (ZipMap)" in w and "[0, 1]" in w for w in report.warnings)
+    model = lite.Model.load(tmp_path / "m.lite", device="numpy")
+    assert json.loads(model.metadata["class_labels"]) == {"output_probability": [0, 1]}
+    x = np.array([[1.0, -2.0], [0.5, 3.0], [0.0, 0.0]], np.float32)
+    got = model.predict({"X": x})
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"])
+    label, maps = session.run(None, {"X": x})
+    expected = np.array([[row[0], row[1]] for row in maps], np.float32)
+    assert got["output_probability"].shape == (3, 2)
+    np.testing.assert_allclose(got["output_probability"], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got["label"], label)
+
+
+def test_zipmap_string_labels_are_kept_in_their_order(tmp_path):
+    original = _zipmap_classifier()
+    zipmap = original.graph.node[1]
+    del zipmap.attribute[:]
+    zipmap.attribute.append(helper.make_attribute("classlabels_strings", ["cat", "dog"]))
+    original.graph.output[1].type.sequence_type.elem_type.map_type.key_type = TensorProto.STRING
+    converter.convert(original, tmp_path / "m.lite")
+    model = lite.Model.load(tmp_path / "m.lite", device="numpy")
+    assert json.loads(model.metadata["class_labels"]) == {"output_probability": ["cat", "dog"]}
+
+
+def test_a_zipmap_read_by_another_node_is_refused_naming_the_node_and_the_tensor_to_use(tmp_path):
+    original = _zipmap_classifier()
+    original.graph.node.append(helper.make_node("Identity", ["output_probability"], ["again"]))
     with pytest.raises(ModelImportError) as caught:
-        converter.convert(_zipmap_classifier(), tmp_path / "m.lite")
+        converter.convert(original, tmp_path / "m.lite")
     message = str(caught.value)
     assert "'output_probability' is a sequence(map(int64, tensor(float)))" in message
     assert "ZipMap node 'ZipMap'" in message and "'probability_tensor'" in message
