@@ -12,7 +12,6 @@ import importlib.util
 import json
 import operator
 import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -122,7 +121,14 @@ class Model:
     def predict(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Run the model. ``inputs`` maps every input name to an array (lists are converted)."""
         feeds = self._validate(inputs)
-        return self.engine.run(feeds)
+        try:
+            return self.engine.run(feeds)
+        except Exception as err:
+            disagreement = _symbol_disagreement(self.inputs, feeds)
+            if disagreement is None or isinstance(err, InvalidInputError):
+                raise
+            raise InvalidInputError(f"{err}; the inputs disagree on a dimension the model names alike: "
+                                    f"{disagreement}") from err
 
     def __call__(self, x: Any) -> np.ndarray | dict[str, np.ndarray]:
         """Run a single-input model on ``x``; returns the output (or a dict when there are several)."""
@@ -163,46 +169,58 @@ class Model:
                 parts.append(f"unknown {', '.join(map(repr, extra))}")
             raise InvalidInputError(f"inputs do not match the model: {'; '.join(parts)} "
                                     f"(the model takes {', '.join(map(repr, [s.name for s in specs]))})")
-        bound: dict[str, tuple[int, str]] = {}
-        return {spec.name: _check_input(spec, inputs[spec.name], bound) for spec in specs}
+        return {spec.name: _check_input(spec, inputs[spec.name]) for spec in specs}
 
 
 
 
 def _plain_checks(specs: list[TensorSpec]) -> tuple[tuple[Any, ...], ...] | None:
-    """Per input: name, dtype, rank, a getter of its fixed dimensions and their sizes (None, None
-    when none are fixed), and the (axis, name) of its symbolic dimensions that other dimensions
-    share; for :func:`_plain`. None where those checks would not be the whole check: an input of
-    unknown type or rank, a sequence or optional."""
-    symbols = Counter(dim for spec in specs for dim in (spec.shape or ()) if isinstance(dim, str))
+    """Per input: name, dtype, rank, and a getter of its fixed dimensions and their sizes (None,
+    None when none are fixed); for :func:`_plain`. None where those checks would not be the whole
+    check: an input of unknown type or rank, a sequence or optional."""
     checks = []
     for spec in specs:
         if spec.kind != "tensor" or spec.dtype is None or spec.shape is None:
             return None
         axes = [axis for axis, dim in enumerate(spec.shape) if isinstance(dim, int)]
         getter = operator.itemgetter(*axes) if axes else None
-        shared = tuple((axis, dim) for axis, dim in enumerate(spec.shape) if isinstance(dim, str) and symbols[dim] > 1)
-        checks.append((spec.name, spec.dtype, len(spec.shape), getter, getter(spec.shape) if axes else None, shared))
+        checks.append((spec.name, spec.dtype, len(spec.shape), getter, getter(spec.shape) if axes else None))
     return tuple(checks)
 
 
 def _plain(checks: tuple[tuple[Any, ...], ...], inputs: dict[str, Any]) -> bool:
     """Whether ``inputs`` are exactly the model's inputs, as numpy arrays of the declared dtypes,
-    ranks and fixed sizes, with one size per symbolic dimension."""
+    ranks and fixed sizes."""
     if len(inputs) != len(checks):
         return False
-    bound: dict[str, int] = {}
-    for name, dtype, rank, fixed_sizes, sizes, shared in checks:
+    for name, dtype, rank, fixed_sizes, sizes in checks:
         value = inputs.get(name)
         if type(value) is not np.ndarray or value.dtype != dtype:
             return False
         shape = value.shape
         if len(shape) != rank or fixed_sizes is not None and fixed_sizes(shape) != sizes:
             return False
-        for axis, symbol in shared:
-            if bound.setdefault(symbol, shape[axis]) != shape[axis]:
-                return False
     return True
+
+
+def _symbol_disagreement(specs: list[TensorSpec], feeds: dict[str, Any]) -> str | None:
+    """The first symbolic dimension that ``feeds`` give two sizes, as text; None where they agree.
+
+    Inputs that name a dimension alike usually share its size, but ONNX Runtime does not require
+    it, and exporters rely on that: Hugging Face optimum's merged decoders take a cache of length 0
+    on their first step, beside an attention mask of the real length, under one name. So a
+    disagreement is not refused; it is named when the run then fails."""
+    seen: dict[str, tuple[int, str]] = {}
+    for spec in specs:
+        shape = getattr(feeds.get(spec.name), "shape", None)
+        if spec.shape is None or shape is None or len(shape) != len(spec.shape):
+            continue
+        for axis, (dim, size) in enumerate(zip(spec.shape, shape)):
+            if isinstance(dim, str):
+                first = seen.setdefault(dim, (size, f"{spec.name!r} axis {axis}"))
+                if first[0] != size:
+                    return f"dimension {dim!r} is {size} on input {spec.name!r} axis {axis} but {first[0]} on {first[1]}"
+    return None
 
 
 def _value_kinds(model: ir.Model) -> dict[str, str]:
@@ -221,16 +239,16 @@ def _value_kinds(model: ir.Model) -> dict[str, str]:
 _OBJECT = np.dtype(object)
 
 
-def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]) -> Any:
+def _check_input(spec: TensorSpec, value: Any) -> Any:
     if type(value) is np.ndarray and spec.kind == "tensor" and spec.dtype is not None and value.dtype == spec.dtype:
-        _check_shape(spec, value.shape, bound)  # the common case first: every request of a server
+        _check_shape(spec, value.shape)  # the common case first: every request of a server
         return value
     cuda = torch_cuda_spec(value)
     if cuda is not None and spec.kind == "tensor":  # the common GPU call, without DLPack calls
         shape, dtype = cuda
         if spec.dtype is not None and dtype != spec.dtype:
             raise InvalidInputError(f"input {spec.name!r} (on the GPU) has dtype {dtype}, the model expects {spec.dtype}")
-        _check_shape(spec, shape, bound)
+        _check_shape(spec, shape)
         return value
     if spec.kind == "sequence":
         if not isinstance(value, (list, tuple)):
@@ -245,7 +263,7 @@ def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]
         shape, dtype = device_array_spec(value)
         if spec.dtype is not None and dtype != spec.dtype:
             raise InvalidInputError(f"input {spec.name!r} (on the GPU) has dtype {dtype}, the model expects {spec.dtype}")
-        _check_shape(spec, shape, bound)
+        _check_shape(spec, shape)
         return value
     if isinstance(value, np.ndarray):
         array = value
@@ -267,12 +285,12 @@ def _check_input(spec: TensorSpec, value: Any, bound: dict[str, tuple[int, str]]
             array = np.asarray(value, dtype=spec.dtype)
         except (TypeError, ValueError) as err:
             raise InvalidInputError(f"input {spec.name!r} cannot be converted to {spec.dtype}: {err}") from err
-    _check_shape(spec, array.shape, bound)
+    _check_shape(spec, array.shape)
     return array
 
 
-def _check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple[int, str]]) -> None:
-    """Rank and fixed dimensions as declared; a symbolic dimension has one size across inputs."""
+def _check_shape(spec: TensorSpec, shape: tuple[int, ...]) -> None:
+    """Rank and fixed dimensions as declared (symbolic ones: :func:`_symbol_disagreement`)."""
     if spec.shape is None:
         return
     if len(shape) != len(spec.shape):
@@ -286,12 +304,6 @@ def _check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tupl
                 f"input {spec.name!r} has size {size} on axis {axis} (shape {list(shape)}), "
                 f"the model expects {dim} (shape {list(spec.shape)})"
             )
-        if isinstance(dim, str):
-            first = bound.setdefault(dim, (size, f"{spec.name!r} axis {axis}"))
-            if first[0] != size:
-                raise InvalidInputError(
-                    f"dimension {dim!r} is {size} on input {spec.name!r} axis {axis} but {first[0]} on {first[1]}"
-                )
 
 
 def _named_engine(model: ir.Model, engine: str, source: Any, device: str, threads: int | None,
