@@ -67,10 +67,42 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
 
 
 def _infer(model: ir.Model, capture: _Capture, *, data_prop: bool) -> None:
-    outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=data_prop)(model)
-    if not outcome.modified and capture.messages:
-        # Strict mode stops at the first node it cannot infer; non-strict infers the rest.
-        ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=data_prop)(model)
+    renamed = _distinct_names(model)
+    try:
+        outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=data_prop)(model)
+        if not outcome.modified and capture.messages:
+            # Strict mode stops at the first node it cannot infer; non-strict infers the rest.
+            ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=data_prop)(model)
+    finally:
+        for value, name in renamed:
+            value.name = name
+
+
+def _distinct_names(model: ir.Model) -> list[tuple[ir.Value, str]]:
+    """Give every value defined in a subgraph under a name that another graph also defines a
+    name of its own, for the inference only; return (value, name) pairs to restore.
+
+    Each graph is a scope of its own, so an If's two branches may both define ``present.0.key``
+    (Hugging Face optimum's merged decoders do), but ONNX's data propagation keys what it learns
+    by name across the whole model: it gave the no-cache branch of optimum's T5 decoder the other
+    branch's shape, [1, 4, 4, 16] for [batch, 4, encoder_length, 16], and constant folding then
+    froze that 4 into the graph, which failed at any other encoder length."""
+    taken: set[str] = set()
+    renamed: list[tuple[ir.Value, str]] = []
+    for graph in all_graphs(model):
+        defined = [*graph.inputs, *graph.initializers.values(), *(value for node in graph for value in node.outputs)]
+        for value in defined:
+            name = value.name
+            if not name:
+                continue
+            if name in taken and graph is not model.graph:
+                suffix = 1
+                while f"{name}__scope{suffix}" in taken:
+                    suffix += 1
+                value.name = f"{name}__scope{suffix}"
+                renamed.append((value, name))
+            taken.add(value.name)
+    return renamed
 
 
 # Data propagation computes the values of small vectors (shapes, slice bounds) at conversion
