@@ -44,7 +44,7 @@ def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, 
             try:
                 return engine(feeds)
             except KernelError as err:
-                if err.node is not None and _reads_an_input(path, err.node):
+                if _reads_an_input(engine.model, _innermost(err)):
                     raise InputsRejectedError(
                         f"{engine.name} refuses them where ONNX Runtime ran the original: {err}"
                     ) from err
@@ -114,11 +114,30 @@ def check_batch_axis(run, feeds: dict[str, np.ndarray]) -> None:
         )
 
 
-def _reads_an_input(path: Path, node: lite_ir.Node) -> bool:
-    """Whether ``node`` reads one of the model's inputs directly (its kernel judged those values)."""
-    from lite.format import load
+def _innermost(err: KernelError) -> lite_ir.Node | None:
+    """The node that failed: inside a subgraph, the node of the body, not the If or Loop that
+    ran it (each level's KernelError is the cause of the next)."""
+    node = err.node
+    cause = err.__cause__
+    while cause is not None:
+        if isinstance(cause, KernelError) and cause.node is not None:
+            node = cause.node
+        cause = cause.__cause__
+    return node
 
-    main = load(path).main
+
+def _reads_an_input(model: lite_ir.Model | None, node: lite_ir.Node | None) -> bool:
+    """Whether ``node`` reads one of the model's inputs directly (its kernel judged those
+    values), in the main graph or, captured by name, in a subgraph."""
+    if model is None or node is None:
+        return False
+    main = model.main
+    for graph in model.graphs[1:]:
+        if any(candidate is node for candidate in graph.nodes):
+            inputs = {main.tensors[index].name for index in main.inputs}
+            captured = {graph.tensors[index].name for index in graph.captures}
+            return any(0 <= index < len(graph.tensors) and graph.tensors[index].name in inputs & captured
+                       for index in node.inputs)
     return bool(set(node.inputs) & set(main.inputs))
 
 
@@ -192,6 +211,7 @@ class _LiteRunner:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name = "lite.Model (numpy engine)"
+        self.model: lite_ir.Model | None = None  # the graphs of the last run (a failure's node is theirs)
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
         import lite
@@ -201,4 +221,5 @@ class _LiteRunner:
         except lite.UnsupportedOpError:
             model = lite.Model.load(str(self.path), device="cpu", cache_dir=None)
             self.name = "lite.Model (ONNX Runtime engine: the numpy engine has no kernel for some nodes)"
+        self.model = model.ir
         return model.predict(feeds)

@@ -60,3 +60,27 @@ def test_the_branches_keep_their_value_names(tmp_path):
     for branch in branches:
         names = {output for node in branch.node for output in node.output} | {value.name for value in branch.output}
         assert not any("__scope" in name for name in names), names
+
+
+def test_verification_judges_a_failure_inside_a_branch_by_the_node_that_failed(tmp_path):
+    """A kernel failing inside an If on values the branch computed is the converted model's
+    failure (verification fails), not the inputs' (verification skipped), though the If itself
+    reads a model input."""
+    from converter.verify_output import _innermost, _reads_an_input
+    from lite.errors import KernelError
+
+    converter.convert(_model(), tmp_path / "m.lite", verify=False, optimize=False)
+    graphs = lite.Model.load(tmp_path / "m.lite", device="numpy").ir
+    branch = next(graph for graph in graphs.graphs[1:] if any(node.op_type == "Identity" for node in graph.nodes))
+    reads_x = next(node for node in branch.nodes if node.op_type == "Identity")
+    computed = next(node for node in branch.nodes if node.op_type == "Shape")
+    if_node = next(node for node in graphs.main.nodes if node.op_type == "If")
+    assert _reads_an_input(graphs, reads_x) and _reads_an_input(graphs, if_node)
+    assert not _reads_an_input(graphs, computed)
+
+    inner = KernelError("inside")
+    inner.node = computed
+    outer = KernelError("node 'if' (If): inside")
+    outer.node = if_node
+    outer.__cause__ = inner
+    assert _innermost(outer) is computed
