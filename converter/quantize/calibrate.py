@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from converter.quantize.config import QuantConfig
 from converter.quantize.data import DataSource, batches, describe_source
 from converter.quantize.errors import CalibrationDataError
@@ -51,7 +53,9 @@ def collect_stats(model: lite_ir.Model, source: DataSource, config: QuantConfig,
     for batch in batches(source, inputs, config.batch_size, config.calibration_size, spec):
         outputs = runner.run(batch.feeds)
         for name in names:
-            stats[name].add(outputs[name][: batch.size])
+            value = outputs[name]
+            # A rank-0 activation (a recurrent model's gate) has no batch axis to trim.
+            stats[name].add(value[: batch.size] if np.ndim(value) else value)
         seen += batch.size
         if progress is not None:
             progress("calibrating (samples)", seen, config.calibration_size)

@@ -404,7 +404,10 @@ def _canonical(value: Any) -> Any:
 
 
 def _contiguous(value: Any) -> Any:
-    """``value`` in C order: a kernel's channels-last view becomes an ordinary array."""
+    """``value`` in C order: a kernel's channels-last view becomes an ordinary array, and the
+    numpy scalar a ufunc gives for a rank-0 tensor a 0-d array."""
     if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
         return np.ascontiguousarray(value)
+    if isinstance(value, np.generic):
+        return np.asarray(value)
     return value

@@ -129,7 +129,7 @@ _HARD_SWISH = {np.dtype(kind): tuple(kind(value) for value in (1 / 6, 0.5, 0, 1)
 def HardSwish(X):
     X = np.asarray(X)
     constants = _HARD_SWISH.get(X.dtype)
-    if constants is not None:
+    if constants is not None and X.ndim:
         # The same operations as below, in place into one fresh array and with the clip ufunc
         # (np.clip's Python layer costs as much as a pass over LeViT's 16x128 activations).
         sixth, half, zero, one = constants

@@ -73,6 +73,8 @@ def erf_float32(x: np.ndarray) -> np.ndarray:
     """erf of ``x`` in float32 arithmetic (see the module docstring)."""
     x = np.asarray(x, dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):  # the series of a large |x| is computed, then not used
+        if x.ndim == 0:  # ufuncs return scalars for rank 0, which the in-place passes cannot write into
+            return _erf_float32(x.reshape(1)).reshape(())
         return _erf_float32(x)
 
 

@@ -27,6 +27,8 @@ def _one_plus_exp_negative(x: np.ndarray) -> np.ndarray:
     sigmoid of a bounded value differs from the exact one by under 1e-38 in float32)."""
     low, high, one = _constants(x.dtype, (-_EXP_LIMITS[x.dtype], _EXP_LIMITS[x.dtype], 1))
     t = clip(x, low, high)
+    if type(t) is not np.ndarray:  # a rank-0 input: ufuncs return a scalar, not an array to write into
+        t = np.array(t)
     np.negative(t, out=t)
     np.exp(t, out=t)
     return np.add(t, one, out=t)

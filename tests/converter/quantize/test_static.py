@@ -141,3 +141,20 @@ def test_calibration_runs_one_sample_at_a_time_when_the_model_rejects_batches(tm
         report.quantization.warnings
     x = calibration[0][None]
     assert lite.Model.load(tmp_path / "q.lite", device="numpy").predict({"x": x})["y"].shape == (1, 5)
+
+
+def test_a_rank_0_activation_is_calibrated_whole(tmp_path):
+    # A quality model's score: MatMul -> ReduceMean(keepdims=0) -> Mul, a scalar with no batch
+    # axis to trim; calibration indexed it as a batch and failed with a traceback.
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("ReduceMean", ["m"], ["s"], keepdims=0),
+         helper.make_node("Mul", ["s", "k"], ["y"])], "score",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.array(2.0, np.float32), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    calibration = [{"x": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(4)]
+    converter.convert(model, tmp_path / "q.lite", quant="int8", calibration_data=calibration)
+    assert load(tmp_path / "q.lite").main.nodes

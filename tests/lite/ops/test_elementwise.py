@@ -264,6 +264,25 @@ def test_unary_float(op, dtype):
     check(op, [x], opset=22)
 
 
+@pytest.mark.parametrize("op", sorted(UNARY_DOMAINS))
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_unary_float_of_a_scalar_through_the_engine(op, dtype):
+    # A rank-0 tensor (a GRU-based quality model's gate): numpy's ufuncs return a scalar for
+    # one, which the in-place passes of the fast kernels could not write into.
+    import lite
+    from lite.format import GraphBuilder, to_bytes
+
+    b = GraphBuilder("scalar", opset=22)
+    b.output(b.node(op, [b.input("x", dtype, [])]), dtype, [])
+    low, high = UNARY_DOMAINS[op]
+    x = np.asarray(rng.uniform(low, high), dtype=dtype)
+    model = lite.Model.load(to_bytes(b.build()), device="numpy")
+    (got,) = model.predict({"x": x}).values()
+    (want,) = kernel_outputs(op, [x.reshape(1)], {}, opset=22)  # the same kernel on one element
+    assert isinstance(got, np.ndarray) and got.shape == () and got.dtype == dtype
+    np.testing.assert_array_equal(got, want.reshape(()))
+
+
 @pytest.mark.parametrize("op", ["Abs", "Neg", "Sign", "Relu"])
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
 def test_unary_integers(op, dtype):
