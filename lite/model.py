@@ -20,7 +20,7 @@ import numpy as np
 from lite.custom_ops import CustomOps
 from lite.device_arrays import device_array_spec, is_device_array, torch_cuda_spec
 from lite.engines.base import DEVICES
-from lite.errors import InvalidInputError, ModelFormatError
+from lite.errors import InvalidInputError, ModelFormatError, UnsupportedOpError
 from lite.format import ir
 from lite.format import load as load_model
 from lite.format.dtypes import DataType
@@ -339,6 +339,13 @@ def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: C
                 options: dict[str, Any], identity: str | None):
     if device == "auto":
         device = _best_device(model)
+        if device == "numpy" and _ort_device() is not None:
+            try:
+                return _engine_for(model, "numpy", threads, custom_ops, {}, identity)
+            except UnsupportedOpError:
+                # A string model (kept on the numpy engine for its bytes) with a node only ONNX
+                # Runtime runs, such as scikit-learn's text pipelines' com.microsoft Tokenizer.
+                device = _ort_device()
         if device != "numpy":
             from lite.engines.ort.sessions import OrtRejected
 
@@ -371,13 +378,18 @@ def _best_device(model: ir.Model) -> str:
     graph = model.main
     if any(graph.tensors[i].dtype == DataType.STRING for i in (*graph.inputs, *graph.outputs)):
         return "numpy"
+    return _ort_device() or "numpy"
+
+
+def _ort_device() -> str | None:
+    """ONNX Runtime's best device here ("cuda", "cpu"), None where it or onnx is missing."""
     try:
         import onnxruntime
     except ImportError:
-        return "numpy"
+        return None
     if importlib.util.find_spec("onnx") is None:  # the ONNX Runtime engine writes its models with onnx
-        return "numpy"
+        return None
     available = onnxruntime.get_available_providers()
     if "CUDAExecutionProvider" in available:
         return "cuda"
-    return "cpu" if "CPUExecutionProvider" in available else "numpy"
+    return "cpu" if "CPUExecutionProvider" in available else None

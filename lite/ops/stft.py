@@ -2,7 +2,8 @@
 
 https://onnx.ai/onnx/operators/onnx__STFT.html
 
-``signal`` is ``(batch, length, 1)`` real or ``(batch, length, 2)`` complex. Frame ``f``
+``signal`` is ``(batch, length, 1)`` real or ``(batch, length, 2)`` complex (``(batch, length)``
+is taken as real, as ONNX Runtime takes it). Frame ``f``
 covers ``[f * frame_step, f * frame_step + frame_length)``; there are
 ``(length - frame_length) // frame_step + 1`` frames. ``frame_length`` defaults to the window's
 length, else the signal's; the window defaults to all ones. The output is
@@ -23,8 +24,13 @@ from lite.ops.registry import kernel
 @kernel("STFT", since=17)
 def STFT(signal, frame_step, window=None, frame_length=None, *, onesided=1):
     signal = np.asarray(signal)
+    if signal.ndim == 2:
+        # (batch, length): a real signal without its trailing axis. The spec asks for the axis;
+        # ONNX Runtime accepts it absent, and onnxscript's mel-spectrogram front ends (onnx-asr's)
+        # rely on that.
+        signal = signal[..., np.newaxis]
     if signal.ndim != 3:
-        raise KernelError(f"STFT: signal must be (batch, length, 1 or 2), got shape {signal.shape}")
+        raise KernelError(f"STFT: signal must be (batch, length, 1 or 2) or (batch, length), got shape {signal.shape}")
     values = as_complex("STFT", signal)  # (batch, length)
     length = values.shape[1]
     step = scalar_int("STFT", "frame_step", frame_step)

@@ -104,6 +104,31 @@ def test_bad_arguments():
         lite.Model.load(matmul_model(), threads=0)
 
 
+def test_the_default_device_runs_a_text_model_with_a_node_only_onnx_runtime_has(tmp_path):
+    # scikit-learn's text pipelines tokenize with com.microsoft's Tokenizer: the numpy engine,
+    # where string models go by default, has no kernel for it, ONNX Runtime has.
+    pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import TensorProto, helper
+
+    import converter
+
+    tokenize = helper.make_node("Tokenizer", ["text"], ["tokens"], domain="com.microsoft", mark=0,
+                                mincharnum=1, pad_value="#", separators=[" "])
+    count = helper.make_node("Shape", ["tokens"], ["shape"])
+    graph = helper.make_graph([tokenize, count], "words", [helper.make_tensor_value_info("text", TensorProto.STRING, [2])],
+                              [helper.make_tensor_value_info("shape", TensorProto.INT64, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, tmp_path / "m.onnx")
+    converter.convert(tmp_path / "m.onnx", tmp_path / "m.lite", verify=False)
+    with pytest.raises(lite.UnsupportedOpError):
+        lite.Model.load(tmp_path / "m.lite", device="numpy")
+    loaded = lite.Model.load(tmp_path / "m.lite")
+    assert loaded.device == "cpu"
+    out = loaded.predict({"text": np.array(["a bb ccc", "dd"], dtype=object)})
+    assert out["shape"].tolist() == [2, 3]
+
+
 def test_unsupported_ops_are_listed_all_at_once():
     b = GraphBuilder("custom")
     x = b.input("x", np.float32, [2])

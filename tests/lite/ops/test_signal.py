@@ -34,6 +34,15 @@ def test_stft(with_window, with_length, onesided):
     check("STFT", inputs, {"onesided": onesided}, opset=17, rtol=1e-4, atol=1e-4)
 
 
+def test_stft_of_a_signal_without_its_trailing_axis_is_real():
+    # (batch, length), as ONNX Runtime accepts it and onnxscript's spectrogram front ends write it.
+    signal = normal(2, 40, 1)
+    step, window = np.array(6, dtype=np.int64), normal(16)
+    (whole,) = check("STFT", [signal, step, window, None], {"onesided": 1}, opset=17, rtol=1e-4, atol=1e-4)
+    (bare,) = run_kernel("STFT", [signal[..., 0], step, window, None], {"onesided": 1}, opset=17)
+    np.testing.assert_array_equal(bare, whole)
+
+
 @pytest.mark.parametrize("op_type", ["HannWindow", "HammingWindow", "BlackmanWindow"])
 @pytest.mark.parametrize("periodic", [0, 1])
 @pytest.mark.parametrize("output_datatype", [1, 11])
