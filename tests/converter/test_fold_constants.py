@@ -173,3 +173,24 @@ def test_the_check_declines_a_model_whose_constants_make_a_huge_tensor(name, tmp
     report = converter.convert(model, tmp_path / "m.lite")
     assert report.verification.skipped
     assert "elements from its constants" in report.verification.reason and "too large" in report.verification.reason
+
+
+def test_a_quantized_weight_stays_quantized(tmp_path):
+    # A QDQ model as ONNX Runtime's quantizer writes it: DequantizeLinear of an int8 weight. As a
+    # float initializer the weight took 4x the file and ONNX Runtime ran the layer in float.
+    from onnx import numpy_helper
+
+    import lite
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.integers(-127, 128, (64, 64)).astype(np.int8), "w_q"),
+             numpy_helper.from_array(np.array(0.01, np.float32), "w_s"), numpy_helper.from_array(np.array(0, np.int8), "w_z")]
+    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])], inits)
+    report = converter.convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "m.lite")
+    assert report.verification.status == "passed"
+    model = lite.Model.load(tmp_path / "m.lite", device="numpy")
+    assert "DequantizeLinear" in {node.op_type for node in model.ir.main.nodes}
+    weights = [tensor.data for tensor in model.ir.main.tensors if tensor.data is not None and tensor.data.size == 64 * 64]
+    assert [w.dtype for w in weights] == [np.int8]
