@@ -317,3 +317,15 @@ def test_reduce_mean_over_a_unit_axis_named_twice_or_out_of_range_fails():
     for axes in ([1, 1], [3], [1, -2]):
         with pytest.raises(KernelError):
             kernel_outputs("ReduceMean", [x, np.array(axes, np.int64)], {}, opset=18)
+
+
+def test_a_row_masked_whole_gives_nan_without_a_warning():
+    # A left-padded batch under a causal mask: a row of -inf. NaN there, as ONNX Runtime gives,
+    # and no numpy warning on the user's console (a fresh process: default warning filters).
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from lite.ops.softmax import Softmax; x = np.zeros((3, 5), np.float32); "
+            "x[1] = -np.inf; y = Softmax(x, axis=-1); print(np.isnan(y[1]).all(), np.allclose(y[[0, 2]], 0.2))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True"] and "Warning" not in done.stderr, done.stderr
