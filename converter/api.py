@@ -32,6 +32,7 @@ from converter.errors import (
     UnsupportedOpsError,
     VerificationError,
 )
+from converter.import_checks import training_mode_notes
 from converter.importer import ImportedModel, ModelSource, apply_input_shapes, check_model_file, import_onnx
 from converter.lower import lower_model
 from converter.mindspore import import_mindspore, is_mindspore_source
@@ -331,7 +332,7 @@ def _import_source(
     if source.dec_key is not None:
         raise InvalidOptionError("dec_key applies to encrypted MindSpore files (.mindir, .ckpt) only")
     imported = import_onnx(model, source.external_data_dir)
-    return imported, None, [zipped.note() for zipped in imported.zipped]
+    return imported, None, [zipped.note() for zipped in imported.zipped] + training_mode_notes(imported.model)
 
 
 def _write(

@@ -238,3 +238,31 @@ _VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "doubl
 
 def _holds_data(proto: onnx.TensorProto) -> bool:
     return proto.HasField("raw_data") or any(len(getattr(proto, field)) for field in _VALUE_FIELDS)
+
+
+def training_mode_notes(model: ir.Model) -> list[str]:
+    """Warnings for nodes left in training mode: a Dropout whose ``training_mode`` input is
+    true (or not a constant) drops a random part of its input on every call. PyTorch writes one
+    when the module was not put in eval mode (a wrapper whose inner model was; the TorchScript
+    exporter restores training mode after it exports). The conversion keeps the node as ONNX
+    defines it, so the user hears of it here rather than from outputs that change run to run."""
+    nodes = []
+    for graph in [model.graph, *model.graph.subgraphs()]:
+        for node in graph:
+            if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 3:
+                continue
+            flag = node.inputs[2]
+            if flag is None:
+                continue
+            value = flag.const_value
+            producer = flag.producer()
+            if value is None and producer is not None and producer.op_type == "Constant":
+                attribute = producer.attributes.get("value")
+                value = attribute.value if attribute is not None else None
+            if value is None or bool(value.numpy().reshape(-1)[:1].all()):
+                nodes.append(repr(node.name) if node.name else "(unnamed)")
+    if not nodes:
+        return []
+    shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+    return [f"{len(nodes)} Dropout node(s) run in training mode ({shown}): their outputs are random on every "
+            "call; export the model in eval mode (model.eval() before torch.onnx.export)"]

@@ -101,3 +101,25 @@ def test_a_model_missing_its_weights_gets_one_error_not_a_warning_per_weight(tmp
     with caplog.at_level("WARNING"), pytest.raises(ModelImportError, match="reads 'w', which no graph input"):
         converter.convert(model, tmp_path / "m.lite")
     assert not [record for record in caplog.records if "cannot be found in any scope" in record.getMessage()]
+
+
+@pytest.mark.parametrize("as_constant_node", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+def test_a_dropout_left_in_training_mode_is_warned_of(tmp_path, training, as_constant_node):
+    # PyTorch writes Dropout(training_mode=True) for a module not put in eval mode: the output
+    # is then random on every call.
+    from onnx import numpy_helper
+
+    flag = numpy_helper.from_array(np.array(training), "train")
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio")]
+    nodes = [onnx.helper.make_node("Constant", [], ["train"], value=flag)] if as_constant_node else []
+    inits += [] if as_constant_node else [flag]
+    nodes.append(onnx.helper.make_node("Dropout", ["x", "ratio", "train"], ["y"], name="drop"))
+    graph = onnx.helper.make_graph(nodes, "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])], inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    report = converter.convert(model, tmp_path / "m.lite", verify=False)
+    warned = [warning for warning in report.warnings if "training mode" in warning]
+    assert bool(warned) == training
+    if training:
+        assert "'drop'" in warned[0] and "model.eval()" in warned[0]
