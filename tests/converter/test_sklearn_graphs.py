@@ -184,3 +184,16 @@ def test_a_divergence_after_an_untyped_value_is_found(tmp_path, monkeypatch):
         converter.convert(_scaled_classifier(), tmp_path / "m.lite", report_path=report)
     divergence = json.loads(report.read_text())["verification"]["divergence"]
     assert divergence.get("op_type") == "Scaler" and divergence.get("tensor") == "scaled", divergence
+
+
+def test_a_graph_importing_only_the_ml_domain_takes_fp16_inputs(tmp_path):
+    # onnxmltools' XGBoost export imports ai.onnx.ml alone: --fp16-io's Casts had no version of
+    # the default domain, and the converter refused its own nodes.
+    regressor = helper.make_node("LinearRegressor", ["X"], ["Y"], domain="ai.onnx.ml", coefficients=[1.0, 2.0],
+                                 intercepts=[0.5])
+    graph = helper.make_graph([regressor], "ml_only", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+    converter.convert(model, tmp_path / "m.lite", fp16_io=True)
+    out = lite.Model.load(tmp_path / "m.lite", device="numpy").predict({"X": np.array([[1.0, 1.0]], np.float16)})
+    assert out["Y"].dtype == np.float16 and out["Y"].tolist() == [[3.5]]
