@@ -45,6 +45,7 @@ class InputSpec:
         return self.shape[0] if self.shape and isinstance(self.shape[0], int) else None
 
 
+
 @dataclass
 class Sample:
     feeds: dict[str, np.ndarray]  # one sample per input, no batch dimension
@@ -97,7 +98,8 @@ def batches(source: DataSource, inputs: list[InputSpec], batch_size: int, limit:
             spec: dict[str, Any] | None = None) -> Iterator[Batch]:
     """Samples of ``source`` (at most ``limit``) stacked into batches of the model's batch size
     (fixed by the model, else ``batch_size``)."""
-    static = {spec_.static_batch for spec_ in inputs} - {None}
+    whole = unbatched(inputs)
+    static = {spec_.static_batch for spec_ in inputs if spec_.name not in whole} - {None}
     fixed = len(static) == 1
     size = next(iter(static)) if fixed else batch_size
     pending: list[Sample] = []
@@ -120,7 +122,9 @@ def batches(source: DataSource, inputs: list[InputSpec], batch_size: int, limit:
 
 
 def _stack(items: list[Sample], inputs: list[InputSpec]) -> Batch:
-    feeds = {spec.name: np.stack([item.feeds[spec.name] for item in items]).astype(spec.dtype, copy=False)
+    whole = unbatched(inputs)
+    feeds = {spec.name: (np.asarray(items[0].feeds[spec.name]) if spec.name in whole
+                         else np.stack([item.feeds[spec.name] for item in items])).astype(spec.dtype, copy=False)
              for spec in inputs}
     labels = None
     if all(item.label is not None for item in items):
@@ -174,10 +178,17 @@ def _array_file_samples(file: Path, inputs: list[InputSpec]) -> Iterator[Sample]
 
 
 def _split(arrays: dict[str, np.ndarray], labels: Any, inputs: list[InputSpec], where: str) -> Iterator[Sample]:
-    """Rows of possibly batched arrays as single samples."""
+    """Rows of possibly batched arrays as single samples. A rank-0 input is the same for every
+    sample, and so is an input given one row beside others given several (a recurrent model's
+    initial state recorded once, beside a run of its inputs): numpy's broadcasting."""
     batched: dict[str, np.ndarray] = {}
+    shared: dict[str, np.ndarray] = {}
+    whole = unbatched(inputs)
     for spec in inputs:
         array = np.asarray(arrays[spec.name])
+        if spec.name in whole:
+            shared[spec.name] = _whole(array, spec, where)
+            continue
         rank = len(spec.shape) if spec.shape is not None else array.ndim
         if array.ndim == rank - 1:
             array = array[None]
@@ -194,15 +205,47 @@ def _split(arrays: dict[str, np.ndarray], labels: Any, inputs: list[InputSpec], 
                 )
         batched[spec.name] = array
     counts = {array.shape[0] for array in batched.values()}
-    if len(counts) != 1:
-        raise CalibrationDataError(f"{where}: inputs have different numbers of samples {sorted(counts)}")
-    count = counts.pop()
+    if len(counts) == 2 and 1 in counts:
+        for name in [name for name, array in batched.items() if array.shape[0] == 1]:
+            shared[name] = batched.pop(name)[0]
+        counts.discard(1)
+    if len(counts) > 1:
+        listing = ", ".join(f"{name} {array.shape[0]}" for name, array in batched.items())
+        raise CalibrationDataError(
+            f"{where}: inputs have different numbers of samples ({listing}); give every input the same number of "
+            "rows (the first axis), or one row for an input that is the same for every sample"
+        )
+    count = counts.pop() if counts else 1
     label_array = None if labels is None else np.asarray(labels).reshape(-1)
     if label_array is not None and label_array.size != count:
         raise CalibrationDataError(f"{where}: {label_array.size} labels for {count} samples")
     for row in range(count):
         label = None if label_array is None else int(label_array[row])
-        yield Sample({name: array[row] for name, array in batched.items()}, label)
+        yield Sample({**{name: array[row] for name, array in batched.items()}, **shared}, label)
+
+
+def unbatched(inputs: list[InputSpec]) -> set[str]:
+    """Inputs without a batch axis, the same for every sample of a batch: rank 0 (a Loop's trip
+    count), or a fixed first size where another input's first size is symbolic (a per-channel
+    scale ``[8]`` beside ``x[N, 8]``)."""
+    symbolic = any(spec.shape and not isinstance(spec.shape[0], int) for spec in inputs)
+    return {spec.name for spec in inputs
+            if spec.shape is not None and (len(spec.shape) == 0 or symbolic and isinstance(spec.shape[0], int))}
+
+
+def _whole(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
+    """An unbatched input's value: its declared shape, or that shape with a leading axis of 1."""
+    declared = tuple(spec.shape)
+    fits = len(array.shape) == len(declared) and all(not isinstance(d, int) or d == n
+                                                      for d, n in zip(declared, array.shape))
+    if not fits and array.ndim == len(declared) + 1 and array.shape[0] == 1:
+        return _whole(array[0], spec, where)
+    if not fits:
+        raise CalibrationDataError(
+            f"{where}: input {spec.name!r} has shape {list(array.shape)}; the model takes it whole, without a "
+            f"batch axis, as {list(declared)}"
+        )
+    return array
 
 
 def _image_samples(root: Path, images: list[Path], spec: ImageSpec, inputs: list[InputSpec]) -> Iterator[Sample]:

@@ -65,3 +65,30 @@ def test_iterables_of_arrays_dicts_and_pairs():
 def test_empty_folder_says_what_calibration_data_is(tmp_path):
     with pytest.raises(CalibrationDataError, match="found no .npy/.npz or image files"):
         list(batches(tmp_path, INPUTS, 4, 10))
+
+
+def test_inputs_without_a_batch_axis_are_the_same_for_every_sample(tmp_path):
+    # A scalar (a temperature, a Loop's trip count) and a per-channel vector [8] beside x[N, 8].
+    inputs = [InputSpec("x", np.dtype(np.float32), ("N", 8)), InputSpec("t", np.dtype(np.float32), ()),
+              InputSpec("s", np.dtype(np.float32), (8,))]
+    np.savez(tmp_path / "0.npz", x=np.ones((3, 8), np.float32), t=np.array(0.5, np.float32), s=np.arange(8, dtype=np.float32))
+    np.savez(tmp_path / "1.npz", x=np.ones((2, 8), np.float32), t=np.array(0.5, np.float32),
+             s=np.arange(8, dtype=np.float32)[None])  # a leading axis of 1 is taken off
+    got = list(batches(tmp_path, inputs, batch_size=4, limit=100))
+    assert [b.size for b in got] == [4, 1]
+    assert got[0].feeds["x"].shape == (4, 8) and got[0].feeds["t"].shape == () and got[0].feeds["s"].shape == (8,)
+
+
+def test_a_state_given_once_beside_a_run_of_inputs_is_repeated(tmp_path):
+    # A recurrent model's call recorded as one file: 5 frames, and its initial state once.
+    inputs = [InputSpec("x", np.dtype(np.float32), ("N", 8)), InputSpec("h", np.dtype(np.float32), ("N", 1, 4))]
+    np.savez(tmp_path / "call.npz", x=np.ones((5, 8), np.float32), h=np.zeros((1, 1, 4), np.float32))
+    got = list(batches(tmp_path, inputs, batch_size=4, limit=100))
+    assert [b.size for b in got] == [4, 1] and got[0].feeds["h"].shape == (4, 1, 4)
+
+
+def test_inputs_with_different_numbers_of_rows_are_named(tmp_path):
+    inputs = [InputSpec("x", np.dtype(np.float32), ("N", 8)), InputSpec("y", np.dtype(np.float32), ("N", 8))]
+    np.savez(tmp_path / "bad.npz", x=np.ones((3, 8), np.float32), y=np.ones((2, 8), np.float32))
+    with pytest.raises(CalibrationDataError, match=r"bad.npz.*different numbers of samples \(x 3, y 2\)"):
+        list(batches(tmp_path, inputs, 4, 10))
