@@ -158,3 +158,51 @@ def test_a_rank_0_activation_is_calibrated_whole(tmp_path):
     calibration = [{"x": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(4)]
     converter.convert(model, tmp_path / "q.lite", quant="int8", calibration_data=calibration)
     assert load(tmp_path / "q.lite").main.nodes
+
+
+def test_an_opset_11_model_is_raised_to_13_for_per_channel_weights(tmp_path):
+    # paddle2onnx and keras2onnx write opset 11-12, which has no per-axis DequantizeLinear; per
+    # tensor, their OCR models kept a cosine of 0.66-0.82 to their float outputs. The Squeeze's
+    # axes move from an attribute to an input at 13: the version converter rewrites it.
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * np.array([1, 10, 0.1, 5, 1, 2, 0.5, 3],
+                                                                              np.float32)[:, None, None, None]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+             helper.make_node("Squeeze", ["p"], ["y"], axes=[2, 3])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    calibration = [rng.standard_normal((3, 8, 8)).astype(np.float32) for _ in range(8)]
+    report = converter.convert(model, tmp_path / "q.lite", quant="int8", calibration_data=calibration)
+    assert any("opset 11 raised to 13" in warning for warning in report.warnings), report.warnings
+    loaded = load(tmp_path / "q.lite")
+    weights = [t for t in loaded.main.tensors if t.data is not None and t.dtype == DataType.INT8 and t.quant is not None]
+    assert weights and all(t.quant.axis == 0 for t in weights)
+    x = calibration[0][None]
+    import lite
+
+    got = lite.Model.load(tmp_path / "q.lite", device="numpy").predict({"x": x})["y"]
+    converter.convert(model, tmp_path / "f.lite", verify=False)
+    want = lite.Model.load(tmp_path / "f.lite", device="numpy").predict({"x": x})["y"]
+    cosine = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
+    assert got.shape == (1, 8) and cosine > 0.99
+
+
+def test_int8_dynamic_raises_an_opset_9_model_to_one_with_dynamic_quantization(tmp_path):
+    # DynamicQuantizeLinear came with opset 11: on an opset-9 model (a PyTorch 1.9 export) the
+    # converter refused the nodes it had inserted itself.
+    weight = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    report = converter.convert(model, tmp_path / "q.lite", quant="int8-dynamic")
+    assert any("opset 9 raised to 13" in warning for warning in report.warnings), report.warnings
+    import lite
+
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    got = lite.Model.load(tmp_path / "q.lite", device="numpy").predict({"x": x})["y"]
+    assert np.abs(got - x @ weight).max() < 0.05 * np.abs(x @ weight).max()
