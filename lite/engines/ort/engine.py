@@ -179,7 +179,7 @@ class OrtEngine:
 
     def _outputs_of(self, session: sessions.Session) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
         names = self.output_names
-        return lambda feeds: dict(zip(names, session.run_arrays(names, feeds)))
+        return lambda feeds: dict(zip(names, session.run_arrays(names, feeds, quiet=True)))
 
     def _numpy_reference(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
         from lite.engines.numpy_engine import NumpyEngine

@@ -10,6 +10,7 @@ version and the machine, because an optimized CPU graph may use instructions of 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -197,13 +198,23 @@ class Session:
         except Exception as err:  # ONNX Runtime's run-time refusals are untyped: name them
             raise KernelError(f"ONNX Runtime failed to run the model: {_first_line(err)}") from err
 
-    def run_arrays(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run_arrays(self, output_names: list[str], feeds: dict[str, np.ndarray], quiet: bool = False) -> list[np.ndarray]:
         """:meth:`run` for feeds that are all numpy arrays (no OrtValues), on a CPU provider
-        (no fallback from a GPU provider to retry on)."""
+        (no fallback from a GPU provider to retry on). ``quiet``: a failure is only raised, not
+        also printed by ONNX Runtime's logger (a probe on random inputs, whose failure is expected)."""
         try:
-            return self._run_arrays(output_names, feeds, None)
+            return self._run_arrays(output_names, feeds, _quiet_run() if quiet else None)
         except Exception as err:
             raise KernelError(f"ONNX Runtime failed to run the model: {_first_line(err)}") from err
+
+
+@functools.lru_cache(maxsize=1)
+def _quiet_run():
+    import onnxruntime
+
+    options = onnxruntime.RunOptions()
+    options.log_severity_level = 4  # fatal only
+    return options
 
 
 def _check_provider(session, config: SessionConfig) -> None:
