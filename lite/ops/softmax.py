@@ -16,20 +16,12 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable
 
 import numpy as np
 
 from lite.ops._helpers import normalize_axis
 from lite.ops.registry import kernel
-
-# A row masked whole (-inf everywhere: a left-padded batch's padding under a causal mask) gives
-# -inf - -inf = NaN there, as ONNX Runtime's does; numpy's warning about it would reach the user's
-# console on every such call site. A filter costs nothing until a warning is raised, where
-# np.errstate around each call cost 1.8 µs.
-warnings.filterwarnings("ignore", message="invalid value encountered in (subtract|divide)", category=RuntimeWarning,
-                        module=__name__)
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
