@@ -147,3 +147,8 @@ def test_a_channels_last_image_gets_its_channels_on_the_last_axis():
     y = b.node("Conv", [y, b.constant("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))], outputs=["y"])
     b.output(y, np.float32, None)
     assert random_feeds(b.build())["image"].shape == (1, 224, 224, 3)
+
+
+def test_input_shapes_must_name_inputs_of_the_model():
+    with pytest.raises(lite.InvalidInputError, match="no such input; its inputs: pixel_values"):
+        lite.Model.load(to_bytes(_patch_embedding()), engine="auto", cache_dir=None, input_shapes={"image": (1, 3)})
