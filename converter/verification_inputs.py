@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from lite.sample_inputs import INDEX_CARRYING_OPS
+
 # Ops whose output carries the same indices as their first input (values, possibly reshaped or
-# some of them picked: Slice, Gather's data, as torch.export writes a scalar's ``sr[0]``).
-_PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose",
-                 "Slice", "Gather", "Tile", "Concat", "Clip", "Add"}
+# some of them picked: Slice, Gather's data, as torch.export writes a scalar's ``sr[0]``); the
+# runtime plans its benchmark inputs through the same ones.
+_PASS_THROUGH = INDEX_CARRYING_OPS
 _WORDS = ("the", "model", "reads", "short", "words", "and", "numbers", "like", "these")
 _SIZES = (  # per round: image side, sequence length, audio samples, anything else
     {"image": 64, "sequence": 8, "audio": 512, "other": 8},

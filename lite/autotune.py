@@ -45,18 +45,11 @@ from lite.atomic import atomic_write
 from lite.compare import QUANTIZED_TOLERANCE, TOLERANCES, agreement  # noqa: F401 - part of this module's API
 from lite.device_arrays import device_array_spec, is_device_array
 from lite.engines import ENGINES, PRECISIONS, EngineRequest, create_engine, default_precision, engine_versions
-from lite.errors import InvalidInputError, LiteError, UnsupportedOpError
+from lite.errors import InvalidInputError, LiteError, SampleInputError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType
-from lite.signature import (
-    TensorSpec,
-    batch_names,
-    concrete_shape,
-    file_identity,
-    random_array,
-    sample_shapes,
-    sample_values,
-)
+from lite.sample_inputs import command_line_hint, runnable_feeds
+from lite.signature import file_identity
 from lite.version import __version__
 
 DECISION_FORMAT = 1
@@ -161,12 +154,15 @@ class AutoEngine:
 def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int | None = None,
          precision: str | None = None, batch_sizes: Sequence[int] | None = None, custom_ops: Any = None,
          cache_dir: str | os.PathLike | None = None, retune: bool = False, timing: Timing | None = None,
-         engines: Sequence[str] | None = None) -> AutoEngine:
+         engines: Sequence[str] | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None) -> AutoEngine:
     """Measure (or reuse the recorded decision) and return an :class:`AutoEngine`.
 
     ``identity`` names the model for the decision file (``lite.signature.file_identity`` for a
     file, a content hash for bytes); ``cache_dir`` None measures every time and records nothing;
-    ``engines`` limits the candidates to these engine names.
+    ``engines`` limits the candidates to these engine names; ``input_shapes`` (input name ->
+    shape, its leading size replaced by each batch size) sizes the random inputs measured on,
+    where the file records no sizes the model runs on. Raises :class:`SampleInputError` when
+    random inputs do not run the model (``Model.load`` then binds its default engine).
     """
     policy = precision or default_precision(model)
     if policy not in PRECISIONS:
@@ -179,6 +175,14 @@ def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int |
                    "versions": engine_versions(), "hardware": hardware_fingerprint()}
     settings = {"device": device, "threads": threads, "precision": policy, "batch_sizes": buckets,
                 "engines": [_label(*p) for p in pairs]}
+    shapes = {name: tuple(int(size) for size in shape) for name, shape in (input_shapes or {}).items()}
+    names = [model.main.tensors[index].name for index in model.main.inputs]
+    unknown = [name for name in shapes if name not in names]
+    if unknown:
+        raise InvalidInputError(f"input_shapes names {', '.join(map(repr, unknown))}: the model has no such input; "
+                                f"its inputs: {', '.join(names)}")
+    if shapes:
+        settings["input_shapes"] = {name: list(shape) for name, shape in shapes.items()}
     cache_root = Path(cache_dir) if cache_dir is not None else None
     path = _decision_path(cache_root, identity, settings) if cache_root is not None else None
     request = EngineRequest(device=device, threads=threads, precision=policy, custom_ops=custom_ops,
@@ -187,7 +191,7 @@ def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int |
         reused = _reuse(model, path, fingerprint, settings, request)
         if reused is not None:
             return reused
-    decision = _measure(model, pairs, buckets, request, timing or DEFAULT_TIMING)
+    decision = _measure(model, pairs, buckets, request, timing or DEFAULT_TIMING, shapes)
     decision.update(fingerprint=fingerprint, settings=settings, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     built = decision.pop("_engines")
     if path is not None:
@@ -252,7 +256,7 @@ def _on(request: EngineRequest, device: str) -> EngineRequest:
 
 
 def _measure(model: ir.Model, pairs: list[tuple[str, str]], buckets: list[int | None], request: EngineRequest,
-             timing: Timing) -> dict[str, Any]:
+             timing: Timing, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
     built: dict[str, Any] = {}
     unavailable: dict[str, str] = {}
     build_seconds: dict[str, float] = {}
@@ -276,23 +280,24 @@ def _measure(model: ir.Model, pairs: list[tuple[str, str]], buckets: list[int | 
     tolerance = QUANTIZED_TOLERANCE if _is_quantized(model) else TOLERANCES[request.precision or "exact"]
     results = []
     for batch in buckets:
-        results.append(_measure_bucket(model, batch, built, reference, tolerance, timing))
+        results.append(_measure_bucket(model, batch, built, reference, tolerance, timing, shapes))
     used = {bucket["chosen"] for bucket in results}
     return {"buckets": results, "unavailable": unavailable, "tolerance": tolerance, "build_seconds": build_seconds,
             "_engines": {label: engine for label, engine in built.items() if label in used}}
 
 
 def _measure_bucket(model: ir.Model, batch: int | None, built: dict[str, Any], reference: Any,
-                    tolerance: float, timing: Timing) -> dict[str, Any]:
+                    tolerance: float, timing: Timing, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
     try:
-        feeds = _random_feeds(model, batch or 1)
+        feeds, expected = _tuning_feeds(model, batch or 1, built, reference, shapes)
+    except SampleInputError:
+        raise
     except InvalidInputError as err:
         # Nothing to measure with (strings, untyped inputs): the numpy engine runs every model.
         if "numpy" not in built:
             raise
         return {"batch": batch, "chosen": "numpy", "candidates": {},
                 "note": f"not measured: {err}; the numpy engine runs every model"}
-    expected = reference.run(feeds) if reference is not None else None
     entries: dict[str, dict[str, Any]] = {}
     agreeing = []
     for label, engine in built.items():
@@ -326,19 +331,40 @@ def _measure_bucket(model: ir.Model, batch: int | None, built: dict[str, Any], r
     return {"batch": batch, "chosen": chosen, "candidates": entries}
 
 
-def _random_feeds(model: ir.Model, batch: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
+def _tuning_feeds(model: ir.Model, batch: int, built: dict[str, Any], reference: Any,
+                  shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, np.ndarray], Any]:
+    """Random inputs the reference runs (:func:`lite.sample_inputs.runnable_feeds`) and its
+    outputs on them (None without a reference: another engine tried them)."""
     graph = model.main
-    samples, values = sample_shapes(model), sample_values(model)
-    batch_dims = batch_names(TensorSpec.of(graph.tensors[index]) for index in graph.inputs)
-    feeds = {}
     for index in graph.inputs:
-        spec = TensorSpec.of(graph.tensors[index])
         if graph.tensors[index].dtype in (DataType.UNDEFINED, DataType.STRING):
-            raise InvalidInputError(f"input {spec.name!r} is untyped or holds strings: no random inputs for it")
-        shape = concrete_shape(spec, batch, samples.get(spec.name), batch_dims)
-        feeds[spec.name] = random_array(spec, shape, rng, values.get(spec.name))
-    return feeds
+            raise InvalidInputError(f"input {graph.tensors[index].name!r} is untyped or holds strings: "
+                                    "no random inputs for it")
+    runner = reference if reference is not None else next(iter(built.values()), None)
+    feeds, outputs = runnable_feeds(model, batch, runner.run if runner is not None else _nothing,
+                                    _at_batch(model, shapes, batch), seed=0, hint=_shape_hint)
+    return feeds, outputs if reference is not None else None
+
+
+def _nothing(feeds: dict[str, np.ndarray]) -> None:
+    """No engine to try inputs on: the first ones stand (the bucket then finds nothing to choose)."""
+
+
+def _at_batch(model: ir.Model, shapes: dict[str, tuple[int, ...]], batch: int) -> dict[str, tuple[int, ...]]:
+    """``input_shapes`` with each symbolic leading size set to the bucket's ``batch``."""
+    tensors = {model.main.tensors[index].name: model.main.tensors[index] for index in model.main.inputs}
+    resized = {}
+    for name, shape in shapes.items():
+        declared = tensors[name].shape if name in tensors else None
+        if shape and declared and not isinstance(declared[0], int):
+            shape = (batch, *shape[1:])
+        resized[name] = shape
+    return resized
+
+
+def _shape_hint(names: list[str]) -> str:
+    shapes = ", ".join(f"{name!r}: (D1, D2, ...)" for name in names)
+    return f"Model.load(..., engine='auto', input_shapes={{{shapes}}}) or lite bench --autotune {command_line_hint(names)}"
 
 
 def _time_alternating(engines: dict[str, Any], feeds: dict[str, np.ndarray], timing: Timing,

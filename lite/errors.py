@@ -31,6 +31,24 @@ class InvalidInputError(LiteError, ValueError):
     """The inputs given to ``Model.predict`` do not match the model's signature."""
 
 
+class SampleInputError(InvalidInputError):
+    """Random inputs made up for a model (benchmarks, autotuning) do not run it: sizes or values
+    the signature leaves open that the graph does not reveal. The message names the inputs whose
+    sizes were chosen and the failure; ``inputs`` holds those names."""
+
+    inputs: tuple[str, ...] = ()
+
+
+class AutotuneSkippedWarning(UserWarning):
+    """``engine="auto"`` measured nothing, as its random inputs do not run the model, and bound
+    the engine ``Model.load`` binds by default instead; the message says why and how to give
+    input shapes, ``reason`` why alone."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"engine='auto' measured no engine and binds the one engine=None binds: {reason}")
+        self.reason = reason
+
+
 class EngineUnavailableError(LiteError, RuntimeError):
     """A requested device or engine cannot be used here (missing package, no GPU)."""
 

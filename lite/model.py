@@ -12,6 +12,7 @@ import importlib.util
 import json
 import operator
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,13 @@ import numpy as np
 from lite.custom_ops import CustomOps
 from lite.device_arrays import device_array_spec, is_device_array, torch_cuda_spec
 from lite.engines.base import DEVICES
-from lite.errors import InvalidInputError, ModelFormatError, UnsupportedOpError
+from lite.errors import (
+    AutotuneSkippedWarning,
+    InvalidInputError,
+    ModelFormatError,
+    SampleInputError,
+    UnsupportedOpError,
+)
 from lite.format import ir
 from lite.format import load as load_model
 from lite.format.dtypes import DataType
@@ -78,13 +85,18 @@ class Model:
         ``cache_dir`` (``<cache_dir>/autotune/``) and reused by later loads while the model file,
         the engines' versions and the hardware are unchanged; ``retune=True`` measures again.
         ``model.engine.decision`` holds the record (times, errors, why others were not chosen).
+        The engines are measured on random inputs sized as the converter recorded, else as the
+        graph suggests (:mod:`lite.sample_inputs`); ``input_shapes`` (``{name: shape}``) gives
+        them where neither fits. When no such inputs run the model, ``"auto"`` warns
+        (:class:`lite.errors.AutotuneSkippedWarning`, saying why and which shapes to give) and
+        binds the engine ``engine=None`` would.
         With an ``engine``, ``precision`` is a policy: ``"exact"`` (float32 arithmetic, as the
         numpy engine computes), ``"fp16"`` or ``"bf16"`` (the least precise arithmetic an engine
         may use; GPU engines compute in float16 under ``"fp16"``, OpenVINO in bf16 on CPUs with
         bf16 units under ``"bf16"``); the default is the precision the model was converted for:
         ``"fp16"`` for a model that stores float16 weights (``lite convert --fp16``), else ``"exact"``;
         int8 models run in int8 from their QDQ form under any policy. With ``engine="auto"``
-        only ``precision``, ``cache_dir`` and ``retune`` apply; with one engine, that engine's
+        only ``precision``, ``cache_dir``, ``retune`` and ``input_shapes`` apply; with one engine, that engine's
         options (e.g. the ONNX Runtime ones above for ``"onnxruntime"``).
         """
         if device not in DEVICES:
@@ -327,12 +339,18 @@ def _named_engine(model: ir.Model, engine: str, source: Any, device: str, thread
     from lite.autotune import model_identity, tune
 
     retune = bool(options.pop("retune", False))
+    input_shapes = options.pop("input_shapes", None)
     if options:
         raise TypeError(f"options {', '.join(sorted(options))} do not apply to engine='auto' (it takes precision, "
-                        "cache_dir and retune); name an engine to pass engine options")
-    return tune(model, identity=identity or model_identity(source), device=device, threads=threads,
-                precision=precision, batch_sizes=batch_sizes, custom_ops=custom_ops, cache_dir=cache_dir,
-                retune=retune)
+                        "cache_dir, retune and input_shapes); name an engine to pass engine options")
+    try:
+        return tune(model, identity=identity or model_identity(source), device=device, threads=threads,
+                    precision=precision, batch_sizes=batch_sizes, custom_ops=custom_ops, cache_dir=cache_dir,
+                    retune=retune, input_shapes=input_shapes)
+    except SampleInputError as err:
+        # Autotuning is an optimization: a model it cannot measure still runs, on the default engine.
+        warnings.warn(AutotuneSkippedWarning(str(err)), stacklevel=3)
+        return _engine_for(model, device, threads, custom_ops, {}, identity)
 
 
 def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: CustomOps | None,

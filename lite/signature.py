@@ -1,10 +1,10 @@
 """A model's signature, and what callers derive from it without loading an engine.
 
 :class:`TensorSpec` (name, element type, shape of an input or output), :func:`file_identity`
-(what caches key a model file on) and random inputs that fit a signature (:func:`concrete_shape`,
-:func:`batch_names`, :func:`random_array`), sized where the model says how (:func:`sample_shapes`,
-:func:`sample_values`). Kept apart from :mod:`lite.model`, so that autotuning and the commands use
-them without importing the model class, and nothing imports in a circle.
+(what caches key a model file on) and the shapes of inputs that fit a signature (:func:`concrete_shape`,
+:func:`batch_names`), sized where the model says how (:func:`sample_shapes`, :func:`sample_values`);
+:mod:`lite.sample_inputs` makes random inputs from them. Kept apart from :mod:`lite.model`, so that
+autotuning and the commands use them without importing the model class, and nothing imports in a circle.
 """
 
 from __future__ import annotations
@@ -105,18 +105,3 @@ def concrete_shape(spec: TensorSpec, batch: int, sample: tuple[int, ...] | None 
     return tuple(d if isinstance(d, int) else batch if axis == 0 or d in batch_dims else sample[axis] if sample else 1
                  for axis, d in enumerate(spec.shape))
 
-
-def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator,
-                 value: int | bool | None = None) -> np.ndarray:
-    """Random values of ``spec``'s type: standard normal floats, integers in [0, 10), booleans;
-    ``value`` (:func:`sample_values`) everywhere instead, for an integer or boolean input."""
-    dtype = spec.dtype or np.dtype(np.float32)
-    if value is not None and dtype.kind in "iub":
-        return np.full(shape, value, dtype)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
-    if dtype.kind in "iu":
-        return rng.integers(0, 10, shape).astype(dtype)
-    raise InvalidInputError(f"cannot make random data for input {spec.name!r} of dtype {dtype}; pass it with --input")

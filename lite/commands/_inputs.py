@@ -9,7 +9,8 @@ import numpy as np
 from lite.commands._model_file import regular_file
 from lite.errors import InvalidInputError
 from lite.model import Model
-from lite.signature import batch_names, concrete_shape, random_array, sample_shapes, sample_values
+from lite.sample_inputs import runnable_feeds
+from lite.signature import TensorSpec
 
 
 def parse_shape_overrides(values: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -51,10 +52,10 @@ def read_inputs(model: Model, pairs: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def named_shapes(model: Model, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+def named_shapes(inputs: list[TensorSpec], shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """``--shape`` overrides keyed by input name (a bare shape names a single-input model's
-    input); a name the model has no input of is an error naming the ones it has."""
-    specs = {spec.name: spec for spec in model.inputs}
+    input); a name the model (its ``inputs``) has no input of is an error naming the ones it has."""
+    specs = {spec.name: spec for spec in inputs}
     names = list(specs)
     named = {}
     for name, shape in shapes.items():
@@ -90,18 +91,13 @@ def _dims(shape: tuple[int, ...]) -> str:
 
 
 def random_inputs(model: Model, batch: int, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random arrays matching the signature: ``shapes`` (``--shape``, see :func:`named_shapes`)
-    where given; otherwise symbolic leading dims take ``batch`` (so do dims of the same name on
-    other axes), the others the sizes the model records (:func:`lite.signature.sample_shapes`), else 1;
-    one-element integer inputs hold the value the model records (:func:`lite.signature.sample_values`)."""
-    rng = np.random.default_rng(seed)
-    samples, values = sample_shapes(model.ir), sample_values(model.ir)
-    given = named_shapes(model, shapes)
-    batch_dims = batch_names(model.inputs)
-    feeds = {}
-    for spec in model.inputs:
-        shape = given.get(spec.name) or concrete_shape(spec, batch, samples.get(spec.name), batch_dims)
-        feeds[spec.name] = random_array(spec, shape, rng, values.get(spec.name))
+    """Random arrays the model runs on: ``shapes`` (``--shape``, see :func:`named_shapes`) where
+    given; otherwise symbolic leading dims take ``batch`` (so do dims of the same name on other
+    axes), the others the sizes the model records (:func:`lite.signature.sample_shapes`), else
+    sizes and values planned from the graph and tried on the model (:mod:`lite.sample_inputs`).
+    Raises :class:`lite.errors.SampleInputError`, naming the inputs to give ``--shape`` for, when
+    none runs."""
+    feeds, _ = runnable_feeds(model.ir, batch, model.predict, named_shapes(model.inputs, shapes), seed)
     return feeds
 
 

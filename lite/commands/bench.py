@@ -19,6 +19,7 @@ import json
 import sys
 import time
 import tracemalloc
+import warnings
 from collections import defaultdict
 from importlib.metadata import entry_points
 from typing import Any
@@ -37,7 +38,10 @@ from lite.commands._inputs import (
 from lite.commands._model_file import load_checked
 from lite.compare import compare_outputs
 from lite.engines import PRECISIONS
+from lite.errors import AutotuneSkippedWarning, SampleInputError
+from lite.format import load as load_model
 from lite.model import DEVICES, Model
+from lite.signature import TensorSpec
 
 
 def register(subparsers) -> None:
@@ -49,7 +53,8 @@ def register(subparsers) -> None:
                              "--input takes its size from there, and a --batch that disagrees with it is an error")
     parser.add_argument("--shape", action="append", metavar="NAME:D1,D2,...",
                         help="the whole shape of an input's random data (repeatable); other symbolic sizes are "
-                             "those the converter verified the model on, else 1 (the header prints the shapes used)")
+                             "those the converter verified the model on, else planned from the graph and tried "
+                             "(the header prints the shapes used)")
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE", help="real inputs (.npy/.npz)")
     parser.add_argument("--threads", type=int, help="intra-op threads (ONNX Runtime engines)")
     parser.add_argument("--loops", type=int, default=50, help="timed runs (default 50)")
@@ -102,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
     results["throughput_per_s"] = batch * 1e3 / results["latency_ms"]["median"]
     print(f"{args.model} on {model.device}, batch {batch}, {args.loops} runs after {args.warmup} warm-up")
     print(f"inputs: {describe_inputs(model, feeds)}")
-    if not args.input and _chose_sizes(model, named_shapes(model, parse_shape_overrides(args.shape))):
-        print("  random; symbolic sizes beyond the batch: those the converter verified the model on, else 1 "
-              "(--shape NAME:D1,D2,... sets them)")
+    if not args.input and _chose_sizes(model, named_shapes(model.inputs, parse_shape_overrides(args.shape))):
+        print("  random; symbolic sizes beyond the batch: those the converter verified the model on, else planned "
+              "from the graph (--shape NAME:D1,D2,... sets them)")
     lat = results["latency_ms"]
     print(f"latency ms: min {lat['min']:.3f}  median {lat['median']:.3f}  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}")
     print(f"throughput: {results['throughput_per_s']:.1f} samples/s")
@@ -139,7 +144,7 @@ def _inputs(model: Model, args: argparse.Namespace) -> dict[str, np.ndarray]:
         given = {name: value.shape for name, value in feeds.items()}
         source = "--input"
     else:
-        given = named_shapes(model, parse_shape_overrides(args.shape))
+        given = named_shapes(model.inputs, parse_shape_overrides(args.shape))
         feeds = random_inputs(model, args.batch if args.batch is not None else 1, given)
         source = "--shape"
     if args.batch is not None:
@@ -165,8 +170,18 @@ def autotune(args: argparse.Namespace) -> Model:
         sizes = [int(size) for size in args.autotune.split(",") if size] or [args.batch or 1]
     except ValueError as err:
         raise ValueError(f"--autotune {args.autotune!r}: expected batch sizes like 1,8") from err
-    model = Model.load(args.model, device=args.device, threads=args.threads, engine="auto", batch_sizes=sizes,
-                       precision=args.precision or "exact", retune=True)
+    graph = load_model(args.model).main
+    shapes = named_shapes([TensorSpec.of(graph.tensors[index]) for index in graph.inputs],
+                          parse_shape_overrides(args.shape))
+    try:
+        with warnings.catch_warnings():
+            # Asked to measure: random inputs that run nothing are this command's error, not a fallback.
+            warnings.simplefilter("error", AutotuneSkippedWarning)
+            model = Model.load(args.model, device=args.device, threads=args.threads, engine="auto",
+                               batch_sizes=sizes, precision=args.precision or "exact", retune=True,
+                               input_shapes=shapes or None)
+    except AutotuneSkippedWarning as warning:
+        raise SampleInputError(f"--autotune: {warning.reason}") from None
     decision = model.engine.decision
     print(f"autotune ({decision['settings']['precision']}, tolerance {decision['tolerance']:g} of the output's peak "
           f"vs the numpy engine), recorded in {decision.get('path', '(no cache)')}")

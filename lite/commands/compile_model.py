@@ -49,13 +49,12 @@ def compile_command(args: argparse.Namespace) -> int:
     if any(size < 1 for size in args.batch_sizes):
         raise InvalidInputError(f"--batch-sizes must be positive integers; got {args.batch_sizes}")
     load_checked(args.model)
-    import numpy as np
     import torch
 
     from lite.engines import default_cache_dir
     from lite.engines.torch import precompiled
     from lite.model import Model
-    from lite.signature import batch_names, concrete_shape, random_array, sample_shapes, sample_values
+    from lite.sample_inputs import random_feeds
 
     output = Path(args.output) if args.output else precompiled.default_location(args.model)
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
@@ -64,18 +63,14 @@ def compile_command(args: argparse.Namespace) -> int:
         model = Model.load(args.model, engine="torch", device=args.device, precision=args.precision,
                            mode=args.mode, cache_dir=cache, startup="best", precompiled=None)
         engine = model.engine
-        rng = np.random.default_rng(0)
-        samples, values = sample_shapes(model.ir), sample_values(model.ir)
         rows = []
         for size in sorted(set(args.batch_sizes)):
-            feeds = {}
             for spec in model.inputs:
                 if spec.shape is None or not spec.shape or not isinstance(spec.shape[0], str):
                     if size != 1:
                         raise InvalidInputError(f"input {spec.name!r} has no symbolic batch dimension "
                                                 f"(shape {spec.shape}); only --batch-sizes 1 applies")
-                shape = concrete_shape(spec, size, samples.get(spec.name), batch_names(model.inputs))
-                feeds[spec.name] = random_array(spec, shape, rng, values.get(spec.name))
+            feeds = random_feeds(model.ir, size)
             started = time.perf_counter()
             for _ in range(3):  # the first call compiles; the next ones record the kernels' launch tuning
                 model.predict(feeds)

@@ -12,6 +12,7 @@ from passtools import make_model, rng
 
 import converter
 import lite
+from lite import sample_inputs
 from lite.format import load
 from lite.signature import SAMPLE_SHAPES_KEY, TensorSpec, concrete_shape, sample_shapes
 
@@ -115,7 +116,6 @@ def _recurrent():
 
 
 def test_a_dimension_named_like_the_batch_takes_the_batch_on_every_axis(tmp_path):
-    from lite.autotune import _random_feeds
     from lite.commands._inputs import random_inputs
     from lite.engines.ort.int8_choice import random_feeds
     from lite.signature import batch_names
@@ -129,7 +129,7 @@ def test_a_dimension_named_like_the_batch_takes_the_batch_on_every_axis(tmp_path
         feeds = random_inputs(model, batch=batch, shapes={})  # lite bench, lite run
         assert feeds["input"].shape == (batch, 8) and feeds["state"].shape == (2, batch, 4)
         assert model.predict(feeds)["stateN"].shape == (2, batch, 4)
-        assert _random_feeds(model.ir, batch)["state"].shape == (2, batch, 4)  # autotuning
+        assert sample_inputs.random_feeds(model.ir, batch)["state"].shape == (2, batch, 4)  # autotuning
     assert random_feeds(model.ir)["state"].shape == (2, 1, 4)  # the ONNX Runtime engine's choices at load
     spec = TensorSpec("state", np.dtype(np.float32), (2, "batch", 4))
     assert concrete_shape(spec, 3, (2, 2, 4)) == (2, 2, 4)  # without the names: the sample's

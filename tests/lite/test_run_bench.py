@@ -77,7 +77,8 @@ def test_bench_header_says_which_shapes_ran(tmp_path, capsys):
     model = _cnn(tmp_path / "open.lite", ["H", "W"])
     assert main(["bench", str(model), "--device", "numpy", "--loops", "1", "--warmup", "0"]) == 0
     out = capsys.readouterr().out
-    assert "inputs: x float32[1, 3, 1, 1] (N=1, H=1, W=1)" in out and "--shape NAME:D1,D2,... sets them" in out
+    # No sizes recorded: an image a Conv reads gets 224 pixels (lite.sample_inputs).
+    assert "inputs: x float32[1, 3, 224, 224] (N=1, H=224, W=224)" in out and "--shape NAME:D1,D2,... sets them" in out
     assert main(["bench", str(model), "--device", "numpy", "--loops", "1", "--warmup", "0",
                  "--shape", "x:2,3,16,12"]) == 0
     out = capsys.readouterr().out

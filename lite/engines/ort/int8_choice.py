@@ -231,25 +231,8 @@ def alternate(calls: dict[str, Callable[[dict[str, np.ndarray]], Any]], feeds: d
 
 
 def random_feeds(model: ir.Model) -> dict[str, np.ndarray]:
-    """Standard normal inputs of batch 1, other symbolic sizes as the model records them
-    (:func:`lite.signature.sample_shapes`, else 1) and recorded values of one-element integer inputs
-    (:func:`lite.signature.sample_values`), as autotuning uses."""
-    from lite.signature import (
-        TensorSpec,
-        batch_names,
-        concrete_shape,
-        random_array,
-        sample_shapes,
-        sample_values,
-    )
+    """Random inputs of batch 1 as autotuning plans them (:func:`lite.sample_inputs.random_feeds`:
+    recorded sizes and values, else read from the graph), without running the model."""
+    from lite.sample_inputs import random_feeds as planned
 
-    rng = np.random.default_rng(0)
-    graph = model.main
-    samples, values = sample_shapes(model), sample_values(model)
-    specs = [TensorSpec.of(graph.tensors[index]) for index in graph.inputs]
-    batch_dims = batch_names(specs)
-    feeds = {}
-    for spec in specs:
-        shape = concrete_shape(spec, 1, samples.get(spec.name), batch_dims)
-        feeds[spec.name] = random_array(spec, shape, rng, values.get(spec.name))
-    return feeds
+    return planned(model, 1)
