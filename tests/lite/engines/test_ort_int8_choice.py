@@ -260,15 +260,17 @@ def test_int8_dynamic_layers_have_a_float_form():
     assert lite.Model.load(data, device="cpu", cache_dir=None).engine.decision is None
 
 
-def test_random_inputs_that_do_not_run_keep_the_int8_kernels():
+def test_random_inputs_that_do_not_run_keep_the_int8_kernels(capfd):
     """A symbolic length the model cannot run at as planned (224 samples: a convolution wider than
-    that) is not measured."""
+    that) is not measured, and ONNX Runtime's own logger prints nothing about it."""
     b = GraphBuilder("audio", opset=17)
     x = b.input("x", np.float32, [1, 1, "T"])
     w = b.node("DequantizeLinear", [b.constant("w", np.ones((2, 1, 300), np.int8)), b.constant("s", np.float32(0.1))])
     y = _pair(b, b.node("Conv", [_pair(b, x, "x", 0.05, 128), w]), "y", 0.1, 128)
     b.output(b.node("Identity", [y], outputs=["y"]), np.float32, [1, 2, "T-299"])
+    capfd.readouterr()
     model = lite.Model.load(to_bytes(b.build({"quantization": "{}"})), device="cpu", cache_dir=None)
+    assert "onnxruntime" not in capfd.readouterr().err
     assert model.engine.decision["chosen"] == "int8" and "not measured" in model.engine.decision["why"]
     assert model.engine.int8_form == "as stored"
     assert model(np.ones((1, 1, 304), np.float32)).shape == (1, 2, 5)
@@ -324,25 +326,3 @@ def test_without_many_cores_the_int8_choice_times_the_default_count_alone(tmp_pa
     path.write_bytes(_residual())
     lite.Model.load(path, device="cpu", cache_dir=None)
     assert labels == [{"int8", "float"}]
-
-
-def test_a_probe_that_cannot_run_is_recorded_without_onnx_runtime_printing(tmp_path, capfd):
-    # A 5x5 convolution over symbolic H and W: the probe's random inputs (sizes 1) cannot run.
-    # The engine keeps the int8 kernels and says why; ONNX Runtime's own logger must not also
-    # print an error line to the user's console.
-    from onnx import TensorProto, helper, numpy_helper
-
-    import converter
-
-    rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((8, 3, 5, 5)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    calibration = [rng.standard_normal((3, 16, 16)).astype(np.float32) for _ in range(4)]
-    converter.convert(model, tmp_path / "q.lite", quant="int8", calibration_data=calibration)
-    capfd.readouterr()
-    loaded = lite.Model.load(tmp_path / "q.lite", device="cpu", cache_dir=None)
-    assert loaded.engine.decision["why"].startswith("not measured: random inputs did not run")
-    assert "onnxruntime" not in capfd.readouterr().err
