@@ -191,6 +191,11 @@ def convert(
         recorded["quant"] = quant_config.to_dict()
 
     imported, translated, source_warnings = _import_source(model, options.source, graph.allow_custom)
+    if (graph.fp16 or graph.fp16_io or quantization.is_int8) and not _imports_default_domain(imported.model):
+        # Only other domains imported (onnxmltools' XGBoost and LightGBM graphs: ai.onnx.ml alone):
+        # the Casts and QuantizeLinear nodes these options insert need a version of the default
+        # domain; none of the model's own nodes depends on which.
+        imported.model.opset_imports[""] = _PER_AXIS_OPSET
     if (quant_config is not None and quantization.is_int8 and translated is None
             and (quant_config.per_channel or quant_config.mode == "int8-dynamic")):
         source_warnings += _opset_for_int8(imported)
@@ -478,6 +483,10 @@ def _opset_for_int8(imported: ImportedModel) -> list[str]:
         return [f"opset {opset} could not be raised to {_PER_AXIS_OPSET} for int8 "
                 f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''})"]
     return [f"opset {opset} raised to {_PER_AXIS_OPSET} (onnx.version_converter) for int8"]
+
+
+def _imports_default_domain(model: ir.Model) -> bool:
+    return "" in model.opset_imports or "ai.onnx" in model.opset_imports
 
 
 def _copy_proto(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -206,17 +206,7 @@ def _inline_functions(model: ir.Model, what: str) -> ir.Model:
     inline_functions(model, what)
     check_model(model, what)
     _detach_from_proto(model)
-    if "" not in model.opset_imports and "ai.onnx" not in model.opset_imports:
-        # Only other domains imported (onnxmltools' XGBoost and LightGBM graphs: ai.onnx.ml alone).
-        # Passes that insert standard ops (--fp16-io's Casts, int8's QuantizeLinear) need a version
-        # of the default domain; none of the model's own nodes depends on which.
-        model.opset_imports[""] = _DEFAULT_OPSET
     return model
-
-
-# The default domain's version given to a model that imports none: the first with per-channel
-# QuantizeLinear, which ONNX Runtime and the numpy engine both run.
-_DEFAULT_OPSET = 13
 
 
 def _detach_from_proto(model: ir.Model) -> None:
