@@ -17,7 +17,9 @@ indices below the table's two rows). So the inputs are planned from the graph:
   ``past_sequence_length + sequence_length`` mask axis) is the sum of its parts; a name that says
   sequence is a sequence length on any input but a float waveform (optimum's cache ``[batch, heads,
   past_sequence_length, head_size]`` is no image), one starting with ``past`` a cached length, 0
-  in the last rounds (a decoder's first step);
+  in the last rounds (a decoder's first step); an image's channels and a patch embedding's side
+  are what the Conv reading it takes (:mod:`converter.verification_axes`), channels 3 when only
+  the name says so;
 - **values**: integers that reach a Gather's indices (through Cast, Unsqueeze, Reshape...) lie
   in ``[0, rows)`` of what they index; divisors, OneHot depths and Resize scales or sizes are
   positive (OneHot's float indices and depths whole numbers); masks are ones; lengths are the sequence's size;
@@ -30,12 +32,15 @@ indices below the table's two rows). So the inputs are planned from the graph:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+
+from converter.verification_axes import axis_sizes
 
 # Ops whose output carries the same indices as their first input (values, possibly reshaped or
 # some of them picked: Slice, Gather's data, as torch.export writes a scalar's ``sr[0]``).
@@ -53,6 +58,7 @@ _SIZES = (  # per round: image side, sequence length, cached (past) length, audi
 _SIZES += tuple({**sizes, "past": 0} for sizes in _SIZES)
 _SEQUENCE_NAME = re.compile(r"(^|_)seq(uence)?(_?len(gth)?)?(_|$)")  # sequence_length, encoder_seq_len, seq
 _PAST_NAME = re.compile(r"^past(_|$)")  # past_sequence_length, past_decoder_sequence_length
+_CHANNELS_NAME = re.compile(r"(^|_)channels?(_|$)")  # num_channels, channels
 _SUM_TERM = re.compile(r"[A-Za-z_][\w.]*|\d+")
 
 
@@ -94,10 +100,13 @@ def plans(proto: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | Non
     names = [value.name for value in inputs]
     values = _value_hints(proto, names)
     given = _given_sizes(inputs, input_shapes or {})
+    # The image side read from a patch embedding's position table first, then the sizes by role.
+    readings = (axis_sizes(proto, names), axis_sizes(proto, names, patch_sides=False))
     seen: set[tuple] = set()
-    for round_sizes in _SIZES:
+    for round_sizes, fixed in itertools.product(_SIZES, readings):
         sizes: dict[str, int] = dict(given)
-        shapes = {value.name: _shape(value, dtypes[value.name], round_sizes, sizes, (input_shapes or {}).get(value.name))
+        shapes = {value.name: _shape(value, dtypes[value.name], round_sizes, sizes,
+                                     (input_shapes or {}).get(value.name), fixed.get(value.name, {}))
                   for value in inputs}
         key = tuple(tuple(shape) for shape in shapes.values())
         if key in seen:
@@ -149,9 +158,9 @@ def _dtype(value: onnx.ValueInfoProto) -> np.dtype:
 
 
 def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, int], sizes: dict[str, int],
-           given: list[int | str] | None) -> list[int]:
+           given: list[int | str] | None, fixed: dict[int, int]) -> list[int]:
     """``value``'s shape in this round; ``sizes`` (symbolic dimension -> size) is read and extended,
-    so that a name gets one size on every input."""
+    so that a name gets one size on every input; ``fixed``: sizes the graph fixes by axis."""
     dims = list(value.type.tensor_type.shape.dim)
     if given is not None and len(given) == len(dims):
         dims = [onnx.TensorShapeProto.Dimension(dim_value=g) if isinstance(g, int) else
@@ -164,6 +173,8 @@ def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, i
         param = dim.dim_param if dim.HasField("dim_param") else ""
         if param in sizes:
             size = sizes[param]
+        elif axis in fixed:
+            size = fixed[axis]
         elif _recurrent_state_batch(dims, axis, dtype):
             size = 1  # the batch, as on the leading axis of the other inputs
         elif _sum_terms(param):
@@ -213,6 +224,8 @@ def _size(param: str, axis: int, rank: int, dtype: np.dtype, round_sizes: dict[s
         return 1
     if _PAST_NAME.search(lowered):
         return round_sizes["past"]
+    if _CHANNELS_NAME.search(lowered):
+        return 3
     if dtype.kind == "f" and rank <= 2:  # a waveform, whatever its name (optimum's wav2vec2: sequence_length)
         return round_sizes["audio"]
     if _SEQUENCE_NAME.search(lowered):  # a [batch, heads, past, head_size] cache's too, not an image side
