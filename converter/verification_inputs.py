@@ -13,6 +13,13 @@ indices below the table's two rows). So the inputs are planned from the graph:
   Silero VAD take), so a model that rejects small inputs is retried with larger; the unknown axis
   1 of a float ``[fixed, ?, fixed]`` input is the batch of a recurrent state (ONNX LSTM/GRU
   ``initial_h`` is ``[directions, batch, hidden]``) and takes the batch's size;
+- **names and the graph over position**: a dimension named as a sum (Hugging Face optimum's
+  ``past_sequence_length + sequence_length`` mask axis) is the sum of its parts; a name that says
+  sequence is a sequence length on any input but a float waveform (optimum's cache ``[batch, heads,
+  past_sequence_length, head_size]`` is no image), one starting with ``past`` a cached length, 0
+  in the last rounds (a decoder's first step); an image's channels and a patch embedding's side
+  are what the Conv reading it takes (:mod:`converter.verification_axes`), channels 3 when only
+  the name says so;
 - **values**: integers that reach a Gather's indices (through Cast, Unsqueeze, Reshape...) lie
   in ``[0, rows)`` of what they index; divisors, OneHot depths and Resize scales or sizes are
   positive (OneHot's float indices and depths whole numbers); masks are ones; lengths are the sequence's size;
@@ -25,6 +32,7 @@ indices below the table's two rows). So the inputs are planned from the graph:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from converter.verification_axes import axis_sizes
 from lite.sample_inputs import INDEX_CARRYING_OPS
 
 # Ops whose output carries the same indices as their first input (values, possibly reshaped or
@@ -39,12 +48,19 @@ from lite.sample_inputs import INDEX_CARRYING_OPS
 # runtime plans its benchmark inputs through the same ones.
 _PASS_THROUGH = INDEX_CARRYING_OPS
 _WORDS = ("the", "model", "reads", "short", "words", "and", "numbers", "like", "these")
-_SIZES = (  # per round: image side, sequence length, audio samples, anything else
-    {"image": 64, "sequence": 8, "audio": 512, "other": 8},
-    {"image": 64, "sequence": 8, "audio": 4000, "other": 8},
-    {"image": 224, "sequence": 32, "audio": 16000, "other": 16},
-    {"image": 640, "sequence": 128, "audio": 16000, "other": 32},
+_SIZES = (  # per round: image side, sequence length, cached (past) length, audio samples, anything else
+    {"image": 64, "sequence": 8, "past": 5, "audio": 512, "other": 8},
+    {"image": 64, "sequence": 8, "past": 5, "audio": 4000, "other": 8},
+    {"image": 224, "sequence": 32, "past": 24, "audio": 16000, "other": 16},
+    {"image": 640, "sequence": 128, "past": 96, "audio": 16000, "other": 32},
 )
+# Then the same with nothing cached yet, a decoder's first step (Hugging Face optimum feeds a past of
+# length 0): a model may take no other.
+_SIZES += tuple({**sizes, "past": 0} for sizes in _SIZES)
+_SEQUENCE_NAME = re.compile(r"(^|_)seq(uence)?(_?len(gth)?)?(_|$)")  # sequence_length, encoder_seq_len, seq
+_PAST_NAME = re.compile(r"^past(_|$)")  # past_sequence_length, past_decoder_sequence_length
+_CHANNELS_NAME = re.compile(r"(^|_)channels?(_|$)")  # num_channels, channels
+_SUM_TERM = re.compile(r"[A-Za-z_][\w.]*|\d+")
 
 
 class UnsynthesizableInputError(ValueError):
@@ -82,12 +98,16 @@ def plans(proto: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | Non
     initializers = {init.name for init in graph.initializer}
     inputs = [value for value in graph.input if value.name not in initializers]
     dtypes = {value.name: _dtype(value) for value in inputs}
-    values = _value_hints(proto, [value.name for value in inputs])
+    names = [value.name for value in inputs]
+    values = _value_hints(proto, names)
     given = _given_sizes(inputs, input_shapes or {})
+    # The image side read from a patch embedding's position table first, then the sizes by role.
+    readings = (axis_sizes(proto, names), axis_sizes(proto, names, patch_sides=False))
     seen: set[tuple] = set()
-    for round_sizes in _SIZES:
+    for round_sizes, fixed in itertools.product(_SIZES, readings):
         sizes: dict[str, int] = dict(given)
-        shapes = {value.name: _shape(value, dtypes[value.name], round_sizes, sizes, (input_shapes or {}).get(value.name))
+        shapes = {value.name: _shape(value, dtypes[value.name], round_sizes, sizes,
+                                     (input_shapes or {}).get(value.name), fixed.get(value.name, {}))
                   for value in inputs}
         key = tuple(tuple(shape) for shape in shapes.values())
         if key in seen:
@@ -139,7 +159,9 @@ def _dtype(value: onnx.ValueInfoProto) -> np.dtype:
 
 
 def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, int], sizes: dict[str, int],
-           given: list[int | str] | None) -> list[int]:
+           given: list[int | str] | None, fixed: dict[int, int]) -> list[int]:
+    """``value``'s shape in this round; ``sizes`` (symbolic dimension -> size) is read and extended,
+    so that a name gets one size on every input; ``fixed``: sizes the graph fixes by axis."""
     dims = list(value.type.tensor_type.shape.dim)
     if given is not None and len(given) == len(dims):
         dims = [onnx.TensorShapeProto.Dimension(dim_value=g) if isinstance(g, int) else
@@ -150,17 +172,40 @@ def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, i
             shape.append(dim.dim_value)
             continue
         param = dim.dim_param if dim.HasField("dim_param") else ""
-        if param and param in sizes:
-            shape.append(sizes[param])
-            continue
-        if _recurrent_state_batch(dims, axis, dtype):
+        if param in sizes:
+            size = sizes[param]
+        elif axis in fixed:
+            size = fixed[axis]
+        elif _recurrent_state_batch(dims, axis, dtype):
             size = 1  # the batch, as on the leading axis of the other inputs
+        elif _sum_terms(param):
+            size = sum(_term_size(term, axis, len(dims), dtype, round_sizes, sizes) for term in _sum_terms(param))
         else:
             size = _size(param, axis, len(dims), dtype, round_sizes)
         if param:
             sizes[param] = size
         shape.append(size)
     return shape
+
+
+def _sum_terms(param: str) -> list[str]:
+    """The terms of a dimension named as a sum, such as optimum's attention mask axis
+    ``past_sequence_length + sequence_length``; [] for any other name."""
+    terms = [term.strip() for term in param.split("+")]
+    if len(terms) < 2 or not all(_SUM_TERM.fullmatch(term) for term in terms):
+        return []
+    return terms
+
+
+def _term_size(term: str, axis: int, rank: int, dtype: np.dtype, round_sizes: dict[str, int],
+               sizes: dict[str, int]) -> int:
+    """One term's size: a number, a name's size (sized here by its own name when no input has
+    sized it yet, then kept for the inputs that use it)."""
+    if term.isdigit():
+        return int(term)
+    if term not in sizes:
+        sizes[term] = _size(term, axis, rank, dtype, round_sizes)
+    return sizes[term]
 
 
 def _recurrent_state_batch(dims: list, axis: int, dtype: np.dtype) -> bool:
@@ -178,10 +223,16 @@ def _size(param: str, axis: int, rank: int, dtype: np.dtype, round_sizes: dict[s
         return 2
     if (axis == 0 and rank >= 2) or re.fullmatch(r"(batch.*|n|b|bs|num_?batch.*)", lowered):
         return 1
+    if _PAST_NAME.search(lowered):
+        return round_sizes["past"]
+    if _CHANNELS_NAME.search(lowered):
+        return 3
+    if dtype.kind == "f" and rank <= 2:  # a waveform, whatever its name (optimum's wav2vec2: sequence_length)
+        return round_sizes["audio"]
+    if _SEQUENCE_NAME.search(lowered):  # a [batch, heads, past, head_size] cache's too, not an image side
+        return round_sizes["sequence"]
     if dtype.kind == "f" and rank >= 3 and axis >= rank - 2:
         return round_sizes["image"] if rank == 4 else round_sizes["audio"] // 10
-    if dtype.kind == "f" and rank <= 2:
-        return round_sizes["audio"]
     if dtype.kind in "iu" or re.search(r"seq|len|token|time", lowered):
         return round_sizes["sequence"]
     return round_sizes["other"]
