@@ -180,6 +180,10 @@ def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, i
             size = 1  # the batch, as on the leading axis of the other inputs
         elif _sum_terms(param):
             size = sum(_term_size(term, axis, len(dims), dtype, round_sizes, sizes) for term in _sum_terms(param))
+        elif axis > 0 and _BATCH_NAME.fullmatch(dims[0].dim_param.lower()) and _SHORT_NAME.fullmatch(param.lower()):
+            # [batch_size, N]: with the batch named on the first axis, a short name after it is a
+            # length (onnx-asr's waveforms), not a second batch.
+            size = _size("length", axis, len(dims), dtype, round_sizes)
         else:
             size = _size(param, axis, len(dims), dtype, round_sizes)
         if param:
@@ -216,12 +220,16 @@ def _recurrent_state_batch(dims: list, axis: int, dtype: np.dtype) -> bool:
     return all(dims[other].HasField("dim_value") and dims[other].dim_value > 0 for other in (0, 2))
 
 
+_BATCH_NAME = re.compile(r"batch.*|num_?batch.*")
+_SHORT_NAME = re.compile(r"n|b|bs")  # a batch where nothing else names one
+
+
 def _size(param: str, axis: int, rank: int, dtype: np.dtype, round_sizes: dict[str, int]) -> int:
     """A size for an unknown dimension, by its name and position."""
     lowered = param.lower()
     if lowered == "batch":
         return 2
-    if (axis == 0 and rank >= 2) or re.fullmatch(r"(batch.*|n|b|bs|num_?batch.*)", lowered):
+    if (axis == 0 and rank >= 2) or _BATCH_NAME.fullmatch(lowered) or _SHORT_NAME.fullmatch(lowered):
         return 1
     if _PAST_NAME.search(lowered):
         return round_sizes["past"]

@@ -140,3 +140,18 @@ def test_a_waveform_named_as_a_sequence_still_gets_audio_samples():
     output = helper.make_tensor_value_info("doubled", TensorProto.FLOAT, [None] * 2)
     model = _model([helper.make_node("Add", ["input_values", "input_values"], ["doubled"])], [audio], [output], {})
     assert next(plans(model)).shapes["input_values"] == [1, 512]
+
+
+def test_a_short_name_after_a_named_batch_is_a_length():
+    # onnx-asr's waveforms [batch_size, N]: N is the length, not a second batch axis; sized 1, the
+    # spectrogram's STFT refused every round and verification was skipped.
+    inputs = [helper.make_tensor_value_info("waveforms", TensorProto.FLOAT, ["batch_size", "N"]),
+              helper.make_tensor_value_info("lens", TensorProto.INT64, ["batch_size"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch_size", "N"])]
+    model = _model([helper.make_node("Identity", ["waveforms"], ["y"])], inputs, outputs, {})
+    assert [plan.shapes["waveforms"] for plan in plans(model)][:3] == [[1, 512], [1, 4000], [1, 16000]]
+    # Where nothing names the batch, a short name still is one (a time-major [T, N, C] sequence).
+    sequence = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", "N", 8])]
+    model = _model([helper.make_node("Identity", ["x"], ["y"])], sequence,
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", "N", 8])], {})
+    assert next(plans(model)).shapes["x"][1] == 1

@@ -142,6 +142,15 @@ def vad_sequence(rng: np.random.Generator) -> Feeds:
             "c": rng.normal(0, 0.3, (1, 1, 128)).astype(np.float32)}
 
 
+def speech_batch(rng: np.random.Generator) -> Feeds:
+    """Two utterances of 2 and 1.5 seconds at 16 kHz, the shorter zero-padded, and their lengths:
+    a batch as onnx-asr's preprocessors take it."""
+    first, second = _voiced_audio(rng, 2.0), _voiced_audio(rng, 1.5)
+    waveforms = np.zeros((2, first.size), np.float32)
+    waveforms[0], waveforms[1, : second.size] = first, second
+    return {"waveforms": waveforms, "waveforms_lens": np.array([first.size, second.size], np.int64)}
+
+
 # Shapes and value ranges from each package's own preprocessing.
 MODELS = [
     WheelModel("magika", "1.0.3", "magika/models/standard_v3_3/model.onnx", "tf2onnx 1.16.1, opset 15", file_bytes),
@@ -180,6 +189,12 @@ MODELS = [
                vad_step(False)),
     WheelModel("silero-vad", "6.2.3", "silero_vad/data/silero_vad_openvino_16k.onnx", "spox, opset 16",
                vad_step(False)),
+    # onnx-asr's feature extractors, written with onnxscript: log-mel spectrograms by STFT on a
+    # (batch, length) signal, by convolutions, and by DFT inside a Scan; lengths masked per batch entry.
+    *(WheelModel("onnx-asr", "0.12.0", f"onnx_asr/preprocessors/data/{name}.onnx", f"onnxscript 0.7.1 ({how}), opset 17",
+                 speech_batch)
+      for name, how in (("nemo128", "STFT"), ("nemo128_conv", "Conv"), ("whisper80", "STFT"), ("kaldi", "STFT"),
+                        ("gigaam_v3", "STFT"), ("wespeaker", "DFT in a Scan"))),
 ]
 
 
