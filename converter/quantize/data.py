@@ -162,19 +162,32 @@ def _array_file_samples(file: Path, inputs: list[InputSpec]) -> Iterator[Sample]
             )
         arrays, labels = {inputs[0].name: loaded}, None
     else:
-        with loaded:
-            keys = list(loaded.keys())
-            label_key = next((k for k in LABEL_KEYS if k in keys), None)
-            labels = np.asarray(loaded[label_key]) if label_key else None
-            data_keys = [k for k in keys if k != label_key]
-            if len(inputs) == 1 and inputs[0].name not in data_keys and len(data_keys) == 1:
-                arrays = {inputs[0].name: loaded[data_keys[0]]}
-            else:
-                missing = [i.name for i in inputs if i.name not in data_keys]
-                if missing:
-                    raise CalibrationDataError(f"{file}: no array for input(s) {missing}; keys found: {keys}")
-                arrays = {i.name: loaded[i.name] for i in inputs}
+        try:
+            arrays, labels = _npz_arrays(loaded, inputs, file)
+        except CalibrationDataError:
+            raise
+        except ValueError as err:  # numpy reads an .npz's arrays when asked for them
+            if "allow_pickle" not in str(err):
+                raise CalibrationDataError(f"{file}: not a readable .npz file ({err})") from err
+            raise CalibrationDataError(
+                f"{file}: holds an array of Python objects (strings saved as dtype=object, say), which lite "
+                "does not unpickle: save text as fixed-width strings (np.array(texts, dtype=str))"
+            ) from err
     yield from _split(arrays, labels, inputs, str(file))
+
+
+def _npz_arrays(loaded: Any, inputs: list[InputSpec], file: Path) -> tuple[dict[str, np.ndarray], Any]:
+    with loaded:
+        keys = list(loaded.keys())
+        label_key = next((k for k in LABEL_KEYS if k in keys), None)
+        labels = np.asarray(loaded[label_key]) if label_key else None
+        data_keys = [k for k in keys if k != label_key]
+        if len(inputs) == 1 and inputs[0].name not in data_keys and len(data_keys) == 1:
+            return {inputs[0].name: loaded[data_keys[0]]}, labels
+        missing = [i.name for i in inputs if i.name not in data_keys]
+        if missing:
+            raise CalibrationDataError(f"{file}: no array for input(s) {missing}; keys found: {keys}")
+        return {i.name: loaded[i.name] for i in inputs}, labels
 
 
 def _split(arrays: dict[str, np.ndarray], labels: Any, inputs: list[InputSpec], where: str) -> Iterator[Sample]:

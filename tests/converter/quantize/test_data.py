@@ -92,3 +92,10 @@ def test_inputs_with_different_numbers_of_rows_are_named(tmp_path):
     np.savez(tmp_path / "bad.npz", x=np.ones((3, 8), np.float32), y=np.ones((2, 8), np.float32))
     with pytest.raises(CalibrationDataError, match=r"bad.npz.*different numbers of samples \(x 3, y 2\)"):
         list(batches(tmp_path, inputs, 4, 10))
+
+
+def test_an_npz_of_python_objects_says_to_save_text_as_strings(tmp_path):
+    inputs = [InputSpec("text", np.dtype(object), ("N", 1))]
+    np.savez(tmp_path / "words.npz", text=np.array([["a cat"], ["a dog"]], dtype=object))
+    with pytest.raises(CalibrationDataError, match=r"words.npz: holds an array of Python objects.*dtype=str"):
+        list(batches(tmp_path, inputs, 4, 10))
