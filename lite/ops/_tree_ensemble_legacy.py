@@ -37,6 +37,7 @@ class LeafTable:
     targets: np.ndarray
     weights: np.ndarray
     width: int
+    one_each: bool  # every leaf names exactly one target (a regressor's trees, a booster's)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Forest:
         reached = (np.bincount(cells, minlength=size) > 0).reshape(leaves.shape[0], -1)
         if name in ("SUM", "AVERAGE"):
             # bincount adds its weights one after the other into zeros: a loop's sums, bit for bit.
-            scores = np.bincount(cells, weights, minlength=size).astype(np.float64).reshape(reached.shape)
+            scores = np.bincount(cells, weights, minlength=size).astype(np.float64, copy=False).reshape(reached.shape)
             if name == "AVERAGE":
                 scores /= max(leaves.shape[1], 1)
             return scores, reached
@@ -71,13 +72,15 @@ class Forest:
     def _entries(self, leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The (sample * width + target) cell and weight of every table entry the reached leaves
         name, sample by sample, tree by tree."""
-        starts = self.table.starts[leaves].reshape(-1)
-        counts = self.table.starts[leaves + 1].reshape(-1) - starts
-        total = int(counts.sum())
+        table = self.table
+        rows = np.repeat(np.arange(0, leaves.shape[0] * table.width, table.width), leaves.shape[1])
+        starts = table.starts[leaves].reshape(-1)
+        if table.one_each:
+            return rows + table.targets[starts], table.weights[starts]
+        counts = table.starts[leaves + 1].reshape(-1) - starts
         ends = np.cumsum(counts)
-        entries = np.arange(total) + np.repeat(starts - (ends - counts), counts)
-        samples = np.repeat(np.repeat(np.arange(leaves.shape[0]), leaves.shape[1]), counts)
-        return samples * self.table.width + self.table.targets[entries], self.table.weights[entries]
+        entries = np.arange(int(ends[-1]) if ends.size else 0) + np.repeat(starts - (ends - counts), counts)
+        return np.repeat(rows, counts) + table.targets[entries], table.weights[entries]
 
 
 class _NodeKeys:
@@ -138,7 +141,8 @@ def prepare_forest(op: str, width: int, leaf_ids, leaf_treeids, leaf_nodeids, le
     if nodes_missing_value_tracks_true is not None and len(nodes_missing_value_tracks_true):
         missing[:] = np.asarray(nodes_missing_value_tracks_true, dtype=bool)
     walk = _walk(op, keys, nodes, modes, np.asarray(values, dtype=np.float64).reshape(-1), missing)
-    return Forest(walk, _leaf_table(op, keys, count, width, leaf_ids, leaf_treeids, leaf_nodeids, leaf_weights))
+    table = _leaf_table(op, keys, modes == _LEAF, width, leaf_ids, leaf_treeids, leaf_nodeids, leaf_weights)
+    return Forest(walk, table)
 
 
 def _mode_codes(op: str, modes) -> np.ndarray:
@@ -188,9 +192,11 @@ def _roots(treeids: np.ndarray, pointed_to: np.ndarray) -> np.ndarray:
     return np.where(first_free < treeids.shape[0], first_free, first_node)
 
 
-def _leaf_table(op: str, keys: _NodeKeys, count: int, width: int, ids, treeids, nodeids, weights) -> LeafTable:
+def _leaf_table(op: str, keys: _NodeKeys, is_leaf: np.ndarray, width: int, ids, treeids, nodeids,
+                weights) -> LeafTable:
+    count = is_leaf.shape[0]
     if ids is None or not len(ids):
-        return LeafTable(np.zeros(count + 1, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0), width)
+        return LeafTable(np.zeros(count + 1, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0), width, False)
     ids = np.asarray(ids, dtype=np.int64)
     weights = np.asarray(weights if weights is not None else [], dtype=np.float64).reshape(-1)
     treeids, nodeids = (np.asarray(items if items is not None else [], dtype=np.int64) for items in (treeids, nodeids))
@@ -205,6 +211,7 @@ def _leaf_table(op: str, keys: _NodeKeys, count: int, width: int, ids, treeids, 
                           f"{int(ids[first])}, outside the {width} targets or the nodes")
     # One entry per (node, target): a node's weights for one target add up in the order given.
     cells, position = np.unique(flat * width + ids, return_inverse=True)
-    summed = np.bincount(position.reshape(-1), weights, minlength=cells.shape[0]).astype(np.float64)
+    summed = np.bincount(position.reshape(-1), weights, minlength=cells.shape[0]).astype(np.float64, copy=False)
     starts = np.searchsorted(cells // width, np.arange(count + 1))
-    return LeafTable(starts, cells % width, summed, width)
+    one_each = bool(np.all(np.diff(starts)[is_leaf] == 1))
+    return LeafTable(starts, cells % width, summed, width, one_each)

@@ -114,7 +114,7 @@ def _aggregate(prepared: PreparedTreeEnsemble, leaves: np.ndarray, n_targets: in
     weights = prepared.leaf_weights[leaves].reshape(-1)
     if aggregate_function in (_AVERAGE, _SUM):
         # bincount adds its weights one after the other into zeros: the loop's sums, bit for bit.
-        scores = np.bincount(cells, weights, minlength=samples * n_targets).astype(np.float64)
+        scores = np.bincount(cells, weights, minlength=samples * n_targets).astype(np.float64, copy=False)
         scores = scores.reshape(samples, n_targets)
         if aggregate_function == _AVERAGE:
             scores /= leaves.shape[1]
