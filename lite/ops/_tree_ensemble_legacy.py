@@ -55,7 +55,13 @@ class Forest:
         name = text(function)
         if name not in ("SUM", "AVERAGE", "MIN", "MAX"):
             raise KernelError(f"{op}: aggregate_function must be SUM, AVERAGE, MIN or MAX, got {name!r}")
-        leaves = self.walk.reached_leaves(X)
+        scores = np.empty((X.shape[0], self.table.width))
+        reached = np.empty((X.shape[0], self.table.width), dtype=bool)
+        for rows, leaves in self.walk.leaves_by_slice(X):
+            scores[rows], reached[rows] = self._combine(name, leaves)
+        return scores, reached
+
+    def _combine(self, name: str, leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cells, weights = self._entries(leaves)
         size = leaves.shape[0] * self.table.width
         reached = (np.bincount(cells, minlength=size) > 0).reshape(leaves.shape[0], -1)

@@ -18,6 +18,7 @@ sample through a LightGBM model's 565 trees; this walk takes 0.15 ms).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,24 +59,25 @@ class TreeWalk:
     modes_used: tuple[int, ...]  # the modes of reachable nodes
     members: MemberSets | None
 
-    def reached_leaves(self, X: np.ndarray) -> np.ndarray:
-        """[N, trees] int: the leaf each row of X (2-D, float32 or float64, the dtype compared
-        in) reaches in each tree."""
+    def leaves_by_slice(self, X: np.ndarray) -> Iterator[tuple[slice, np.ndarray]]:
+        """For consecutive slices of X's rows: the slice, and [rows, trees] int, the leaf each of
+        its rows reaches in each tree. X is 2-D, float32 or float64 (the dtype compared in). A
+        slice holds about ``_SLICE_PAIRS`` (sample, tree) pairs, so what a caller builds per pair
+        stays that small however large the batch."""
         if X.shape[1] < self.width:
             raise KernelError(f"tree ensemble: the trees read feature {self.width - 1}, X has {X.shape[1]} "
                               f"columns (shape {X.shape}); feed X with all the model's features")
-        samples, trees = X.shape[0], self.roots.shape[0]
-        leaves = np.empty((samples, trees), dtype=np.int64)
-        if not leaves.size:
-            return leaves
         X = np.ascontiguousarray(X)
         splits = self.splits[X.dtype.char]
         track_missing = self.missing_true is not None and bool(np.isnan(X).any())
-        step = max(1, _SLICE_PAIRS // trees)
-        for start in range(0, samples, step):
+        trees = self.roots.shape[0]
+        step = max(1, _SLICE_PAIRS // max(trees, 1))
+        for start in range(0, X.shape[0], step):
             rows = X[start:start + step]
-            self._walk(rows.reshape(-1), rows.shape, splits, track_missing, leaves[start:start + step].reshape(-1))
-        return leaves
+            leaves = np.empty((rows.shape[0], trees), dtype=np.int64)
+            if leaves.size:
+                self._walk(rows.reshape(-1), rows.shape, splits, track_missing, leaves.reshape(-1))
+            yield slice(start, start + rows.shape[0]), leaves
 
     def _walk(self, values: np.ndarray, shape: tuple[int, int], splits: np.ndarray, track_missing: bool,
               leaves: np.ndarray) -> None:

@@ -105,8 +105,18 @@ def _post_transform(scores: np.ndarray, post_transform: int) -> np.ndarray:
     raise UnsupportedOpError(f"TreeEnsemble: post_transform {post_transform} is not supported (0, 1, 2 or 3)")
 
 
+def _start(aggregate_function: int, dtype: np.dtype) -> float:
+    """What a target's score starts from: 0 for SUM and AVERAGE, the type's max (MIN) or min (MAX)."""
+    if aggregate_function in (_AVERAGE, _SUM):
+        return 0.0
+    if aggregate_function not in (_MIN, _MAX):
+        raise KernelError(f"TreeEnsemble: aggregate_function must be 0..3, got {aggregate_function}")
+    limits = np.finfo(dtype)
+    return float(limits.max if aggregate_function == _MIN else limits.min)
+
+
 def _aggregate(prepared: PreparedTreeEnsemble, leaves: np.ndarray, n_targets: int, aggregate_function: int,
-               dtype: np.dtype) -> np.ndarray:
+               start: float) -> np.ndarray:
     """[N, n_targets] float64: the reached leaves' weights combined per target. Each (sample,
     target) cell takes its additions in tree order, as a tree-by-tree loop would."""
     samples = leaves.shape[0]
@@ -119,10 +129,7 @@ def _aggregate(prepared: PreparedTreeEnsemble, leaves: np.ndarray, n_targets: in
         if aggregate_function == _AVERAGE:
             scores /= leaves.shape[1]
         return scores
-    if aggregate_function not in (_MIN, _MAX):
-        raise KernelError(f"TreeEnsemble: aggregate_function must be 0..3, got {aggregate_function}")
-    limits = np.finfo(dtype)
-    scores = np.full(samples * n_targets, limits.max if aggregate_function == _MIN else limits.min, dtype=np.float64)
+    scores = np.full(samples * n_targets, start, dtype=np.float64)
     (np.minimum if aggregate_function == _MIN else np.maximum).at(scores, cells, weights)
     return scores.reshape(samples, n_targets)
 
@@ -143,6 +150,8 @@ def TreeEnsemble(X, *, aggregate_function=1, leaf_targetids, leaf_weights, membe
             nodes_missing_value_tracks_true=nodes_missing_value_tracks_true, nodes_modes=nodes_modes,
             nodes_splits=nodes_splits, nodes_trueleafs=nodes_trueleafs, nodes_truenodeids=nodes_truenodeids,
             tree_roots=tree_roots)
-    leaves = prepared.walk.reached_leaves(np.asarray(X, dtype=np.float64))
-    scores = _aggregate(prepared, leaves, n_targets, aggregate_function, X.dtype)
+    start = _start(aggregate_function, X.dtype)
+    scores = np.empty((X.shape[0], n_targets))
+    for rows, leaves in prepared.walk.leaves_by_slice(np.asarray(X, dtype=np.float64)):
+        scores[rows] = _aggregate(prepared, leaves, n_targets, aggregate_function, start)
     return _post_transform(scores, post_transform).astype(X.dtype)
