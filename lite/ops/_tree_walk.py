@@ -184,9 +184,9 @@ def build_walk(op: str, features: np.ndarray, splits: np.ndarray, modes: np.ndar
     ``splits`` float64), checking every branch leads somewhere and the trees have no cycle."""
     interior = features.shape[0]
     missing_true = np.zeros(interior, dtype=bool) if not len(missing_true) else np.asarray(missing_true, dtype=bool)
-    _check_lengths(op, interior, splits=splits, modes=modes, true_branches=true_branches.targets,
-                   true_leaf_flags=true_branches.is_leaf, false_branches=false_branches.targets,
-                   false_leaf_flags=false_branches.is_leaf, missing_value_tracks_true=missing_true)
+    _check_lengths(op, interior, nodes_splits=splits, nodes_modes=modes, nodes_truenodeids=true_branches.targets,
+                   nodes_trueleafs=true_branches.is_leaf, nodes_falsenodeids=false_branches.targets,
+                   nodes_falseleafs=false_branches.is_leaf, nodes_missing_value_tracks_true=missing_true)
     leaf_base = 2 * interior
     # A leaf's two branches lead to itself: a finished pair may keep stepping (see TreeWalk._walk).
     children = np.concatenate([np.empty(leaf_base, dtype=np.int64), np.repeat(leaf_base + 2 * np.arange(leaf_count), 2)])
@@ -218,8 +218,8 @@ def _by_position(per_node: np.ndarray, leaf_count: int) -> np.ndarray:
 def _check_lengths(op: str, interior: int, **arrays: np.ndarray) -> None:
     for name, values in arrays.items():
         if len(values) != interior:
-            raise KernelError(f"{op}: the nodes' {name} have {len(values)} entries, their feature ids {interior}; "
-                              "give every node attribute one entry per node")
+            raise KernelError(f"{op}: {name} has {len(values)} entries, nodes_featureids {interior}; "
+                              "give every nodes_* attribute one entry per node")
 
 
 def _positions(op: str, branches: Branches, interior: int, leaf_count: int, what: str) -> np.ndarray:

@@ -71,9 +71,11 @@ def prepare_tree_ensemble(constants, shapes, *, leaf_targetids, leaf_weights, me
 def _roots(roots: np.ndarray, true_branches: Branches, false_branches: Branches) -> Branches:
     """Each tree's start: its root node, or the leaf of a one-leaf tree (a root whose two branches
     are the same leaf)."""
-    if np.any(roots < 0) or np.any(roots >= true_branches.targets.shape[0]):
-        raise KernelError(f"TreeEnsemble: tree_roots {roots.tolist()[:8]} name nodes outside the "
-                          f"{true_branches.targets.shape[0]} nodes")
+    # The shortest branch list bounds the roots here; build_walk reports lists of unequal length.
+    nodes = min(len(values) for branches in (true_branches, false_branches)
+                for values in (branches.targets, branches.is_leaf))
+    if np.any(roots < 0) or np.any(roots >= nodes):
+        raise KernelError(f"TreeEnsemble: tree_roots {roots.tolist()[:8]} name nodes outside the {nodes} nodes")
     one_leaf = (true_branches.is_leaf[roots].astype(bool) & false_branches.is_leaf[roots].astype(bool)
                 & (true_branches.targets[roots] == false_branches.targets[roots]))
     return Branches(np.where(one_leaf, true_branches.targets[roots], roots), one_leaf)

@@ -165,3 +165,17 @@ def test_too_few_features_are_reported():
     attributes = tree_ensemble_attributes(random_trees(np.random.default_rng(0), [3], 4, 1, [0]), 1)
     with pytest.raises(KernelError, match="X has 1 columns"):
         TreeEnsemble(np.zeros((2, 1), np.float32), **attributes)
+
+
+def test_node_lists_of_different_lengths_are_reported():
+    attributes = tree_ensemble_attributes(random_trees(np.random.default_rng(0), [2, 3], 2, 1, [0]), 1)
+    attributes["nodes_falseleafs"] = attributes["nodes_falseleafs"][:-2]
+    with pytest.raises(KernelError, match="nodes_falseleafs has"):
+        TreeEnsemble(np.zeros((2, 2), np.float32), **attributes)
+
+
+def test_a_legacy_branch_to_a_missing_node_is_reported():
+    attributes = legacy_attributes(random_trees(np.random.default_rng(0), [2], 2, 1, [0]), "target")
+    attributes["nodes_truenodeids"][0] = 42
+    with pytest.raises(KernelError, match="branches to missing node 42"):
+        TreeEnsembleRegressor(np.zeros((2, 2), np.float32), **attributes)
