@@ -267,11 +267,14 @@ def verify_conversion(original: onnx.ModelProto, run_converted: RunConverted, en
     try:
         actual = run_converted(converted_feeds)
     except InputsRejectedError as err:
-        if verify_data is None and not _reference_implementation_runs(original, feeds):
+        # Synthesized inputs ONNX Runtime and even onnx's reference implementation run may still be
+        # outside an op's domain (MelWeightMatrix's lower edge above its upper one, Pad's axes named
+        # twice), where lite's kernels refuse what those compute silently: not lite's failure.
+        if verify_data is None:
             verification.status = SKIPPED
             verification.reason = (f"the synthesized inputs are outside what the model accepts ({err}); give real "
                                    "inputs with --verify-data FILE.npz|DIR")
-        else:  # real inputs, or ones both ONNX Runtime and the ONNX reference implementation run
+        else:
             verification.status, verification.reason = FAILED, str(err)
         return verification
     except VerificationError as err:
@@ -328,24 +331,6 @@ def _second_opinion(verification: Verification, original: onnx.ModelProto, feeds
         verification.status, verification.reason = PASSED, None
         verification.notes.append(f"ONNX Runtime departs from the ONNX reference implementation on {departed}; "
                                   "the converted model agrees with the reference implementation")
-
-
-def _reference_implementation_runs(original: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> bool:
-    """Whether onnx's reference implementation runs ``original`` on ``feeds`` (False where it
-    cannot tell: a model too large for it, an op it lacks). A kernel of lite that refuses inputs
-    both it and ONNX Runtime run is lite's failure, not the inputs'."""
-    if not _small_enough_for_the_reference_implementation(original):
-        return False
-    try:
-        from onnx.reference import ReferenceEvaluator
-
-        wanted = {value.name for value in original.graph.input}
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            ReferenceEvaluator(original).run(None, {k: v for k, v in feeds.items() if k in wanted})
-    except Exception:  # noqa: BLE001 - it refuses inputs (or lacks an op) in any way
-        return False
-    return True
 
 
 def _constant(value: Any) -> bool:
