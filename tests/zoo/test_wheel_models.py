@@ -73,6 +73,18 @@ INT8_OTHER_MODE: dict[str, str] = {
     ),
 }
 
+# int8 conversions given an option beyond the mode, and why (keyword arguments of convert()).
+INT8_OPTIONS: dict[str, tuple[dict, str]] = {
+    "ddddocr:common": (
+        {"per_channel": False},
+        (
+            "per-tensor weights (--per-tensor): the converter raises its opset 12 to 13 for per-channel ones, "
+            "which agree on 94.8 % of the character steps on ONNX Runtime's int8 kernels (95.2 % on the numpy "
+            "engine's), against 96.4 % per tensor (the only choice at opset 12)"
+        ),
+    ),
+}
+
 # fp16 checks held to a looser tolerance plus a check on what the package does with the output.
 # Measured with ONNX Runtime on the original graph with its float32 weights rounded to float16
 # (no lite involved): the same size of error, so it comes from the weights' precision.
@@ -220,10 +232,11 @@ def int8_reference(source, int8_check):
 
 
 @pytest.fixture(scope="module")
-def int8_converted(source, int8_check, tmp_path_factory):
+def int8_converted(model, source, int8_check, tmp_path_factory):
     output = tmp_path_factory.mktemp("zoo") / "int8.lite"
     calibration = int8_check.make_samples(CALIBRATION) if int8_check.mode == "int8" else None
-    report = converter.convert(source, output, quant=int8_check.mode, calibration_data=calibration)
+    options, _ = INT8_OPTIONS.get(model.name, ({}, ""))
+    report = converter.convert(source, output, quant=int8_check.mode, calibration_data=calibration, **options)
     assert report.quantization is not None and report.quantization.quantized_nodes, report.quantization
     return output
 
@@ -233,7 +246,7 @@ def test_int8_coverage():
     excluded = {name for name, check in EXCLUSIONS if check == "int8"}
     assert checked | excluded == {model.name for model in MODELS}
     assert not checked & excluded
-    assert set(INT8_OTHER_MODE) <= checked
+    assert set(INT8_OTHER_MODE) <= checked and set(INT8_OPTIONS) <= checked
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("numpy", marks=pytest.mark.slow)])
