@@ -74,7 +74,7 @@ def direction_count(op: str, direction: str) -> int:
     return _DIRECTIONS[direction]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: its __init__ would cost more than a step of a cell
 class TimeMajor:
     """A recurrent node's inputs as every cell loop starts from them: layout 0, the compute dtype
     (float64 stays float64, anything else runs in float32), checked states and step masks."""

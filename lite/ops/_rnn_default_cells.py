@@ -11,12 +11,15 @@ time goes to calls, not arithmetic; these loops make as few as the cell allows:
 - weights are laid out once (transposed, biases summed; by the engine at load, see the
   kernels' ``prepare``), buffers allocated once per call, and every step writes with ``out=``,
   h straight into its slice of Y;
+- the gates are kept gate-major, ``(gates, directions, batch, H)``: numpy takes about twice as
+  long over a strided view (a gate whose directions' blocks interleave) as over contiguous memory;
 - sigmoid is computed as ``(1 + tanh(x / 2)) / 2`` (no overflow of ``exp(-x)``), with the
-  halving folded into the gates' weights and biases: scaling by 0.5 is exact in binary floating
-  point, so one ``tanh`` over all gates gives tanh(x/2) for the sigmoid gates and tanh(x) for
-  the candidate, with the results of ``0.5 * x`` computed per step.
+  halving of x folded into the gates' weights and biases: scaling by 0.5 is exact in binary
+  floating point, so one ``tanh`` over all of LSTM's gates gives tanh(x/2) for the sigmoid gates
+  and tanh(x) for the candidate, and two calls turn the former into sigmoids.
 
-Per step: LSTM and GRU make about ten elementwise calls plus one GEMM per direction, RNN two.
+Per step: one stacked matmul for the recurrence of every direction (numpy runs the stack in one
+call, faster than a call per direction), then ten elementwise calls for LSTM and GRU, two for RNN.
 """
 
 from __future__ import annotations
@@ -44,17 +47,24 @@ def is_default_cell(op: str, activations, directions: int, clip) -> bool:
 
 @dataclass(frozen=True)
 class CellWeights:
-    """A node's weights as the loops use them, for every direction ``d``: ``X @ w_t[d] + bias[d]``
-    projects the inputs, ``h @ r_t[d]`` is the recurrence (GRU without linear_before_reset:
-    ``r_t`` for z and r, ``r_h_t`` for the candidate). Gate columns feeding a sigmoid are halved.
+    """A node's weights as the loops use them. ``X @ w_t`` projects the inputs of every direction
+    in one GEMM (direction d's ``k`` columns after those of the directions before it; its bias
+    ``bias[d]``); ``h[d] @ r_t[d]`` is the recurrence (GRU without linear_before_reset: ``r_t``
+    for z and r, ``r_h_t`` for the candidate). Gate columns feeding a sigmoid are halved.
     ``recurrent_bias`` is GRU's Rbh where linear_before_reset puts it inside the reset product."""
 
-    w_t: np.ndarray  # (directions, input, k)
+    w_t: np.ndarray  # (input, directions * k)
     bias: np.ndarray  # (directions, k)
     r_t: np.ndarray  # (directions, hidden, n)
     r_h_t: np.ndarray | None = None  # (directions, hidden, hidden)
     recurrent_bias: np.ndarray | None = None  # (directions, hidden)
     has_bias: bool = True  # whether B was given (a prepared value holds for calls that agree)
+
+    def __post_init__(self) -> None:
+        # Prepared at load and shared by every thread's calls: read-only, so none can change it.
+        for value in (self.w_t, self.bias, self.r_t, self.r_h_t, self.recurrent_bias):
+            if value is not None:
+                value.flags.writeable = False
 
     @property
     def dtype(self) -> np.dtype:
@@ -69,9 +79,15 @@ def _halving(gates: int, sigmoid_gates: int, hidden: int, dtype) -> np.ndarray:
 
 
 def _transposed(weights, scale: np.ndarray, dtype) -> np.ndarray:
-    """``(directions, rows, cols)`` scaled per row, as a C-contiguous ``(directions, cols, rows)``."""
+    """R ``(directions, rows, cols)`` scaled per row, as a C-contiguous ``(directions, cols, rows)``."""
     scaled = np.asarray(weights, dtype=dtype) * scale[:, None]
     return np.ascontiguousarray(np.swapaxes(scaled, 1, 2))
+
+
+def _side_by_side(weights, scale: np.ndarray, dtype) -> np.ndarray:
+    """W ``(directions, rows, input)`` scaled per row, as ``(input, directions * rows)``."""
+    scaled = np.asarray(weights, dtype=dtype) * scale[:, None]
+    return np.ascontiguousarray(scaled.transpose(2, 0, 1)).reshape(scaled.shape[2], -1)
 
 
 def _biases(B, gates: int, hidden: int, directions: int, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +103,7 @@ def lstm_weights(W, R, B, hidden: int, dtype) -> CellWeights:
     """Gates i, o, f sigmoid (halved), c tanh; both biases in the projection."""
     scale = _halving(4, 3, hidden, dtype)
     w_bias, r_bias = _biases(B, 4, hidden, len(W), dtype)
-    return CellWeights(_transposed(W, scale, dtype), (w_bias + r_bias) * scale, _transposed(R, scale, dtype),
+    return CellWeights(_side_by_side(W, scale, dtype), (w_bias + r_bias) * scale, _transposed(R, scale, dtype),
                        has_bias=B is not None)
 
 
@@ -99,9 +115,9 @@ def gru_weights(W, R, B, hidden: int, dtype, linear_before_reset: int) -> CellWe
     R_t = _transposed(R, scale, dtype)
     if linear_before_reset:
         bias = np.concatenate([w_bias[:, : 2 * hidden] + r_bias[:, : 2 * hidden], w_bias[:, 2 * hidden :]], axis=1)
-        return CellWeights(_transposed(W, scale, dtype), bias * scale, R_t,
+        return CellWeights(_side_by_side(W, scale, dtype), bias * scale, R_t,
                            recurrent_bias=np.array(r_bias[:, 2 * hidden :]), has_bias=B is not None)
-    return CellWeights(_transposed(W, scale, dtype), (w_bias + r_bias) * scale,
+    return CellWeights(_side_by_side(W, scale, dtype), (w_bias + r_bias) * scale,
                        np.ascontiguousarray(R_t[:, :, : 2 * hidden]), np.ascontiguousarray(R_t[:, :, 2 * hidden :]),
                        has_bias=B is not None)
 
@@ -109,7 +125,7 @@ def gru_weights(W, R, B, hidden: int, dtype, linear_before_reset: int) -> CellWe
 def rnn_weights(W, R, B, hidden: int, dtype) -> CellWeights:
     scale = np.ones(hidden, dtype)
     w_bias, r_bias = _biases(B, 1, hidden, len(W), dtype)
-    return CellWeights(_transposed(W, scale, dtype), w_bias + r_bias, _transposed(R, scale, dtype),
+    return CellWeights(_side_by_side(W, scale, dtype), w_bias + r_bias, _transposed(R, scale, dtype),
                        has_bias=B is not None)
 
 
@@ -129,8 +145,9 @@ def project(inputs: TimeMajor, weights: CellWeights) -> np.ndarray:
     gates = weights.bias.shape[1] // hidden
     rbh = weights.recurrent_bias
     projected = np.empty((seq_length, gates + (rbh is not None), len(inputs.backwards), batch, hidden), X.dtype)
+    products = np.matmul(rows, weights.w_t).reshape(seq_length, batch, len(inputs.backwards), gates, hidden)
     for d, backwards in enumerate(inputs.backwards):
-        product = np.matmul(rows, weights.w_t[d]).reshape(seq_length, batch, gates, hidden)
+        product = products[:, :, d]
         product = (product[::-1] if backwards else product).transpose(0, 2, 1, 3)
         bias = weights.bias[d].reshape(gates, 1, hidden)
         if rbh is None:
@@ -142,17 +159,9 @@ def project(inputs: TimeMajor, weights: CellWeights) -> np.ndarray:
     return projected
 
 
-def _recur(h: np.ndarray, r_t: np.ndarray, out: np.ndarray) -> None:
-    """``out[d] = h[d] @ r_t[d]``: one GEMM per direction (numpy's stacked matmul of a few rows
-    is slower than separate calls)."""
-    for d in range(len(r_t)):
-        np.matmul(h[d], r_t[d], out=out[d])
-
-
 def _gate_major(out: np.ndarray, hidden: int) -> np.ndarray:
-    """``(directions, batch, gates * H)`` seen as ``(gates, directions, batch, H)``. The step's
-    later calls then read and write contiguous gates: numpy takes twice as long over the strided
-    view of a gate that the directions' blocks interleave."""
+    """The recurrence's ``(directions, batch, gates * H)`` seen as ``(gates, directions, batch, H)``:
+    the step reads it once, in the call that adds the projection, and works on contiguous gates."""
     directions, batch, width = out.shape
     return out.reshape(directions, batch, width // hidden, hidden).transpose(2, 0, 1, 3)
 
@@ -209,7 +218,7 @@ def run_lstm(inputs: TimeMajor, weights: CellWeights) -> tuple:
     i, o, f, candidate = z
     half = np.full_like(sigmoid_gates, 0.5)  # numpy multiplies by an array faster than by a scalar
     for t in range(len(projected)):
-        _recur(h, weights.r_t, recurrence)
+        np.matmul(h, weights.r_t, out=recurrence)
         np.add(recurrence_gates, projected[t], out=z)
         np.tanh(z, out=z)  # tanh(x/2) for i, o, f (their rows are halved), tanh(x) for c~
         np.multiply(sigmoid_gates, half, out=sigmoid_gates)
@@ -241,14 +250,15 @@ def run_gru(inputs: TimeMajor, weights: CellWeights) -> tuple:
     z, r, h_rh = summed
     half = np.full_like(sigmoid_gates, 0.5)
     candidate = np.empty_like(h)
+    projected_summed, projected_h = projected[:, :3], projected[:, 3]
     for t in range(len(projected)):
-        _recur(h, weights.r_t, recurrence)
-        np.add(recurrence_gates, projected[t, :3], out=summed)
+        np.matmul(h, weights.r_t, out=recurrence)
+        np.add(recurrence_gates, projected_summed[t], out=summed)
         np.tanh(sigmoid_gates, out=sigmoid_gates)
         np.multiply(sigmoid_gates, half, out=sigmoid_gates)
         np.add(sigmoid_gates, half, out=sigmoid_gates)
         np.multiply(r, h_rh, out=candidate)  # h~ = tanh(x Wh + Wbh + r * (h Rh + Rbh))
-        np.add(candidate, projected[t, 3], out=candidate)
+        np.add(candidate, projected_h[t], out=candidate)
         np.tanh(candidate, out=candidate)
         h = steps.emit(t, _interpolate(h, candidate, z, steps.Y[t]))
     return steps.finish()
@@ -266,15 +276,16 @@ def _run_gru_reset_first(inputs: TimeMajor, weights: CellWeights) -> tuple:
     z, r = gates
     half = np.full_like(gates, 0.5)
     reset_h, candidate = np.empty_like(h), np.empty_like(h)
+    projected_gates, projected_h = projected[:, :2], projected[:, 2]
     for t in range(len(projected)):
-        _recur(h, weights.r_t, recurrence)
-        np.add(recurrence_gates, projected[t, :2], out=gates)
+        np.matmul(h, weights.r_t, out=recurrence)
+        np.add(recurrence_gates, projected_gates[t], out=gates)
         np.tanh(gates, out=gates)
         np.multiply(gates, half, out=gates)
         np.add(gates, half, out=gates)
         np.multiply(r, h, out=reset_h)
-        _recur(reset_h, weights.r_h_t, candidate)
-        np.add(candidate, projected[t, 2], out=candidate)
+        np.matmul(reset_h, weights.r_h_t, out=candidate)
+        np.add(candidate, projected_h[t], out=candidate)
         np.tanh(candidate, out=candidate)
         h = steps.emit(t, _interpolate(h, candidate, z, steps.Y[t]))
     return steps.finish()
@@ -293,10 +304,11 @@ def run_rnn(inputs: TimeMajor, weights: CellWeights) -> tuple:
     projected = project(inputs, weights)
     steps = _Steps(inputs)
     h = steps.h
+    projected = projected[:, 0]
     for t in range(len(projected)):
         output = steps.Y[t]
-        _recur(h, weights.r_t, output)
-        np.add(output, projected[t, 0], out=output)
+        np.matmul(h, weights.r_t, out=output)
+        np.add(output, projected[t], out=output)
         np.tanh(output, out=output)
         h = steps.emit(t, output)
     return steps.finish()
