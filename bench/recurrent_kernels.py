@@ -121,7 +121,7 @@ def main() -> None:
             np.testing.assert_allclose(ours[name], expected, rtol=1e-4, atol=1e-5, err_msg=f"{op} {name}")
         numpy_min, numpy_median = _times_ms(lambda: engine.run(feeds), args.repeat)
         ort_min, ort_median = _times_ms(lambda: session.run(None, feeds), args.repeat)
-        label = f"{op} {direction} seq {seq} {''.join(f'{k}={v}' for k, v in attributes.items())}"
+        label = f"{op} {direction} seq {seq}" + "".join(f" lbr={v}" for v in attributes.values())
         print(f"{label:<32}{numpy_min:>8.3f}{numpy_median:>8.3f}{ort_min:>8.3f}{ort_median:>8.3f}"
               f"{numpy_median / ort_median:>7.1f}")
 
