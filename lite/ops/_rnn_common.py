@@ -77,7 +77,7 @@ def direction_count(op: str, direction: str) -> int:
 @dataclass(slots=True)  # not frozen: its __init__ would cost more than a step of a cell
 class TimeMajor:
     """A recurrent node's inputs as every cell loop starts from them: layout 0, the compute dtype
-    (float64 stays float64, anything else runs in float32), checked states and step masks."""
+    (:func:`compute_dtype`), checked states and step masks."""
 
     X: np.ndarray  # (seq, batch, input)
     states: list  # per state: (directions, batch, hidden) or None
@@ -107,6 +107,11 @@ class TimeMajor:
         return (np.transpose(Y, (2, 0, 1, 3)), *(np.swapaxes(final, 0, 1) for final in finals))
 
 
+def compute_dtype(dtype: np.dtype) -> type:
+    """What a recurrent layer computes in: float64 stays float64, anything else runs in float32."""
+    return np.float64 if dtype == np.float64 else np.float32
+
+
 def time_major(op: str, X, sequence_lens, initial_states: list, direction: str, layout: int, hidden: int) -> TimeMajor:
     """Bring a node's inputs to layout 0 and the compute dtype; check the states' shapes."""
     directions = direction_count(op, direction)
@@ -115,7 +120,7 @@ def time_major(op: str, X, sequence_lens, initial_states: list, direction: str, 
     if layout:  # batch-major inputs
         X = np.swapaxes(X, 0, 1)
         initial_states = [None if s is None else np.swapaxes(s, 0, 1) for s in initial_states]
-    X = X.astype(np.float64 if X.dtype == np.float64 else np.float32, copy=False)
+    X = X.astype(compute_dtype(X.dtype), copy=False)
     seq_length, batch = X.shape[:2]
     for name, state in zip(_STATE_NAMES, initial_states):
         if state is not None and np.shape(state) != (directions, batch, hidden):

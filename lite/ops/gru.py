@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.ops._rnn_common import activation_functions, clipper, direction_count, run_directions, time_major
+from lite.ops._rnn_common import (
+    activation_functions,
+    clipper,
+    compute_dtype,
+    direction_count,
+    run_directions,
+    time_major,
+)
 from lite.ops._rnn_default_cells import gru_weights, is_default_cell, run_gru, usable
 from lite.ops.registry import kernel
 
@@ -76,7 +83,7 @@ def prepare_gru(constants, shapes, *, direction="forward", hidden_size=None, act
     if W is None or R is None or not is_default_cell("GRU", activations, direction_count("GRU", direction), clip):
         return None
     hidden = int(hidden_size) if hidden_size else R.shape[-1]
-    return gru_weights(W, R, B, hidden, np.float64 if W.dtype == np.float64 else np.float32, linear_before_reset)
+    return gru_weights(W, R, B, hidden, compute_dtype(W.dtype), linear_before_reset)
 
 
 @kernel("GRU", since=1, prepare=prepare_gru)

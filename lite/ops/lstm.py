@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.ops._rnn_common import activation_functions, clipper, direction_count, run_directions, time_major
+from lite.ops._rnn_common import (
+    activation_functions,
+    clipper,
+    compute_dtype,
+    direction_count,
+    run_directions,
+    time_major,
+)
 from lite.ops._rnn_default_cells import is_default_cell, lstm_weights, run_lstm, usable
 from lite.ops.registry import kernel
 
@@ -78,7 +85,7 @@ def prepare_lstm(constants, shapes, *, direction="forward", hidden_size=None, ac
     if not _is_default(activations, direction_count("LSTM", direction), clip, input_forget, P):
         return None
     hidden = int(hidden_size) if hidden_size else R.shape[-1]
-    return lstm_weights(W, R, B, hidden, np.float64 if W.dtype == np.float64 else np.float32)
+    return lstm_weights(W, R, B, hidden, compute_dtype(W.dtype))
 
 
 @kernel("LSTM", since=1, prepare=prepare_lstm)

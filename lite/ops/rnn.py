@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.ops._rnn_common import activation_functions, clipper, direction_count, run_directions, time_major
+from lite.ops._rnn_common import (
+    activation_functions,
+    clipper,
+    compute_dtype,
+    direction_count,
+    run_directions,
+    time_major,
+)
 from lite.ops._rnn_default_cells import is_default_cell, rnn_weights, run_rnn, usable
 from lite.ops.registry import kernel
 
@@ -55,7 +62,7 @@ def prepare_rnn(constants, shapes, *, direction="forward", hidden_size=None, act
     if W is None or R is None or not is_default_cell("RNN", activations, direction_count("RNN", direction), clip):
         return None
     hidden = int(hidden_size) if hidden_size else R.shape[-1]
-    return rnn_weights(W, R, B, hidden, np.float64 if W.dtype == np.float64 else np.float32)
+    return rnn_weights(W, R, B, hidden, compute_dtype(W.dtype))
 
 
 @kernel("RNN", since=1, prepare=prepare_rnn)
