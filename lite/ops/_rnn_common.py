@@ -2,16 +2,18 @@
 
 https://onnx.ai/onnx/operators/onnx__RNN.html (the activation list and its alpha/beta rules)
 
-Every cell runs through :func:`run_directions`: inputs are brought to layout 0
-``(seq, batch, input)``, the input projection ``X @ W^T + Wb`` of every step is one GEMM, and
-each step only does the recurrent GEMM. A batch entry whose ``sequence_lens`` is shorter keeps
-its state and emits zeros past its end; in reverse it starts at its own last step, which a
-per-step mask gives for free since the loop walks the steps backwards.
+Inputs are brought to layout 0 ``(seq, batch, input)`` by :func:`time_major`; the input
+projection ``X @ W^T + Wb`` of every step is one GEMM, and each step only does the recurrent
+GEMM. A batch entry whose ``sequence_lens`` is shorter keeps its state and emits zeros past its
+end; in reverse it starts at its own last step, which a per-step mask gives for free since the
+loop walks the steps backwards. The default cells run in :mod:`lite.ops._rnn_default_cells`;
+the others (custom activations, clip, peepholes, coupled gates) through :func:`run_directions`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -72,18 +74,66 @@ def direction_count(op: str, direction: str) -> int:
     return _DIRECTIONS[direction]
 
 
-def to_time_major(X, initial_states, layout):
-    """Layout 1 (batch-major) inputs to layout 0."""
-    if not layout:
-        return X, initial_states
-    return np.swapaxes(X, 0, 1), [None if s is None else np.swapaxes(s, 0, 1) for s in initial_states]
+@dataclass(slots=True)  # not frozen: its __init__ would cost more than a step of a cell
+class TimeMajor:
+    """A recurrent node's inputs as every cell loop starts from them: layout 0, the compute dtype
+    (:func:`compute_dtype`), checked states and step masks."""
+
+    X: np.ndarray  # (seq, batch, input)
+    states: list  # per state: (directions, batch, hidden) or None
+    masks: np.ndarray | None  # (seq, batch, 1) bool, see step_masks
+    backwards: tuple[bool, ...]  # per direction: whether it walks the steps from the last
+    hidden: int
+    layout: int
+    out_dtype: np.dtype
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.X.dtype
+
+    def state(self, index: int) -> np.ndarray:
+        """State ``index`` (0: h, 1: c) for every direction, a private copy the loop may write."""
+        given = self.states[index]
+        if given is None:
+            return np.zeros((len(self.backwards), self.X.shape[1], self.hidden), self.dtype)
+        return np.array(given, dtype=self.dtype)
+
+    def finish(self, Y: np.ndarray, finals: Sequence[np.ndarray]) -> tuple:
+        """Y ``(seq, directions, batch, H)`` and the final states in the output dtype and layout."""
+        Y = Y.astype(self.out_dtype, copy=False)
+        finals = [final.astype(self.out_dtype, copy=False) for final in finals]
+        if not self.layout:
+            return (Y, *finals)
+        return (np.transpose(Y, (2, 0, 1, 3)), *(np.swapaxes(final, 0, 1) for final in finals))
 
 
-def from_time_major(Y, states, layout):
-    """Y ``(seq, dirs, batch, H)`` and states ``(dirs, batch, H)`` in the requested layout."""
-    if not layout:
-        return (Y, *states)
-    return (np.transpose(Y, (2, 0, 1, 3)), *(np.swapaxes(s, 0, 1) for s in states))
+def compute_dtype(dtype: np.dtype) -> type:
+    """What a recurrent layer computes in: float64 stays float64, anything else runs in float32."""
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def time_major(op: str, X, sequence_lens, initial_states: list, direction: str, layout: int, hidden: int) -> TimeMajor:
+    """Bring a node's inputs to layout 0 and the compute dtype; check the states' shapes."""
+    directions = direction_count(op, direction)
+    X = np.asarray(X)
+    out_dtype = X.dtype
+    if layout:  # batch-major inputs
+        X = np.swapaxes(X, 0, 1)
+        initial_states = [None if s is None else np.swapaxes(s, 0, 1) for s in initial_states]
+    X = X.astype(compute_dtype(X.dtype), copy=False)
+    seq_length, batch = X.shape[:2]
+    for name, state in zip(_STATE_NAMES, initial_states):
+        if state is not None and np.shape(state) != (directions, batch, hidden):
+            # Said here, with the shape it must have, rather than by numpy's broadcasting inside
+            # the first step (a state kept from a stream of another batch size). Shapes as the
+            # node's layout gives them (layout 1: batch first).
+            given, wanted = np.shape(state), (directions, batch, hidden)
+            if layout:
+                given, wanted = (given[1], given[0], *given[2:]), (batch, directions, hidden)
+            raise ValueError(f"{op}: {name} has shape {tuple(given)}; with X of batch {batch} it must be {wanted}")
+    backwards = tuple(direction == "reverse" or d == 1 for d in range(directions))
+    masks = step_masks(sequence_lens, seq_length, batch)
+    return TimeMajor(X, list(initial_states), masks, backwards, hidden, layout, out_dtype)
 
 
 def step_masks(sequence_lens, seq_length, batch):
@@ -100,48 +150,23 @@ def step_masks(sequence_lens, seq_length, batch):
     return (np.arange(seq_length)[:, None] < lengths[None, :])[:, :, None]
 
 
-def run_directions(
-    op: str,
-    X,
-    sequence_lens,
-    initial_states: list,
-    direction: str,
-    layout: int,
-    hidden_size: int,
-    state_count: int,
-    step_factory: Callable[[int], Callable],
-):
-    """Run ``step(x_projected_t, states) -> (output, states)`` over time for each direction.
+def run_directions(op: str, inputs: TimeMajor, state_count: int, step_factory: Callable[[int], Callable]):
+    """Run ``step(x_projected_t, states) -> (output, states)`` over time, one direction after the
+    other: the loop of cells with non-default activations, clip, peepholes or coupled gates.
 
     ``step_factory(d)`` returns direction d's step function and its input projection
     ``project(X) -> (seq, batch, k)``.
     """
-    directions = direction_count(op, direction)
-    X, initial_states = to_time_major(np.asarray(X), initial_states, layout)
-    out_dtype = X.dtype
-    dtype = np.float64 if X.dtype == np.float64 else np.float32
-    X = X.astype(dtype, copy=False)
+    X, masks, hidden = inputs.X, inputs.masks, inputs.hidden
     seq_length, batch = X.shape[:2]
-    for name, state in zip(_STATE_NAMES, initial_states):
-        if state is not None and np.shape(state) != (directions, batch, hidden_size):
-            # Said here, with the shape it must have, rather than by numpy's broadcasting inside
-            # the first step (a state kept from a stream of another batch size). Shapes as the
-            # node's layout gives them (layout 1: batch first).
-            given, wanted = np.shape(state), (directions, batch, hidden_size)
-            if layout:
-                given, wanted = (given[1], given[0], *given[2:]), (batch, directions, hidden_size)
-            raise ValueError(f"{op}: {name} has shape {tuple(given)}; with X of batch {batch} it must be {wanted}")
-    masks = step_masks(sequence_lens, seq_length, batch)
-    Y = np.zeros((seq_length, directions, batch, hidden_size), dtype=dtype)
-    finals = [np.zeros((directions, batch, hidden_size), dtype=dtype) for _ in range(state_count)]
-    for d in range(directions):
+    directions = len(inputs.backwards)
+    Y = np.zeros((seq_length, directions, batch, hidden), dtype=X.dtype)
+    initial = [inputs.state(index) for index in range(state_count)]
+    finals = [np.zeros_like(state) for state in initial]
+    for d, backwards in enumerate(inputs.backwards):
         step, project = step_factory(d)
         projected = project(X)
-        states = [
-            np.zeros((batch, hidden_size), dtype=dtype) if s is None else np.asarray(s[d], dtype=dtype)
-            for s in initial_states
-        ]
-        backwards = direction == "reverse" or d == 1
+        states = [state[d] for state in initial]
         for t in (range(seq_length - 1, -1, -1) if backwards else range(seq_length)):
             output, new_states = step(projected[t], states)
             if masks is not None:
@@ -152,7 +177,7 @@ def run_directions(
             states = new_states
         for final, state in zip(finals, states):
             final[d] = state
-    return from_time_major(Y.astype(out_dtype), [f.astype(out_dtype) for f in finals], layout)
+    return inputs.finish(Y, finals)
 
 
 def clipper(clip):

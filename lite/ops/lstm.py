@@ -13,23 +13,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.ops._rnn_common import activation_functions, clipper, direction_count, run_directions
+from lite.ops._rnn_common import (
+    activation_functions,
+    clipper,
+    compute_dtype,
+    direction_count,
+    run_directions,
+    time_major,
+)
+from lite.ops._rnn_default_cells import is_default_cell, lstm_weights, run_lstm, usable
 from lite.ops.registry import kernel
 
 
 def lstm(
     X, W, R, B, sequence_lens, initial_h, initial_c, P, *,
-    activation_alpha, activation_beta, activations, clip, direction, hidden_size, input_forget, layout,
+    activation_alpha, activation_beta, activations, clip, direction, hidden_size, input_forget, layout, prepared,
 ):
-    directions = direction_count("LSTM", direction)
     hidden = int(hidden_size) if hidden_size else R.shape[-1]
+    inputs = time_major("LSTM", X, sequence_lens, [initial_h, initial_c], direction, layout, hidden)
+    if _is_default(activations, len(inputs.backwards), clip, input_forget, P):
+        weights = prepared if usable(prepared, B, inputs.dtype) else lstm_weights(W, R, B, hidden, inputs.dtype)
+        return run_lstm(inputs, weights)
     functions = activation_functions(
-        "LSTM", activations, activation_alpha, activation_beta, ("Sigmoid", "Tanh", "Tanh"), directions
+        "LSTM", activations, activation_alpha, activation_beta, ("Sigmoid", "Tanh", "Tanh"), len(inputs.backwards)
     )
     bound = clipper(clip)
 
     def factory(d):
-        dtype = np.float64 if np.asarray(X).dtype == np.float64 else np.float32
+        dtype = inputs.dtype
         w = np.asarray(W[d], dtype=dtype)
         r_t = np.asarray(R[d], dtype=dtype).T
         bias = np.zeros(8 * hidden, dtype) if B is None else np.asarray(B[d], dtype=dtype)
@@ -40,24 +51,6 @@ def lstm(
 
         def project(x):
             return np.matmul(x, w.T) + bias
-
-        def standard_step(x_t, states):
-            # The default cell (sigmoid gates, tanh, no peepholes, clip or coupling), in a dozen
-            # array calls instead of about thirty: the gates i, o, f are contiguous in ONNX's
-            # order, so one tanh-based sigmoid covers all three in place.
-            h, c = states
-            z = h @ r_t
-            z += x_t
-            gates = z[:, : 3 * hidden]
-            gates *= 0.5
-            np.tanh(gates, out=gates)
-            gates *= 0.5
-            gates += 0.5
-            i, o, f = gates[:, :hidden], gates[:, hidden : 2 * hidden], gates[:, 2 * hidden :]
-            c_new = f * c
-            c_new += i * np.tanh(z[:, 3 * hidden :])
-            h_new = o * np.tanh(c_new)
-            return h_new, [h_new, c_new]
 
         def step(x_t, states):
             h, c = states
@@ -70,55 +63,68 @@ def lstm(
             h_new = o * out_act(c_new)
             return h_new, [h_new, c_new]
 
-        return (standard_step if standard else step), project
+        return step, project
 
-    standard = P is None and clip is None and not input_forget and _default_activations(activations, directions)
-    return run_directions(
-        "LSTM", X, sequence_lens, [initial_h, initial_c], direction, layout, hidden, 2, factory
-    )
+    return run_directions("LSTM", inputs, 2, factory)
 
 
-def _default_activations(activations, directions: int) -> bool:
-    if activations is None:
-        return True
-    names = [name.decode() if isinstance(name, bytes) else str(name) for name in activations]
-    return [name.lower() for name in names] == ["sigmoid", "tanh", "tanh"] * directions
+def _is_default(activations, directions: int, clip, input_forget, P) -> bool:
+    """The cell of :func:`run_lstm`: default activations, no clip, no coupling, no peepholes
+    (or all-zero ones, as some exporters write)."""
+    no_peepholes = P is None or not np.any(P)
+    return is_default_cell("LSTM", activations, directions, clip) and not input_forget and no_peepholes
 
 
-@kernel("LSTM", since=1)
+def prepare_lstm(constants, shapes, *, direction="forward", hidden_size=None, activations=None, clip=None,
+                 input_forget=0, **_):
+    """Load-time work (the registry's ``prepare`` hook): constant weights of a default cell laid
+    out for :func:`run_lstm`, for the dtype they come in; None where that cannot be done now."""
+    _, W, R, B, _, _, _, P = (list(constants) + [None] * 8)[:8]
+    if W is None or R is None:
+        return None
+    if not _is_default(activations, direction_count("LSTM", direction), clip, input_forget, P):
+        return None
+    hidden = int(hidden_size) if hidden_size else R.shape[-1]
+    return lstm_weights(W, R, B, hidden, compute_dtype(W.dtype))
+
+
+@kernel("LSTM", since=1, prepare=prepare_lstm)
 def LSTM_1(
     X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
-    hidden_size=None, input_forget=0, output_sequence=0,
+    hidden_size=None, input_forget=0, output_sequence=0, prepared=None,
 ):
     return lstm(
         X, W, R, B, sequence_lens, initial_h, initial_c, P,
         activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
         clip=clip, direction=direction, hidden_size=hidden_size, input_forget=input_forget, layout=0,
+        prepared=prepared,
     )
 
 
-@kernel("LSTM", since=7)
+@kernel("LSTM", since=7, prepare=prepare_lstm)
 def LSTM_7(
     X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
-    hidden_size=None, input_forget=0,
+    hidden_size=None, input_forget=0, prepared=None,
 ):
     return lstm(
         X, W, R, B, sequence_lens, initial_h, initial_c, P,
         activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
         clip=clip, direction=direction, hidden_size=hidden_size, input_forget=input_forget, layout=0,
+        prepared=prepared,
     )
 
 
-@kernel("LSTM", since=14)
+@kernel("LSTM", since=14, prepare=prepare_lstm)
 def LSTM(
     X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
-    hidden_size=None, input_forget=0, layout=0,
+    hidden_size=None, input_forget=0, layout=0, prepared=None,
 ):
     return lstm(
         X, W, R, B, sequence_lens, initial_h, initial_c, P,
         activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
         clip=clip, direction=direction, hidden_size=hidden_size, input_forget=input_forget, layout=layout,
+        prepared=prepared,
     )

@@ -1,0 +1,130 @@
+"""Time the numpy engine's LSTM/GRU/RNN against ONNX Runtime on one-node models (both on 1 thread).
+
+    python bench/recurrent_kernels.py [--threads 1] [--repeat 200] [--hidden 128] [--seq 100]
+
+Layers as exported models use them: batch 1, input 64, weights constant (so the engine's
+load-time preparation applies), forward and bidirectional, plus a streaming LSTM step (one frame,
+state in and out, as a voice-activity model is called). The numpy figures go through the engine
+(load-time work included), not the bare kernel. Prints the minimum and median ms per call, and
+checks the outputs against ONNX Runtime's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def _configure_threads(argv: list[str]) -> int:
+    # BLAS reads its thread count when numpy is first imported, so set it before that.
+    threads = 1
+    if "--threads" in argv:
+        threads = int(argv[argv.index("--threads") + 1])
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, str(threads))
+    return threads
+
+
+THREADS = _configure_threads(sys.argv)
+# Run from a checkout without installing: the repository root holds the ``lite`` package.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import onnxruntime  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from converter import convert_model  # noqa: E402
+from lite.engines.numpy_engine import NumpyEngine  # noqa: E402
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+OUTPUTS = {"LSTM": ["y", "y_h", "y_c"], "GRU": ["y", "y_h"], "RNN": ["y", "y_h"]}
+INPUT = 64
+
+
+def _model(op, direction, hidden, seq, attributes):
+    """One recurrent node with constant weights and biases; X (and states, for seq 1) fed."""
+    rng = np.random.default_rng(0)
+    directions = 2 if direction == "bidirectional" else 1
+    gates = GATES[op]
+    weights = {
+        "W": rng.standard_normal((directions, gates * hidden, INPUT)) * 0.1,
+        "R": rng.standard_normal((directions, gates * hidden, hidden)) * 0.1,
+        "B": rng.standard_normal((directions, 2 * gates * hidden)) * 0.1,
+    }
+    initializers = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
+    feeds = {"x": rng.standard_normal((seq, 1, INPUT)).astype(np.float32)}
+    names = ["x", "W", "R", "B"]
+    if seq == 1:  # a stream: the state travels between calls
+        feeds["h"] = rng.standard_normal((directions, 1, hidden)).astype(np.float32)
+        names += ["", "h"]
+        if op == "LSTM":
+            feeds["c"] = rng.standard_normal((directions, 1, hidden)).astype(np.float32)
+            names.append("c")
+    node = helper.make_node(op, names, OUTPUTS[op], direction=direction, hidden_size=hidden, **attributes)
+    graph = helper.make_graph(
+        [node], "bench", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in feeds.items()],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in OUTPUTS[op]], initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model, feeds
+
+
+def _ort_session(model):
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _times_ms(fn, repeat):
+    for _ in range(5):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return 1e3 * min(samples), 1e3 * float(np.median(samples))
+
+
+CASES = [
+    ("LSTM", "forward", {}),
+    ("LSTM", "bidirectional", {}),
+    ("GRU", "forward", {"linear_before_reset": 1}),
+    ("GRU", "bidirectional", {"linear_before_reset": 1}),
+    ("GRU", "bidirectional", {"linear_before_reset": 0}),
+    ("RNN", "bidirectional", {}),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--seq", type=int, default=100)
+    args = parser.parse_args()
+    print(f"hidden {args.hidden}, input {INPUT}, batch 1, {THREADS} thread(s); ms per call, min / median of {args.repeat}")
+    print(f"{'layer':<32}{'numpy':>16}{'ORT':>16}{'ratio':>7}")
+    cases = [(op, direction, attributes, args.seq) for op, direction, attributes in CASES]
+    cases.append(("LSTM", "forward", {}, 1))
+    for op, direction, attributes, seq in cases:
+        model, feeds = _model(op, direction, args.hidden, seq, attributes)
+        engine = NumpyEngine(convert_model(model, optimize=False))
+        session = _ort_session(model)
+        ours, theirs = engine.run(feeds), session.run(None, feeds)
+        for name, expected in zip(OUTPUTS[op], theirs):
+            np.testing.assert_allclose(ours[name], expected, rtol=1e-4, atol=1e-5, err_msg=f"{op} {name}")
+        numpy_min, numpy_median = _times_ms(lambda: engine.run(feeds), args.repeat)
+        ort_min, ort_median = _times_ms(lambda: session.run(None, feeds), args.repeat)
+        label = f"{op} {direction} seq {seq}" + "".join(f" lbr={v}" for v in attributes.values())
+        print(f"{label:<32}{numpy_min:>8.3f}{numpy_median:>8.3f}{ort_min:>8.3f}{ort_median:>8.3f}"
+              f"{numpy_median / ort_median:>7.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""The default cells of LSTM, GRU and RNN, every direction in one time loop.
+
+What exported models use (PyTorch, Keras via tf2onnx, paddle2onnx): sigmoid gates, tanh, no
+clip, peepholes or coupled gates. A step of such a layer is a few dozen small numpy calls, so the
+time goes to calls, not arithmetic; these loops make as few as the cell allows:
+
+- the directions are stacked on a leading axis: the reverse direction's input projection is
+  stored reversed in time, so step t reads one ``(directions, batch, k)`` slice and every
+  elementwise call covers both directions. Its outputs land reversed too, and are flipped once
+  at the end;
+- weights are laid out once (transposed, biases summed; by the engine at load, see the
+  kernels' ``prepare``), buffers allocated once per call, and every step writes with ``out=``,
+  h straight into its slice of Y;
+- the gates are kept gate-major, ``(gates, directions, batch, H)``: numpy takes about twice as
+  long over a strided view (a gate whose directions' blocks interleave) as over contiguous memory;
+- sigmoid is computed as ``(1 + tanh(x / 2)) / 2`` (no overflow of ``exp(-x)``), with the
+  halving of x folded into the gates' weights and biases: scaling by 0.5 is exact in binary
+  floating point, so one ``tanh`` over all of LSTM's gates gives tanh(x/2) for the sigmoid gates
+  and tanh(x) for the candidate, and two calls turn the former into sigmoids.
+
+Per step: one stacked matmul for the recurrence of every direction (numpy runs the stack in one
+call, faster than a call per direction), then ten elementwise calls for LSTM and GRU, two for RNN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lite.ops._rnn_common import TimeMajor
+
+# The activation lists of the default cells, per direction (compared case-insensitively).
+DEFAULT_ACTIVATIONS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh"), "RNN": ("tanh",)}
+
+
+def is_default_cell(op: str, activations, directions: int, clip) -> bool:
+    """Whether the node's activations are the defaults and it has no clip (the op's own
+    features, peepholes and coupled gates, are the caller's to check)."""
+    if clip is not None:
+        return False
+    if activations is None:
+        return True
+    names = [name.decode() if isinstance(name, bytes) else str(name) for name in activations]
+    return [name.lower() for name in names] == list(DEFAULT_ACTIVATIONS[op]) * directions
+
+
+@dataclass(frozen=True)
+class CellWeights:
+    """A node's weights as the loops use them. ``X @ w_t`` projects the inputs of every direction
+    in one GEMM (direction d's ``k`` columns after those of the directions before it; its bias
+    ``bias[d]``); ``h[d] @ r_t[d]`` is the recurrence (GRU without linear_before_reset: ``r_t``
+    for z and r, ``r_h_t`` for the candidate). Gate columns feeding a sigmoid are halved.
+    ``recurrent_bias`` is GRU's Rbh where linear_before_reset puts it inside the reset product."""
+
+    w_t: np.ndarray  # (input, directions * k)
+    bias: np.ndarray  # (directions, k)
+    r_t: np.ndarray  # (directions, hidden, n)
+    r_h_t: np.ndarray | None = None  # (directions, hidden, hidden)
+    recurrent_bias: np.ndarray | None = None  # (directions, hidden)
+    has_bias: bool = True  # whether B was given (a prepared value holds for calls that agree)
+
+    def __post_init__(self) -> None:
+        # Prepared at load and shared by every thread's calls: read-only, so none can change it.
+        for value in (self.w_t, self.bias, self.r_t, self.r_h_t, self.recurrent_bias):
+            if value is not None:
+                value.flags.writeable = False
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.w_t.dtype
+
+
+def _halving(gates: int, sigmoid_gates: int, hidden: int, dtype) -> np.ndarray:
+    """Per gate row: 0.5 for the sigmoid gates (which come first), 1 for the rest."""
+    scale = np.ones(gates * hidden, dtype)
+    scale[: sigmoid_gates * hidden] = 0.5
+    return scale
+
+
+def _transposed(weights, scale: np.ndarray, dtype) -> np.ndarray:
+    """R ``(directions, rows, cols)`` scaled per row, as a C-contiguous ``(directions, cols, rows)``."""
+    scaled = np.asarray(weights, dtype=dtype) * scale[:, None]
+    return np.ascontiguousarray(np.swapaxes(scaled, 1, 2))
+
+
+def _side_by_side(weights, scale: np.ndarray, dtype) -> np.ndarray:
+    """W ``(directions, rows, input)`` scaled per row, as ``(input, directions * rows)``."""
+    scaled = np.asarray(weights, dtype=dtype) * scale[:, None]
+    return np.ascontiguousarray(scaled.transpose(2, 0, 1)).reshape(scaled.shape[2], -1)
+
+
+def _biases(B, gates: int, hidden: int, directions: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(Wb, Rb), each ``(directions, gates * hidden)``; zeros where B is omitted."""
+    if B is None:
+        zeros = np.zeros((directions, gates * hidden), dtype)
+        return zeros, zeros
+    B = np.asarray(B, dtype=dtype)
+    return B[:, : gates * hidden], B[:, gates * hidden :]
+
+
+def lstm_weights(W, R, B, hidden: int, dtype) -> CellWeights:
+    """Gates i, o, f sigmoid (halved), c tanh; both biases in the projection."""
+    scale = _halving(4, 3, hidden, dtype)
+    w_bias, r_bias = _biases(B, 4, hidden, len(W), dtype)
+    return CellWeights(_side_by_side(W, scale, dtype), (w_bias + r_bias) * scale, _transposed(R, scale, dtype),
+                       has_bias=B is not None)
+
+
+def gru_weights(W, R, B, hidden: int, dtype, linear_before_reset: int) -> CellWeights:
+    """Gates z, r sigmoid (halved), h tanh. Rbz, Rbr join the projection; Rbh too, unless
+    linear_before_reset applies r after it."""
+    scale = _halving(3, 2, hidden, dtype)
+    w_bias, r_bias = _biases(B, 3, hidden, len(W), dtype)
+    R_t = _transposed(R, scale, dtype)
+    if linear_before_reset:
+        bias = np.concatenate([w_bias[:, : 2 * hidden] + r_bias[:, : 2 * hidden], w_bias[:, 2 * hidden :]], axis=1)
+        return CellWeights(_side_by_side(W, scale, dtype), bias * scale, R_t,
+                           recurrent_bias=np.array(r_bias[:, 2 * hidden :]), has_bias=B is not None)
+    return CellWeights(_side_by_side(W, scale, dtype), (w_bias + r_bias) * scale,
+                       np.ascontiguousarray(R_t[:, :, : 2 * hidden]), np.ascontiguousarray(R_t[:, :, 2 * hidden :]),
+                       has_bias=B is not None)
+
+
+def rnn_weights(W, R, B, hidden: int, dtype) -> CellWeights:
+    scale = np.ones(hidden, dtype)
+    w_bias, r_bias = _biases(B, 1, hidden, len(W), dtype)
+    return CellWeights(_side_by_side(W, scale, dtype), w_bias + r_bias, _transposed(R, scale, dtype),
+                       has_bias=B is not None)
+
+
+def usable(weights: CellWeights | None, B, dtype) -> bool:
+    """Whether weights prepared at load fit this call: same dtype, and B given iff it was then
+    (the engine prepares only constant inputs: a B computed at run time was None there)."""
+    return weights is not None and weights.dtype == dtype and weights.has_bias == (B is not None)
+
+
+def project(inputs: TimeMajor, weights: CellWeights) -> np.ndarray:
+    """``X @ W^T + bias`` of every step, gate-major: ``(seq, gates, directions, batch, H)``, a
+    reverse direction's reversed in time. GRU with linear_before_reset gets Rbh as a gate between
+    r and the candidate, ``[z, r, Rbh, h]``: added with the recurrence in one call."""
+    X, hidden = inputs.X, inputs.hidden
+    seq_length, batch = X.shape[:2]
+    rows = X.reshape(seq_length * batch, X.shape[2])
+    gates = weights.bias.shape[1] // hidden
+    rbh = weights.recurrent_bias
+    projected = np.empty((seq_length, gates + (rbh is not None), len(inputs.backwards), batch, hidden), X.dtype)
+    products = np.matmul(rows, weights.w_t).reshape(seq_length, batch, len(inputs.backwards), gates, hidden)
+    for d, backwards in enumerate(inputs.backwards):
+        product = products[:, :, d]
+        product = (product[::-1] if backwards else product).transpose(0, 2, 1, 3)
+        bias = weights.bias[d].reshape(gates, 1, hidden)
+        if rbh is None:
+            np.add(product, bias, out=projected[:, :, d])
+        else:
+            np.add(product[:, :2], bias[:2], out=projected[:, :2, d])
+            projected[:, 2, d] = rbh[d]
+            np.add(product[:, 2:], bias[2:], out=projected[:, 3:, d])
+    return projected
+
+
+def _gate_major(out: np.ndarray, hidden: int) -> np.ndarray:
+    """The recurrence's ``(directions, batch, gates * H)`` seen as ``(gates, directions, batch, H)``:
+    the step reads it once, in the call that adds the projection, and works on contiguous gates."""
+    directions, batch, width = out.shape
+    return out.reshape(directions, batch, width // hidden, hidden).transpose(2, 0, 1, 3)
+
+
+class _Steps:
+    """What a loop shares: the outputs buffer (a reverse direction's steps stored reversed), the
+    hidden state, and the masks of sequence_lens (stacked per direction, reversed likewise)."""
+
+    def __init__(self, inputs: TimeMajor):
+        self.inputs = inputs
+        seq_length, batch = inputs.X.shape[:2]
+        self.Y = np.empty((seq_length, len(inputs.backwards), batch, inputs.hidden), inputs.dtype)
+        self.h = inputs.state(0)
+        self.active = self.inactive = None
+        if inputs.masks is not None:
+            masks = inputs.masks
+            self.active = np.stack([masks[::-1] if back else masks for back in inputs.backwards], axis=1)
+            self.inactive = ~self.active
+
+    def emit(self, t: int, output: np.ndarray) -> np.ndarray:
+        """Step t's output, written into Y[t], becomes the hidden state; past an entry's
+        sequence the state stays and the output is 0. Returns the state for step t + 1."""
+        if self.active is None:
+            self.h = output
+        else:
+            np.copyto(self.h, output, where=self.active[t])
+            np.copyto(output, 0, where=self.inactive[t])
+        return self.h
+
+    def keep(self, t: int, new: np.ndarray, old: np.ndarray) -> None:
+        """Another state (LSTM's c) keeps its old value past an entry's sequence."""
+        if self.inactive is not None:
+            np.copyto(new, old, where=self.inactive[t])
+
+    def finish(self, *other_states: np.ndarray) -> tuple:
+        """Y in time order, the final states (copied: the last h may be a slice of Y)."""
+        finals = [np.array(self.h), *other_states]
+        for d, backwards in enumerate(self.inputs.backwards):
+            if backwards:
+                self.Y[:, d] = self.Y[::-1, d].copy()
+        return self.inputs.finish(self.Y, finals)
+
+
+def run_lstm(inputs: TimeMajor, weights: CellWeights) -> tuple:
+    """Ct = f * Ct-1 + i * c~, Ht = o * tanh(Ct)."""
+    projected = project(inputs, weights)
+    steps = _Steps(inputs)
+    h, c = steps.h, inputs.state(1)
+    c_next, product = np.empty_like(c), np.empty_like(c)
+    recurrence = np.empty(c.shape[:-1] + (4 * inputs.hidden,), inputs.dtype)
+    recurrence_gates = _gate_major(recurrence, inputs.hidden)
+    z = np.empty(projected.shape[1:], inputs.dtype)  # i, o, f, c~
+    sigmoid_gates = z[:3]
+    i, o, f, candidate = z
+    half = np.full_like(sigmoid_gates, 0.5)  # numpy multiplies by an array faster than by a scalar
+    for t in range(len(projected)):
+        np.matmul(h, weights.r_t, out=recurrence)
+        np.add(recurrence_gates, projected[t], out=z)
+        np.tanh(z, out=z)  # tanh(x/2) for i, o, f (their rows are halved), tanh(x) for c~
+        np.multiply(sigmoid_gates, half, out=sigmoid_gates)
+        np.add(sigmoid_gates, half, out=sigmoid_gates)
+        np.multiply(f, c, out=c_next)
+        np.multiply(i, candidate, out=product)
+        np.add(c_next, product, out=c_next)
+        np.tanh(c_next, out=product)
+        output = steps.Y[t]
+        np.multiply(o, product, out=output)
+        h = steps.emit(t, output)
+        steps.keep(t, c_next, c)
+        c, c_next = c_next, c
+    return steps.finish(c)
+
+
+def run_gru(inputs: TimeMajor, weights: CellWeights) -> tuple:
+    """Ht = h~ + z * (Ht-1 - h~), i.e. (1 - z) * h~ + z * Ht-1."""
+    if weights.recurrent_bias is None:
+        return _run_gru_reset_first(inputs, weights)
+    hidden = inputs.hidden
+    projected = project(inputs, weights)  # z, r, Rbh, h
+    steps = _Steps(inputs)
+    h = steps.h
+    recurrence = np.empty(h.shape[:-1] + (3 * hidden,), inputs.dtype)
+    recurrence_gates = _gate_major(recurrence, hidden)
+    summed = np.empty((3, *h.shape), inputs.dtype)  # z, r (before their sigmoid), h Rh + Rbh
+    sigmoid_gates = summed[:2]
+    z, r, h_rh = summed
+    half = np.full_like(sigmoid_gates, 0.5)
+    candidate = np.empty_like(h)
+    projected_summed, projected_h = projected[:, :3], projected[:, 3]
+    for t in range(len(projected)):
+        np.matmul(h, weights.r_t, out=recurrence)
+        np.add(recurrence_gates, projected_summed[t], out=summed)
+        np.tanh(sigmoid_gates, out=sigmoid_gates)
+        np.multiply(sigmoid_gates, half, out=sigmoid_gates)
+        np.add(sigmoid_gates, half, out=sigmoid_gates)
+        np.multiply(r, h_rh, out=candidate)  # h~ = tanh(x Wh + Wbh + r * (h Rh + Rbh))
+        np.add(candidate, projected_h[t], out=candidate)
+        np.tanh(candidate, out=candidate)
+        h = steps.emit(t, _interpolate(h, candidate, z, steps.Y[t]))
+    return steps.finish()
+
+
+def _run_gru_reset_first(inputs: TimeMajor, weights: CellWeights) -> tuple:
+    """GRU without linear_before_reset: h~ = tanh(x Wh + Wbh + Rbh + (r * h) Rh)."""
+    hidden = inputs.hidden
+    projected = project(inputs, weights)  # z, r, h
+    steps = _Steps(inputs)
+    h = steps.h
+    recurrence = np.empty(h.shape[:-1] + (2 * hidden,), inputs.dtype)
+    recurrence_gates = _gate_major(recurrence, hidden)
+    gates = np.empty((2, *h.shape), inputs.dtype)
+    z, r = gates
+    half = np.full_like(gates, 0.5)
+    reset_h, candidate = np.empty_like(h), np.empty_like(h)
+    projected_gates, projected_h = projected[:, :2], projected[:, 2]
+    for t in range(len(projected)):
+        np.matmul(h, weights.r_t, out=recurrence)
+        np.add(recurrence_gates, projected_gates[t], out=gates)
+        np.tanh(gates, out=gates)
+        np.multiply(gates, half, out=gates)
+        np.add(gates, half, out=gates)
+        np.multiply(r, h, out=reset_h)
+        np.matmul(reset_h, weights.r_h_t, out=candidate)
+        np.add(candidate, projected_h[t], out=candidate)
+        np.tanh(candidate, out=candidate)
+        h = steps.emit(t, _interpolate(h, candidate, z, steps.Y[t]))
+    return steps.finish()
+
+
+def _interpolate(h: np.ndarray, candidate: np.ndarray, z: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out = candidate + z * (h - candidate)``: GRU's (1 - z) * h~ + z * Ht-1 in three calls."""
+    np.subtract(h, candidate, out=out)
+    np.multiply(out, z, out=out)
+    np.add(out, candidate, out=out)
+    return out
+
+
+def run_rnn(inputs: TimeMajor, weights: CellWeights) -> tuple:
+    """Ht = tanh(Xt W^T + Ht-1 R^T + Wb + Rb)."""
+    projected = project(inputs, weights)
+    steps = _Steps(inputs)
+    h = steps.h
+    projected = projected[:, 0]
+    for t in range(len(projected)):
+        output = steps.Y[t]
+        np.matmul(h, weights.r_t, out=output)
+        np.add(output, projected[t], out=output)
+        np.tanh(output, out=output)
+        h = steps.emit(t, output)
+    return steps.finish()
