@@ -16,18 +16,9 @@ import os
 import sys
 import time
 
+from _threads import configure_threads  # bench/, the script's folder
 
-def _configure_threads(argv: list[str]) -> int:
-    # BLAS reads its thread count when numpy is first imported, so set it before that.
-    threads = 1
-    if "--threads" in argv:
-        threads = int(argv[argv.index("--threads") + 1])
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(name, str(threads))
-    return threads
-
-
-THREADS = _configure_threads(sys.argv)
+THREADS = configure_threads(sys.argv, default=1)
 # Run from a checkout without installing: the repository root holds the ``lite`` package.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
