@@ -14,14 +14,13 @@ import os
 import sys
 import time
 
-from _threads import configure_threads  # bench/, the script's folder
+from _kernel_bench import configure_threads, ort_session  # bench/, the script's folder
 
 THREADS = configure_threads(sys.argv, default=2)
 # Run from a checkout without installing: the repository root holds the ``lite`` package.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
-import onnxruntime  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from lite.ops import KERNELS  # noqa: E402
@@ -85,11 +84,7 @@ def _ort_session(op, x, weight, attributes):
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = THREADS
-    options.inter_op_num_threads = 1
-    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort_session(model, THREADS)
 
 
 def _median_seconds(fn, repeat):

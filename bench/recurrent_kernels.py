@@ -16,14 +16,13 @@ import os
 import sys
 import time
 
-from _threads import configure_threads  # bench/, the script's folder
+from _kernel_bench import configure_threads, ort_session  # bench/, the script's folder
 
 THREADS = configure_threads(sys.argv, default=1)
 # Run from a checkout without installing: the repository root holds the ``lite`` package.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
-import onnxruntime  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from converter import convert_model  # noqa: E402
@@ -63,14 +62,6 @@ def _model(op, direction, hidden, seq, attributes):
     return model, feeds
 
 
-def _ort_session(model):
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = THREADS
-    options.inter_op_num_threads = 1
-    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
 def _times_ms(fn, repeat):
     for _ in range(5):
         fn()
@@ -106,7 +97,7 @@ def main() -> None:
     for op, direction, attributes, seq in cases:
         model, feeds = _model(op, direction, args.hidden, seq, attributes)
         engine = NumpyEngine(convert_model(model, optimize=False))
-        session = _ort_session(model)
+        session = ort_session(model, THREADS)
         ours, theirs = engine.run(feeds), session.run(None, feeds)
         for name, expected in zip(OUTPUTS[op], theirs):
             np.testing.assert_allclose(ours[name], expected, rtol=1e-4, atol=1e-5, err_msg=f"{op} {name}")
