@@ -42,6 +42,7 @@ from converter.passes import DEFAULT_PASSES, PassContext, PassResult, run_passes
 from converter.quantize.config import QuantConfig
 from converter.quantize.pipeline import quantize_model
 from converter.quantize.report import QuantizedConversionReport
+from converter.quantize.source_opset import prepare_source_opset
 from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_domains, unsupported_nodes
 from converter.verify import onnxruntime_available
@@ -191,14 +192,10 @@ def convert(
         recorded["quant"] = quant_config.to_dict()
 
     imported, translated, source_warnings = _import_source(model, options.source, graph.allow_custom)
-    if (graph.fp16 or graph.fp16_io or quantization.is_int8) and not _imports_default_domain(imported.model):
-        # Only other domains imported (onnxmltools' XGBoost and LightGBM graphs: ai.onnx.ml alone):
-        # the Casts and QuantizeLinear nodes these options insert need a version of the default
-        # domain; none of the model's own nodes depends on which.
-        imported.model.opset_imports[""] = _PER_AXIS_OPSET
-    if (quant_config is not None and quantization.is_int8 and translated is None
-            and (quant_config.per_channel or quant_config.mode == "int8-dynamic")):
-        source_warnings += _opset_for_int8(imported)
+    source_warnings += prepare_source_opset(
+        imported, inserts_standard_ops=graph.fp16 or graph.fp16_io or quantization.is_int8,
+        raise_for_int8=(quant_config is not None and quantization.is_int8 and translated is None
+                        and (quant_config.per_channel or quant_config.mode == "int8-dynamic")))
     if translated is not None:
         original = translated
         recorded["input_format"] = "ckpt" if options.source.network is not None else "mindir"
@@ -456,37 +453,6 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
             "pass verify=False (--no-verify) to skip the comparison"
         ) from err
     return inlined
-
-
-# Per-axis QuantizeLinear/DequantizeLinear, which per-channel int8 weights need, came with opset
-# 13; DynamicQuantizeLinear, which int8-dynamic inserts, with 11.
-_PER_AXIS_OPSET = 13
-
-
-def _opset_for_int8(imported: ImportedModel) -> list[str]:
-    """Raise a model below opset 13 to 13 with onnx's version converter, so int8 weights can be
-    per channel (per tensor, paddle2onnx's and keras2onnx's opset-11 and 12 OCR models kept a
-    cosine of 0.66-0.82 to their float outputs; per channel, 0.98-0.995) and int8-dynamic's
-    DynamicQuantizeLinear exists (an opset-9 model was refused, the converter's own nodes blamed).
-    Where onnx's converter fails, the model stays as it is and the quantizer falls back to
-    per-tensor weights (it says so); the notes say what happened."""
-    model = imported.model
-    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-    if opset is None or opset >= _PER_AXIS_OPSET:
-        return []
-    try:
-        import onnx.version_converter
-
-        raised = onnx.version_converter.convert_version(ir.to_proto(model), _PER_AXIS_OPSET)
-        imported.model = ir.from_proto(raised)
-    except Exception as err:  # noqa: BLE001 - onnx's converter raises anything; the model stays as it was
-        return [f"opset {opset} could not be raised to {_PER_AXIS_OPSET} for int8 "
-                f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''})"]
-    return [f"opset {opset} raised to {_PER_AXIS_OPSET} (onnx.version_converter) for int8"]
-
-
-def _imports_default_domain(model: ir.Model) -> bool:
-    return "" in model.opset_imports or "ai.onnx" in model.opset_imports
 
 
 def _copy_proto(proto: onnx.ModelProto) -> onnx.ModelProto:
