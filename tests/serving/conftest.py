@@ -155,6 +155,19 @@ class ServerProcess:
 
 def start_server(repository: Path, *extra: str, env: dict | None = None, timeout: float = 30.0,
                  port: int | None = None) -> ServerProcess:
+    """A server on free ports. A port free_port() found can be taken by another process before
+    the server binds it (the suite's other servers, any job on the machine): that start is retried
+    on new ports, a few times."""
+    for attempt in range(3):
+        try:
+            return _start_once(repository, *extra, env=env, timeout=timeout, port=port)
+        except RuntimeError as err:
+            if "Address already in use" not in str(err) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_once(repository: Path, *extra: str, env: dict | None, timeout: float, port: int | None) -> ServerProcess:
     port, metrics_port = port or free_port(), free_port()
     command = [sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
                "--port", str(port), "--metrics-port", str(metrics_port), "--grace-period-s", "5", *extra]
