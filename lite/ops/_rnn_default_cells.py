@@ -221,8 +221,7 @@ def run_lstm(inputs: TimeMajor, weights: CellWeights) -> tuple:
         np.matmul(h, weights.r_t, out=recurrence)
         np.add(recurrence_gates, projected[t], out=z)
         np.tanh(z, out=z)  # tanh(x/2) for i, o, f (their rows are halved), tanh(x) for c~
-        np.multiply(sigmoid_gates, half, out=sigmoid_gates)
-        np.add(sigmoid_gates, half, out=sigmoid_gates)
+        _halved_plus_half(sigmoid_gates, half)
         np.multiply(f, c, out=c_next)
         np.multiply(i, candidate, out=product)
         np.add(c_next, product, out=c_next)
@@ -255,8 +254,7 @@ def run_gru(inputs: TimeMajor, weights: CellWeights) -> tuple:
         np.matmul(h, weights.r_t, out=recurrence)
         np.add(recurrence_gates, projected_summed[t], out=summed)
         np.tanh(sigmoid_gates, out=sigmoid_gates)
-        np.multiply(sigmoid_gates, half, out=sigmoid_gates)
-        np.add(sigmoid_gates, half, out=sigmoid_gates)
+        _halved_plus_half(sigmoid_gates, half)
         np.multiply(r, h_rh, out=candidate)  # h~ = tanh(x Wh + Wbh + r * (h Rh + Rbh))
         np.add(candidate, projected_h[t], out=candidate)
         np.tanh(candidate, out=candidate)
@@ -281,14 +279,20 @@ def _run_gru_reset_first(inputs: TimeMajor, weights: CellWeights) -> tuple:
         np.matmul(h, weights.r_t, out=recurrence)
         np.add(recurrence_gates, projected_gates[t], out=gates)
         np.tanh(gates, out=gates)
-        np.multiply(gates, half, out=gates)
-        np.add(gates, half, out=gates)
+        _halved_plus_half(gates, half)
         np.multiply(r, h, out=reset_h)
         np.matmul(reset_h, weights.r_h_t, out=candidate)
         np.add(candidate, projected_h[t], out=candidate)
         np.tanh(candidate, out=candidate)
         h = steps.emit(t, _interpolate(h, candidate, z, steps.Y[t]))
     return steps.finish()
+
+
+def _halved_plus_half(gates: np.ndarray, half: np.ndarray) -> None:
+    """``gates = 0.5 * gates + 0.5`` in place: sigmoid(x) from tanh(x / 2), the gates' rows of
+    the weights halved at load."""
+    np.multiply(gates, half, out=gates)
+    np.add(gates, half, out=gates)
 
 
 def _interpolate(h: np.ndarray, candidate: np.ndarray, z: np.ndarray, out: np.ndarray) -> np.ndarray:
