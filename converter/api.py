@@ -33,7 +33,14 @@ from converter.errors import (
     VerificationError,
 )
 from converter.import_checks import training_mode_notes
-from converter.importer import ImportedModel, ModelSource, apply_input_shapes, check_model_file, import_onnx
+from converter.importer import (
+    ImportedModel,
+    ModelSource,
+    apply_input_shapes,
+    check_model_file,
+    import_onnx,
+    rewrite_for_lite,
+)
 from converter.lower import lower_model
 from converter.mindspore import import_mindspore, is_mindspore_source
 from converter.onnx_export import serialize, to_onnx
@@ -47,7 +54,7 @@ from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_domains, unsupported_nodes
 from converter.verify import onnxruntime_available
 from converter.verify_output import failure_message, verify_output
-from converter.zipmap import class_labels_metadata, unzip_outputs
+from converter.zipmap import class_labels_metadata
 from lite.atomic import atomic_path
 from lite.compare import Tolerance
 from lite.errors import PreprocessingError
@@ -337,7 +344,7 @@ def _import_source(
     if source.dec_key is not None:
         raise InvalidOptionError("dec_key applies to encrypted MindSpore files (.mindir, .ckpt) only")
     imported = import_onnx(model, source.external_data_dir)
-    return imported, None, [zipped.note() for zipped in imported.zipped] + training_mode_notes(imported.model)
+    return imported, None, imported.notes() + training_mode_notes(imported.model)
 
 
 def _write(
@@ -439,9 +446,9 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
         proto = ir.to_proto(source)
     else:
         proto = onnx.load_from_string(source)
-    if imported.zipped:  # the reference's outputs as the converted model gives them
+    if imported.zipped or imported.declared_casts:  # the reference's outputs as the converted model gives them
         proto = _copy_proto(proto) if proto is source else proto
-        unzip_outputs(proto)
+        rewrite_for_lite(proto)
     if imported.external_data_dir is None:
         return proto
     inlined = _copy_proto(proto)

@@ -19,6 +19,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
+from converter.declared_types import DeclaredCast, cast_to_declared_types
 from converter.errors import InvalidOptionError, ModelImportError
 from converter.external_data import check_external_data
 from converter.functions import inline_functions
@@ -36,6 +37,11 @@ class ImportedModel:
     size_bytes: int  # serialized size plus external data files
     external_data_dir: Path | None = None  # where its external data was found (None: it has none)
     zipped: list[ZippedOutput] = field(default_factory=list)  # ZipMap outputs written as tensors
+    declared_casts: list[DeclaredCast] = field(default_factory=list)  # outputs cast to their declared type
+
+    def notes(self) -> list[str]:
+        """What the import rewrote for the lite format, one line each, for the report."""
+        return [zipped.note() for zipped in self.zipped] + [cast.note() for cast in self.declared_casts]
 
 
 def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None = None) -> ImportedModel:
@@ -54,28 +60,35 @@ def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None
         data = source.SerializeToString()
         proto = onnx.ModelProto()
         proto.CopyFrom(source)  # the caller's model stays as it was
-        zipped = unzip_outputs(proto)
+        rewrites = rewrite_for_lite(proto)
         model = _deserialize(_checked_proto(proto, what), what)
         folder = check_external_data(model, external_data_dir, what)
-        return ImportedModel(_inline_functions(model, what), what, _sha256(data), len(data), folder, zipped)
+        return ImportedModel(_inline_functions(model, what), what, _sha256(data), len(data), folder, *rewrites)
     if isinstance(source, bytes):
         what = "<bytes>"
         proto = _parse(source, what)
-        zipped = unzip_outputs(proto)
+        rewrites = rewrite_for_lite(proto)
         model = _deserialize(_checked_proto(proto, what), what)
         folder = check_external_data(model, external_data_dir, what)
-        return ImportedModel(_inline_functions(model, what), what, _sha256(source), len(source), folder, zipped)
+        return ImportedModel(_inline_functions(model, what), what, _sha256(source), len(source), folder, *rewrites)
     path = Path(source)
     check_model_file(path)
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as err:  # onnx raises DecodeError, OSError, ValueError... name the file
         raise ModelImportError(f"{path}: not a readable ONNX model ({err}); check the file") from err
-    zipped = unzip_outputs(proto)
+    rewrites = rewrite_for_lite(proto)
     model = _deserialize(_checked_proto(proto, str(path)), str(path))
     folder = check_external_data(model, path.parent if external_data_dir is None else external_data_dir, str(path))
     model = _inline_functions(model, str(path))
-    return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder, zipped)
+    return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder, *rewrites)
+
+
+def rewrite_for_lite(proto: onnx.ModelProto) -> tuple[list[ZippedOutput], list[DeclaredCast]]:
+    """Rewrite ``proto``'s outputs the lite format cannot hold as declared (ZipMap's maps; types
+    the producing node cannot make) into tensors it can; verification applies the same to the
+    original, so both sides give the same outputs."""
+    return unzip_outputs(proto), cast_to_declared_types(proto)
 
 
 def check_model_file(path: Path) -> None:

@@ -197,3 +197,32 @@ def test_a_graph_importing_only_the_ml_domain_takes_fp16_inputs(tmp_path):
     converter.convert(model, tmp_path / "m.lite", fp16_io=True)
     out = lite.Model.load(tmp_path / "m.lite", device="numpy").predict({"X": np.array([[1.0, 1.0]], np.float16)})
     assert out["Y"].dtype == np.float16 and out["Y"].tolist() == [[3.5]]
+
+
+def _forest_regressor_declared_double() -> onnx.ModelProto:
+    """skl2onnx's forest for ``DoubleTensorType`` inputs at ai.onnx.ml 3: double in, the output
+    declared double, though the operator's schema makes it float (ONNX Runtime refuses to load it)."""
+    proto = _forest_regressor()
+    proto.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    proto.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    proto.graph.node.append(helper.make_node("Neg", ["variable"], ["negated"]))  # a reader of the output too
+    proto.graph.output.append(helper.make_tensor_value_info("negated", TensorProto.FLOAT, [None, 1]))
+    return proto
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_an_output_declared_double_that_its_node_makes_float_keeps_its_declared_type(tmp_path, device):
+    original = _forest_regressor_declared_double()
+    before = original.SerializeToString()
+    report = converter.convert(original, tmp_path / "m.lite")
+    assert original.SerializeToString() == before
+    assert report.verification.passed, report.verification.to_dict()
+    assert any("'variable' is declared double, but its TreeEnsembleRegressor node computes float" in warning
+               for warning in report.warnings)
+    model = lite.Model.load(tmp_path / "m.lite", device=device)
+    assert [spec.dtype for spec in model.outputs] == [np.float64, np.float32]
+    x = np.array([[0.0, 0.5, -1.0], [0.0, -0.5, 1.0]])
+    got = model.predict({"X": x})
+    assert got["variable"].dtype == np.float64 and got["negated"].dtype == np.float32
+    np.testing.assert_array_equal(got["variable"], [[8.0], [7.0]])  # leaves (20 - 4) / 2, (10 + 4) / 2
+    np.testing.assert_array_equal(got["negated"], [[-8.0], [-7.0]])
