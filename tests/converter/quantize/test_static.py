@@ -206,3 +206,51 @@ def test_int8_dynamic_raises_an_opset_9_model_to_one_with_dynamic_quantization(t
     x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
     got = lite.Model.load(tmp_path / "q.lite", device="numpy").predict({"x": x})["y"]
     assert np.abs(got - x @ weight).max() < 0.05 * np.abs(x @ weight).max()
+
+
+def _log_power_spectrum() -> tuple:
+    """A speech model's front end: two strided Convs (an STFT's real and imaginary bases), the
+    power |X|^2, a floor, Log, then a learned Conv."""
+    rng = np.random.default_rng(1)
+    frame, bins = 64, 17
+    angles = 2 * np.pi * np.outer(np.arange(bins), np.arange(frame)) / frame
+    window = np.hanning(frame)
+    initializers = [
+        numpy_helper.from_array((np.cos(angles) * window)[:, None, :].astype(np.float32), "real_basis"),
+        numpy_helper.from_array((-np.sin(angles) * window)[:, None, :].astype(np.float32), "imag_basis"),
+        numpy_helper.from_array(np.array(1e-10, np.float32), "floor"),
+        numpy_helper.from_array(rng.standard_normal((8, bins, 3)).astype(np.float32) * 0.2, "w"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["audio", "real_basis"], ["real"], name="stft_real", strides=[16]),
+        helper.make_node("Conv", ["audio", "imag_basis"], ["imag"], name="stft_imag", strides=[16]),
+        helper.make_node("Mul", ["real", "real"], ["real2"], name="square_real"),
+        helper.make_node("Mul", ["imag", "imag"], ["imag2"], name="square_imag"),
+        helper.make_node("Add", ["real2", "imag2"], ["power"], name="power"),
+        helper.make_node("Max", ["power", "floor"], ["floored"], name="floor"),
+        helper.make_node("Log", ["floored"], ["log_power"], name="log"),
+        helper.make_node("Conv", ["log_power", "w"], ["y"], name="learned", pads=[1, 1]),
+    ]
+    graph = helper.make_graph(nodes, "log_power", [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 1, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # Speech: loud and near-silent stretches, so the spectrum spans many decades.
+    loudness = np.repeat(rng.choice([1.0, 1e-3], size=(8, 1, 16)), 64, axis=2)
+    return proto, (rng.standard_normal((8, 1, 1024)) * loudness).astype(np.float32)
+
+
+def test_tensors_a_log_magnifies_stay_float_and_the_spectrum_survives():
+    proto, audio = _log_power_spectrum()
+    model = converter.convert_model(proto)
+    config = QuantConfig()
+    stats, _ = collect_stats(model, [audio], config)
+    result = quantize_static(model, ranges(stats, config), config)
+    declined = {name: reason for name, _, reason in result.declined}
+    for name in ("stft_real", "stft_imag", "square_real", "square_imag", "power"):
+        assert "reaches Log node 'log'" in declined[name], (name, declined.get(name))
+    assert "learned" in result.quantized
+    feeds = {"audio": audio[:1]}
+    reference = NumpyEngine(model).run(feeds)["y"]
+    quantized = NumpyEngine(result.model).run(feeds)["y"]
+    error = np.abs(quantized - reference).max() / np.abs(reference).max()
+    assert error < 0.05, error
