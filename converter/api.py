@@ -26,6 +26,7 @@ import onnx
 import onnx.external_data_helper
 import onnx_ir as ir
 
+from converter.dict_inputs import feature_names_metadata
 from converter.errors import (
     InvalidOptionError,
     ModelImportError,
@@ -446,7 +447,7 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
         proto = ir.to_proto(source)
     else:
         proto = onnx.load_from_string(source)
-    if imported.zipped or imported.declared_casts:  # the reference's outputs as the converted model gives them
+    if imported.rewritten():  # the reference's inputs and outputs as the converted model has them
         proto = _copy_proto(proto) if proto is source else proto
         rewrite_for_lite(proto)
     if imported.external_data_dir is None:
@@ -473,6 +474,7 @@ def _metadata(imported: ImportedModel, options: dict[str, Any]) -> dict[str, str
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
     return {
         **class_labels_metadata(imported.zipped),
+        **feature_names_metadata(imported.vectorized),
         "producer": producer,
         "source": os.path.basename(imported.source),
         "source_sha256": imported.sha256,

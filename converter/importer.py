@@ -20,6 +20,7 @@ import onnx
 import onnx_ir as ir
 
 from converter.declared_types import DeclaredCast, cast_to_declared_types
+from converter.dict_inputs import VectorizedInput, vectorize_inputs
 from converter.errors import InvalidOptionError, ModelImportError
 from converter.external_data import check_external_data
 from converter.functions import inline_functions
@@ -38,10 +39,14 @@ class ImportedModel:
     external_data_dir: Path | None = None  # where its external data was found (None: it has none)
     zipped: list[ZippedOutput] = field(default_factory=list)  # ZipMap outputs written as tensors
     declared_casts: list[DeclaredCast] = field(default_factory=list)  # outputs cast to their declared type
+    vectorized: list[VectorizedInput] = field(default_factory=list)  # DictVectorizer map inputs as tensors
 
     def notes(self) -> list[str]:
         """What the import rewrote for the lite format, one line each, for the report."""
-        return [zipped.note() for zipped in self.zipped] + [cast.note() for cast in self.declared_casts]
+        return [item.note() for item in [*self.zipped, *self.declared_casts, *self.vectorized]]
+
+    def rewritten(self) -> bool:
+        return bool(self.zipped or self.declared_casts or self.vectorized)
 
 
 def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None = None) -> ImportedModel:
@@ -84,11 +89,13 @@ def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None
     return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder, *rewrites)
 
 
-def rewrite_for_lite(proto: onnx.ModelProto) -> tuple[list[ZippedOutput], list[DeclaredCast]]:
-    """Rewrite ``proto``'s outputs the lite format cannot hold as declared (ZipMap's maps; types
-    the producing node cannot make) into tensors it can; verification applies the same to the
-    original, so both sides give the same outputs."""
-    return unzip_outputs(proto), cast_to_declared_types(proto)
+def rewrite_for_lite(
+    proto: onnx.ModelProto,
+) -> tuple[list[ZippedOutput], list[DeclaredCast], list[VectorizedInput]]:
+    """Rewrite ``proto``'s inputs and outputs the lite format cannot hold as declared (ZipMap's
+    and DictVectorizer's maps; types the producing node cannot make) into tensors it can;
+    verification applies the same to the original, so both sides take and give the same."""
+    return unzip_outputs(proto), cast_to_declared_types(proto), vectorize_inputs(proto)
 
 
 def check_model_file(path: Path) -> None:

@@ -226,3 +226,41 @@ def test_an_output_declared_double_that_its_node_makes_float_keeps_its_declared_
     assert got["variable"].dtype == np.float64 and got["negated"].dtype == np.float32
     np.testing.assert_array_equal(got["variable"], [[8.0], [7.0]])  # leaves (20 - 4) / 2, (10 + 4) / 2
     np.testing.assert_array_equal(got["negated"], [[-8.0], [-7.0]])
+
+
+def _dict_vectorized_classifier() -> onnx.ModelProto:
+    """skl2onnx's DictVectorizer -> LogisticRegression: one sample's features as a string->float map."""
+    vectorizer = helper.make_node("DictVectorizer", ["feats"], ["variable"], domain="ai.onnx.ml",
+                                  string_vocabulary=["a", "b", "c"])
+    linear = helper.make_node(
+        "LinearClassifier", ["variable"], ["label", "probabilities"], domain="ai.onnx.ml", classlabels_ints=[0, 1],
+        coefficients=[0.5, -1.0, 0.25, -0.5, 1.0, -0.25], intercepts=[0.1, -0.1], post_transform="LOGISTIC",
+    )
+    map_type = helper.make_map_type_proto(TensorProto.STRING, helper.make_tensor_type_proto(TensorProto.FLOAT, [1]))
+    graph = helper.make_graph(
+        [vectorizer, linear], "sklearn_like", [helper.make_value_info("feats", map_type)],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, 2])],
+    )
+    return helper.make_model(graph, opset_imports=_OPSETS)
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_a_map_input_read_by_a_dict_vectorizer_becomes_the_tensor_it_makes(tmp_path, device):
+    import onnxruntime
+
+    original = _dict_vectorized_classifier()
+    report = converter.convert(original, tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+    assert any("'feats' was a map read by DictVectorizer" in warning and "['a', 'b', 'c']" in warning
+               for warning in report.warnings)
+    model = lite.Model.load(tmp_path / "m.lite", device=device)
+    keys = json.loads(model.metadata["feature_names"])["feats"]
+    assert keys == ["a", "b", "c"] and model.inputs[0].shape == ("N", 3)
+    session = onnxruntime.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"])
+    samples = [{"a": 1.0, "c": 2.0}, {"b": 3.0}]
+    got = model.predict({"feats": np.array([[s.get(k, 0.0) for k in keys] for s in samples], np.float32)})
+    for row, sample in enumerate(samples):
+        label, probabilities = session.run(None, {"feats": sample})
+        assert got["label"][row] == label[0]
+        np.testing.assert_allclose(got["probabilities"][row], probabilities[0], rtol=1e-5, atol=1e-7)
