@@ -110,11 +110,12 @@ def _requests(graph: GraphEditor, config: QuantConfig, include, excluded, result
 # Ops whose error grows without bound as their input nears zero: a fixed int8 step there is
 # an unbounded relative error. Slot: the input that matters (a Div's divisor).
 _MAGNIFIERS = {"Log": 0, "Reciprocal": 0, "Div": 1}
-# Ops that carry their inputs' small values to their output (scaled, squared, summed, moved).
+# Ops that carry their inputs' small values, element by element, to their output (scaled,
+# squared, moved). Not reductions: a sum or mean over many elements is not small where some are,
+# so a LayerNormalization written out (x - mean) / sqrt(mean((x - mean)^2) + eps) stays int8.
 _CARRIERS = frozenset({
     "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Slice", "Concat", "Mul", "Add",
-    "Sub", "Neg", "Abs", "Pow", "Sqrt", "Max", "Min", "Clip", "Relu", "ReduceSum", "ReduceMean",
-    "ReduceSumSquare", "ReduceL2", "ReduceMax",
+    "Sub", "Neg", "Abs", "Pow", "Sqrt", "Max", "Min", "Clip", "Relu",
 })
 _CARRIED_STEPS = 8
 
@@ -133,7 +134,9 @@ def _keep_magnified_tensors_float(graph: GraphEditor, requests, result: Quantize
         return
     kept = []
     for node, request in requests:
-        touched = [node.inputs[slot] for slot in request.activations] + [node.outputs[0]]
+        touched = [node.inputs[slot] for slot in request.activations]
+        if request.output in ("always", "shared"):  # "if_read": its reader decides, and is checked here
+            touched.append(node.outputs[0])
         hit = next((index for index in touched if index in magnified), None)
         if hit is None:
             kept.append((node, request))

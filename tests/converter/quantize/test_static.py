@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -254,3 +255,30 @@ def test_tensors_a_log_magnifies_stay_float_and_the_spectrum_survives():
     quantized = NumpyEngine(result.model).run(feeds)["y"]
     error = np.abs(quantized - reference).max() / np.abs(reference).max()
     assert error < 0.05, error
+
+
+def test_a_layer_norm_written_out_keeps_its_input_quantized():
+    """Its divisor, sqrt(mean((x - mean)^2) + eps), is a mean over the row, not a small value."""
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "w")
+    constants = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("two", 2.0), ("eps", 1e-5))]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="dense"),
+        helper.make_node("Add", ["h", "x"], ["residual"], name="residual"),
+        helper.make_node("ReduceMean", ["residual"], ["mean"], name="mean", axes=[-1]),
+        helper.make_node("Sub", ["residual", "mean"], ["centered"], name="center"),
+        helper.make_node("Pow", ["centered", "two"], ["squared"], name="square"),
+        helper.make_node("ReduceMean", ["squared"], ["variance"], name="variance", axes=[-1]),
+        helper.make_node("Add", ["variance", "eps"], ["padded"], name="pad"),
+        helper.make_node("Sqrt", ["padded"], ["std"], name="std"),
+        helper.make_node("Div", ["centered", "std"], ["y"], name="normalize"),
+    ]
+    graph = helper.make_graph(nodes, "layer_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], [w, *constants])
+    proto = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    model = converter.convert_model(proto, optimize=False)  # as written: no LayerNormalization fused
+    config = QuantConfig()
+    stats, _ = collect_stats(model, [rng.standard_normal((4, 16)).astype(np.float32)], config)
+    result = quantize_static(model, ranges(stats, config), config)
+    assert {"dense", "residual"} <= set(result.quantized), result.declined
+    assert not [reason for _, _, reason in result.declined if "magnifies" in reason]
