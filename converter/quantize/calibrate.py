@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from converter.quantize.config import QuantConfig
 from converter.quantize.data import DataSource, batches, describe_source
 from converter.quantize.errors import CalibrationDataError
@@ -53,9 +51,11 @@ def collect_stats(model: lite_ir.Model, source: DataSource, config: QuantConfig,
     for batch in batches(source, inputs, config.batch_size, config.calibration_size, spec):
         outputs = runner.run(batch.feeds)
         for name in names:
-            value = outputs[name]
-            # A rank-0 activation (a recurrent model's gate) has no batch axis to trim.
-            stats[name].add(value[: batch.size] if np.ndim(value) else value)
+            # Whole: not every activation has the batch first (YOLO's anchor grid is (anchors, 2), a
+            # recurrent layer's (steps, batch, hidden)); cutting rows past the batch's size ranged
+            # those by their first rows and clamped the rest. A padded batch's extra rows repeat
+            # its last sample, which moves no minimum or maximum.
+            stats[name].add(outputs[name])
         seen += batch.size
         if progress is not None:
             progress("calibrating (samples)", seen, config.calibration_size)

@@ -57,6 +57,7 @@ class Batch:
     feeds: dict[str, np.ndarray]
     labels: np.ndarray | None  # int64, one per sample, when every sample has a label
     size: int
+    padded: bool = False  # rows beyond ``size`` repeat the last sample (a model of fixed batch size)
 
 
 def describe_source(source: DataSource) -> str:
@@ -115,7 +116,7 @@ def batches(source: DataSource, inputs: list[InputSpec], batch_size: int, limit:
         if fixed:  # a fixed batch size: pad with the last sample; consumers use the first ``size`` rows
             pending = pending + [pending[-1]] * (size - real)
         batch = _stack(pending, inputs)
-        batch.size = real
+        batch.size, batch.padded = real, len(pending) > real
         if batch.labels is not None:
             batch.labels = batch.labels[:real]
         yield batch

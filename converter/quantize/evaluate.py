@@ -87,7 +87,8 @@ class EvalSet:
                 break
             outputs = runner.run(batch.feeds)
             for name in runner.output_names:
-                collected[name].append(np.asarray(outputs[name])[: batch.size])
+                output = np.asarray(outputs[name])  # a padded batch's extra rows repeat its last sample
+                collected[name].append(output[: batch.size] if batch.padded and output.ndim else output)
             seen += batch.size
         return {name: np.concatenate(parts) for name, parts in collected.items() if parts}
 

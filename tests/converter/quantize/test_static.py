@@ -282,3 +282,21 @@ def test_a_layer_norm_written_out_keeps_its_input_quantized():
     result = quantize_static(model, ranges(stats, config), config)
     assert {"dense", "residual"} <= set(result.quantized), result.declined
     assert not [reason for _, _, reason in result.declined if "magnifies" in reason]
+
+
+def test_an_activation_whose_first_axis_is_not_the_batch_is_calibrated_whole(tmp_path):
+    """(16, N) after a Transpose: ranged from its first rows only, the int8 model clamped at 6 of 30."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+        helper.make_node("Add", ["t", "t"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["y"], perm=[1, 0]),
+    ]
+    graph = helper.make_graph(nodes, "features_first", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    samples = [np.arange(16, dtype=np.float32) + rng.uniform(0, 0.1, 16).astype(np.float32) for _ in range(4)]
+    converter.convert(proto, tmp_path / "q.lite", quant="int8", calibration_data=samples)
+    x = samples[0][None]
+    got = NumpyEngine(load(tmp_path / "q.lite")).run({"x": x})["y"]
+    np.testing.assert_allclose(got, 2 * x, atol=0.2)
