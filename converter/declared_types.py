@@ -52,7 +52,7 @@ def cast_to_declared_types(proto: onnx.ModelProto) -> list[DeclaredCast]:
     for output in graph.output:
         declared = _tensor_elem_type(output.type)
         found = producers.get(output.name)
-        if declared is None or found is None:
+        if declared not in _KNOWN or found is None:
             continue
         node, index = found
         computed = _fixed_output_type(node, index, opsets)
@@ -73,7 +73,7 @@ def _fixed_output_type(node: onnx.NodeProto, index: int, opsets: dict[str, int])
         return None
     try:
         schema = onnx.defs.get_schema(node.op_type, opsets[domain], domain)
-    except onnx.defs.SchemaError:
+    except (onnx.defs.SchemaError, TypeError):  # TypeError: a version past int32, which the import refuses
         return None
     if not schema.outputs:
         return None
@@ -123,3 +123,4 @@ _TENSOR_TYPES = {f"tensor({name})": value for name, value in (
     ("uint16", onnx.TensorProto.UINT16), ("uint32", onnx.TensorProto.UINT32), ("uint64", onnx.TensorProto.UINT64),
     ("bool", onnx.TensorProto.BOOL), ("string", onnx.TensorProto.STRING),
 )}
+_KNOWN = frozenset(_TENSOR_TYPES.values())

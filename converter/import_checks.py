@@ -45,6 +45,38 @@ def check_model(model: ir.Model, what: str) -> None:
         )
 
 
+def sort_if_unordered(graph: ir.Graph) -> bool:
+    """Sort ``graph``'s nodes (and its subgraphs') into definition order where a node reads a value
+    a later node of its graph makes; return whether it did.
+
+    ONNX stores nodes in topological order, but ONNX Runtime sorts a graph itself and runs one
+    that is not, and tools write such graphs: onnxruntime's float16 converter with
+    ``keep_io_types=True`` appends the Casts of the graph inputs after the nodes that read them.
+    A cycle cannot be sorted; :func:`check_model` then names the value read before it is made.
+    """
+    if _in_definition_order(graph):
+        return False
+    try:
+        graph.sort()
+    except ValueError:
+        return False
+    return True
+
+
+def _in_definition_order(graph: ir.Graph) -> bool:
+    graphs = {id(graph): graph}
+    graphs.update((id(node.graph), node.graph) for node in ir.traversal.RecursiveGraphIterator(graph)
+                  if node.graph is not None)
+    for each in graphs.values():
+        position = {id(node): index for index, node in enumerate(each)}
+        for index, node in enumerate(each):
+            for value in node.inputs:
+                producer = value.producer() if value is not None else None
+                if producer is not None and position.get(id(producer), -1) >= index:
+                    return False
+    return True
+
+
 def _text(value: object, where: str, what: str) -> None:
     if isinstance(value, bytes):
         raise ModelImportError(f"{what}: {where} is not valid UTF-8 text ({value[:40]!r}); the model is damaged")

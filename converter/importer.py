@@ -24,7 +24,7 @@ from converter.dict_inputs import VectorizedInput, vectorize_inputs
 from converter.errors import InvalidOptionError, ModelImportError
 from converter.external_data import check_external_data
 from converter.functions import inline_functions
-from converter.import_checks import check_model, checked_numpy
+from converter.import_checks import check_model, checked_numpy, sort_if_unordered
 from converter.zipmap import ZippedOutput, unzip_outputs
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
@@ -224,6 +224,7 @@ def _root_cause(err: BaseException) -> BaseException:
 
 def _inline_functions(model: ir.Model, what: str) -> ir.Model:
     inline_functions(model, what)
+    sort_if_unordered(model.graph)
     check_model(model, what)
     _detach_from_proto(model)
     return model

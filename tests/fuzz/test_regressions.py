@@ -91,9 +91,17 @@ def test_an_empty_op_type():
     rejected(model_bytes([helper.make_node("", ["x"], ["y"])], [X], [Y]), "empty op_type")
 
 
-def test_nodes_out_of_topological_order():
+def test_nodes_out_of_topological_order_are_sorted_as_onnx_runtime_does():
+    """onnxruntime's float16 converter (keep_io_types) appends the inputs' Casts after their readers."""
     data = model_bytes([helper.make_node("Relu", ["t"], ["y"]), helper.make_node("Neg", ["x"], ["t"])], [X], [Y])
-    rejected(data, "reads 't'", "topological order")
+    model = converter.convert_model(data, optimize=False)
+    assert [node.op_type for node in model.main.nodes] == ["Neg", "Relu"]
+
+
+def test_a_cycle_is_refused_naming_the_value_read_before_it_is_made():
+    nodes = [helper.make_node("Add", ["x", "u"], ["t"]), helper.make_node("Neg", ["t"], ["u"]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    rejected(model_bytes(nodes, [X], [Y]), "reads 'u'", "topological order")
 
 
 def test_input_count_outside_the_schema():
