@@ -278,47 +278,75 @@ class DynamicBatcher:
             if fitting:
                 limit = fitting[-1]
         batch: list[_Pending] = []
+        passed: list[_Pending] = []  # requests of other shapes, left queued in their order
         rows = 0
         now = time.monotonic()
         while self._queue:
-            pending = self._queue[0]
+            pending = self._queue.popleft()
             if pending.future.done():  # cancelled by the client
-                self._queue.popleft()
                 continue
             if pending.deadline is not None and now > pending.deadline:
-                self._queue.popleft()
                 pending.future.set_exception(
                     DeadlineExceededError(f"model {self._name}: deadline passed while the request was queued")
                 )
                 continue
-            if batch and (pending.signature != batch[0].signature or rows + pending.rows > limit):
+            if batch and pending.signature != batch[0].signature:
+                passed.append(pending)  # merged with the oldest request's shape: a later batch takes it
+                continue
+            if batch and rows + pending.rows > limit:
+                self._queue.appendleft(pending)
                 break
-            self._queue.popleft()
             batch.append(pending)
             rows += pending.rows
+        self._queue.extendleft(reversed(passed))
         return batch
 
     async def _run(self, batch: list[_Pending]) -> None:
         try:
-            start = time.perf_counter_ns()
-            loop = asyncio.get_running_loop()
-            parts = [p.inputs for p in batch]
-            rows = [p.rows for p in batch]
-            if self._merge_executor is None:
-                outputs, times = await loop.run_in_executor(self._executor, self._execute_batch, parts, rows)
-            else:
-                merged = await loop.run_in_executor(self._merge_executor, self._merge_batch, parts, rows)
-                outputs, times = await loop.run_in_executor(self._executor, self._execute_merged, merged)
-            self._record(times, len(batch))
-            for pending, result in zip(batch, outputs):
-                if not pending.future.done():
-                    pending.future.set_result(Scheduled(result, start - pending.enqueued, times, len(batch)))
-        except Exception as err:  # every request of the batch gets the execution's error
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(err)
+            await self._settle(batch)
+        except Exception as err:
+            if len(batch) > 1:
+                await self._split(batch)
+            elif not batch[0].future.done():
+                batch[0].future.set_exception(err)
         finally:
             self._slots.release()
+
+    async def _settle(self, batch: list[_Pending]) -> None:
+        """Run ``batch`` merged and give each request its rows; raise the execution's error."""
+        start = time.perf_counter_ns()
+        loop = asyncio.get_running_loop()
+        parts = [p.inputs for p in batch]
+        rows = [p.rows for p in batch]
+        if self._merge_executor is None:
+            outputs, times = await loop.run_in_executor(self._executor, self._execute_batch, parts, rows)
+        else:
+            merged = await loop.run_in_executor(self._merge_executor, self._merge_batch, parts, rows)
+            outputs, times = await loop.run_in_executor(self._executor, self._execute_merged, merged)
+        self._record(times, len(batch))
+        for pending, result in zip(batch, outputs):
+            if not pending.future.done():
+                pending.future.set_result(Scheduled(result, start - pending.enqueued, times, len(batch)))
+
+    async def _split(self, batch: list[_Pending]) -> None:
+        """Run the halves of a batch that failed apart, and so on down to single requests.
+
+        One request the model rejects (a token id past its embedding table) would otherwise fail
+        every request merged with it, and show them its error. Halving finds one bad request of
+        n in about 2 log2(n) runs, so a client sending bad requests costs the others little.
+        """
+        middle = len(batch) // 2
+        for part in (batch[:middle], batch[middle:]):
+            live = [pending for pending in part if not pending.future.done()]
+            if not live:
+                continue
+            try:
+                await self._settle(live)
+            except Exception as err:
+                if len(live) == 1:
+                    live[0].future.set_exception(err)
+                else:
+                    await self._split(live)
 
     def _execute_batch(self, parts: list[Tensors], rows: list[int]) -> tuple[list[Tensors], ExecutionTimes]:
         return self._execute_merged(self._merge_batch(parts, rows))

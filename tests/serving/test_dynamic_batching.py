@@ -153,3 +153,89 @@ def test_batches_of_ever_new_widths_do_not_grow_the_server(tmp_path):
         server.stop()
     assert int(stats["execution_count"]) < int(stats["inference_count"])  # requests were merged
     assert grown < 40, f"the server grew by {grown:.0f} MiB"
+
+
+def _embedding_model(path: Path) -> None:
+    """Gather rows of a 10-row table: an id past it is a request the model rejects."""
+    table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0)], "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 1])],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["N", 1, 4])], [table],
+    )
+    converter = pytest.importorskip("converter")
+    path.parent.mkdir(parents=True)
+    save(converter.convert_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                                 dynamic_batch=True), str(path))
+
+
+def test_a_request_the_model_rejects_fails_alone_not_the_batch_it_was_merged_into(tmp_path):
+    _embedding_model(tmp_path / "embedding" / "1" / "model.lite")
+    (tmp_path / "embedding" / "config.json").write_text(json.dumps(
+        {"max_batch_size": CLIENTS, "dynamic_batching": {"max_queue_delay_us": 100_000}}))
+    server = start_server(tmp_path, "--device", "numpy")
+
+    async def scenario() -> tuple[list, dict]:
+        client = aioclient.InferenceServerClient(server.address)
+
+        async def call(row: int):
+            tensor = aioclient.InferInput("ids", [1, 1], "INT64")
+            tensor.set_data_from_numpy(np.array([[row]], np.int64))
+            try:
+                return (await client.infer("embedding", [tensor], client_timeout=30)).as_numpy("rows")
+            except Exception as err:  # the rejected request's answer
+                return err
+
+        try:
+            answers = await asyncio.gather(*(call(row if row != 3 else 5000) for row in range(CLIENTS)))
+            stats = (await client.get_inference_statistics("embedding", as_json=True))["model_stats"][0]
+        finally:
+            await client.close()
+        return answers, stats
+
+    try:
+        answers, stats = asyncio.run(scenario())
+    finally:
+        server.stop()
+    for row, answer in enumerate(answers):
+        if row == 3:
+            assert isinstance(answer, Exception) and "5000" in str(answer)
+        else:
+            assert not isinstance(answer, Exception), (row, answer)
+            np.testing.assert_array_equal(answer, np.arange(4 * row, 4 * row + 4, dtype=np.float32)[None, None])
+    sizes = {int(b["batch_size"]) for b in stats.get("batch_stats", [])}
+    assert max(sizes, default=0) > 1, stats  # the good requests still ran merged
+
+
+def test_requests_of_two_shapes_queued_alternately_are_batched_by_shape(tmp_path):
+    """Sentences of two lengths, alternating: each batch ended at the first request of the other
+    length, so every request ran alone."""
+    from .conftest import identity_model, write_config
+
+    identity_model(tmp_path / "varwidth" / "1" / "model.lite", shape=("N", "M"))
+    write_config(tmp_path / "varwidth", {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_us": 200_000}})
+    server = start_server(tmp_path)
+
+    async def alternating() -> tuple[list, dict]:
+        client = aioclient.InferenceServerClient(server.address)
+
+        async def call(index: int) -> np.ndarray:
+            width = 8 if index % 2 else 16
+            tensor = aioclient.InferInput("INPUT0", [1, width], "FP32")
+            tensor.set_data_from_numpy(np.full((1, width), index, np.float32))
+            return (await client.infer("varwidth", [tensor], client_timeout=30)).as_numpy("OUTPUT0")
+
+        try:
+            answers = await asyncio.gather(*(call(index) for index in range(16)))
+            return answers, (await client.get_inference_statistics("varwidth", as_json=True))["model_stats"][0]
+        finally:
+            await client.close()
+
+    try:
+        answers, stats = asyncio.run(alternating())
+    finally:
+        server.stop()
+    for index, answer in enumerate(answers):
+        np.testing.assert_array_equal(answer, np.full((1, 8 if index % 2 else 16), index, np.float32))
+    assert int(stats["inference_count"]) == 16
+    assert int(stats["execution_count"]) <= 8, stats
