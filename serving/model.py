@@ -28,7 +28,7 @@ from .errors import (
 )
 from .limits import RequestLimits
 from .metrics import Metrics, no_pending
-from .processing import ImagePreprocessing, classify, labels_of
+from .processing import ImagePreprocessing, classify, labels_of, tensor_metadata
 from .statistics import ExecutionTimes, ModelStatistics
 from .types import InferenceRequest, InferenceResponse, RequestedOutput, TensorInfo
 
@@ -57,7 +57,6 @@ class ServedModel:
         self._model = model
         self._metrics = metrics.for_model(name, self.version)
         self._metrics.pending = self._pending_requests
-        self._labels = labels_of(model.metadata)
         self._preprocess = (
             ImagePreprocessing.from_model(model.metadata, model.inputs, config.max_batch_size)
             if config.preprocessing == "image" else None
@@ -65,6 +64,9 @@ class ServedModel:
         self._served_to_model = {config.input_names.get(s.name, s.name): s.name for s in model.inputs}
         self._model_to_served = {s.name: config.output_names.get(s.name, s.name) for s in model.outputs}
         self._renames = any(a != b for a, b in (*self._served_to_model.items(), *self._model_to_served.items()))
+        self._labels = {served: labels_of(model.metadata, name) for name, served in self._model_to_served.items()}
+        served_names = {**{m: s for s, m in self._served_to_model.items()}, **self._model_to_served}
+        self.tensor_metadata = tensor_metadata(model.metadata, served_names)  # for ModelConfig's parameters
         self.inputs = [self._input_info(spec) for spec in model.inputs]
         self.outputs = [self._info(self._model_to_served[s.name], s) for s in self._complete_outputs()]
         self._input_by_name = {info.name: info for info in self.inputs}
@@ -398,7 +400,8 @@ class ServedModel:
         for output in wanted:
             array = outputs[output.name]
             if output.classification > 0:
-                array = classify(array, output.classification, self._labels, self.config.max_batch_size > 0)
+                array = classify(array, output.classification, self._labels.get(output.name, []),
+                                 self.config.max_batch_size > 0)
             answered.append((output.name, array))
         return InferenceResponse(self.name, self.version, request.id, answered)
 

@@ -77,8 +77,13 @@ class ImagePreprocessing:
         return np.stack(planes)
 
 
-def labels_of(metadata: dict[str, str]) -> list[str]:
-    """The class labels stored in the model's metadata (a JSON list), or none."""
+def labels_of(metadata: dict[str, str], output: str | None = None) -> list[str]:
+    """The class labels of ``output``: the converter's ``class_labels`` entry for it (JSON: output
+    name -> labels, written for scikit-learn's ZipMap classifiers), else the model's ``labels``
+    (a JSON list, or one label per line), else none."""
+    per_output = _json_object(metadata.get("class_labels"))
+    if output is not None and isinstance(per_output.get(output), list):
+        return [str(label) for label in per_output[output]]
     raw = metadata.get("labels")
     if not raw:
         return []
@@ -87,6 +92,29 @@ def labels_of(metadata: dict[str, str]) -> list[str]:
     except json.JSONDecodeError:
         return [line for line in raw.splitlines() if line]
     return [str(label) for label in labels] if isinstance(labels, list) else []
+
+
+def tensor_metadata(metadata: dict[str, str], served: dict[str, str]) -> dict[str, str]:
+    """The converter's per-tensor metadata a remote client needs, keyed by served tensor names
+    (``served``: model name -> served name), as JSON: ``class_labels`` (which class each column
+    of a classifier's probabilities is) and ``feature_names`` (which key each column of a
+    DictVectorizer input is; a wrong order gives wrong answers silently)."""
+    found = {}
+    for key in ("class_labels", "feature_names"):
+        entries = _json_object(metadata.get(key))
+        if entries:
+            found[key] = json.dumps({served.get(name, name): value for name, value in entries.items()})
+    return found
+
+
+def _json_object(raw: str | None) -> dict:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def classify(scores: np.ndarray, k: int, labels: list[str], batched: bool) -> np.ndarray:

@@ -312,6 +312,8 @@ def model_config(model: ServedModel) -> pb.ModelConfigResponse:
         msg.dynamic_batching.default_queue_policy.max_queue_size = model.max_queue_size
     if config.preprocessing:
         msg.parameters["preprocessing"].string_value = config.preprocessing
+    for key, value in model.tensor_metadata.items():
+        msg.parameters[key].string_value = value
     return pb.ModelConfigResponse(config=msg)
 
 

@@ -330,3 +330,29 @@ def test_engine_auto_tunes_for_the_batch_sizes_the_server_runs(tmp_path):
     decision = json.loads(records[0].read_text())
     assert [bucket["batch"] for bucket in decision["buckets"]] == [1, 4, 8]
     assert any('"engine": "batch 1: ' in line for line in server.logs), server.logs[-5:]
+
+
+def test_a_converted_classifiers_labels_and_feature_order_reach_clients(tmp_path):
+    """scikit-learn models converted by lite keep their class labels per output (``class_labels``)
+    and a DictVectorizer's key order (``feature_names``): the top-k answer names the class, and
+    ModelConfig's parameters tell a remote client which column is which."""
+    import json
+
+    labels, keys = ["setosa", "versicolor", "virginica"], ["petal", "sepal", "stem"]
+    identity_model(tmp_path / "iris" / "1" / "model.lite", shape=("N", 3), metadata={
+        "class_labels": json.dumps({"OUTPUT0": labels}), "feature_names": json.dumps({"INPUT0": keys})})
+    write_config(tmp_path / "iris", {"max_batch_size": 4, "outputs": {"OUTPUT0": "probabilities"}})
+    server = start_server(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.address)
+        scores = np.array([[0.1, 0.7, 0.2], [0.8, 0.1, 0.1]], np.float32)
+        result = client.infer("iris", [infer_input("INPUT0", scores, "FP32")],
+                              outputs=[grpcclient.InferRequestedOutput("probabilities", class_count=1)])
+        top = [row[0].decode() for row in result.as_numpy("probabilities")]
+        assert top == ["0.700000:1:versicolor", "0.800000:0:setosa"]
+        parameters = client.get_model_config("iris", as_json=True)["config"]["parameters"]
+        assert json.loads(parameters["class_labels"]["string_value"]) == {"probabilities": labels}
+        assert json.loads(parameters["feature_names"]["string_value"]) == {"INPUT0": keys}
+        client.close()
+    finally:
+        server.stop()
