@@ -31,6 +31,9 @@ class ModelManager:
         self._models: dict[str, dict[int, ServedModel]] = {}
         self._failures: dict[str, str] = {}  # model -> why its last load failed
         self._unloaded: set[str] = set()
+        # Polling: each model's files as the last poll saw them, and the files a load failed on.
+        self._seen: dict[str, dict] = {}
+        self._failed_on: dict[str, dict] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._closing: set[asyncio.Task] = set()
         self._poller: asyncio.Task | None = None
@@ -205,6 +208,9 @@ class ModelManager:
     async def poll_once(self) -> None:
         """Load new models, reload changed ones, unload the ones gone from the repository."""
         present = set(await asyncio.to_thread(self.repository.model_names))
+        for gone in (set(self._seen) | set(self._failed_on)) - present:
+            self._seen.pop(gone, None)
+            self._failed_on.pop(gone, None)
         for name in sorted(set(self._models) - present):
             await self.unload(name)
         for name in sorted(present):
@@ -217,11 +223,28 @@ class ModelManager:
                 continue
             current = self._models.get(name, {})
             stamps = {v: (_file_stamp(p), source.config) for v, p in source.versions.items()}
-            if {v: m.stamp for v, m in current.items()} != stamps:
-                try:
-                    await self.load(name)
-                except ServingError:
-                    pass  # recorded in _failures; the old versions keep serving
+            if {v: m.stamp for v, m in current.items()} == stamps:
+                self._seen.pop(name, None)
+                continue
+            await self._reload_settled(name, stamps)
+
+    async def _reload_settled(self, name: str, stamps: dict) -> None:
+        """Reload ``name`` whose files differ from the loaded ones, once they are as the last poll
+        saw them: a file still being written in place (``rsync --inplace``, ``dd conv=notrunc``)
+        keeps the size it had and may pass verification half old, half new. Files a load already
+        failed on are not read again until they change (a broken model logged its error at every
+        poll, forever)."""
+        settled = self._seen.get(name) == stamps
+        self._seen[name] = stamps
+        if not settled or self._failed_on.get(name) == stamps:
+            return
+        try:
+            await self.load(name)
+        except ServingError:
+            self._failed_on[name] = stamps  # recorded in _failures; the old versions keep serving
+            return
+        self._failed_on.pop(name, None)
+        self._seen.pop(name, None)
 
     async def close(self) -> None:
         if self._poller is not None:

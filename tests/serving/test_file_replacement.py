@@ -102,3 +102,42 @@ def test_mapped_model_files_are_an_explicit_choice(tmp_path):
             assert client.infer("scale", [request]).as_numpy("Y")[0, 0] == 3.0
     finally:
         server.stop()
+
+
+def test_a_same_size_file_rewritten_slowly_is_loaded_whole_and_a_broken_one_is_logged_once(tmp_path):
+    """``dd conv=notrunc`` keeps the size: a poll in the middle of the write loaded half the old
+    weights and half the new as READY. A file that fails to load was read and logged at every poll."""
+    import tritonclient.grpc as grpcclient
+
+    repository = tmp_path / "repository"
+    target = _scaling_model(repository / "scale" / "1" / "model.lite", 1.0)
+    replacement = _scaling_model(tmp_path / "new.lite", 2.0).read_bytes()
+    (repository / "broken" / "1").mkdir(parents=True)
+    (repository / "broken" / "1" / "model.lite").write_bytes(b"LITE" + b"\0" * 60)
+    # Writes far more often than polls: two polls see the same half-written file only if this
+    # process stalls for a whole poll interval between two writes.
+    server = start_server(repository, "--device", "numpy", "--poll-interval-s", "0.5")
+    client = grpcclient.InferenceServerClient(server.address)
+    x = np.ones((1, WIDTH), np.float32)
+    answers = set()
+    try:
+        with open(target, "r+b") as handle:  # in place, same size, in pieces over several polls
+            for start in range(0, len(replacement), len(replacement) // 16 + 1):
+                handle.write(replacement[start:start + len(replacement) // 16 + 1])
+                handle.flush()
+                time.sleep(0.03)
+                request = grpcclient.InferInput("X", list(x.shape), "FP32")
+                request.set_data_from_numpy(x)
+                answers.add(tuple(np.unique(client.infer("scale", [request]).as_numpy("Y"))))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (2.0,) not in answers:
+            request = grpcclient.InferInput("X", list(x.shape), "FP32")
+            request.set_data_from_numpy(x)
+            answers.add(tuple(np.unique(client.infer("scale", [request]).as_numpy("Y"))))
+            time.sleep(0.1)
+    finally:
+        client.close()
+        server.stop()
+    assert answers <= {(1.0,), (2.0,)} and (2.0,) in answers, sorted(answers)  # never half old, half new
+    failures = [line for line in server.logs if "broken" in line and "load failed" in line]
+    assert len(failures) == 2, failures  # at startup, and once by the poll: not at every poll
