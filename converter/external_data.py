@@ -128,7 +128,9 @@ def _resolve(folder: Path, location: str, label: str) -> Path:
     if not real.is_relative_to(real_folder):
         raise ModelImportError(
             f"{label}: {path} resolves to {real}, outside the model's folder {real_folder}; "
-            "external data must stay inside the model's folder"
+            "external data must stay inside the model's folder (onnx refuses such links too). A "
+            "Hugging Face hub cache keeps files as links into its blobs/ folder: copy the model's "
+            "folder with the links followed (cp -rL SNAPSHOT_DIR DIR) and convert DIR's model"
         )
     mode = real.stat().st_mode
     if not stat.S_ISREG(mode):
