@@ -12,6 +12,7 @@ from lite.custom_ops import CustomOps
 from lite.device_arrays import DeviceArray, pinned_empty
 from lite.errors import (
     EngineUnavailableError,
+    InputValueError,
     InvalidInputError,
     KernelError,
     LiteError,
@@ -27,6 +28,7 @@ __all__ = [
     "CustomOps",
     "DeviceArray",
     "EngineUnavailableError",
+    "InputValueError",
     "InvalidInputError",
     "KernelError",
     "LiteError",

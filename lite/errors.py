@@ -60,5 +60,12 @@ class KernelError(LiteError, RuntimeError):
     node = None
 
 
+class InputValueError(KernelError, InvalidInputError):
+    """A kernel refused values the inputs led it to (an index past its table, ONNX Runtime's
+    INVALID_ARGUMENT): the model runs on other inputs, so the caller's are at fault. Both a
+    :class:`KernelError` (the message names the node) and an :class:`InvalidInputError` (a
+    server answers INVALID_ARGUMENT, not INTERNAL)."""
+
+
 class PreprocessingError(LiteError, ValueError):
     """A preprocessing spec is invalid, or an image cannot be decoded or prepared with it."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.errors import KernelError
+from lite.errors import InputValueError, KernelError
 from lite.ops._helpers import normalize_axis
 from lite.ops.registry import kernel
 
@@ -20,7 +20,7 @@ def checked_indices(op_type: str, indices, dimension: int) -> np.ndarray:
     """int64 indices with negatives wrapped; raises when any lies outside ``[-dim, dim)``."""
     indices = np.asarray(indices).astype(np.int64, copy=False)
     if indices.size and (indices.min() < -dimension or indices.max() >= dimension):
-        raise KernelError(
+        raise InputValueError(
             f"{op_type}: indices must lie in [{-dimension}, {dimension - 1}], got values from "
             f"{indices.min()} to {indices.max()}"
         )

@@ -97,6 +97,22 @@ def test_a_run_that_fails_on_disagreeing_inputs_names_the_dimension():
         model.predict({"a": np.ones((2, 2), np.float32), "b": np.ones((3, 2), np.float32)})
 
 
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_an_index_past_a_table_is_the_inputs_fault_on_every_engine(device):
+    # A server answers INVALID_ARGUMENT for it, not INTERNAL: the model runs on other ids.
+    if device == "cpu":
+        pytest.importorskip("onnxruntime")
+    b = GraphBuilder("embedding")
+    ids = b.input("ids", np.int64, ["N"])
+    table = b.constant("table", np.arange(40, dtype=np.float32).reshape(10, 4))
+    b.output(b.node("Gather", [table, ids], axis=0), np.float32, ["N", 4])
+    model = lite.Model.load(to_bytes(b.build()), device=device)
+    np.testing.assert_array_equal(model.predict({"ids": np.array([9])})[model.outputs[0].name][0], [36, 37, 38, 39])
+    with pytest.raises(lite.InputValueError) as caught:
+        model.predict({"ids": np.array([5000])})
+    assert isinstance(caught.value, lite.InvalidInputError) and isinstance(caught.value, lite.KernelError)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="device must be one of"):
         lite.Model.load(matmul_model(), device="tpu")

@@ -27,7 +27,7 @@ import numpy as np
 
 from lite.cpu import signature as cpu_signature
 from lite.engines.base import default_cache_dir
-from lite.errors import EngineUnavailableError, KernelError, UnsupportedOpError
+from lite.errors import EngineUnavailableError, InputValueError, KernelError, UnsupportedOpError
 
 if TYPE_CHECKING:  # lowering imports onnx; a warm start from the cache never needs it
     from lite.format.onnx.lower import Lowered
@@ -196,7 +196,7 @@ class Session:
         try:
             return self.session.run(output_names, feeds)
         except Exception as err:  # ONNX Runtime's run-time refusals are untyped: name them
-            raise KernelError(f"ONNX Runtime failed to run the model: {_first_line(err)}") from err
+            raise _run_error(err) from err
 
     def run_arrays(self, output_names: list[str], feeds: dict[str, np.ndarray], quiet: bool = False) -> list[np.ndarray]:
         """:meth:`run` for feeds that are all numpy arrays (no OrtValues), on a CPU provider
@@ -205,7 +205,14 @@ class Session:
         try:
             return self._run_arrays(output_names, feeds, _quiet_run() if quiet else None)
         except Exception as err:
-            raise KernelError(f"ONNX Runtime failed to run the model: {_first_line(err)}") from err
+            raise _run_error(err) from err
+
+
+def _run_error(err: Exception) -> KernelError:
+    """ONNX Runtime's failure to run, typed: its INVALID_ARGUMENT status (an index out of range,
+    a size the model cannot take) blames the inputs, anything else the run."""
+    message = f"ONNX Runtime failed to run the model: {_first_line(err)}"
+    return InputValueError(message) if type(err).__name__ == "InvalidArgument" else KernelError(message)
 
 
 @functools.lru_cache(maxsize=1)
