@@ -8,15 +8,17 @@ the filesystem, and every resolved path must stay inside the repository, so a na
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .config import CONFIG_FILE, ModelConfig, read_config
 from .errors import ConfigError, InvalidRequestError, ModelNotFoundError
-from .versions import parse_version
+from .versions import parse_version, shown
 
 MODEL_FILE = "model.lite"
+log = logging.getLogger("serving.repository")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
@@ -45,13 +47,21 @@ class ModelRepository:
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise ModelNotFoundError(f"model repository {root} is not a directory")
+        self._skipped: set[str] = set()  # folders already logged as no model name
 
     def model_names(self) -> list[str]:
-        """Every directory under the root whose name is a valid model name."""
+        """Every directory under the root whose name is a valid model name; the others are
+        logged once each (a folder named ``my model`` was skipped without a word)."""
         names = []
         for entry in sorted(self.root.iterdir()):
-            if entry.is_dir() and _NAME.fullmatch(entry.name) and ".." not in entry.name:
+            if not entry.is_dir():
+                continue
+            if _NAME.fullmatch(entry.name) and ".." not in entry.name:
                 names.append(entry.name)
+            elif entry.name not in self._skipped and not entry.name.startswith("."):
+                self._skipped.add(entry.name)
+                log.warning("repository: folder %s is not a model name (1-128 letters, digits, '_', '-' or '.', "
+                            "starting with a letter or digit); it is not served", shown(entry.name))
         return names
 
     def model_dir(self, name: str) -> Path:
@@ -65,33 +75,43 @@ class ModelRepository:
         """Config and the versions its policy selects; ModelNotFoundError when none exists."""
         directory = self.model_dir(name)
         config = read_config(directory)
-        available = self._versions(directory)
+        available, passed_over = self._versions(directory)
         selected = config.version_policy.select(sorted(available))
         if not selected:
+            skipped = f"; not versions: {'; '.join(passed_over)}" if passed_over else ""
             raise ModelNotFoundError(
                 f"model {name!r}: no version directory with {MODEL_FILE} matches its version policy "
-                f"(found versions {sorted(available) or 'none'} under {directory})"
+                f"(found versions {sorted(available) or 'none'} under {directory}{skipped})"
             )
         versions = {v: available[v] for v in selected}
         return ModelSource(name, config, versions, self._fingerprint(directory, versions))
 
-    def _versions(self, directory: Path) -> dict[int, Path]:
+    def _versions(self, directory: Path) -> tuple[dict[int, Path], list[str]]:
+        """Version -> model file, and why each folder that looks like a version is not one."""
         found: dict[int, Path] = {}
         folders: dict[int, str] = {}
+        passed_over: list[str] = []
         for entry in sorted(directory.iterdir()):
             version = parse_version(entry.name)
-            if version and entry.is_dir():
-                model_file = (entry / MODEL_FILE).resolve()
-                if model_file.is_file() and self.root in model_file.parents:
-                    if version in found:
-                        # "1" and "01": which one served would depend on the directory's order
-                        raise ConfigError(
-                            f"model {directory.name!r}: the folders {folders[version]!r} and {entry.name!r} are both "
-                            f"version {version}; rename or remove one"
-                        )
-                    found[version] = model_file
-                    folders[version] = entry.name
-        return found
+            if not entry.is_dir() or (version is None and not entry.name.isdigit()):
+                continue
+            model_file = (entry / MODEL_FILE).resolve()
+            if not version:
+                passed_over.append(f"{shown(entry.name)} (versions are 1 to 18 digits, from 1)")
+            elif not model_file.is_file():
+                passed_over.append(f"{shown(entry.name)} (no {MODEL_FILE} file in it)")
+            elif self.root not in model_file.parents:
+                passed_over.append(f"{shown(entry.name)} (its {MODEL_FILE} resolves outside the repository)")
+            elif version in found:
+                # "1" and "01": which one served would depend on the directory's order
+                raise ConfigError(
+                    f"model {directory.name!r}: the folders {folders[version]!r} and {entry.name!r} are both "
+                    f"version {version}; rename or remove one"
+                )
+            else:
+                found[version] = model_file
+                folders[version] = entry.name
+        return found, passed_over
 
     def _fingerprint(self, directory: Path, versions: dict[int, Path]) -> tuple:
         stamps = []

@@ -32,6 +32,9 @@ BAD = {
     "activation_not_utf8": "fused_activation is not UTF-8",
     "activation_params": "fused activation Clip takes 2 parameters, got 1",
     "opset_2_40": "opset version 1099511627776",
+    "version_zero": "'0' (versions are 1 to 18 digits, from 1)",
+    "linked_model": "'1' (its model.lite resolves outside the repository)",
+    "no_model_file": "'1' (no model.lite file in it)",
 }
 # Model files whose structure is sound but whose semantics the engines cannot take.
 DAMAGED = {
@@ -67,6 +70,14 @@ def bad_repository(tmp_path_factory):
     model.write_bytes(bytes(data))
     for name, damage in DAMAGED.items():
         damaged_identity_model(root / name / "1" / "model.lite", **damage)
+    (root / "version_zero" / "1" / "model.lite").rename(root / "version_zero" / "1" / "moved.lite")
+    (root / "version_zero" / "0").mkdir()
+    (root / "version_zero" / "1" / "moved.lite").rename(root / "version_zero" / "0" / "model.lite")
+    (root / "no_model_file" / "1" / "model.lite").rename(root / "no_model_file" / "1" / "model.onnx")
+    outside = root.parent / "outside.lite"
+    (root / "linked_model" / "1" / "model.lite").rename(outside)
+    os.symlink(outside, root / "linked_model" / "1" / "model.lite")
+    identity_model(root / "my model" / "1" / "model.lite")
     secret = root.parent / "secret.json"
     secret.write_text(json.dumps({"db_password": "hunter2"}))
     os.symlink(secret, root / "linked_config" / "config.json")
@@ -91,3 +102,5 @@ def test_the_good_model_serves_and_each_bad_one_is_reported_with_its_reason(bad_
         assert index[name].state == "UNAVAILABLE", name
         assert reason in index[name].reason, (name, index[name].reason)
     assert "db_password" not in "".join(server.logs) + index["linked_config"].reason
+    assert "my model" not in index
+    assert sum("'my model' is not a model name" in line for line in server.logs) == 1
