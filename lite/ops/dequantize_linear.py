@@ -20,6 +20,8 @@ _FLOAT_OUTPUTS = {1: np.float32, 10: np.float16, 11: np.float64}
 
 def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, output_dtype=0):
     x = np.asarray(x)
+    if not block_size and not output_dtype and np.size(x_scale) == 1 and np.asarray(x_scale).dtype == np.float32:
+        return _dequantize_per_tensor(x, x_scale, x_zero_point)
     values = x.astype(np.float32)
     if x_zero_point is not None:
         values = values - broadcast_parameter(
@@ -33,6 +35,15 @@ def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, output_dtype=0
             )
         return y.astype(_FLOAT_OUTPUTS[output_dtype])
     return y.astype(np.asarray(x_scale).dtype)
+
+
+def _dequantize_per_tensor(x, scale, zero_point) -> np.ndarray:
+    """One scale and zero point, float32 out: the general path's arithmetic in one buffer."""
+    values = x.astype(np.float32)
+    if zero_point is not None:
+        values -= np.float32(np.asarray(zero_point).reshape(()))
+    values *= np.float32(np.asarray(scale).reshape(()))
+    return values
 
 
 @kernel("DequantizeLinear", since=10)

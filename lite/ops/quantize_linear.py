@@ -28,6 +28,8 @@ def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, output_dtype=0, 
     else:
         element_type = 2  # uint8, the spec's default
     low, high, dtype = integer_range("QuantizeLinear", element_type)
+    if _per_tensor_float32(x, y_scale, y_zero_point, block_size, precision, high - low):
+        return _quantize_per_tensor(x, y_scale, y_zero_point, low, high, dtype)
     scale = broadcast_parameter("QuantizeLinear", y_scale, x.shape, axis, block_size)
     # x / scale may overflow to ±inf for a tiny scale: saturation below clamps it to the integer
     # range, as the spec says, so the overflow is expected and not warned about.
@@ -45,6 +47,28 @@ def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, output_dtype=0, 
             "QuantizeLinear", y_zero_point, x.shape, axis, block_size
         ).astype(np.float64)
     return np.clip(values, low, high).astype(dtype)
+
+
+def _per_tensor_float32(x, scale, zero_point, block_size, precision, span) -> bool:
+    """float32 in, one scale and zero point, an integer range float32 holds exactly (8 and 16
+    bits): the common case (every activation of a QDQ model), computed in place below."""
+    return (x.dtype == np.float32 and not block_size and not precision and span < 1 << 24
+            and np.size(scale) == 1 and np.asarray(scale).dtype == np.float32
+            and (zero_point is None or np.size(zero_point) == 1))
+
+
+def _quantize_per_tensor(x, scale, zero_point, low, high, dtype) -> np.ndarray:
+    """The general path's arithmetic (the float32 quotient rounded half to even, the zero point
+    added, saturated) in one float32 buffer: integers below 2**24 add exactly, and larger
+    quotients saturate alike; a third of the general path's time on small tensors."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        values = np.divide(x, np.asarray(scale).reshape(()))
+    np.rint(values, out=values)
+    if zero_point is not None:
+        values += np.float32(np.asarray(zero_point).reshape(()))
+    np.maximum(values, np.float32(low), out=values)  # np.clip: twice the time on small tensors
+    np.minimum(values, np.float32(high), out=values)
+    return values.astype(dtype)
 
 
 @kernel("QuantizeLinear", since=10)
