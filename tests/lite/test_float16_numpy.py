@@ -99,3 +99,43 @@ def test_reductions_accumulate_in_float32(tmp_path, op, axes, shape):
 def test_global_average_pool_over_a_large_map(tmp_path):
     nodes = [helper.make_node("GlobalAveragePool", ["x"], ["y"])]
     assert float16_steps_off(tmp_path, nodes, {"x": half(1, 16, 96, 96, shift=3.0)}, {}) <= 1.0
+
+
+def run_numpy(tmp_path, nodes, inputs, outputs, weights=None):
+    """Convert the graph (inputs and outputs typed as ``inputs`` and ``outputs`` say) and run it
+    on the numpy engine."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(key, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+                     for key, value in inputs.items()],
+        [helper.make_tensor_value_info(key, elem_type, None) for key, elem_type in outputs.items()],
+        [numpy_helper.from_array(value, key) for key, value in (weights or {}).items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "g.onnx")
+    converter.convert(tmp_path / "g.onnx", tmp_path / "g.lite", verify=False)
+    return lite.Model.load(tmp_path / "g.lite", device="numpy").predict(inputs)
+
+
+def test_a_float16_graph_is_computed_in_float32_between_its_inputs_and_outputs(tmp_path):
+    # (x + 64) - 64: float16 steps are 1/16 at 64, so rounding the sum kept x to the nearest
+    # sixteenth; computed in float32 as ONNX Runtime does, x (in [0.5, 1), steps of 2^-11) comes
+    # back exactly.
+    nodes = [helper.make_node("Add", ["x", "c"], ["s"]), helper.make_node("Sub", ["s", "c"], ["y"])]
+    x = rng.uniform(0.5, 1, (4, 64)).astype(np.float16)
+    got = run_numpy(tmp_path, nodes, {"x": x}, {"y": TensorProto.FLOAT16}, {"c": np.array(64, np.float16)})["y"]
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, x)
+
+
+def test_casts_round_to_float16_where_the_graph_does(tmp_path):
+    """A float32 input cast to float16 keeps only float16's precision, and a float16 value cast
+    to float is rounded to float16 first, as ONNX Runtime rounds before its own Casts."""
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Mul", ["h", "h"], ["square"]),
+             helper.make_node("Cast", ["square"], ["y"], to=TensorProto.FLOAT),
+             helper.make_node("Identity", ["h"], ["rounded"])]
+    x = rng.uniform(1, 2, (3, 50)).astype(np.float32)
+    got = run_numpy(tmp_path, nodes, {"x": x}, {"y": TensorProto.FLOAT, "rounded": TensorProto.FLOAT16})
+    half_x = x.astype(np.float16)
+    assert got["rounded"].dtype == np.float16 and got["y"].dtype == np.float32
+    np.testing.assert_array_equal(got["rounded"], half_x)
+    wide = half_x.astype(np.float32)
+    np.testing.assert_array_equal(got["y"], (wide * wide).astype(np.float16).astype(np.float32))
