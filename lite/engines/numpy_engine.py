@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lite.engines import numpy_fusions
+from lite.engines import numpy_float16, numpy_fusions
 from lite.engines.arena import BufferPool
 from lite.engines.numpy_scopes import OuterConstants, Scope
 from lite.engines.numpy_steps import (
@@ -76,7 +76,10 @@ class NumpyEngine:
         self.opsets = {normalize_domain(d): v for d, v in model.opset_imports.items()}
         self.custom_ops = custom_ops
         self.pool = BufferPool()
-        self._outer = OuterConstants(model, _canonical)
+        # float16 models run in float32, rounded at their outputs and Casts (lite.engines.numpy_float16);
+        # users' kernels get the types the model declares.
+        self.float16_in_float32 = custom_ops is None and numpy_float16.applies(model)
+        self._outer = OuterConstants(model, self._constant)
         problems: list[str] = []
         self.plans = [self._plan(graph, index, problems) for index, graph in enumerate(model.graphs)]
         if problems:
@@ -93,7 +96,7 @@ class NumpyEngine:
             step = self._plan_node(node, graph_index, problems)
             if step is not None:
                 steps.append(step)
-        constants = {i: _canonical(tensor_value(t)) for i, t in enumerate(graph.tensors) if t.is_constant}
+        constants = {i: self._constant(tensor_value(t)) for i, t in enumerate(graph.tensors) if t.is_constant}
         if not problems:  # every node has its kernel: fold what depends on weights alone
             steps = self._fold_constants(steps, constants, len(graph.tensors))
             # A body's weights are often the enclosing graph's (captured by name): prepared too.
@@ -185,7 +188,10 @@ class NumpyEngine:
         inputs = list(node.inputs)
         while inputs and inputs[-1] < 0:
             inputs.pop()
-        return _Step(node, kernel.fn, inputs, list(node.outputs), attributes, graph_attributes,
+        fn = kernel.fn
+        if self.float16_in_float32:
+            fn = numpy_float16.typed_output(node, self.model.graphs[graph_index], fn)
+        return _Step(node, fn, inputs, list(node.outputs), attributes, graph_attributes,
                      len(node.outputs) if kernel.wants_output_count else None, activation,
                      kernel_applies_activation=activation is not None and kernel.wants_fused_activation,
                      wants_allocate=kernel.wants_allocate, custom=custom,
@@ -202,6 +208,8 @@ class NumpyEngine:
         seconds it took and the values alive while it ran (for profiles and memory reports).
         """
         plan = self.plans[0]
+        if self.float16_in_float32:
+            feeds = numpy_float16.widen_feeds(feeds)
         inputs = [feeds[plan.graph.tensors[i].name] for i in plan.graph.inputs]
         self.pool.begin_run()
         outputs: list[np.ndarray] = []
@@ -211,7 +219,14 @@ class NumpyEngine:
                 outputs = [_contiguous(value) for value in self._run_graph(0, inputs, None, observer)]
         finally:
             self.pool.end_run(outputs, completed=bool(outputs) or not plan.graph.outputs)
-        return {plan.graph.tensors[i].name: value for i, value in zip(plan.graph.outputs, outputs)}
+        results = {plan.graph.tensors[i].name: value for i, value in zip(plan.graph.outputs, outputs)}
+        return numpy_float16.narrow_outputs(plan.graph, results) if self.float16_in_float32 else results
+
+    def _constant(self, value: Any) -> Any:
+        """A constant as the kernels get it: numpy's own dtype instance, float16 widened where
+        the model runs in float32."""
+        value = _canonical(value)
+        return numpy_float16.widen(value) if self.float16_in_float32 else value
 
     def _run_graph(self, graph_index: int, inputs: list[np.ndarray], scope: Scope | None,
                    observer: Observer | None = None) -> list[np.ndarray]:

@@ -35,6 +35,11 @@ class SqueezeExcite:
     def __init__(self, w1: np.ndarray, b1: np.ndarray | None, act1: tuple[str, Sequence[float]] | None,
                  w2: np.ndarray, b2: np.ndarray | None, act2: tuple[str, Sequence[float]] | None,
                  fallback: Callable[[np.ndarray, Callable], np.ndarray]) -> None:
+        self.dtype = w1.dtype
+        if w1.dtype == np.float16:
+            # The gate in float32 and the product with x rounded once, as ONNX Runtime does on
+            # CPUs: in float16 the means' 1/(H*W) alone was off by up to half a float16 step.
+            w1, b1, w2, b2 = (None if value is None else value.astype(np.float32) for value in (w1, b1, w2, b2))
         self.w1_t = np.ascontiguousarray(w1.T)  # (C, C'): rows of means times it
         self.w2_t = np.ascontiguousarray(w2.T)
         if act2 is not None and act2[0] == "HardSigmoid" and w2.dtype.kind == "f":
@@ -62,7 +67,6 @@ class SqueezeExcite:
         self.b1 = b1
         self.b2 = b2
         self.fallback = fallback
-        self.dtype = w1.dtype
         self._layouts: dict[tuple, _Layout] = {}
 
     def gate(self, means: np.ndarray) -> np.ndarray:
@@ -88,7 +92,7 @@ class SqueezeExcite:
             if len(self._layouts) >= _LAYOUTS:
                 self._layouts.clear()
             layout = self._layouts[key] = _Layout(x)
-        weights = _mean_weights(layout.pixels, x.dtype)
+        weights = _mean_weights(layout.pixels, self.w1_t.dtype)
         matmul = np.matmul
         if layout.channels_last:
             means = matmul(weights, x.transpose(0, 2, 3, 1).reshape(layout.rows_shape))  # (N, C)

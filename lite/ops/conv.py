@@ -50,7 +50,6 @@ from lite.errors import KernelError
 from lite.ops import _phase_grid as phase_grid
 from lite.ops import _wide_im2col as wide_im2col
 from lite.ops import _winograd as winograd
-from lite.ops import fused_activation as activations
 from lite.ops._conv_blocks import Direct
 from lite.ops._conv_common import compute_dtype, output_shape, resolve_pads, spatial_defaults
 from lite.ops._conv_gemm import Im2col, Pointwise, Rows, StridedPointwise
@@ -217,16 +216,14 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
         raise KernelError(f"Conv: input of spatial size {list(spatial)} (padded {padded}) is smaller than the "
                           f"kernel's reach {reach}: give a larger input")
     bias = None if B is None else np.asarray(B, dtype=dtype)
-    # The activation acts on the output dtype: fused into the blocks only when no cast follows.
-    block_activation = activation if X.dtype == dtype else None
     plain = not any(begin) and not any(end) and all(s == 1 for s in strides)
     if group == channels and group > 1:
         if len(x_shape) == 4 and out_channels == channels:
-            layer = small_map_layer(x_shape, w, bias, block_activation, begin, end, strides, dilations, out_shape,
-                                    dtype) or depthwise_layer(x_shape, w, bias, block_activation, begin, end, strides,
+            layer = small_map_layer(x_shape, w, bias, activation, begin, end, strides, dilations, out_shape,
+                                    dtype) or depthwise_layer(x_shape, w, bias, activation, begin, end, strides,
                                                               dilations, out_shape, dtype)
         else:
-            layer = Direct("depthwise taps", w, bias, block_activation, begin, end, strides, dilations, out_shape,
+            layer = Direct("depthwise taps", w, bias, activation, begin, end, strides, dilations, out_shape,
                             group, kernel_dims)
     elif (
         transformed is not None
@@ -235,26 +232,26 @@ def _layer(X, W, B, auto_pad, dilations, group, kernel_shape, pads, strides, act
         and winograd.suits(w.shape, group, kernel_dims, strides, dilations)
         and winograd.fits(channels, out_channels, out_shape)
     ):
-        layer = Direct("winograd", transformed, bias, block_activation, begin, end, strides, dilations, out_shape,
+        layer = Direct("winograd", transformed, bias, activation, begin, end, strides, dilations, out_shape,
                         group, kernel_dims)
     elif plain and group == 1 and all(k == 1 for k in kernel_dims):
-        layer = Pointwise(X, w, bias, block_activation)
+        layer = Pointwise(X, w, bias, activation)
     elif StridedPointwise.suits(X, group, kernel_dims, begin, end, strides):
-        layer = StridedPointwise(X, w, bias, block_activation, strides, out_shape)
+        layer = StridedPointwise(X, w, bias, activation, strides, out_shape)
     elif phase_grid.suits(X, w, group, kernel_dims, begin, end, strides, out_shape):
-        layer = PhaseGrid(X, w, bias, block_activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
+        layer = PhaseGrid(X, w, bias, activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
     elif Im2col.suits(X, w, group, begin, end, out_shape):
-        layer = Im2col(X, w, bias, block_activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
+        layer = Im2col(X, w, bias, activation, kernel_dims, begin, end, strides, dilations, out_shape, group)
     elif len(x_shape) == 3 and Im2col.suits(X[:, :, None], w[:, :, None], group, [0, *begin], [0, *end], [1, *out_shape]):
         # 1-D (audio front ends): the 2-D layer over images one row high.
-        layer = Rows(Im2col(X[:, :, None], w[:, :, None], bias, block_activation, [1, *kernel_dims], [0, *begin],
+        layer = Rows(Im2col(X[:, :, None], w[:, :, None], bias, activation, [1, *kernel_dims], [0, *begin],
                               [0, *end], [1, *strides], [1, *dilations], [1, *out_shape], group))
     else:
         layer = Direct(_direct_path(X, w, group, kernel_dims, begin, end, strides, out_shape), w, bias,
-                        block_activation, begin, end, strides, dilations, out_shape, group, kernel_dims)
-    if X.dtype == dtype and (activation is None or block_activation is not None):
+                        activation, begin, end, strides, dilations, out_shape, group, kernel_dims)
+    if X.dtype == dtype:
         return layer
-    return _Cast(layer, dtype, activation if block_activation is None else None)
+    return _Cast(layer, dtype)
 
 
 def _direct_path(x, w, group, kernel_dims, begin, end, strides, out_shape) -> str:
@@ -268,16 +265,16 @@ def _direct_path(x, w, group, kernel_dims, begin, end, strides, out_shape) -> st
     return "im2col"
 
 class _Cast:
-    """A layer for inputs of a narrower float type: computed in float32, cast back, and the
-    activation applied after the cast (on the output's type)."""
+    """A layer for inputs of a narrower float type (float16): computed in float32, the fused
+    activation included, then rounded to the input's type once, as ONNX Runtime runs float16
+    convolutions on CPUs without float16 kernels. (The activation applied after the rounding,
+    in float16, rounded the output twice, a HardSwish 1.5 float16 steps off against ONNX
+    Runtime's 1, and numpy's element-by-element float16 arithmetic cost more than the
+    convolution.)"""
 
-    def __init__(self, layer, dtype, activation):
+    def __init__(self, layer, dtype):
         self.layer = layer
         self.dtype = dtype
-        self.activation = activation
 
     def __call__(self, X: np.ndarray, allocate) -> np.ndarray:
-        y = self.layer(np.asarray(X, dtype=self.dtype), allocate).astype(X.dtype, copy=False)
-        if self.activation is not None:
-            y = activations.apply(y, *self.activation)
-        return y
+        return self.layer(np.asarray(X, dtype=self.dtype), allocate).astype(X.dtype, copy=False)

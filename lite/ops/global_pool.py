@@ -23,6 +23,9 @@ _BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 @kernel("GlobalAveragePool", since=1)
 def GlobalAveragePool(X):
     x = np.asarray(X)
+    if x.dtype == np.float16 and x.ndim > 2 and x.size:
+        # Summed in float32 (by BLAS) and rounded once, as ONNX Runtime does on CPUs.
+        return GlobalAveragePool(x.astype(np.float32)).astype(np.float16)
     if x.dtype in _BLAS_TYPES and x.ndim > 2 and x.flags.c_contiguous and x.size:
         # Each (n, c) plane's sum as a product with ones, then one division: numpy's mean runs its
         # reduction loop once per plane, which on a small map costs far more than the adds (a

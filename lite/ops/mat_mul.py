@@ -9,15 +9,18 @@ import numpy as np
 
 from lite.ops import _gemm_blocks as gemm_blocks
 from lite.ops import _parallel as parallel
+from lite.ops._float_compute import widen_float16_constants, widened_inputs
 from lite.ops.registry import kernel
 
 _BLOCKS_FROM = gemm_blocks.BLOCK_MULTIPLY_ADDS  # smaller products: numpy's matmul straight away
 
 
-@kernel("MatMul", since=1)
-def MatMul(A, B):
+@kernel("MatMul", since=1, prepare=widen_float16_constants)
+def MatMul(A, B, *, prepared=None):
     if A.dtype == np.float16:
-        return np.asarray(np.matmul(A.astype(np.float32), B.astype(np.float32))).astype(np.float16)
+        # In float32 (constant weights widened once, at load), rounded to float16 once, as ONNX
+        # Runtime does on CPUs; through the float32 paths below, which use BLAS.
+        return MatMul(*widened_inputs((A, B), prepared)).astype(np.float16)
     if A.ndim >= 2 and B.ndim == 2:
         multiply_adds = A.size * B.shape[1]
         if multiply_adds > _BLOCKS_FROM:

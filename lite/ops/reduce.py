@@ -155,8 +155,17 @@ def _reduce(op_type: str, reducer: Reducer, data, axes, keepdims, noop_with_empt
         # ReduceLogSum takes the log, ReduceL1 the absolute value.
         axes = () if noop_with_empty_axes else range(data.ndim)
     axes = normalize_axes(op_type, axes, data.ndim)
-    result = reducer(data, axes, bool(keepdims))
+    if data.dtype == np.float16 and reducer not in _EXACT:
+        # Accumulated in float32 and rounded once, as ONNX Runtime does on CPUs: a float16 sum
+        # rounds at every addition (and sums along an outer axis one value at a time).
+        result = reducer(data.astype(np.float32), axes, bool(keepdims))
+    else:
+        result = reducer(data, axes, bool(keepdims))
     return np.asarray(result).astype(data.dtype, copy=False)
+
+
+# Reductions whose result is one of the values: no rounding to keep from accumulating.
+_EXACT = (_max, _min)
 
 
 # --- axes as an input (ReduceSum from opset 13, the others from 18) ----------------------------

@@ -24,8 +24,10 @@ The signature *is* the spec (https://onnx.ai/onnx/operators/):
 - a Conv/Gemm-like kernel may take a keyword-only ``fused_activation`` parameter (default
   ``None``): the engine then passes ``(name, params)`` from the node's fused-activation
   attributes (see :mod:`lite.ops.fused_activation`) and the kernel applies it to its first
-  output, bit-for-bit as ``fused_activation.apply`` would on the finished output. Kernels
-  without it get the activation applied by the engine afterwards.
+  output, bit-for-bit as ``fused_activation.apply`` would on the finished output (a float16
+  output that the kernel computes in float32 gets it in float32, before the one rounding to
+  float16, as ONNX Runtime does on CPUs). Kernels without it get the activation applied by the
+  engine afterwards.
 - a kernel may come with a ``prepare`` function (``kernel(..., prepare=fn)``) for work that
   depends only on constant inputs, such as re-laying out weights. The engine calls
   ``fn(constants, shapes, **attributes)`` once, when it loads the model: ``constants`` lists the

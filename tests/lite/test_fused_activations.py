@@ -69,7 +69,7 @@ def test_torch_applies_the_activation(name):
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("name", sorted(vocabulary.NAMES))
 def test_into_writes_what_apply_gives(name, dtype):
     """The activation decided once (numpy_activations.into) writes into a strided ``out`` the
@@ -85,7 +85,7 @@ def test_into_writes_what_apply_gives(name, dtype):
     np.testing.assert_array_equal(x, before)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, None])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, None])
 @pytest.mark.parametrize("name", sorted(vocabulary.NAMES))
 def test_in_place_given_the_dtype_gives_what_apply_gives(name, dtype):
     x = _input().astype(dtype or np.float32)
@@ -105,10 +105,13 @@ def test_relu_and_clip_bounds_are_read_only_zero_dimensional_arrays():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_hard_swish_matches_its_formula(dtype):
-    """x * clip(x * (1/6) + 1/2, 0, 1) in x's type (ONNX's formula, alpha = 1/6), its constants
-    typed once (0-d arrays), into a separate output, in place and into a new array alike."""
+    """x * clip(x * (1/6) + 1/2, 0, 1) in x's type (ONNX's formula, alpha = 1/6; float16 in
+    float32, rounded once), its constants typed once (0-d arrays), into a separate output, in
+    place and into a new array alike."""
     x = _input().astype(dtype)
-    expected = x * np.clip(x * dtype(1 / 6) + dtype(0.5), dtype(0), dtype(1))
+    wide = x.astype(np.float32) if dtype == np.float16 else x
+    compute = wide.dtype.type
+    expected = (wide * np.clip(wide * compute(1 / 6) + compute(0.5), compute(0), compute(1))).astype(dtype)
     got = numpy_activations.apply(x.copy(), "HardSwish", ())
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, expected)

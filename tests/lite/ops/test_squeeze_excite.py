@@ -39,3 +39,16 @@ def test_the_block_matches_its_formula(act1, act2, dtype):
     last = empty_channels_last(x.shape, x.dtype)
     last[...] = x
     np.testing.assert_allclose(block(last), want, rtol=tolerance, atol=tolerance)
+
+
+def test_float16_block_computes_in_float32_and_rounds_once():
+    # In float16, 1/(H*W) alone was off by a fraction of a step and every product and sum of the
+    # gate rounded: the output moved several float16 steps from the formula.
+    act1, act2 = ("Relu", ()), ("HardSigmoid", (1 / 6, 0.5))
+    x = (rng.standard_normal((1, 96, 14, 14)) * 3).astype(np.float16)
+    w1, b1, w2, b2 = (rng.standard_normal(shape).astype(np.float16) for shape in ((24, 96), (24,), (96, 24), (96,)))
+    got = SqueezeExcite(w1, b1, act1, w2, b2, act2, fallback=None)(x)
+    want = expected(x, w1, b1, act1, w2, b2, act2)
+    assert got.dtype == np.float16
+    steps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float16))
+    assert steps.max() <= 1.0
