@@ -50,12 +50,15 @@ class Model:
     @classmethod
     def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
              threads: int | None = None, custom_ops: CustomOps | None = None, *, engine: str | None = None,
-             batch_sizes: Sequence[int] | None = None, memory_map: bool = True, **options: Any) -> Model:
+             batch_sizes: Sequence[int] | None = None, memory_map: bool = True, check_weights: bool = False,
+             **options: Any) -> Model:
         """Load and verify a .lite model and bind it to an engine.
 
         A path is memory-mapped: weights are views of the file, never copied. Such a file must
         not be rewritten in place while the model is loaded (rename a new file over it instead);
         ``memory_map=False`` reads it into private memory, after which the file may change freely.
+        ``check_weights=True`` also compares the weights with the checksum written with the file
+        (a :class:`ModelFormatError` when a byte changed; it reads every weight once).
 
         ``device``: ``"numpy"`` (the edge engine, always available), ``"cpu"`` / ``"cuda"`` /
         ``"tensorrt"`` (ONNX Runtime execution providers, when installed) or ``"auto"`` (CUDA if
@@ -107,7 +110,8 @@ class Model:
             raise TypeError("batch_sizes applies to engine='auto' (it declares the batch sizes to tune for)")
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         identity = None if in_memory else file_identity(source)
-        model = load_model(source) if in_memory else load_model(source, memory_map=memory_map)
+        model = (load_model(source, check_weights=check_weights) if in_memory
+                 else load_model(source, memory_map=memory_map, check_weights=check_weights))
         if not in_memory and file_identity(source) != identity:
             # Caches are keyed on the identity: never file these weights under another file's name.
             raise ModelFormatError(f"{source} changed while it was loaded; load it again once it is written")

@@ -118,7 +118,7 @@ class ServedModel:
         home = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-v{version}")
         try:
             model = home.submit(lite.Model.load, path, device=device, threads=threads or None,
-                                memory_map=memory_map, **options).result()
+                                memory_map=memory_map, check_weights=True, **options).result()
         except (lite.LiteError, OSError, ValueError, TypeError) as err:
             home.shutdown(wait=False)
             raise ModelLoadError(f"model {name} version {version}: cannot load {path}: {err}") from err

@@ -131,6 +131,9 @@ class Model:
     opset_imports: dict[str, int] = field(default_factory=lambda: {"": 21})
     metadata: dict[str, str] = field(default_factory=dict)
     version: tuple[int, int] = FORMAT_VERSION
+    # Write the weights' SHA-256 (``weights_sha256``). A model read from a file without one keeps
+    # none, so it is written again byte for byte as its writer wrote it.
+    weights_checksum: bool = True
 
     @property
     def main(self) -> Graph:

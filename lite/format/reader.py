@@ -34,7 +34,7 @@ from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
 from lite.format.qdq import ImpliedQdq, expand, implied_problem
 from lite.format.quant_params import quant_params
 from lite.format.verifier import verify_flatbuffer
-from lite.format.writer import ALIGNMENT
+from lite.format.writer import ALIGNMENT, weights_digest
 
 SUPPORTED_MAJOR = ir.FORMAT_VERSION[0]
 # Larger products cannot describe a real tensor; refusing them keeps arithmetic bounded.
@@ -43,8 +43,16 @@ _MAX_ELEMENTS = 1 << 48
 MAX_OPSET_VERSION = (1 << 31) - 1
 
 
-def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, memory_map: bool = True) -> ir.Model:
+def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, memory_map: bool = True,
+         check_weights: bool = False) -> ir.Model:
     """Read and verify a .lite model from a path or from bytes.
+
+    ``check_weights``: also compare the weights' bytes with the SHA-256 the writer stored
+    (``weights_sha256``; files written before it have none and pass): a byte changed inside a
+    weight (a damaged disk or copy, a file rewritten in place) is a :class:`ModelFormatError`
+    instead of a model that loads and answers wrongly. It reads every weight once (about a
+    second per 2 GB), so it is off by default, where a mapped file costs the same to load
+    whatever its size; the server turns it on.
 
     A path is memory-mapped (``memory_map=True``): weights are views of the file, shared between
     processes, and the file must not be rewritten in place while the model is in use (a shorter
@@ -54,7 +62,7 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, memory_m
     file that changes while it is read is refused.
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return _Reader(memoryview(source).cast("B"), "<bytes>").model()
+        return _Reader(memoryview(source).cast("B"), "<bytes>", check_weights).model()
     path = Path(source)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
@@ -76,7 +84,7 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, memory_m
             buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         else:
             buffer = _read_private(handle, path, before)
-    return _Reader(memoryview(buffer), str(path)).model()
+    return _Reader(memoryview(buffer), str(path), check_weights).model()
 
 
 def _read_private(handle: Any, path: Path, before: os.stat_result) -> mmap.mmap:
@@ -101,9 +109,10 @@ def _read_private(handle: Any, path: Path, before: os.stat_result) -> mmap.mmap:
 
 
 class _Reader:
-    def __init__(self, buf: memoryview, origin: str) -> None:
+    def __init__(self, buf: memoryview, origin: str, check_weights: bool = False) -> None:
         self.buf = buf
         self.origin = origin
+        self.check_weights = check_weights
         self.buffers: list[tuple[int, int]] = []
         self.data_start = 0
         self.version = ir.FORMAT_VERSION
@@ -133,6 +142,8 @@ class _Reader:
         flatbuffer_size = int.from_bytes(self.buf[0:4], "little")
         self.data_start = -(-(4 + flatbuffer_size) // ALIGNMENT) * ALIGNMENT
         self.buffers = self.read_buffers(root["buffers"] or [])
+        if self.check_weights and root["weights_sha256"] is not None:
+            self.compare_weights(self.text(root["weights_sha256"], "weights_sha256"))
         graph_tables = root["graphs"] or []
         if not graph_tables:
             raise self.fail("the model has no graphs (expected the main graph at index 0)")
@@ -156,7 +167,17 @@ class _Reader:
             if key in metadata:
                 raise self.fail(f"metadata key {key!r} appears twice")
             metadata[key] = self.text(entry["value"], f"metadata[{key!r}]")
-        return ir.Model(graphs=graphs, opset_imports=opsets, metadata=metadata, version=version)
+        return ir.Model(graphs=graphs, opset_imports=opsets, metadata=metadata, version=version,
+                        weights_checksum=root["weights_sha256"] is not None)
+
+    def compare_weights(self, expected: str) -> None:
+        start = self.data_start
+        found = weights_digest(self.buf[start + offset:start + offset + length] for offset, length in self.buffers[1:])
+        if found != expected:
+            raise self.fail(
+                "the weights do not match the checksum written with the file (weights_sha256): the file "
+                "was changed or damaged after it was written; write or copy it again"
+            )
 
     # -- pieces --------------------------------------------------------------------------------
     def text(self, raw: bytes | None, where: str) -> str:

@@ -16,6 +16,7 @@ writers wrote it, byte for byte, so 1.x readers read it.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from collections.abc import Callable, Iterable
@@ -54,6 +55,16 @@ def to_bytes(model: ir.Model) -> bytes:
     out = io.BytesIO()
     _write(out, header, payloads)
     return out.getvalue()
+
+
+def weights_digest(chunks: Iterable) -> str:
+    """SHA-256 (hex) of the buffers' bytes in order: the file's ``weights_sha256``, which
+    ``load(..., check_weights=True)`` compares. The flatbuffer's structure is checked field by
+    field on every load; weights, most of a file's bytes, have no structure to check."""
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(memoryview(chunk))
+    return digest.hexdigest()
 
 
 def _align(value: int) -> int:
@@ -186,6 +197,9 @@ class _Encoder:
         opsets_vec = self.table_vector(fb.ModelStartOpsetImportsVector, opsets)
         metadata_vec = self.table_vector(fb.ModelStartMetadataVector, metadata)
         buffers_vec = self.table_vector(fb.ModelStartBuffersVector, buffers)
+        digest = None
+        if model.weights_checksum:
+            digest = self.string(weights_digest(np.reshape(array, -1).view(np.uint8) for _, array in self.payloads))
         version = tuple(model.version)
         if version == implied_scale.IMPLIED_SCALE_SINCE and not self.scales_implied:
             version = COMPACT_SINCE  # nothing of 2.1 in the file: 2.0 readers read it
@@ -196,6 +210,7 @@ class _Encoder:
         fb.ModelAddOpsetImports(b, opsets_vec)
         fb.ModelAddMetadata(b, metadata_vec)
         fb.ModelAddBuffers(b, buffers_vec)
+        _add(fb.ModelAddWeightsSha256, b, digest)
         b.FinishSizePrefixed(fb.ModelEnd(b), file_identifier=b"LITE")
         return bytes(b.Output())
 

@@ -59,6 +59,25 @@ def test_weights_are_aligned_read_only_views_of_the_mapped_file(tmp_path):
     np.testing.assert_array_equal(weight, np.arange(8, dtype=np.float32).reshape(4, 2))
 
 
+def test_a_byte_changed_inside_a_weight_fails_the_checksum_when_asked(tmp_path):
+    path = tmp_path / "m.lite"
+    save(tiny_model(), path)
+    assert load(path, check_weights=True).main.tensors[1].data is not None
+    raw = bytearray(path.read_bytes())
+    offset = raw.index(np.arange(8, dtype=np.float32).tobytes())
+    raw[offset + 5] ^= 0x01  # the structure stays sound: only a weight's value changes
+    path.write_bytes(bytes(raw))
+    assert load(path).main.tensors[1].data[0, 1] != 1.0  # unchecked, it loads with the changed value
+    for source in (path, bytes(raw)):
+        with pytest.raises(ModelFormatError, match="do not match the checksum written with the file"):
+            load(source, check_weights=True)
+
+
+def test_files_written_before_the_weights_checksum_load_with_the_check_on():
+    model = load(os.path.join(os.path.dirname(__file__), "..", "format", "qdq_v2_0.lite"), check_weights=True)
+    assert model.main.nodes
+
+
 def test_loading_does_not_copy_weights(tmp_path):
     path = tmp_path / "big.lite"
     save(tiny_model(np.ones((4, 2_000_000), np.float32)), path)  # 32 MB of weights

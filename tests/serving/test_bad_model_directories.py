@@ -35,6 +35,7 @@ BAD = {
     "version_zero": "'0' (versions are 1 to 18 digits, from 1)",
     "linked_model": "'1' (its model.lite resolves outside the repository)",
     "no_model_file": "'1' (no model.lite file in it)",
+    "weight_changed": "do not match the checksum written with the file",
 }
 # Model files whose structure is sound but whose semantics the engines cannot take.
 DAMAGED = {
@@ -78,6 +79,13 @@ def bad_repository(tmp_path_factory):
     (root / "linked_model" / "1" / "model.lite").rename(outside)
     os.symlink(outside, root / "linked_model" / "1" / "model.lite")
     identity_model(root / "my model" / "1" / "model.lite")
+    weighted = GraphBuilder("scale")
+    x = weighted.input("INPUT0", np.float32, ["N", 16])
+    y = weighted.node("MatMul", [x, weighted.constant("W", np.eye(16, dtype=np.float32))], outputs=["OUTPUT0"])
+    weighted.output(y, np.float32, ["N", 16])
+    data = bytearray(to_bytes(weighted.build()))
+    data[data.index(np.eye(16, dtype=np.float32).tobytes()) + 2] ^= 0x10  # a sound file, one weight changed
+    (root / "weight_changed" / "1" / "model.lite").write_bytes(bytes(data))
     secret = root.parent / "secret.json"
     secret.write_text(json.dumps({"db_password": "hunter2"}))
     os.symlink(secret, root / "linked_config" / "config.json")

@@ -1348,8 +1348,15 @@ class Model(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         return o == 0
 
+    # Model
+    def WeightsSha256(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def ModelStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def ModelAddVersionMajor(builder, versionMajor):
     builder.PrependUint16Slot(0, versionMajor, 0)
@@ -1380,6 +1387,9 @@ def ModelAddBuffers(builder, buffers):
 
 def ModelStartBuffersVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
+
+def ModelAddWeightsSha256(builder, weightsSha256):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(weightsSha256), 0)
 
 def ModelEnd(builder):
     return builder.EndObject()

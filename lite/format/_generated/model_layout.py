@@ -90,5 +90,6 @@ TABLES = {
         ('opset_imports', ('vector_table', 'OperatorSetId')),
         ('metadata', ('vector_table', 'KeyValue')),
         ('buffers', ('vector_table', 'Buffer')),
+        ('weights_sha256', ('string',)),
     ],
 }
