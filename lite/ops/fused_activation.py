@@ -20,6 +20,10 @@ __all__ = ["ATTRIBUTE", "NAMES", "PARAMS_ATTRIBUTE", "apply", "apply_into", "che
 
 # |x| beyond which e^x overflows, per float type the fast sigmoid runs on.
 _EXP_LIMITS = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
+# Below these the sigmoid is 0, as 1 / (1 + e^-x) gives in PyTorch, where e^-x overflows to inf.
+# The bounded e^-x alone would leave a floor of 6e-39 (float32), and a detector's
+# "sigmoid(score) > 0" kept every candidate.
+_ZERO_BELOW = {np.dtype(np.float32): -88.72284, np.dtype(np.float64): -709.782712893384}
 
 
 def _one_plus_exp_negative(x: np.ndarray) -> np.ndarray:
@@ -46,7 +50,11 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         np.copyto(out, result)
         return out
     t = _one_plus_exp_negative(x)
-    return np.reciprocal(t, out=t if out is None else out)
+    result = np.reciprocal(t, out=t if out is None else out)
+    zero_below = _ZERO_BELOW[x.dtype]
+    if x.size and np.fmin.reduce(x, axis=None) < zero_below:  # one reduction (NaN skipped); the rare tail is 0
+        np.putmask(result, x < zero_below, 0)
+    return result
 
 
 # Each takes (x, params, out): all but LeakyRelu and Tanh write into ``out`` when it is given,

@@ -396,6 +396,16 @@ def test_activations_do_not_overflow():
             assert np.all(np.isfinite(result)), op
 
 
+def test_sigmoid_is_zero_where_its_value_underflows_as_in_pytorch():
+    # A detector keeps candidates with sigmoid(score) > 0; a floor of 6e-39 kept all of them.
+    x = np.array([-17.0, -88.0, -88.8, -90.0, -200.0, np.nan, 50.0], dtype=F32)
+    with np.errstate(over="ignore"):
+        expected = (1 / (1 + np.exp(-x))).astype(F32)  # e^-x overflows to inf below -88.72: exactly 0
+    (result,) = kernel_outputs("Sigmoid", [x], {}, opset=13)
+    np.testing.assert_array_equal(result[[0, 2, 3, 4, 6]], expected[[0, 2, 3, 4, 6]])
+    assert np.isnan(result[5]) and 0 < result[1] < 1e-38
+
+
 @pytest.mark.parametrize(
     "op", ["Exp", "Sigmoid", "Tanh", "Erf", "Softplus", "Gelu", "HardSwish", "Relu", "Sqrt"]
 )
