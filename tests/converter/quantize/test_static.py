@@ -300,3 +300,27 @@ def test_an_activation_whose_first_axis_is_not_the_batch_is_calibrated_whole(tmp
     x = samples[0][None]
     got = NumpyEngine(load(tmp_path / "q.lite")).run({"x": x})["y"]
     np.testing.assert_allclose(got, 2 * x, atol=0.2)
+
+
+def test_a_tensor_empty_on_every_calibration_sample_stays_float(tmp_path):
+    """A detector's regions on a pyramid level no sample used: the node reading them stays float."""
+    w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((4, 4)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Compress", ["x", "keep"], ["rows"], axis=0),
+        helper.make_node("MatMul", ["rows", "w"], ["y"], name="rows_layer"),
+        helper.make_node("MatMul", ["x", "w"], ["z"], name="dense"),
+    ]
+    graph = helper.make_graph(nodes, "regions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 4]),
+                                                 helper.make_tensor_value_info("keep", TensorProto.BOOL, [8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["K", 4]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 4])], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(4)
+    samples = [{"x": rng.random((8, 4), dtype=np.float32), "keep": np.zeros(8, bool)} for _ in range(4)]
+    report = converter.convert(proto, tmp_path / "q.lite", quant="int8", calibration_data=samples)
+    declined = {name: reason for name, _, reason in report.quantization.declined}
+    assert "held no value in any calibration sample" in declined["rows_layer"]
+    assert "dense" in report.quantization.quantized_nodes
+    x, keep = rng.random((8, 4), dtype=np.float32), np.arange(8) % 3 == 0
+    got = NumpyEngine(load(tmp_path / "q.lite")).run({"x": x, "keep": keep})
+    np.testing.assert_allclose(got["y"], x[keep] @ numpy_helper.to_array(w), rtol=0.05, atol=0.05)
