@@ -189,8 +189,10 @@ def failure_message(verification: Verification) -> str:
                     f"{divergence['error']}")
     elif divergence.get("note"):
         message += f". {divergence['note']}"
-    return message + ("; see the report, convert with optimize=False (--no-optimize) to tell whether an "
-                      "optimization pass is the cause, or give --rtol/--atol")
+    hint = "; see the report, convert with optimize=False (--no-optimize) to tell whether an optimization pass is the cause"
+    if (verification.inputs or "").startswith("synthesized"):  # random inputs can drive a sensitive network off its domain
+        hint += ", verify on real inputs with --verify-data FILE.npz|DIR (verify_data=)"
+    return message + hint + ", or give --rtol/--atol"
 
 
 def _interface_only(model: ir.Model) -> ir.Model:

@@ -297,3 +297,39 @@ def test_the_report_line_says_which_bound_a_passing_output_met():
     failed = OutputError("output0", 0.05, 0.05, 0.99, magnitude=1.0, dtype=np.dtype(np.float32))
     line = _report_with([failed], spread)
     assert "FAILED" in line and "(rtol 0.0001, atol 1e-06, or 2 x the reference's own spread 0.02)" in line
+
+
+def test_a_model_neither_side_runs_converts_with_a_warning_that_it_failed_too(tmp_path, capsys):
+    """An exporter's Unsqueeze past the rank: ONNX Runtime cannot load the original, and the
+    converted model fails on every input; the conversion said only "verification skipped"."""
+    graph = helper.make_graph([helper.make_node("Unsqueeze", ["x", "axes"], ["y"])], "bad_unsqueeze",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([5], np.int64), "axes")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    report = converter.convert(proto, tmp_path / "m.lite", optimize=False)
+    assert report.verification.status == "skipped"
+    assert any("the converted model fails on synthesized" in note and "Unsqueeze" in note
+               for note in report.verification.notes), report.verification.notes
+
+
+def test_with_verify_data_the_reference_implementation_settles_a_disagreement_with_onnx_runtime(tmp_path):
+    """ONNX Runtime's approximate Sigmoid merges near logits: a TopK after it picks other indices
+    than the exact sigmoid, which lite and onnx's reference implementation compute."""
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("TopK", ["s", "k"], ["values", "indices"])],
+        "scores", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+        [helper.make_tensor_value_info("values", TensorProto.FLOAT, [8]),
+         helper.make_tensor_value_info("indices", TensorProto.INT64, [8])],
+        [numpy_helper.from_array(np.array([8], np.int64), "k")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = (8.0 + np.arange(64, dtype=np.float32) * 1e-5).astype(np.float32)  # logits closer than Sigmoid's steps
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    if list(session.run(None, {"x": x})[1]) == list(range(63, 55, -1)):
+        pytest.skip("this ONNX Runtime computes Sigmoid exactly enough to order these logits")
+    np.savez(tmp_path / "x.npz", x=x)
+    report = converter.convert(proto, tmp_path / "m.lite", verify_data=str(tmp_path / "x.npz"))
+    assert report.verification.passed, report.verification.to_dict()
+    assert any("departs from the ONNX reference implementation" in note for note in report.verification.notes)
