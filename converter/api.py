@@ -453,6 +453,7 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
     if imported.external_data_dir is None:
         return proto
     inlined = _copy_proto(proto)
+    _relocate_external_data(inlined, imported.relocated_data)
     try:
         onnx.external_data_helper.load_external_data_for_model(inlined, os.fspath(imported.external_data_dir))
     except (OSError, ValueError, onnx.checker.ValidationError) as err:
@@ -461,6 +462,22 @@ def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelP
             "pass verify=False (--no-verify) to skip the comparison"
         ) from err
     return inlined
+
+
+def _relocate_external_data(proto: onnx.ModelProto, relocated: dict[str, str]) -> None:
+    """Point the reference's tensors at the files the import read them from (through links into
+    the model file's real folder, which onnx refuses to follow)."""
+    graphs = [proto.graph] if relocated else []
+    while graphs:
+        graph = graphs.pop()
+        for tensor in graph.initializer:
+            if tensor.name in relocated and tensor.data_location == onnx.TensorProto.EXTERNAL:
+                for entry in tensor.external_data:
+                    if entry.key == "location":
+                        entry.value = relocated[tensor.name]
+        for node in graph.node:
+            for attribute in node.attribute:
+                graphs.extend([attribute.g] if attribute.HasField("g") else attribute.graphs)
 
 
 def _copy_proto(proto: onnx.ModelProto) -> onnx.ModelProto:

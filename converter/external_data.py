@@ -8,7 +8,8 @@ converter copy that file's bytes into the weights it writes. Every route into th
 path, bytes, an ``onnx.ModelProto``, an ``onnx_ir.Model``) therefore passes
 :func:`check_external_data` before any pass reads a weight:
 
-- the data must lie in a regular file inside the model's folder, after resolving symlinks;
+- the data must lie in a regular file inside the model's folder, after resolving symlinks (or,
+  in a Hugging Face hub cache, in the ``blobs/`` folder the snapshot's links lead to);
 - a model given in memory has no folder: its external data is refused unless the caller names
   the folder (``external_data_dir``); it is never looked up relative to the working directory;
 - ``offset`` and ``length`` must fit the file and the tensor's dims.
@@ -28,16 +29,22 @@ import onnx_ir as ir
 from converter.errors import ModelImportError
 
 
-def check_external_data(model: ir.Model, base_dir: str | os.PathLike | None, what: str) -> Path | None:
+def check_external_data(model: ir.Model, base_dir: str | os.PathLike | None, what: str,
+                        model_file: Path | None = None) -> tuple[Path | None, dict[str, str]]:
     """Check every external tensor of ``model`` against ``base_dir`` and map its data.
 
     ``base_dir`` is the folder external locations are relative to: the model file's folder, the
     caller's ``external_data_dir``, or None when there is none. For an ``onnx_ir.Model`` built by
     the caller (``base_dir`` None), each tensor's own ``base_dir`` is used when it has one.
-    Returns the folder the tensors were resolved in (None when the model has no external data).
+    ``model_file``: the model's path; when it is a link, data linked into the folder it resolves
+    to is accepted too, and read from there (:func:`_linked_home`).
+    Returns the folder the tensors were read from (None when the model has no external data) and,
+    for data read through such links, each tensor's location in that folder.
     """
     used: Path | None = None
-    for tensor in external_tensors(model):
+    home = _linked_home(model_file)
+    relocated: dict[str, str] = {}
+    for tensor in list(external_tensors(model)):
         folder = base_dir if base_dir is not None else (tensor.base_dir or None)
         label = f"{what}: tensor {tensor.name!r} (external data {str(tensor.location)!r})"
         if folder is None:
@@ -47,6 +54,11 @@ def check_external_data(model: ir.Model, base_dir: str | os.PathLike | None, wha
                 ".onnx file by its path"
             )
         folder = Path(os.path.abspath(folder))
+        location = _linked_location(folder, os.fspath(tensor.location), home, label)
+        if location is not None:
+            tensor = _relocated(model, tensor, home, location, label)
+            relocated[tensor.name] = location
+            folder = home
         if used is not None and folder != used:
             raise ModelImportError(
                 f"{label}: resolved in {folder}, while another tensor's data is in {used}; pass "
@@ -54,7 +66,61 @@ def check_external_data(model: ir.Model, base_dir: str | os.PathLike | None, wha
             )
         used = folder
         _check_tensor(tensor, folder, label)
-    return used
+    return used, relocated
+
+
+def _linked_home(model_file: Path | None) -> Path | None:
+    """The ``blobs/`` folder of a Hugging Face hub cache the model file links into, else None.
+
+    The cache keeps ``<repo>/snapshots/<revision>/model.onnx`` and its ``model.onnx_data`` as
+    links into ``<repo>/blobs/``, where onnx refuses to follow them (ONNX Runtime follows). Only
+    that layout is accepted: a link from any folder into the folder its model file resolves to
+    would let a folder of links read files beside any model the user keeps (a model in the home
+    folder, and ~/.netrc as its weights)."""
+    if model_file is None or not model_file.is_symlink():
+        return None
+    try:
+        home = model_file.resolve(strict=True).parent
+        snapshot = model_file.parent.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if home.name != "blobs" or not snapshot.is_relative_to(home.parent / "snapshots"):
+        return None
+    return home
+
+
+def _linked_location(folder: Path, location: str, home: Path | None, label: str) -> str | None:
+    """Where in ``home`` the data lies, when ``folder / location`` links out of ``folder`` into it."""
+    if home is None:
+        return None
+    path = folder / location
+    try:
+        real, real_folder = path.resolve(strict=True), folder.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None  # _check_tensor names the problem
+    if real.is_relative_to(real_folder) or not real.is_relative_to(home):
+        return None
+    return real.relative_to(home).as_posix()
+
+
+def _relocated(model: ir.Model, tensor: ir.ExternalTensor, home: Path, location: str, label: str) -> ir.ExternalTensor:
+    """``tensor`` read from ``home / location``, in its initializer's place."""
+    moved = ir.ExternalTensor(location, tensor.offset, tensor.length, tensor.dtype, shape=tensor.shape,
+                              name=tensor.name, base_dir=home)
+    graphs = [model.graph]
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for attribute in node.attributes.values():
+            if attribute.type == ir.AttributeType.GRAPH:
+                graphs.append(attribute.value)
+            elif attribute.type == ir.AttributeType.GRAPHS:
+                graphs.extend(attribute.value)
+    for graph in graphs:
+        for value in graph.initializers.values():
+            if value.const_value is tensor:
+                value.const_value = moved
+                return moved
+    raise ModelImportError(f"{label}: its data links out of the model's folder; copy the folder with the links "
+                           "followed (cp -rL SNAPSHOT_DIR DIR) and convert DIR's model")
 
 
 def external_tensors(model: ir.Model) -> Iterator[ir.ExternalTensor]:
@@ -128,9 +194,9 @@ def _resolve(folder: Path, location: str, label: str) -> Path:
     if not real.is_relative_to(real_folder):
         raise ModelImportError(
             f"{label}: {path} resolves to {real}, outside the model's folder {real_folder}; "
-            "external data must stay inside the model's folder (onnx refuses such links too). A "
-            "Hugging Face hub cache keeps files as links into its blobs/ folder: copy the model's "
-            "folder with the links followed (cp -rL SNAPSHOT_DIR DIR) and convert DIR's model"
+            "external data must stay inside the model's folder (or, in a Hugging Face hub cache, in the "
+            "blobs/ folder its snapshot links into); copy the model's folder with the links followed "
+            "(cp -rL MODEL_DIR DIR) and convert DIR's model"
         )
     mode = real.stat().st_mode
     if not stat.S_ISREG(mode):

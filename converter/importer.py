@@ -40,6 +40,8 @@ class ImportedModel:
     zipped: list[ZippedOutput] = field(default_factory=list)  # ZipMap outputs written as tensors
     declared_casts: list[DeclaredCast] = field(default_factory=list)  # outputs cast to their declared type
     vectorized: list[VectorizedInput] = field(default_factory=list)  # DictVectorizer map inputs as tensors
+    # External data reached through links into the model file's real folder: tensor -> location there.
+    relocated_data: dict[str, str] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
         """What the import rewrote for the lite format, one line each, for the report."""
@@ -58,7 +60,7 @@ def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None
     :mod:`converter.external_data`).
     """
     if isinstance(source, ir.Model):
-        folder = check_external_data(source, external_data_dir, "<onnx_ir.Model>")
+        folder, _ = check_external_data(source, external_data_dir, "<onnx_ir.Model>")
         return ImportedModel(source, "<onnx_ir.Model>", "", 0, folder)
     if isinstance(source, onnx.ModelProto):
         what = "<onnx.ModelProto>"
@@ -67,14 +69,14 @@ def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None
         proto.CopyFrom(source)  # the caller's model stays as it was
         rewrites = rewrite_for_lite(proto)
         model = _deserialize(_checked_proto(proto, what), what)
-        folder = check_external_data(model, external_data_dir, what)
+        folder, _ = check_external_data(model, external_data_dir, what)
         return ImportedModel(_inline_functions(model, what), what, _sha256(data), len(data), folder, *rewrites)
     if isinstance(source, bytes):
         what = "<bytes>"
         proto = _parse(source, what)
         rewrites = rewrite_for_lite(proto)
         model = _deserialize(_checked_proto(proto, what), what)
-        folder = check_external_data(model, external_data_dir, what)
+        folder, _ = check_external_data(model, external_data_dir, what)
         return ImportedModel(_inline_functions(model, what), what, _sha256(source), len(source), folder, *rewrites)
     path = Path(source)
     check_model_file(path)
@@ -84,9 +86,11 @@ def import_onnx(source: ModelSource, external_data_dir: str | os.PathLike | None
         raise ModelImportError(f"{path}: not a readable ONNX model ({err}); check the file") from err
     rewrites = rewrite_for_lite(proto)
     model = _deserialize(_checked_proto(proto, str(path)), str(path))
-    folder = check_external_data(model, path.parent if external_data_dir is None else external_data_dir, str(path))
+    folder, relocated = check_external_data(model, path.parent if external_data_dir is None else external_data_dir,
+                                            str(path), model_file=path)
     model = _inline_functions(model, str(path))
-    return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder, *rewrites)
+    return ImportedModel(model, str(path), _file_sha256(path), _model_size(model, path), folder, *rewrites,
+                         relocated_data=relocated)
 
 
 def rewrite_for_lite(

@@ -164,3 +164,34 @@ def test_inline_weights_are_unaffected(tmp_path):
     proto = _model("unused")
     proto.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones(4, np.float32), "w"))
     assert converter.convert(proto.SerializeToString(), tmp_path / "m.lite").verification.passed
+
+
+def _linked_layout(root, *, blobs: str = "blobs", snapshots: str = "snapshots"):
+    """``root/<snapshots>/rev/model.onnx`` and its data as links into ``root/<blobs>/``, as the
+    Hugging Face hub cache stores a download; returns the snapshot's model path and the weights."""
+    weights = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    (root / blobs).mkdir(parents=True)
+    (root / snapshots / "rev").mkdir(parents=True)
+    (root / blobs / "9c2e").write_bytes(weights.tobytes())
+    (root / blobs / "3f1a").write_bytes(_model("model.onnx_data").SerializeToString())
+    os.symlink(f"../../{blobs}/3f1a", root / snapshots / "rev" / "model.onnx")
+    os.symlink(f"../../{blobs}/9c2e", root / snapshots / "rev" / "model.onnx_data")
+    return root / snapshots / "rev" / "model.onnx", weights
+
+
+def test_a_hugging_face_cache_snapshot_with_linked_data_converts_and_verifies(tmp_path):
+    import lite
+
+    model_path, weights = _linked_layout(tmp_path / "models--org--name")
+    report = converter.convert(model_path, tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(lite.Model.load(tmp_path / "m.lite").predict({"x": x})["y"], x + weights)
+
+
+def test_links_into_a_linked_models_folder_are_refused_outside_that_layout(tmp_path):
+    """Any folder of links into the folder a linked model resolves to would read files beside
+    any model the user keeps; only a cache's snapshots/ -> blobs/ is accepted."""
+    model_path, _ = _linked_layout(tmp_path / "elsewhere", blobs="home", snapshots="links")
+    with pytest.raises(ModelImportError, match="outside the model's folder"):
+        converter.convert(model_path, tmp_path / "m.lite")
