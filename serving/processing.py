@@ -120,7 +120,8 @@ def _json_object(raw: str | None) -> dict:
 def classify(scores: np.ndarray, k: int, labels: list[str], batched: bool) -> np.ndarray:
     """Top-k "score:index[:label]" strings per batch item (or over the whole tensor)."""
     if scores.dtype.kind not in ("f", "i", "u", "b"):
-        raise InvalidRequestError(f"classification needs a numeric output, got {scores.dtype}")
+        kind = "BYTES" if scores.dtype.kind in "OSU" else str(scores.dtype)
+        raise InvalidRequestError(f"classification needs a numeric output, got {kind}")
     rows = scores.reshape(scores.shape[0], -1) if batched and scores.ndim > 0 else scores.reshape(1, -1)
     k = min(k, rows.shape[1])
     result = np.empty((rows.shape[0], k), dtype=object)

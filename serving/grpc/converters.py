@@ -172,6 +172,10 @@ def _byte_count(param: pb.InferParameter, key: str, what: str) -> int:
     return value
 
 
+_CONTENT_FIELDS = ("bool_contents", "int_contents", "int64_contents", "uint_contents", "uint64_contents",
+                   "fp32_contents", "fp64_contents", "bytes_contents")
+
+
 def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple, what: str) -> np.ndarray:
     dtype = numpy_dtype(tensor.datatype)
     field = _TYPED_FIELD.get(tensor.datatype)
@@ -180,8 +184,11 @@ def _decode_typed(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple, w
     values = getattr(tensor.contents, field)
     count = element_count(shape, what)
     if len(values) != count:
+        others = [f"contents.{name} ({len(getattr(tensor.contents, name))} values)" for name in _CONTENT_FIELDS
+                  if name != field and len(getattr(tensor.contents, name))]
+        sent = f"; the request filled {', '.join(others)}, which is not {tensor.datatype}'s field" if others else ""
         raise InvalidRequestError(
-            f"{what}: {len(values)} values in contents.{field}, but shape {list(shape)} needs {count}"
+            f"{what}: {len(values)} values in contents.{field}, but shape {list(shape)} needs {count}{sent}"
         )
     if tensor.datatype == "BYTES":
         array = np.empty(count, dtype=object)

@@ -171,7 +171,7 @@ CASES: list[Case] = [
     Case("typed-contents-count", infer(_typed("FP32", "fp32_contents", [0.0] * 15)), BAD_REQUEST,
          ("15 values in contents.fp32_contents", "needs 16")),
     Case("typed-contents-wrong-field", infer(_typed("FP32", "int_contents", [0] * 16)), BAD_REQUEST,
-         ("0 values in contents.fp32_contents",)),
+         ("0 values in contents.fp32_contents", "filled contents.int_contents (16 values), which is not FP32's")),
     Case("typed-contents-missing-for-fp16", lambda stub, channel: rejected(lambda: stub.ModelInfer(
         _with(multi_request(), lambda r: r.ClearField("raw_input_contents")), metadata=AUTH, timeout=TIMEOUT)),
         BAD_REQUEST, ("input 'F16': FP16 has no typed contents field",)),
