@@ -36,6 +36,9 @@ from lite.engines.numpy_steps import (
     _plan_shape_memos,
     _remember,
     _Step,
+    bind_prepared,
+    prepare,
+    run_program,
 )
 from lite.errors import LiteError, ModelFormatError, UnsupportedOpError
 from lite.format import ir
@@ -59,7 +62,7 @@ class _GraphPlan:
         self.steps = steps
         self.constants = constants
         self.index_of = index_of
-        # What the run loop reads of each step, built on the first run (see _program).
+        # What the run loop reads of each step, built on the first run (see run_program).
         self.program: list[tuple[Any, ...]] | None = None
 
 
@@ -103,13 +106,13 @@ class NumpyEngine:
             known = {**constants, **self._outer.captured(graph_index)} if graph_index else constants
             for step in steps:
                 if step.prepare is not None:
-                    step.prepared = _prepare(step, known, graph)
+                    step.prepared = prepare(step, known, graph)
                     step.finish()
             # A value a body reads by name is kept as a graph output is: no fusion computes it away.
             read_by_bodies = {i for i, t in enumerate(graph.tensors) if t.name in self._outer.captured_names}
             steps = numpy_fusions.fuse(steps, constants, set(graph.outputs) | read_by_bodies)
             for step in steps:
-                _bind(step)
+                bind_prepared(step)
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
         for step in steps:
             step.slots = [index if index >= 0 else len(graph.tensors) for index in step.inputs]
@@ -246,7 +249,7 @@ class NumpyEngine:
         if observer is None:
             program = plan.program
             if program is None:
-                program = plan.program = _program(plan.steps, self.pool.allocate)
+                program = plan.program = run_program(plan.steps, self.pool.allocate)
             self._run_steps(program, values, local, allocate)
             return [values[i] for i in graph.outputs]
         for step in plan.steps:
@@ -362,47 +365,6 @@ class NumpyEngine:
 
 
 _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
-
-
-def _program(steps: list[_Step], allocate: Callable) -> list[tuple[Any, ...]]:
-    """The run loop's view of ``steps``: for each, (its kernel, or None where the loop must look
-    at the step: a remembered result, a group of them, or a call through _execute; its input slots; its keyword
-    arguments, ``allocate`` among them where it takes it; its output; the values it releases;
-    the step), so that a step costs the loop one tuple unpacking instead of a dozen attribute
-    reads."""
-    program = []
-    for step in steps:
-        keywords = {**step.keywords, "allocate": allocate} if step.wants_allocate else step.keywords
-        plain = step.inline and step.memo is None
-        program.append((step.fn if plain else None, step.slots, keywords,
-                        step.outputs[0] if step.inline else None, tuple(step.release), step))
-    return program
-
-
-def _prepare(step: _Step, constants: dict[int, Any], graph: ir.Graph) -> Any:
-    """The kernel's load-time work for this node (see lite.ops.registry), None if it has none."""
-    values = [constants.get(index) if index >= 0 else None for index in step.inputs]
-    shapes = [None if index < 0 or graph.tensors[index].shape is None else tuple(graph.tensors[index].shape)
-              for index in step.inputs]
-    try:
-        return step.prepare(values, shapes, **step.attributes)
-    except (LiteError, TypeError, ValueError, IndexError, ArithmeticError):
-        # Preparing only saves time: the kernel runs without it, and there reports malformed
-        # attributes (a fuzzed kernel_shape of 3 instead of [3, 3]) as the typed error they are.
-        return None
-
-
-def _bind(step: _Step) -> None:
-    """Call the kernel's prepared value bound to the step's keywords where it offers that (see
-    lite.ops.registry): a prepared Conv then runs without its nine keywords passed and checked
-    on every call (a 64x64 MobileNet's run is about fifty of them)."""
-    bind = getattr(step.prepared, "bind", None)
-    if bind is None or not step.inline or step.custom or step.output_count is not None:
-        return
-    bound = bind(dict(step.attributes), step.activation if step.kernel_applies_activation else None)
-    if bound is not None:
-        step.fn = bound
-        step.keywords = {}
 
 
 def _canonical(value: Any) -> Any:

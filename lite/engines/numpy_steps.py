@@ -269,3 +269,44 @@ def _failure(step: _Step, args: list[Any], err: Exception) -> LiteError:
     )
     failed.node = step.node
     return failed
+
+
+def run_program(steps: list[_Step], allocate: Callable) -> list[tuple[Any, ...]]:
+    """The run loop's view of ``steps``: for each, (its kernel, or None where the loop must look
+    at the step: a remembered result, a group of them, or a call through the engine's _execute; its input slots; its keyword
+    arguments, ``allocate`` among them where it takes it; its output; the values it releases;
+    the step), so that a step costs the loop one tuple unpacking instead of a dozen attribute
+    reads."""
+    program = []
+    for step in steps:
+        keywords = {**step.keywords, "allocate": allocate} if step.wants_allocate else step.keywords
+        plain = step.inline and step.memo is None
+        program.append((step.fn if plain else None, step.slots, keywords,
+                        step.outputs[0] if step.inline else None, tuple(step.release), step))
+    return program
+
+
+def prepare(step: _Step, constants: dict[int, Any], graph: ir.Graph) -> Any:
+    """The kernel's load-time work for this node (see lite.ops.registry), None if it has none."""
+    values = [constants.get(index) if index >= 0 else None for index in step.inputs]
+    shapes = [None if index < 0 or graph.tensors[index].shape is None else tuple(graph.tensors[index].shape)
+              for index in step.inputs]
+    try:
+        return step.prepare(values, shapes, **step.attributes)
+    except (LiteError, TypeError, ValueError, IndexError, ArithmeticError):
+        # Preparing only saves time: the kernel runs without it, and there reports malformed
+        # attributes (a fuzzed kernel_shape of 3 instead of [3, 3]) as the typed error they are.
+        return None
+
+
+def bind_prepared(step: _Step) -> None:
+    """Call the kernel's prepared value bound to the step's keywords where it offers that (see
+    lite.ops.registry): a prepared Conv then runs without its nine keywords passed and checked
+    on every call (a 64x64 MobileNet's run is about fifty of them)."""
+    bind = getattr(step.prepared, "bind", None)
+    if bind is None or not step.inline or step.custom or step.output_count is not None:
+        return
+    bound = bind(dict(step.attributes), step.activation if step.kernel_applies_activation else None)
+    if bound is not None:
+        step.fn = bound
+        step.keywords = {}
