@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from lite.format.ir import fresh_name
+
 _SUFFIX = "_computed"
 
 
@@ -58,10 +60,10 @@ def cast_to_declared_types(proto: onnx.ModelProto) -> list[DeclaredCast]:
         computed = _fixed_output_type(node, index, opsets)
         if computed is None or computed == declared:
             continue
-        computed_name = _fresh(output.name + _SUFFIX, taken)
+        computed_name = fresh_name(output.name + _SUFFIX, taken)
         _rename_everywhere(graph, output.name, computed_name, node, index)
         graph.node.append(onnx.helper.make_node("Cast", [computed_name], [output.name], to=declared,
-                                                name=_fresh(f"{output.name}_cast_to_declared", taken)))
+                                                name=fresh_name(f"{output.name}_cast_to_declared", taken)))
         casts.append(DeclaredCast(output.name, node.op_type, computed, declared))
     return casts
 
@@ -101,15 +103,6 @@ def _tensor_elem_type(value_type: onnx.TypeProto) -> int | None:
     if value_type.WhichOneof("value") != "tensor_type" or not value_type.tensor_type.elem_type:
         return None
     return value_type.tensor_type.elem_type
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    candidate, count = name, 1
-    while candidate in taken:
-        count += 1
-        candidate = f"{name}_{count}"
-    taken.add(candidate)
-    return candidate
 
 
 def _type_name(elem_type: int) -> str:
