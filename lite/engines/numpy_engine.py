@@ -19,6 +19,7 @@ several threads are safe.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -82,6 +83,9 @@ class NumpyEngine:
         # float16 models run in float32, rounded at their outputs and Casts (lite.engines.numpy_float16);
         # users' kernels get the types the model declares.
         self.float16_in_float32 = custom_ops is None and numpy_float16.applies(model)
+        # A function, not a bound method: _outer holding the engine would make a reference cycle,
+        # and a deleted model's weights stayed in memory until the next full garbage collection.
+        self._constant = functools.partial(_engine_constant, widen=self.float16_in_float32)
         self._outer = OuterConstants(model, self._constant)
         problems: list[str] = []
         self.plans = [self._plan(graph, index, problems) for index, graph in enumerate(model.graphs)]
@@ -225,12 +229,6 @@ class NumpyEngine:
         results = {plan.graph.tensors[i].name: value for i, value in zip(plan.graph.outputs, outputs)}
         return numpy_float16.narrow_outputs(plan.graph, results) if self.float16_in_float32 else results
 
-    def _constant(self, value: Any) -> Any:
-        """A constant as the kernels get it: numpy's own dtype instance, float16 widened where
-        the model runs in float32."""
-        value = _canonical(value)
-        return numpy_float16.widen(value) if self.float16_in_float32 else value
-
     def _run_graph(self, graph_index: int, inputs: list[np.ndarray], scope: Scope | None,
                    observer: Observer | None = None) -> list[np.ndarray]:
         plan = self.plans[graph_index]
@@ -365,6 +363,13 @@ class NumpyEngine:
 
 
 _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
+
+
+def _engine_constant(value: Any, widen: bool) -> Any:
+    """A constant as the kernels get it: numpy's own dtype instance, float16 widened where the
+    model runs in float32."""
+    value = _canonical(value)
+    return numpy_float16.widen(value) if widen else value
 
 
 def _canonical(value: Any) -> Any:

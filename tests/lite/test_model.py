@@ -113,6 +113,25 @@ def test_an_index_past_a_table_is_the_inputs_fault_on_every_engine(device):
     assert isinstance(caught.value, lite.InvalidInputError) and isinstance(caught.value, lite.KernelError)
 
 
+@pytest.mark.parametrize("device", ["numpy", "auto"])
+def test_a_deleted_model_frees_its_engine_and_weights_without_waiting_for_the_collector(tmp_path, device):
+    # An edge app reloading a 400 MB model held every copy until a full collection: the numpy
+    # engine and what it kept of its constants referred to each other.
+    import gc
+    import weakref
+
+    path = matmul_model(tmp_path)
+    gc.disable()
+    try:
+        model = lite.Model.load(path, device=device)
+        model.predict({model.inputs[0].name: np.ones((1, *model.inputs[0].shape[1:]), np.float32)})
+        engine, graph = weakref.ref(model.engine), weakref.ref(model.ir.main)
+        del model
+        assert engine() is None and graph() is None
+    finally:
+        gc.enable()
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="device must be one of"):
         lite.Model.load(matmul_model(), device="tpu")
