@@ -54,8 +54,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     from lite.commands import bench, compile_model, inspect, run
 
-    for module in (inspect, run, bench, compile_model):
+    for module in (inspect, run, bench):
         module.register(subparsers)
+    if _installed("torch"):  # lite compile builds PyTorch Inductor artifacts
+        compile_model.register(subparsers)
+    else:
+        _add_unavailable(parser, subparsers, "compile", "torch", "missing: torch")
     registered = set(subparsers.choices)
     for entry in sorted(entry_points(group="lite.commands"), key=lambda e: e.name):
         if entry.name in registered:

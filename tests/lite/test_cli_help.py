@@ -39,3 +39,14 @@ def test_run_and_bench_take_an_engine(tmp_path, capsys):
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), [[0, 2, 0, 4]])
     assert cli.main(["bench", str(model), "--engine", "numpy", "--loops", "2", "--warmup", "0"]) == 0
     assert "on numpy" in capsys.readouterr().out
+
+
+def test_compile_without_torch_names_the_extra_instead_of_a_traceback(monkeypatch, capsys):
+    # The edge install (numpy and flatbuffers) listed compile and failed with ModuleNotFoundError.
+    real = cli._installed
+    monkeypatch.setattr(cli, "_installed", lambda module: module != "torch" and real(module))
+    assert cli.main(["compile", "model.lite", "--batch-sizes", "1"]) == 2
+    assert "pip install 'lite-toolchain[torch]'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "compile" in capsys.readouterr().out
