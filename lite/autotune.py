@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -179,12 +180,26 @@ def tune(model: ir.Model, *, identity: str, device: str = "auto", threads: int |
     decision.update(fingerprint=fingerprint, settings=settings, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     built = decision.pop("_engines")
     if path is not None:
+        _save(decision, path)
+    decision["reused"] = False
+    return AutoEngine([(b["batch"], built[b["chosen"]]) for b in decision["buckets"]], decision)
+
+
+def _save(decision: dict[str, Any], path: Path) -> None:
+    """Record ``decision`` at ``path`` for later loads. A cache that cannot be written (no HOME,
+    a read-only root on an edge device) costs only the reuse: the measured decision still binds,
+    with a warning, where it used to fail the load after measuring."""
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path) as handle:
             handle.write(json.dumps(decision, indent=2, sort_keys=True).encode())
-        decision["path"] = str(path)
-    decision["reused"] = False
-    return AutoEngine([(b["batch"], built[b["chosen"]]) for b in decision["buckets"]], decision)
+    except OSError as err:
+        decision["not_saved"] = f"{path}: {err.strerror or err}"
+        warnings.warn(f"engine='auto': the decision was measured but cannot be saved under {path.parent} "
+                      f"({err.strerror or err}); the next load measures again (pass cache_dir= a writable folder)",
+                      RuntimeWarning, stacklevel=4)
+        return
+    decision["path"] = str(path)
 
 
 def model_identity(source: Any) -> str:

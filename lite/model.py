@@ -361,6 +361,12 @@ def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: C
                 options: dict[str, Any], identity: str | None):
     if device == "auto":
         device = _best_device(model)
+        if device == "numpy" and _ort_device() is None:
+            # Without ONNX Runtime, "auto" is the numpy engine: ONNX Runtime's options (cache_dir,
+            # precision, ...) do not apply, as when ONNX Runtime refuses a model below, and code
+            # written for any machine must not fail on an edge install. Misspelt ones still fail.
+            _check_onnxruntime_options(options)
+            options = {}
         if device == "numpy" and _ort_device() is not None:
             try:
                 return _engine_for(model, "numpy", threads, custom_ops, {}, identity)
@@ -389,6 +395,18 @@ def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: C
     request = EngineRequest(device=device, threads=threads, custom_ops=custom_ops, identity=identity,
                             cache_dir=cache_dir, options=options)
     return create_engine("onnxruntime", model, request)
+
+
+def _check_onnxruntime_options(options: dict[str, Any]) -> None:
+    """TypeError naming ``options`` that no ONNX Runtime device takes."""
+    import dataclasses
+
+    from lite.engines.ort.sessions import SessionConfig
+
+    known = {f.name for f in dataclasses.fields(SessionConfig)} | {"cache_dir"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; valid options: {', '.join(sorted(known))}")
 
 
 def _best_device(model: ir.Model) -> str:

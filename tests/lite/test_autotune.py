@@ -224,3 +224,13 @@ def test_models_without_random_inputs_stay_on_the_numpy_engine():
     assert model.device == "numpy"
     assert "not measured" in model.engine.decision["buckets"][0]["note"]
     assert model.predict({"x": np.array([b"a\xff"], dtype=object)})["y"][0] == b"a\xff"
+
+
+def test_a_decision_that_cannot_be_saved_still_binds_with_a_warning(model_file, tmp_path):
+    # An edge service with no writable HOME: the load failed with PermissionError after measuring.
+    blocker = tmp_path / "a file, not a folder"
+    blocker.write_text("")
+    with pytest.warns(RuntimeWarning, match="cannot be saved"):
+        model = lite.Model.load(model_file, device="cpu", engine="auto", cache_dir=blocker / "cache")
+    assert model.engine.decision["reused"] is False and "not_saved" in model.engine.decision
+    assert model.predict({"x": np.ones((1, 3, 16, 16), np.float32)})

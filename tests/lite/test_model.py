@@ -132,6 +132,19 @@ def test_a_deleted_model_frees_its_engine_and_weights_without_waiting_for_the_co
         gc.enable()
 
 
+def test_onnx_runtime_options_are_set_aside_where_auto_finds_no_onnx_runtime(tmp_path, monkeypatch):
+    # Code written for any machine (cache_dir=None, as docs/runtime.md shows) failed on the edge
+    # install with "options cache_dir apply to ONNX Runtime devices, not to device='numpy'".
+    import lite.model
+
+    monkeypatch.setattr(lite.model, "_ort_device", lambda: None)
+    monkeypatch.setattr(lite.model, "_best_device", lambda model: "numpy")
+    model = lite.Model.load(matmul_model(tmp_path), cache_dir=None, optimization="all", int8_compute="auto")
+    assert model.device == "numpy"
+    with pytest.raises(TypeError, match="unknown option.*optimisation"):
+        lite.Model.load(matmul_model(tmp_path), optimisation="all")
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="device must be one of"):
         lite.Model.load(matmul_model(), device="tpu")

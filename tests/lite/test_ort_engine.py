@@ -225,3 +225,22 @@ def test_without_onnx_the_onnx_runtime_engine_is_unavailable_and_auto_runs_numpy
     with pytest.raises(lite.EngineUnavailableError, match=r"onnx.*lite-toolchain\[ort\]"):
         lite.Model.load(cnn("Relu", []), device="cpu", cache_dir=None)
     assert lite.Model.load(cnn("Relu", [])).device == "numpy"
+
+
+def test_a_cache_folder_that_cannot_be_written_builds_sessions_uncached(tmp_path):
+    # No writable HOME (a read-only root on an edge device): the load failed with NotADirectoryError.
+    import warnings
+
+    from lite.engines.ort import sessions
+
+    sessions._warn_uncached.cache_clear()
+    blocker = tmp_path / "a file, not a folder"
+    blocker.write_text("")
+    model_path = tmp_path / "m.lite"
+    model_path.write_bytes(cnn("Relu", []))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = lite.Model.load(model_path, device="cpu", cache_dir=blocker / "cache")
+    assert any("sessions are not cached" in str(w.message) for w in caught)
+    assert not model.engine.segments[0].runner.cached
+    assert model(np.ones((1, 3, 16, 16), np.float32)).shape[0] == 1

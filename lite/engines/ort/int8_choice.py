@@ -126,11 +126,15 @@ def recorded(path: Path | None, choices: tuple = ("int8", "float"), version: int
 
 
 def record(path: Path | None, decision: dict[str, Any]) -> None:
+    """Keep ``decision`` for later loads; a cache that cannot be written costs only the reuse."""
     if path is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path) as handle:
-        handle.write(json.dumps(decision, indent=2, sort_keys=True).encode())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path) as handle:
+            handle.write(json.dumps(decision, indent=2, sort_keys=True).encode())
+    except OSError:
+        decision["not_saved"] = str(path)
 
 
 def measure(int8: Run, float_form: Run, feeds: dict[str, np.ndarray], reference: Callable[[], Run],

@@ -281,6 +281,28 @@ def session_options(ort, config: SessionConfig, level: str | None = None):
     return options
 
 
+def _staging(entry: Path, key: str) -> Path | None:
+    """A fresh folder beside the cache ``entry`` to write the optimized model into, or None when
+    the cache cannot be written (no HOME, a read-only root on an edge device): the session is then
+    built without caching it, with a warning, where the load used to fail."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{key}.", dir=entry.parent))
+    except OSError as err:
+        _warn_uncached(entry.parent, err.strerror or str(err))
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _warn_uncached(folder: Path, reason: str) -> None:
+    """Once per folder and reason: every session of every load would say it again."""
+    import warnings
+
+    warnings.warn(f"ONNX Runtime sessions are not cached: {folder} cannot be written ({reason}); "
+                  "each load optimizes the model again (pass cache_dir= a writable folder, or None)",
+                  RuntimeWarning, stacklevel=2)
+
+
 def create(ort, lower: Callable[[], Lowered], config: SessionConfig, identity: str | None = None) -> Session:
     """A session for the model ``lower()`` produces: from the cache when an entry exists, else built and cached.
 
@@ -309,10 +331,8 @@ def create(ort, lower: Callable[[], Lowered], config: SessionConfig, identity: s
     lowered = lowered if lowered is not None else lower()
     options = session_options(ort, config)
     keep_alive = _add_external_initializers(ort, options, lowered)
-    staging = None
-    if entry is not None and config.optimization != "disable":
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=entry.parent))
+    staging = _staging(entry, key) if entry is not None and config.optimization != "disable" else None
+    if staging is not None:
         options.optimized_model_filepath = str(staging / "model.onnx")
         options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
         options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
