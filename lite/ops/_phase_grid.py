@@ -165,7 +165,9 @@ class PhaseGrid:
         else:
             buffer, columns, wide = self._scratch(x.dtype, allocate)
         # A view: the group's rows of taps split into (channel, kernel row, kernel column).
-        windows = columns[:, : self.depth].reshape(self.window_shape, copy=False)
+        # (splitting the last axis, contiguous in each row, is always a view; reshape's copy=False,
+        # which would say so, is numpy >= 2.1 only)
+        windows = columns[:, : self.depth].reshape(self.window_shape)
         phases = buffer[: self.phase_count * self.channels * self.plane].reshape(
             self.phase_count, self.channels, self.grid_h, self.grid_w)
         y = (np.empty if self.small else allocate)(self.y_shape, x.dtype)

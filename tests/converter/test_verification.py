@@ -333,3 +333,29 @@ def test_with_verify_data_the_reference_implementation_settles_a_disagreement_wi
     report = converter.convert(proto, tmp_path / "m.lite", verify_data=str(tmp_path / "x.npz"))
     assert report.verification.passed, report.verification.to_dict()
     assert any("departs from the ONNX reference implementation" in note for note in report.verification.notes)
+
+
+def test_a_kernel_defect_on_a_node_reading_an_input_fails_the_verification(tmp_path, monkeypatch):
+    """numpy 1.x refused a keyword numpy 2.1 added (TypeError) in the Conv kernel: since the
+    node reads a model input, the failure was taken for inputs outside the model's domain and
+    the conversion exited 0 with verification "skipped"."""
+    import dataclasses
+
+    from lite.ops import KERNELS
+
+    real = KERNELS.select
+
+    def faulty(*args, **kwargs):
+        raise TypeError("'copy' is an invalid keyword argument for this function")
+
+    def select(op_type, domain, version):
+        kernel = real(op_type, domain, version)
+        return dataclasses.replace(kernel, fn=faulty) if op_type == "Neg" and kernel is not None else kernel
+
+    monkeypatch.setattr(KERNELS, "select", select)
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "neg",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(VerificationError, match="TypeError: 'copy' is an invalid keyword"):
+        converter.convert(proto, tmp_path / "m.lite", optimize=False)
