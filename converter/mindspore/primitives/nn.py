@@ -44,9 +44,13 @@ def _from_nchw(call: PrimitiveCall, y: TensorValue, fmt: str) -> TensorValue:
     return call.emit("Transpose", [y], perm=list(NCHW_TO_NHWC))
 
 
-def _padding(call: PrimitiveCall, mode: str, pads: tuple[int, ...]) -> dict:
+def _padding(call: PrimitiveCall, mode: str, pads: tuple[int, ...], same: tuple | None = None) -> dict:
+    """``same``: (input spatial shape, kernel, strides, dilations) of a convolution, whose "same"
+    padding is then written out where those are known: ONNX Runtime refuses auto_pad SAME with a
+    dilation ("Dilation not supported for AutoPadType::SAME_UPPER")."""
     if mode == "same":
-        return {"auto_pad": "SAME_UPPER"}
+        explicit = _same_pads(*same) if same is not None else None
+        return {"auto_pad": "SAME_UPPER"} if explicit is None else {"pads": explicit}
     if mode == "valid":
         return {"pads": [0, 0, 0, 0]}
     if len(pads) == 1:
@@ -57,8 +61,33 @@ def _padding(call: PrimitiveCall, mode: str, pads: tuple[int, ...]) -> dict:
     return {"pads": [top, left, bottom, right]}
 
 
+def _spatial(value: TensorValue, fmt: str) -> tuple | None:
+    """(H, W) of an image or a kernel in ``fmt`` (a kernel is (O, I, H, W), or (O, H, W, I) in
+    NHWC graphs), where its shape is known."""
+    if value.shape is None or len(value.shape) != 4:
+        return None
+    return tuple(value.shape[2:]) if fmt == "NCHW" else tuple(value.shape[1:3])
+
+
+def _same_pads(spatial, kernel, strides, dilations) -> list[int] | None:
+    """ONNX's SAME_UPPER pads (extra at the end) for known sizes, as [begins..., ends...]; None
+    where a size is unknown or no dilation asks for it (auto_pad then stays, as MindSpore wrote)."""
+    if all(d == 1 for d in dilations) or spatial is None or kernel is None:
+        return None
+    if any(not isinstance(size, int) for size in (*spatial, *kernel)):
+        return None
+    begins, ends = [], []
+    for size, k, stride, dilation in zip(spatial, kernel, strides, dilations):
+        out = -(-size // stride)
+        total = max(0, (out - 1) * stride + (k - 1) * dilation + 1 - size)
+        begins.append(total // 2)
+        ends.append(total - total // 2)
+    return begins + ends
+
+
 def conv2d(call: PrimitiveCall) -> Value:
     fmt = data_format(call.arg(None, "format", "data_format", default="NCHW"))
+    spatial, kernel = _spatial(call.tensor(0), fmt), _spatial(call.tensor(1), fmt)
     x = _to_nchw(call, call.tensor(0), fmt)
     weight = call.tensor(1)
     if fmt == "NHWC":
@@ -68,7 +97,8 @@ def conv2d(call: PrimitiveCall) -> Value:
     stride = spatial_pair(call.arg(None, "stride", "strides", default=1), fmt, "stride")
     dilation = spatial_pair(call.arg(None, "dilation", default=1), fmt, "dilation")
     group = int(call.arg(None, "group", "groups", default=1))
-    attrs = dict(strides=list(stride), dilations=list(dilation), group=group, **_padding(call, mode, pads))
+    same = (spatial, kernel, stride, dilation)
+    attrs = dict(strides=list(stride), dilations=list(dilation), group=group, **_padding(call, mode, pads, same))
     if fmt == "NCHW":
         return call.emit("Conv", [x, weight], **attrs)
     return _from_nchw(call, call.step("Conv", [x, weight], like=x, **attrs), fmt)

@@ -68,7 +68,7 @@ def test_lenet_1x_form(tmp_path):
     assert_close(run_lite(_convert_bytes(_to_1x(model), tmp_path), x), [want])
 
 
-def _nhwc_model(rng) -> tuple[pb.ModelProto, dict[str, np.ndarray]]:
+def _nhwc_model(rng, dilation: int = 1) -> tuple[pb.ModelProto, dict[str, np.ndarray]]:
     weights = {
         "w": rng.normal(size=(4, 3, 3, 3)).astype(np.float32),  # (out, kh, kw, in) in NHWC
         "b": rng.normal(size=4).astype(np.float32),
@@ -91,7 +91,7 @@ def _nhwc_model(rng) -> tuple[pb.ModelProto, dict[str, np.ndarray]]:
         model.primitives.add(name=f"{prim}:{uid}", op_type=prim, attribute=[attribute(k, v) for k, v in attrs.items()])
         return out
 
-    conv_attrs = {"pad_mode": "same", "stride": (1, 1, 1, 1), "dilation": (1, 1, 1, 1), "group": 1,
+    conv_attrs = {"pad_mode": "same", "stride": (1, 1, 1, 1), "dilation": (1, dilation, dilation, 1), "group": 1,
                   "kernel_size": (3, 3), "format": "NHWC"}
     conv = node(1, "Conv2D", ["g:x", "g:w"], conv_attrs, [1, 5, 6, 4])
     biased = node(2, "BiasAdd", [conv, "g:b"], {"data_format": "NHWC"}, [1, 5, 6, 4])
@@ -115,6 +115,27 @@ def test_nhwc_conv_biasadd_batchnorm(tmp_path):
             conv[0, i, j] = np.einsum("hwc,ohwc->o", padded[0, i : i + 3, j : j + 3], w["w"])
     y = (conv + w["b"] - w["mean"]) / np.sqrt(w["var"] + 1e-3) * w["gamma"] + w["beta"]
     assert_close(run_lite(_convert_bytes(model, tmp_path), x), [y.astype(np.float32)])
+
+
+def test_a_dilated_same_conv_runs_on_onnx_runtime_too(tmp_path):
+    """MindSpore's pad_mode "same" with a dilation: written as auto_pad SAME_UPPER, which ONNX
+    Runtime refuses with a dilation, so device="cpu" could not run the converted file."""
+    import lite
+
+    rng = np.random.default_rng(8)
+    model, w = _nhwc_model(rng, dilation=2)
+    x = rng.normal(size=(1, 5, 6, 3)).astype(np.float32)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (2, 2), (2, 2), (0, 0)))
+    conv = np.zeros((1, 5, 6, 4))
+    for i in range(5):
+        for j in range(6):
+            conv[0, i, j] = np.einsum("hwc,ohwc->o", padded[0, i : i + 5 : 2, j : j + 5 : 2], w["w"])
+    y = ((conv + w["b"] - w["mean"]) / np.sqrt(w["var"] + 1e-3) * w["gamma"] + w["beta"]).astype(np.float32)
+    path = _convert_bytes(model, tmp_path)
+    assert_close(run_lite(path, x), [y])
+    pytest.importorskip("onnxruntime")
+    on_ort = lite.Model.load(path, device="cpu")
+    assert_close(list(on_ort.predict({on_ort.inputs[0].name: x}).values()), [y])
 
 
 def _rename_primitives(renames: dict[str, str]) -> pb.ModelProto:
