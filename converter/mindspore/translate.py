@@ -150,6 +150,11 @@ class GraphTranslator:
         except TranslationError as err:
             self._problem(node, label, node.op_type, err.reason)
             return
+        graphs = [name for name in node.input if name not in self.values and name in self.functions]
+        if graphs:  # Partial/Switch of sub-graphs: MindSpore's control flow, kept as graphs
+            self._problem(node, label, primitive, f"takes the sub-graph {graphs[0]!r} (control flow: an if or "
+                          "while on a tensor's value); only fully inlined graphs are translated")
+            return
         inputs = [self._input_value(name, label) for name in node.input]
         call = PrimitiveCall(
             graph=self.graph,

@@ -138,6 +138,20 @@ def test_a_dilated_same_conv_runs_on_onnx_runtime_too(tmp_path):
     assert_close(list(on_ort.predict({on_ort.inputs[0].name: x}).values()), [y])
 
 
+def test_control_flow_is_named_as_such_not_as_a_damaged_file(tmp_path):
+    """A Partial of a sub-graph (MindSpore's if on a tensor's value) read as a value no node makes."""
+    model, _ = _nhwc_model(np.random.default_rng(9))
+    model.functions.add(name="g_branch_true")
+    partial = model.graph.node.add(input=["g_branch_true"], output=["g:Partial:9"], name="g:Partial:9",
+                                   op_type="REF::Partial:9")
+    model.primitives.add(name="Partial:9", op_type="Partial")
+    model.graph.output.add(name=partial.output[0])
+    source = tmp_path / "control_flow.mindir"
+    source.write_bytes(model.SerializeToString())
+    with pytest.raises(converter.UnsupportedOpsError, match="sub-graph 'g_branch_true' \\(control flow"):
+        converter.convert_model(source)
+
+
 def _rename_primitives(renames: dict[str, str]) -> pb.ModelProto:
     model = pb.ModelProto()
     model.ParseFromString((FIXTURES / "ops_activations.mindir").read_bytes())
