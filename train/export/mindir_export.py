@@ -70,20 +70,27 @@ SIMPLE = {
 }
 
 
-def attribute(name: str, value: Any) -> pb.AttributeProto:
-    """A primitive attribute as MindSpore's exporter writes it (bool/int in ``i``, tuples in ``values``)."""
+def attribute(name: str, value: Any, item: bool = False) -> pb.AttributeProto:
+    """A primitive attribute as MindSpore's exporter writes it: bool/int in ``i``, tuples and
+    lists in ``values``, whose items hold their scalar in the repeated fields (``ints``,
+    ``floats``, ``strings``: MindSpore's loader reads items from those, "Parse MindIR attr
+    failed" otherwise)."""
     attr = pb.AttributeProto(name=name) if name else pb.AttributeProto()  # tuple items carry no name
     if isinstance(value, bool):
-        attr.type, attr.i = pb.AttributeProto.BOOL, int(value)
+        attr.type = pb.AttributeProto.BOOL
+        attr.ints.append(int(value)) if item else setattr(attr, "i", int(value))
     elif isinstance(value, (int, np.integer)):
-        attr.type, attr.i = pb.AttributeProto.INT64, int(value)
+        attr.type = pb.AttributeProto.INT64
+        attr.ints.append(int(value)) if item else setattr(attr, "i", int(value))
     elif isinstance(value, (float, np.floating)):
-        attr.type, attr.f = pb.AttributeProto.FLOAT, float(value)
+        attr.type = pb.AttributeProto.FLOAT
+        attr.floats.append(float(value)) if item else setattr(attr, "f", float(value))
     elif isinstance(value, str):
-        attr.type, attr.s = pb.AttributeProto.STRING, value.encode()
+        attr.type = pb.AttributeProto.STRING
+        attr.strings.append(value.encode()) if item else setattr(attr, "s", value.encode())
     elif isinstance(value, (tuple, list)):
-        attr.type = pb.AttributeProto.TUPLE
-        attr.values.extend(attribute("", v) for v in value)
+        attr.type = pb.AttributeProto.TUPLE if isinstance(value, tuple) else pb.AttributeProto.LIST
+        attr.values.extend(attribute("", v, item=True) for v in value)
     else:
         raise ExportError(f"MINDIR: attribute {name!r} has an unsupported value {value!r}")
     return attr
@@ -142,12 +149,29 @@ class GraphBuilder:
         )
         return output
 
-    def constant(self, array: np.ndarray) -> str:
+    def index(self, value: int) -> str:
+        """A scalar int64 Constant node (a TupleGetItem's index), as MindSpore writes one."""
         self.uid += 1
         output = f"{self.graph.name}:Constant-op{self.uid}:{self.uid}"
         node = self.graph.node.add(output=[output], name=output, op_type="Constant")
-        value = node.attribute.add(name="value", type=pb.AttributeProto.TENSOR)
-        value.t.CopyFrom(tensor_proto(np.asarray(array)))
+        node.attribute.add(name="value", type=pb.AttributeProto.INT64, i=value)
+        return output
+
+    def ints(self, values: Sequence[int]) -> str:
+        """A tuple of ints as a Constant node (axes, a shape, a permutation), as MindSpore writes one."""
+        self.uid += 1
+        output = f"{self.graph.name}:Constant-op{self.uid}:{self.uid}"
+        node = self.graph.node.add(output=[output], name=output, op_type="Constant")
+        node.attribute.append(attribute("value", tuple(int(v) for v in values)))
+        return output
+
+    def constant(self, array: np.ndarray) -> str:
+        """A tensor constant, as a parameter of the graph: MindSpore's loader takes scalars and
+        tuples as Constant nodes but not tensors ("Obtain attr in scalar-form has not support
+        input type: 17")."""
+        self.uid += 1
+        output = f"{self.graph.name}:const{self.uid}"
+        self.graph.parameter.append(tensor_proto(np.asarray(array), output))
         return output
 
 
@@ -177,19 +201,23 @@ def _emit(b: GraphBuilder, node: TracedNode, args: list[str], consts: dict[str, 
                 "group": attrs["group"],
                 "groups": attrs["group"],
                 "data_format": "NCHW",
+                "format": "NCHW",
+                "pad_list": _pads(attrs["pads"]),
+                "input_names": ["x", "w"],
+                "output_names": ["output"],
             },
             out,
         )
-        return b.node("BiasAdd", [conv, args[2]], {"data_format": "NCHW"}, out) if len(args) > 2 else conv
+        return b.node("BiasAdd", [conv, args[2]], {"data_format": "NCHW", "format": "NCHW"}, out) if len(args) > 2 else conv
     if op in ("Gemm", "MatMul"):
         product = b.node(
             "MatMul", args[:2], {"transpose_a": False, "transpose_b": bool(attrs.get("transB", 0))}, out
         )
         return (
-            b.node("BiasAdd", [product, args[2]], {"data_format": "NCHW"}, out) if len(args) > 2 else product
+            b.node("BiasAdd", [product, args[2]], {"data_format": "NCHW", "format": "NCHW"}, out) if len(args) > 2 else product
         )
     if op == "BatchNormalization":
-        return b.node(
+        normalized = b.node(
             "BatchNorm",
             args,
             {
@@ -197,9 +225,12 @@ def _emit(b: GraphBuilder, node: TracedNode, args: list[str], consts: dict[str, 
                 "epsilon": attrs["epsilon"],
                 "momentum": 1.0 - attrs["momentum"],
                 "data_format": "NCHW",
+                "format": "NCHW",
             },
             out,
         )
+        # MindSpore's BatchNorm gives (y, mean, variance, saved mean, saved variance); y is item 0.
+        return b.node("TupleGetItem", [normalized, b.index(0)], {}, out)
     if op in ("MaxPool", "AveragePool"):
         prim = "MaxPool" if op == "MaxPool" else "AvgPool"
         return b.node(
@@ -210,17 +241,18 @@ def _emit(b: GraphBuilder, node: TracedNode, args: list[str], consts: dict[str, 
                 "strides": (1, 1, *attrs["strides"]),
                 "pad_mode": "SAME" if any(attrs["pads"]) else "VALID",
                 "data_format": "NCHW",
+                "format": "NCHW",
             },
             out,
         )
     if op == "GlobalAveragePool":
         return b.node(
-            "ReduceMean", [args[0], b.constant(np.asarray([2, 3], np.int64))], {"keep_dims": True}, out
+            "ReduceMean", [args[0], b.ints([2, 3])], {"keep_dims": True}, out
         )
     if op in ("ReduceMean", "ReduceSum"):
         axes = attrs.get("axes") if op == "ReduceMean" else consts[node.inputs[1]].tolist()
         return b.node(
-            op, [args[0], b.constant(np.asarray(axes, np.int64))], {"keep_dims": bool(attrs["keepdims"])}, out
+            op, [args[0], b.ints(axes)], {"keep_dims": bool(attrs["keepdims"])}, out
         )
     if op == "Clip":
         low, high = (float(consts[n]) for n in node.inputs[1:3])
@@ -237,9 +269,9 @@ def _emit(b: GraphBuilder, node: TracedNode, args: list[str], consts: dict[str, 
                     "MINDIR: Reshape with both a dynamic batch and -1 cannot be expressed; use Flatten"
                 )
             target[0] = -1
-        return b.node("Reshape", [args[0], b.constant(np.asarray(target, np.int64))], {}, out)
+        return b.node("Reshape", [args[0], b.ints(target)], {}, out)
     if op == "Transpose":
-        return b.node("Transpose", [args[0], b.constant(np.asarray(attrs["perm"], np.int64))], {}, out)
+        return b.node("Transpose", [args[0], b.ints(attrs["perm"])], {}, out)
     if op == "Concat":
         return b.node("Concat", args, {"axis": attrs["axis"]}, out)
     raise ExportError(f"MINDIR export does not support the op {op}; export to ONNX instead")
