@@ -49,3 +49,9 @@ def test_the_command_is_the_first_word_that_is_not_an_option():
     assert cli._command_of(["--version"]) is None
     assert cli._command_of(["convert", "m.onnx", "-o", "m.lite"]) == "convert"
     assert cli._command_of([]) is None
+
+
+def test_python_dash_m_lite_is_the_lite_command():
+    # Where the scripts folder is not on PATH (an edge device's user install).
+    done = subprocess.run([sys.executable, "-m", "lite", "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("lite ")
