@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Merging a batch next to a busy event loop: numpy's copies against serving's ``_merge``.
+"""Merging a batch next to a busy event loop: numpy's copies against serving's ``merge``.
 
 The dynamic batcher stacks the requests' arrays into one batch on an execution thread while the
 event loop thread runs Python (decoding the next requests). numpy releases the GIL around every
 large copy, and taking it back from a thread that is running Python waits up to a switch
 interval (5 ms). This measures, for ``--pieces`` images of 3x224x224 float16 merged into a
 batch of ``--batch`` rows, the time per merge alone and next to a thread spinning in Python:
-``np.concatenate`` (then padding by broadcast) against ``serving.batching._merge`` (memoryview
+``np.concatenate`` (then padding by broadcast) against ``serving.batch_merge.merge`` (memoryview
 copies, which hold the GIL).
 
     python bench/serving_merge.py [--pieces 65] [--batch 128] [--repeats 20]
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from serving.batching import _merge
+from serving.batch_merge import merge as serving_merge
 
 
 def per_merge_ms(merge, repeats: int, busy: bool) -> float:
@@ -66,10 +66,10 @@ def main() -> int:
         out[len(pieces):] = out[len(pieces) - 1]
 
     def with_merge() -> None:
-        _merge(pieces, len(pieces), out)
+        serving_merge(pieces, len(pieces), out)
 
     print(f"{args.pieces} images of 3x224x224 float16 into a batch of {args.batch}, ms per merge")
-    for label, merge in (("np.concatenate + broadcast", with_numpy), ("serving _merge (memoryview)", with_merge)):
+    for label, merge in (("np.concatenate + broadcast", with_numpy), ("serving merge (memoryview)", with_merge)):
         alone = per_merge_ms(merge, args.repeats, busy=False)
         busy = per_merge_ms(merge, args.repeats, busy=True)
         print(f"  {label:<30} alone {alone:7.2f}   next to a busy Python thread {busy:8.2f}")

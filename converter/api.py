@@ -23,13 +23,11 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnx.external_data_helper
 import onnx_ir as ir
 
 from converter.dict_inputs import feature_names_metadata
 from converter.errors import (
     InvalidOptionError,
-    ModelImportError,
     UnsupportedOpsError,
     VerificationError,
 )
@@ -40,7 +38,6 @@ from converter.importer import (
     apply_input_shapes,
     check_model_file,
     import_onnx,
-    rewrite_for_lite,
 )
 from converter.lower import lower_model
 from converter.mindspore import import_mindspore, is_mindspore_source
@@ -51,6 +48,7 @@ from converter.quantize.config import QuantConfig
 from converter.quantize.pipeline import quantize_model
 from converter.quantize.report import QuantizedConversionReport
 from converter.quantize.source_opset import prepare_source_opset
+from converter.reference import original_proto
 from converter.report import ConversionReport, GraphStats
 from converter.support import unsupported_domains, unsupported_nodes
 from converter.verify import onnxruntime_available
@@ -210,7 +208,7 @@ def convert(
         if options.source.network is not None:
             recorded["network"] = options.source.network
     else:
-        original = _original_proto(imported, model) if verify else None
+        original = original_proto(imported, model) if verify else None
     report_class = ConversionReport if quant_config is None else QuantizedConversionReport
     report = report_class(
         source=imported.source,
@@ -434,56 +432,6 @@ def _write_bytes(path: Path, data: bytes) -> None:
     # ``path`` is the temporary file lite.atomic created; it fsyncs it before the rename.
     with open(path, "wb") as stream:
         stream.write(data)
-
-
-def _original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelProto:
-    """The source model for ONNX Runtime, its external data (checked at import) read in: given
-    only a serialized model, ONNX Runtime would look for the files in the working directory."""
-    if isinstance(source, (str, os.PathLike)):
-        proto = onnx.load(os.fspath(source), load_external_data=False)
-    elif isinstance(source, onnx.ModelProto):
-        proto = source
-    elif isinstance(source, ir.Model):
-        proto = ir.to_proto(source)
-    else:
-        proto = onnx.load_from_string(source)
-    if imported.rewritten():  # the reference's inputs and outputs as the converted model has them
-        proto = _copy_proto(proto) if proto is source else proto
-        rewrite_for_lite(proto)
-    if imported.external_data_dir is None:
-        return proto
-    inlined = _copy_proto(proto)
-    _relocate_external_data(inlined, imported.relocated_data)
-    try:
-        onnx.external_data_helper.load_external_data_for_model(inlined, os.fspath(imported.external_data_dir))
-    except (OSError, ValueError, onnx.checker.ValidationError) as err:
-        raise ModelImportError(
-            f"{imported.source}: cannot read the external data for verification ({err}); "
-            "pass verify=False (--no-verify) to skip the comparison"
-        ) from err
-    return inlined
-
-
-def _relocate_external_data(proto: onnx.ModelProto, relocated: dict[str, str]) -> None:
-    """Point the reference's tensors at the files the import read them from (through links into
-    the model file's real folder, which onnx refuses to follow)."""
-    graphs = [proto.graph] if relocated else []
-    while graphs:
-        graph = graphs.pop()
-        for tensor in graph.initializer:
-            if tensor.name in relocated and tensor.data_location == onnx.TensorProto.EXTERNAL:
-                for entry in tensor.external_data:
-                    if entry.key == "location":
-                        entry.value = relocated[tensor.name]
-        for node in graph.node:
-            for attribute in node.attribute:
-                graphs.extend([attribute.g] if attribute.HasField("g") else attribute.graphs)
-
-
-def _copy_proto(proto: onnx.ModelProto) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    return copy
 
 
 def _metadata(imported: ImportedModel, options: dict[str, Any]) -> dict[str, str]:

@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from .batch_merge import Allocate, MergeBuffers, Merged, merge
 from .config import DynamicBatching
 from .errors import DeadlineExceededError, InferenceFailedError, ResourceExhaustedError
 from .statistics import ExecutionTimes
@@ -44,7 +43,6 @@ log = logging.getLogger("serving.batching")
 Tensors = dict[str, np.ndarray]
 Execute = Callable[[Tensors], Tensors]
 Record = Callable[[ExecutionTimes, int], None]  # once per execution: times, requests in it
-Allocate = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
 
 class Scheduled(NamedTuple):
@@ -351,7 +349,7 @@ class DynamicBatcher:
     def _execute_batch(self, parts: list[Tensors], rows: list[int]) -> tuple[list[Tensors], ExecutionTimes]:
         return self._execute_merged(self._merge_batch(parts, rows))
 
-    def _merge_batch(self, parts: list[Tensors], rows: list[int]) -> _Merged:
+    def _merge_batch(self, parts: list[Tensors], rows: list[int]) -> Merged:
         t0 = time.perf_counter_ns()
         total = sum(rows)
         size = next((s for s in self._pad_to if s >= total), total)
@@ -360,10 +358,10 @@ class DynamicBatcher:
             merged = parts[0]
         else:
             buffers = self._buffers.get(parts[0], size)
-            merged = {name: _merge([p[name] for p in parts], total, buffers[name][:size]) for name in parts[0]}
-        return _Merged(merged, buffers, rows, size, time.perf_counter_ns() - t0)
+            merged = {name: merge([p[name] for p in parts], total, buffers[name][:size]) for name in parts[0]}
+        return Merged(merged, buffers, rows, size, time.perf_counter_ns() - t0)
 
-    def _execute_merged(self, batch: _Merged) -> tuple[list[Tensors], ExecutionTimes]:
+    def _execute_merged(self, batch: Merged) -> tuple[list[Tensors], ExecutionTimes]:
         t1 = time.perf_counter_ns()
         try:
             outputs = self._execute(batch.inputs)
@@ -392,119 +390,3 @@ class DynamicBatcher:
             split = [{name: pieces[i] for name, pieces in per_output.items()} for i in range(len(rows))]
         t3 = time.perf_counter_ns()
         return split, ExecutionTimes(total, batch.merge_ns, t2 - t1, t3 - t2)
-
-
-@dataclass
-class _Merged:
-    """A batch merged and ready to execute."""
-
-    inputs: Tensors
-    buffers: dict[str, np.ndarray] | None  # pooled buffers inside ``inputs``, to give back after
-    rows: list[int]  # per request
-    size: int  # rows after padding
-    merge_ns: int
-
-
-def _merge(pieces: list[np.ndarray], rows: int, out: np.ndarray) -> np.ndarray:
-    """The pieces stacked along the batch axis into ``out``; rows past them (padding) are copies
-    of the last row: a valid input for any model, and without effect on the real rows' results.
-
-    The bytes are copied through memoryviews, which hold the GIL for each copy: numpy releases it
-    around every large copy, and taking it back while the event loop thread runs Python waits up
-    to a switch interval (5 ms) each time. ``python bench/serving_merge.py`` (65 images of 300 KB
-    into a batch of 128, dev): 3.7 ms alone either way; next to a busy Python thread 335 ms
-    through numpy, 8.9 ms through memoryviews."""
-    if out.dtype == object or not out.flags.c_contiguous:
-        np.concatenate(pieces, out=out[:rows])
-        if rows < len(out):
-            out[rows:] = out[rows - 1]
-        return out
-    flat = memoryview(out.reshape(-1).view(np.uint8))
-    offset = 0
-    for piece in pieces:
-        data = np.ascontiguousarray(piece, dtype=out.dtype).reshape(-1).view(np.uint8)
-        flat[offset:offset + data.nbytes] = memoryview(data)
-        offset += data.nbytes
-    row = out[0].nbytes
-    if row:
-        last = flat[offset - row:offset]
-        for start in range(offset, len(flat), row):
-            flat[start:start + row] = last
-    return out
-
-
-class MergeBuffers:
-    """Batch input buffers, reused: merging a batch writes into memory already mapped (a fresh
-    40 MB array costs its page faults on every batch, and pinned memory is slow to allocate).
-    A buffer holds at least the rows asked for; the batch goes into its leading rows (still one
-    contiguous block). Shared by the threads that merge and execute (one takes, another gives
-    back). A buffer that an output may share memory with (a model that returns its input) is
-    not reused.
-
-    Buffers are kept per input and row shape (the dimensions after the batch). An input whose
-    other dimensions vary (``["N", "M"]``) would otherwise leave a buffer behind for every size
-    a client ever sent, and a client choosing sizes would grow the server without bound; so each
-    input keeps the buffers of its ``SHAPES_PER_INPUT`` most recently used row shapes."""
-
-    SHAPES_PER_INPUT = 4
-
-    def __init__(self, allocate: Allocate | None = None) -> None:
-        self._allocate = allocate or np.empty
-        # input -> (row shape, dtype) -> buffers, the most recently used shape last
-        self._free: dict[str, OrderedDict[tuple, list[np.ndarray]]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, sample: Tensors, rows: int) -> dict[str, np.ndarray]:
-        """Per input of ``sample``, a buffer of at least ``rows`` rows."""
-        buffers = {}
-        for name, array in sample.items():
-            with self._lock:
-                free = self._free.get(name, {}).get((array.shape[1:], array.dtype.str), [])
-                fits = next((i for i, buffer in enumerate(free) if len(buffer) >= rows), None)
-                buffer = free.pop(fits) if fits is not None else None
-                if buffer is None and free:
-                    free.pop()  # too small for this batch: make way for the larger one
-            if buffer is None:
-                shape = (rows, *array.shape[1:])
-                buffer = np.empty(shape, array.dtype) if array.dtype == object else self._allocate(shape, array.dtype)
-            buffers[name] = buffer
-        return buffers
-
-    def release(self, buffers: dict[str, np.ndarray], outputs: Tensors) -> None:
-        if any(np.may_share_memory(buffer, out) for buffer in buffers.values() for out in outputs.values()):
-            return
-        with self._lock:
-            for name, buffer in buffers.items():
-                if buffer.dtype == object:
-                    continue
-                shapes = self._free.setdefault(name, OrderedDict())
-                key = (buffer.shape[1:], buffer.dtype.str)
-                shapes.setdefault(key, []).append(buffer)
-                shapes.move_to_end(key)
-                while len(shapes) > self.SHAPES_PER_INPUT:
-                    shapes.popitem(last=False)
-
-    def held_bytes(self) -> int:
-        """What the kept buffers take, for tests and diagnostics."""
-        with self._lock:
-            return sum(b.nbytes for shapes in self._free.values() for free in shapes.values() for b in free)
-
-
-def pinned_allocator(name: str) -> Allocate:
-    """Allocate merge buffers in pinned host memory, or, where that cannot be had (no PyTorch or
-    CuPy with a CUDA driver), in ordinary memory, said once in the log."""
-    import lite
-
-    fallback = False
-
-    def allocate(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        nonlocal fallback
-        if not fallback:
-            try:
-                return lite.pinned_empty(shape, dtype)
-            except lite.LiteError as err:
-                fallback = True
-                log.warning("model %s: batches are merged in ordinary host memory: %s", name, err)
-        return np.empty(shape, dtype)
-
-    return allocate

@@ -14,7 +14,8 @@ import numpy as np
 import lite
 from lite.signature import batch_names, concrete_shape, sample_shapes, sample_values
 
-from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors, pinned_allocator
+from .batch_merge import pinned_allocator
+from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors
 from .config import ModelConfig, check_renames
 from .datatypes import datatype_of
 from .errors import (

@@ -171,13 +171,13 @@ def test_padded_batches_reach_the_engine_at_declared_sizes_and_split_back_exactl
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int64, np.bool_, object])
 @pytest.mark.parametrize("feature_shape", [(), (3,), (2, 0), (2, 3)])
 def test_merge_stacks_pieces_and_pads_with_the_last_row(dtype, feature_shape):
-    from serving.batching import _merge
+    from serving.batch_merge import merge
 
     rng = np.random.default_rng(0)
     pieces = [(rng.standard_normal((rows, *feature_shape)) * 9).astype(dtype) for rows in (1, 3, 2)]
     pieces[1] = np.asfortranarray(pieces[1]) if pieces[1].ndim > 1 else pieces[1][::-1]  # not C-ordered
     expected = np.concatenate(pieces)
-    out = _merge(pieces, 6, np.empty((8, *feature_shape), dtype))
+    out = merge(pieces, 6, np.empty((8, *feature_shape), dtype))
     np.testing.assert_array_equal(out[:6], expected)
     np.testing.assert_array_equal(out[6:], np.broadcast_to(expected[5], (2, *feature_shape)))
 
@@ -366,7 +366,7 @@ def test_pinned_merge_buffers_fall_back_to_ordinary_memory_without_a_gpu(caplog)
     pytest.importorskip("torch", reason="the pinned allocation goes through PyTorch or CuPy")
     import torch
 
-    from serving.batching import pinned_allocator
+    from serving.batch_merge import pinned_allocator
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the buffers are pinned")
@@ -379,7 +379,7 @@ def test_pinned_merge_buffers_fall_back_to_ordinary_memory_without_a_gpu(caplog)
 
 
 def test_merge_buffers_serve_smaller_batches_from_larger_buffers_and_replace_small_ones():
-    from serving.batching import MergeBuffers
+    from serving.batch_merge import MergeBuffers
 
     made = []
 
@@ -402,7 +402,7 @@ def test_merge_buffers_serve_smaller_batches_from_larger_buffers_and_replace_sma
 
 def test_merge_buffers_keep_a_few_row_shapes_per_input():
     """A client that sends a new non-batch size each time must not leave a buffer behind each time."""
-    from serving.batching import MergeBuffers
+    from serving.batch_merge import MergeBuffers
 
     pool = MergeBuffers()
     for width in range(1, 101):
