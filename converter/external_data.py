@@ -91,8 +91,9 @@ def _linked_home(model_file: Path | None) -> Path | None:
 
 def _linked_location(folder: Path, location: str, home: Path | None, label: str) -> str | None:
     """Where in ``home`` the data lies, when ``folder / location`` links out of ``folder`` into it."""
-    if home is None:
-        return None
+    parts = location.replace("\\", "/").split("/")
+    if home is None or not location or os.path.isabs(location) or Path(location).drive or ".." in parts:
+        return None  # _check_tensor refuses such a location, link or not
     path = folder / location
     try:
         real, real_folder = path.resolve(strict=True), folder.resolve(strict=True)

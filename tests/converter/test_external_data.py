@@ -195,3 +195,12 @@ def test_links_into_a_linked_models_folder_are_refused_outside_that_layout(tmp_p
     model_path, _ = _linked_layout(tmp_path / "elsewhere", blobs="home", snapshots="links")
     with pytest.raises(ModelImportError, match="outside the model's folder"):
         converter.convert(model_path, tmp_path / "m.lite")
+
+
+def test_a_location_with_dotdot_is_refused_in_a_hub_cache_too(tmp_path):
+    """The cache's links are followed, but a location the model file writes keeps the rules."""
+    root = tmp_path / "models--org--name"
+    model_path, _ = _linked_layout(root)
+    (root / "blobs" / "3f1a").write_bytes(_model("../../blobs/9c2e").SerializeToString())
+    with pytest.raises(ModelImportError, match="without '..'"):
+        converter.convert(model_path, tmp_path / "m.lite")
