@@ -6,6 +6,8 @@ and back; a REST front end could do the same.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 from collections.abc import Sequence
 
 import lite
@@ -138,7 +140,15 @@ class DataPlane:
     # ----- repository ----------------------------------------------------------------------------
 
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
-        return self.manager.index(ready_only)
+        return [dataclasses.replace(e, reason=self.client_text(e.reason)) for e in self.manager.index(ready_only)]
+
+    def client_text(self, text: str) -> str:
+        """``text`` (an error, a load failure) as a client may read it: paths inside the model
+        repository relative to it (``resnet/1/model.lite``), the repository's own path as
+        ``<repository>``. Clients learn what is wrong with a model without learning where the
+        server keeps its files; the server's log keeps the full paths."""
+        root = str(self.manager.repository.root)
+        return text.replace(root + os.sep, "").replace(root, "<repository>")
 
     async def load(self, name: str, overrides: Sequence[str] = ()) -> None:
         """Load or reload ``name`` from the repository. ``overrides``: the request's parameters that

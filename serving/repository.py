@@ -68,7 +68,7 @@ class ModelRepository:
         check_model_name(name)
         path = (self.root / name).resolve()
         if path.parent != self.root or not path.is_dir():
-            raise ModelNotFoundError(f"model {name!r} not found in repository {self.root}")
+            raise ModelNotFoundError(f"model {name!r} not found in model repository {self.root}")
         return path
 
     def source(self, name: str) -> ModelSource:

@@ -36,12 +36,12 @@ def _answer_errors(method: Callable[..., Awaitable]) -> Callable[..., Awaitable]
                 raise request.error()
             return await method(self, request, context)
         except ServingError as err:
-            await context.abort(status_of(err), details_of(str(err)))
+            await context.abort(status_of(err), details_of(self._dataplane.client_text(str(err))))
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a bug in the server must cost one call, never the process
             log.exception("%s failed", method.__name__)
-            message = f"internal error: {type(err).__name__}: {err}"
+            message = self._dataplane.client_text(f"internal error: {type(err).__name__}: {err}")
             await context.abort(grpc.StatusCode.INTERNAL, details_of(message))
 
     return wrapper
@@ -227,7 +227,7 @@ class InferStream:
         else:
             err = self._reader.exception()
         if isinstance(err, ServingError):
-            await self._context.abort(status_of(err), details_of(str(err)))
+            await self._context.abort(status_of(err), details_of(self._dataplane.client_text(str(err))))
         elif err is not None:
             raise err
 
@@ -253,10 +253,10 @@ class InferStream:
             answer = converters.from_response(response, inference.parameters, inference.outputs)
             out = pb.ModelStreamInferResponse(infer_response=answer)
         except ServingError as err:
-            out = _stream_error(request, str(err))
+            out = _stream_error(request, self._dataplane.client_text(str(err)))
         except Exception as err:  # a bug costs this request, not the stream
             log.exception("stream request failed")
-            out = _stream_error(request, f"internal error: {type(err).__name__}: {err}")
+            out = _stream_error(request, self._dataplane.client_text(f"internal error: {type(err).__name__}: {err}"))
         if _wants_final_flag(request):
             out.infer_response.parameters[FINAL_RESPONSE].bool_param = True
         self._answers.put_nowait(out)

@@ -61,6 +61,7 @@ def _ready_or_missing(client, name: str) -> bool:
 
 
 def test_a_broken_model_fails_to_load_with_a_reason(tmp_path):
+    """The reason names the file inside the repository, never where the server keeps it."""
     identity_model(tmp_path / "good" / "1" / "model.lite")
     (tmp_path / "broken" / "1").mkdir(parents=True)
     (tmp_path / "broken" / "1" / "model.lite").write_bytes(b"not a model at all")
@@ -74,6 +75,12 @@ def test_a_broken_model_fails_to_load_with_a_reason(tmp_path):
         assert "cannot load" in info.value.message()
         index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
         assert index["broken"]["state"] == "UNAVAILABLE" and "cannot load" in index["broken"]["reason"]
+        with pytest.raises(InferenceServerException) as missing:
+            client.load_model("missing")
+        for text in (info.value.message(), index["broken"]["reason"], missing.value.message()):
+            assert str(tmp_path) not in text and str(tmp_path.resolve()) not in text, text
+        assert "broken/1/model.lite" in info.value.message() and "broken/1/model.lite" in index["broken"]["reason"]
+        assert "model repository <repository>" in missing.value.message()
         client.close()
     finally:
         server.stop()
@@ -368,7 +375,7 @@ def test_a_startup_model_that_is_not_in_the_repository_is_logged_with_the_reason
         client.close()
     finally:
         server.stop()
-    assert any("model ghost: not loaded at startup: model 'ghost' not found in repository" in line
+    assert any("model ghost: not loaded at startup: model 'ghost' not found in model repository" in line
                for line in server.logs)
 
 
