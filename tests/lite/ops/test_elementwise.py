@@ -495,7 +495,11 @@ def test_float32_gelu_of_a_small_tensor_matches_the_arena_path():
     assert not calls and got.shape == small.shape
     large = activations.Gelu(x, allocate=allocate)
     assert calls
-    np.testing.assert_array_equal(got[0], large[: small.size])
+    # Bit-identical on numpy 2; numpy 1.x's float32 SIMD loops round a few elements apart depending
+    # on where they sit in the array (3 of 2,557 by up to 3.4e-7 of their value, numpy 1.26).
+    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
+        np.testing.assert_array_equal(got[0], large[: small.size])
+    np.testing.assert_allclose(got[0], large[: small.size], rtol=1e-6, atol=0)
     np.testing.assert_array_equal(activations.Gelu(x[-5:], allocate=allocate)[2:4], [np.inf, 0.0])
 
 

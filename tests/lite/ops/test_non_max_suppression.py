@@ -18,10 +18,12 @@ rng = np.random.default_rng(17)
 
 
 def _reference_iou_exceeds(box, other, center_point_box, iou_threshold):
-    """ONNX Runtime's SuppressByIOU for one pair, on float32 scalars."""
+    """ONNX Runtime's SuppressByIOU for one pair, on float32 scalars (halved by a float32 two: numpy 1.x
+    makes ``float32 / 2`` a float64)."""
+    two = np.float32(2)
     if center_point_box:
-        x, y, w, h = box[0], box[1], box[2] / 2, box[3] / 2
-        ox, oy, ow, oh = other[0], other[1], other[2] / 2, other[3] / 2
+        x, y, w, h = box[0], box[1], box[2] / two, box[3] / two
+        ox, oy, ow, oh = other[0], other[1], other[2] / two, other[3] / two
         lo, hi, olo, ohi = (y - h, x - w), (y + h, x + w), (oy - oh, ox - ow), (oy + oh, ox + ow)
     else:
         lo, hi = (min(box[0], box[2]), min(box[1], box[3])), (max(box[0], box[2]), max(box[1], box[3]))
