@@ -160,7 +160,18 @@ def _is_addend(graph: GraphEditor, index: int, wanted: Callable[[lite_ir.Node], 
         return False
     if not np.all(np.isfinite(weight)):  # an attention mask of -inf has no int8 scale
         return False
+    if _is_grid(weight):
+        return False
     return all(reader.op_type in ELEMENTWISE and wanted(reader) for reader in _readers(graph, index))
+
+
+def _is_grid(weight: np.ndarray) -> bool:
+    """Every value a multiple of 1/16: coordinates (a detector's anchor points, pixel centres), not
+    learned weights. Stored int8 with one scale per column, YOLOv8's (1, 2, 8400) anchor points
+    (0.5 to 79.5) moved by up to 0.31 of a grid cell, which its strides made up to 10 pixels of
+    box; learned weights are never all on such a grid."""
+    scaled = weight.astype(np.float64) * 16
+    return bool(np.all(scaled == np.round(scaled)))
 
 
 def _readers(graph: GraphEditor, index: int) -> list[lite_ir.Node]:

@@ -176,6 +176,26 @@ def test_large_addends_are_stored_int8_per_last_axis(tmp_path):
             np.testing.assert_allclose(got, x + _table(1, 65, 64), atol=0.05 * 4 / 127, err_msg=f"{mode} {device}")
 
 
+def test_a_coordinate_grid_added_to_boxes_stays_float(tmp_path):
+    """A detector's anchor points (YOLO's (1, 2, cells) grid of cell centres) beside a learned addend
+    of the same shape: the grid keeps its exact coordinates in every int8 mode, the other is int8."""
+    cells = 20
+    ys, xs = np.meshgrid(np.arange(cells) + 0.5, np.arange(cells) + 0.5, indexing="ij")
+    anchors = np.stack([xs.ravel(), ys.ravel()])[None].astype(np.float32)  # (1, 2, 400), 0.5 .. 19.5
+    model = make_model(
+        f"""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 2, {cells * cells}] x) => (float[N, 2, {cells * cells}] output) {{
+            boxes = Add (x, anchors)
+            output = Add (boxes, learned)
+        }}""", anchors=anchors, learned=_table(1, 2, cells * cells))
+    x = rng(7).normal(size=(2, 2, cells * cells)).astype(np.float32)
+    for mode in MODES:
+        _convert(model, tmp_path / f"{mode}.lite", mode, {"x": x})
+        constants = _constants(tmp_path / f"{mode}.lite")
+        assert any(t.dtype.name == "FLOAT" and np.array_equal(t.data, anchors) for t in constants), mode
+        assert ("INT8", anchors.shape) in {(t.dtype.name, t.data.shape) for t in constants}, mode
+
+
 def test_int8_dynamic_stores_conv_weights_int8_and_quantizes_silu_gated_matmuls(tmp_path):
     """An audio front end (Conv) and a Llama-style SiLU-gated projection, in int8-dynamic."""
     model = make_model(
