@@ -61,7 +61,7 @@ def cast_to_declared_types(proto: onnx.ModelProto) -> list[DeclaredCast]:
         if computed is None or computed == declared:
             continue
         computed_name = fresh_name(output.name + _SUFFIX, taken)
-        _rename_everywhere(graph, output.name, computed_name, node, index)
+        _rename_everywhere(graph, output.name, computed_name, node, index, computed)
         graph.node.append(onnx.helper.make_node("Cast", [computed_name], [output.name], to=declared,
                                                 name=fresh_name(f"{output.name}_cast_to_declared", taken)))
         casts.append(DeclaredCast(output.name, node.op_type, computed, declared))
@@ -87,8 +87,11 @@ def _fixed_output_type(node: onnx.NodeProto, index: int, opsets: dict[str, int])
     return _TENSOR_TYPES.get(allowed[0])
 
 
-def _rename_everywhere(graph: onnx.GraphProto, old: str, new: str, node: onnx.NodeProto, index: int) -> None:
-    """Point ``node``'s output ``index`` and every reader of ``old`` in the main graph at ``new``."""
+def _rename_everywhere(graph: onnx.GraphProto, old: str, new: str, node: onnx.NodeProto, index: int,
+                       computed: int) -> None:
+    """Point ``node``'s output ``index`` and every reader of ``old`` in the main graph at ``new``; a
+    ``value_info`` entry of ``old`` moves to ``new`` with the ``computed`` type (the declared one was
+    the output's, which the Cast now makes)."""
     node.output[index] = new
     for reader in graph.node:
         for position, name in enumerate(reader.input):
@@ -97,6 +100,8 @@ def _rename_everywhere(graph: onnx.GraphProto, old: str, new: str, node: onnx.No
     for value in graph.value_info:
         if value.name == old:
             value.name = new
+            if value.type.WhichOneof("value") == "tensor_type":
+                value.type.tensor_type.elem_type = computed
 
 
 def _tensor_elem_type(value_type: onnx.TypeProto) -> int | None:

@@ -210,9 +210,12 @@ def _forest_regressor_declared_double() -> onnx.ModelProto:
     return proto
 
 
+@pytest.mark.parametrize("value_info", [False, True], ids=["", "with-value-info"])
 @pytest.mark.parametrize("device", ["numpy", "cpu"])
-def test_an_output_declared_double_that_its_node_makes_float_keeps_its_declared_type(tmp_path, device):
+def test_an_output_declared_double_that_its_node_makes_float_keeps_its_declared_type(tmp_path, device, value_info):
     original = _forest_regressor_declared_double()
+    if value_info:  # the output declared double in value_info too: the node's renamed result is float
+        original.graph.value_info.append(helper.make_tensor_value_info("variable", TensorProto.DOUBLE, [None, 1]))
     before = original.SerializeToString()
     report = converter.convert(original, tmp_path / "m.lite")
     assert original.SerializeToString() == before
