@@ -116,11 +116,16 @@ class ConversionReport:
                 pass  # said once, among the warnings
             elif worst is not None:
                 status = "ok" if verification.passed else "FAILED"
-                lines.append(
-                    f"  verify ({verification.engine}): {status}  max abs {worst.max_abs:.3g}  "
-                    f"max rel {worst.max_rel:.3g} ({verified_bound(verification.tolerance, worst)})  "
-                    f"cosine {worst.cosine:.6f}"
-                )
+                bound = verified_bound(verification.tolerance, worst)
+                if worst.mismatched_values:  # integer outputs: a count, not a distance
+                    lines.append(f"  verify ({verification.engine}): {status}  {bound}")
+                else:
+                    lines.append(
+                        f"  verify ({verification.engine}): {status}  max abs {worst.max_abs:.3g}  "
+                        f"max rel {worst.max_rel:.3g} ({bound})  cosine {worst.cosine:.6f}"
+                    )
+                lines.extend(f"  verify ({verification.engine}): {status}  {verified_bound(verification.tolerance, o)}"
+                             for o in verification.outputs if o.mismatched_values and o is not worst)
         for warning in self.warnings:
             lines.append(f"  warning: {warning}")
         return "\n".join(lines)
@@ -140,6 +145,10 @@ def verified_bound(tolerance: Tolerance, error: OutputError) -> str:
             measured = "" if source == LEVELS else f" {source}"
             return f"{stated}, or {tolerance.spread_factor:g} x the reference's own spread {spread:.3g}{measured}"
         return stated
+    if error.mismatched_values:
+        return (f"{error.mismatched_values} elements differ, within the reference's own spread: the original differs "
+                f"in {spread:g} {source}, {tolerance.spread_factor:g} x that = "
+                f"{tolerance.allowed_mismatches(error.name)} allowed on {error.name!r}")
     if error.max_abs <= max(tolerance.atol, tolerance.rtol * error.magnitude):
         return f"within {stated}"
     if error.within(plain):

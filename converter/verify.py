@@ -70,7 +70,10 @@ class Verification:
 
     def worst(self) -> OutputError | None:
         failing = [o for o in self.outputs if not o.within(self.tolerance)]
-        return failing[0] if failing else max(self.outputs, key=lambda o: o.max_rel, default=None)
+        if failing:
+            return failing[0]
+        # integer outputs' max_rel is a count of differing elements, not comparable with the floats'
+        return max(self.outputs, key=lambda o: (not o.mismatched_values, o.max_rel), default=None)
 
     def to_dict(self) -> dict[str, Any]:
         return {

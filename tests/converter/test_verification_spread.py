@@ -138,6 +138,17 @@ def test_the_report_line_says_the_spread_came_from_the_nudge():
     assert f"moves by 1.5 {LEVELS}" in verified_bound(levels, error)
 
 
+def test_the_report_line_of_integer_outputs_counts_elements():
+    from converter.report import verified_bound
+    from lite.compare import output_error
+
+    tolerance = Tolerance(spread={"labels": 23.0})
+    error = output_error("labels", np.arange(300), np.where(np.arange(300) < 27, -1, np.arange(300)))
+    assert verified_bound(tolerance, error) == (
+        f"27 elements differ, within the reference's own spread: the original differs in 23 {LEVELS}, "
+        "2 x that = 46 allowed on 'labels'")
+
+
 def test_a_float_model_gets_no_nudge(tmp_path):
     """Float noise is continuous and the optimization levels measure it: no nudge runs."""
     model = make_model(

@@ -48,3 +48,20 @@ def test_integer_outputs_must_be_equal_and_shapes_must_match():
     assert missing.problem == "missing" and not missing.within(Tolerance())
     strings = output_error("s", np.array(["a", "b"], object), np.array(["a", "c"], object))
     assert strings.mismatched_values == 1
+
+
+def test_integer_outputs_may_differ_where_the_reference_s_own_runs_do():
+    """A detector's labels after near-tied scores: the reference with and without its optimizations
+    flips 3 of them, so up to spread_factor x 3 may differ; 7 may not, and no label output of a
+    reference that never flips may differ at all."""
+    reference = {"labels": np.arange(20), "steady": np.arange(20)}
+    flipped = {"labels": np.where(np.arange(20) < 3, 99, np.arange(20)), "steady": np.arange(20)}
+    tolerance = Tolerance(spread=spread_of(reference, flipped), spread_factor=2.0)
+    assert tolerance.allowed_mismatches("labels") == 6 and tolerance.allowed_mismatches("steady") == 0
+    for differing, ok in ((6, True), (7, False)):
+        got = np.where(np.arange(20) < differing, -1, np.arange(20))
+        error = output_error("labels", reference["labels"], got)
+        assert error.within(tolerance) is ok, differing
+    failing = output_error("labels", reference["labels"], np.full(20, -1))
+    assert "the reference's own runs differ in 3; 6 allowed" in failing.describe(tolerance)
+    assert not output_error("steady", reference["steady"], np.zeros(20, int)).within(tolerance)
