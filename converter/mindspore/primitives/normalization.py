@@ -16,7 +16,7 @@
          └─► Shape ───────────────────────────────────────────────────┘
 
 Both primitives return ``(y, mean, rstd)``; only ``y`` is translated (the statistics are only
-read when training).
+read when training; a graph that reads them is refused, naming them).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import numpy as np
 
 from converter.mindspore.call import PrimitiveCall
 from converter.mindspore.graph import TensorValue, TranslationError, TupleValue, Value
+
+STATISTICS = "outputs 1 and 2: the mean and the reciprocal standard deviation"
 
 
 def _axis(value: object, rank: int, what: str) -> int:
@@ -50,13 +52,13 @@ def layer_norm(call: PrimitiveCall) -> Value:
     epsilon = float(call.arg(5, "epsilon", default=1e-7))
     if params_axis == norm_axis:
         y = call.emit("LayerNormalization", [x, gamma, beta], axis=norm_axis, epsilon=epsilon)
-        return TupleValue((y,), primary=0)
+        return TupleValue((y,), primary=0, untranslated=STATISTICS)
     normalized = _static_shape(x, "input 0")[norm_axis:]
     ones = call.initializer(np.ones(normalized, dtype=x.dtype or np.float32), "ones")
     zeros = call.initializer(np.zeros(normalized, dtype=x.dtype or np.float32), "zeros")
     plain = call.step("LayerNormalization", [x, ones, zeros], like=x, axis=norm_axis, epsilon=epsilon)
     y = call.emit("Add", [call.step("Mul", [plain, gamma], like=x), beta])
-    return TupleValue((y,), primary=0)
+    return TupleValue((y,), primary=0, untranslated=STATISTICS)
 
 
 def _per_channel(call: PrimitiveCall, value: TensorValue, rank: int, suffix: str) -> TensorValue:
@@ -88,7 +90,7 @@ def group_norm(call: PrimitiveCall) -> Value:
     restored = call.step("Reshape", [normalized, shape], like=x)
     scaled = call.step("Mul", [restored, _per_channel(call, gamma, x.rank, "gamma")], like=x)
     y = call.emit("Add", [scaled, _per_channel(call, beta, x.rank, "beta")])
-    return TupleValue((y,), primary=0)
+    return TupleValue((y,), primary=0, untranslated=STATISTICS)
 
 
 TABLE = {

@@ -77,7 +77,8 @@ def lstm(call: PrimitiveCall) -> Value:
         b = call.step("Concat", [gates, zeros], like=weights, axis=1)
     outputs = call.graph.add_outputs("LSTM", [x, w, r, b, None, h0, c0], call.base, 3, "", hidden_size=hidden)
     y = call.emit("Squeeze", [outputs[0], _ints(call, [1], "direction")])
-    return TupleValue((y, outputs[1], outputs[2]), primary=0)
+    untranslated = "outputs 3 and 4: the reserve and state buffers"
+    return TupleValue((y, outputs[1], outputs[2]), primary=0, untranslated=untranslated)
 
 
 TABLE = {

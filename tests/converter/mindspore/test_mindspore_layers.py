@@ -95,3 +95,34 @@ def test_untranslatable_forms_are_named(name, primitive, attribute, value, messa
     with pytest.raises(converter.UnsupportedOpsError, match=message) as info:
         converter.convert_model(source)
     assert primitive in str(info.value)
+
+
+def test_padv3_paddings_not_contiguous(tmp_path):
+    """``paddings_contiguous=False`` lists all befores, then all afters (last axis first): the
+    ZeroPad2d's (1, 2, 0, 1) then pads the last axis by (1, 0) and the one before by (2, 1),
+    as MindSpore's PadV3 does (checked with MindSpore 2.10)."""
+    source = tmp_path / "model.mindir"
+    source.write_bytes(_with_attribute("ops_pad", "PadV3", "paddings_contiguous", i=0))
+    x, _ = expected("ops_pad")
+    zero_padded = _run(_convert(source, tmp_path), x, "numpy")[4]
+    np.testing.assert_array_equal(zero_padded, np.pad(x, ((0, 0), (0, 0), (2, 1), (1, 0))))
+
+
+def test_reading_layer_norm_statistics_is_refused_by_name(tmp_path):
+    """A graph that reads LayerNorm's mean (output 1, only used in training) is refused, naming
+    what is not translated."""
+    from converter.mindspore.values import attribute_value
+
+    model = read_mindir(FIXTURES / "ops_transformer.mindir").model
+    kinds = {f"REF::{p.name}": p.op_type for p in model.primitives}
+    producers = {node.output[0]: kinds.get(node.op_type) for node in model.graph.node}
+    constants = {node.output[0]: attribute_value(node.attribute[0], "", None)
+                 for node in model.graph.node if node.op_type == "Constant"}
+    ones = [name for name, value in constants.items() if type(value) is int and value == 1]
+    getters = [node for node in model.graph.node if kinds.get(node.op_type) == "TupleGetItem"
+               and producers.get(node.input[0]) == "LayerNorm"]
+    getters[0].input[1] = ones[0]
+    source = tmp_path / "model.mindir"
+    source.write_bytes(model.SerializeToString())
+    with pytest.raises(converter.UnsupportedOpsError, match="output 1 of this primitive .outputs 1 and 2: the mean"):
+        converter.convert_model(source)
