@@ -64,7 +64,9 @@ def lstm(call: PrimitiveCall) -> Value:
     inputs, hidden, has_bias = _check_layout(call)
     x, h0, c0, weights = (call.tensor(i) for i in range(4))
     expected = 4 * hidden * (inputs + hidden + int(has_bias))
-    if weights.shape is not None and None not in weights.shape and int(np.prod(weights.shape)) != expected:
+    if weights.shape is None or None in weights.shape:
+        raise TranslationError("the size of the weights (input 3) is unknown (no 'shape' attribute)")
+    if hidden <= 0 or inputs <= 0 or int(np.prod(weights.shape)) != expected:
         raise TranslationError(f"the weights hold {int(np.prod(weights.shape))} values; input_size={inputs}, "
                                f"hidden_size={hidden}, has_bias={has_bias} need {expected}")
     flat = call.step("Reshape", [weights, _ints(call, [-1], "flat")], like=weights)

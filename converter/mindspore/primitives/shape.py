@@ -167,6 +167,8 @@ def gather(call: PrimitiveCall) -> Value:
         return call.emit("Gather", [x, indices], axis=axis)
     if x.rank is None or indices.rank is None:
         raise TranslationError("batch_dims needs the ranks of the input and the indices (no 'shape' attribute)")
+    if not (-x.rank <= axis < x.rank and -indices.rank <= batch_dims < indices.rank):
+        raise TranslationError(f"axis {axis} or batch_dims {batch_dims} is out of range for ranks {x.rank}, {indices.rank}")
     axis, batch_dims = axis % x.rank, batch_dims % indices.rank
     if not batch_dims <= axis:
         raise TranslationError(f"batch_dims {batch_dims} is greater than axis {axis}")
