@@ -37,10 +37,12 @@ def _axis(value: object, rank: int, what: str) -> int:
     return int(value) % rank
 
 
-def _static_shape(value: TensorValue, what: str) -> tuple[int, ...]:
-    if value.shape is None or any(d is None for d in value.shape):
-        raise TranslationError(f"the shape of {what} is not fully known (no 'shape' attribute)")
-    return tuple(int(d) for d in value.shape)  # type: ignore[arg-type]
+def _trailing_shape(value: TensorValue, start: int, what: str) -> tuple[int, ...]:
+    """``value.shape[start:]``, which must be known (leading axes, the batch, may be dynamic)."""
+    trailing = None if value.shape is None else value.shape[start:]
+    if trailing is None or any(d is None for d in trailing):
+        raise TranslationError(f"the sizes of {what} from axis {start} on are not known (no 'shape' attribute)")
+    return tuple(int(d) for d in trailing)  # type: ignore[arg-type]
 
 
 def layer_norm(call: PrimitiveCall) -> Value:
@@ -53,7 +55,7 @@ def layer_norm(call: PrimitiveCall) -> Value:
     if params_axis == norm_axis:
         y = call.emit("LayerNormalization", [x, gamma, beta], axis=norm_axis, epsilon=epsilon)
         return TupleValue((y,), primary=0, untranslated=STATISTICS)
-    normalized = _static_shape(x, "input 0")[norm_axis:]
+    normalized = _trailing_shape(x, norm_axis, "input 0")
     ones = call.initializer(np.ones(normalized, dtype=x.dtype or np.float32), "ones")
     zeros = call.initializer(np.zeros(normalized, dtype=x.dtype or np.float32), "zeros")
     plain = call.step("LayerNormalization", [x, ones, zeros], like=x, axis=norm_axis, epsilon=epsilon)

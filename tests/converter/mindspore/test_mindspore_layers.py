@@ -126,3 +126,13 @@ def test_reading_layer_norm_statistics_is_refused_by_name(tmp_path):
     source.write_bytes(model.SerializeToString())
     with pytest.raises(converter.UnsupportedOpsError, match="output 1 of this primitive .outputs 1 and 2: the mean"):
         converter.convert_model(source)
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_dynamic_batch_export_matches_mindspore(device, tmp_path):
+    """Exported with ``Tensor(shape=[None, 5])``: LayerNorm's normalized axes are known while the
+    batch is not, which is all its translation needs."""
+    x, outputs = expected("ops_transformer")
+    path = _convert(FIXTURES / "ops_transformer_dynamic.mindir", tmp_path)
+    assert lite.Model.load(path, device="numpy").inputs[0].shape[0] == "batch"
+    _assert_near(_run(path, x, device), outputs)
