@@ -25,7 +25,7 @@ from converter.mindspore.primitives._common import int_tuple
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
-PADV3_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "circular": "circular"}
+PADV3_MODES = ("constant", "reflect", "edge", "circular")
 
 Pairs = list[tuple[int, int]]
 
@@ -125,7 +125,7 @@ def pad_v3(call: PrimitiveCall) -> Value:
     pairs = _padv3_pairs(call, x.rank)
     mode = str(call.arg(None, "mode", default="constant")).lower()
     if mode not in PADV3_MODES:
-        raise TranslationError(f"mode {mode!r} is not one of {sorted(PADV3_MODES)}")
+        raise TranslationError(f"mode {mode!r} is not one of {', '.join(PADV3_MODES)}")
     if mode == "circular":
         return _pad_by_slices(call, x, pairs, "circular")
     value = None
