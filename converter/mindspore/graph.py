@@ -44,10 +44,12 @@ class ConstValue:
 @dataclass(frozen=True)
 class TupleValue:
     """A tuple of values. ``primary`` is the item a plain tensor use takes (BatchNorm's output 0,
-    for MINDIR writers that use BatchNorm's result without a TupleGetItem)."""
+    for MINDIR writers that use BatchNorm's result without a TupleGetItem). ``untranslated``
+    names the primitive's further outputs that have no ONNX value (LayerNorm's mean and rstd)."""
 
     items: tuple[Value, ...]
     primary: int | None = None
+    untranslated: str = ""
 
 
 Value = Union[TensorValue, ConstValue, TupleValue, Monad]

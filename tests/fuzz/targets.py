@@ -282,7 +282,8 @@ def _mindir_seeds() -> list[Seed]:
     manifest = json.loads((FIXTURES / "manifest.json").read_text())
     key = bytes.fromhex(manifest.get("aes_key_hex", "000102030405060708090a0b0c0d0e0f"))
     seeds = [Seed(name, (FIXTURES / f"{name}.mindir").read_bytes())
-             for name in ("ops_activations", "ops_shapes", "ops_conv")]
+             for name in ("ops_activations", "ops_shapes", "ops_conv", "ops_transformer", "ops_unet", "ops_pad",
+                          "ops_lstm")]
     seeds.append(Seed("ops_conv_cbc", (FIXTURES / "ops_conv_cbc.mindir").read_bytes(), {"dec_key": key}))
     return seeds
 

@@ -12,7 +12,15 @@ from collections.abc import Callable
 
 from converter.mindspore.call import PrimitiveCall
 from converter.mindspore.graph import Value
-from converter.mindspore.primitives import elementwise, nn, shape, structure
+from converter.mindspore.primitives import (
+    elementwise,
+    nn,
+    normalization,
+    padding,
+    recurrent,
+    shape,
+    structure,
+)
 
 Translator = Callable[[PrimitiveCall], Value]
 
@@ -27,6 +35,14 @@ def _merge(*tables: dict[str, Translator]) -> dict[str, Translator]:
     return merged
 
 
-PRIMITIVES: dict[str, Translator] = _merge(nn.TABLE, elementwise.TABLE, shape.TABLE, structure.TABLE)
+PRIMITIVES: dict[str, Translator] = _merge(
+    nn.TABLE,
+    normalization.TABLE,
+    recurrent.TABLE,
+    padding.TABLE,
+    elementwise.TABLE,
+    shape.TABLE,
+    structure.TABLE,
+)
 
 __all__ = ["PRIMITIVES", "Translator"]

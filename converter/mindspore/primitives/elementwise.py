@@ -2,7 +2,8 @@
 
 * ``ReLU``, ``Sigmoid``, ``Tanh`` and the unary math ops map one to one; ``ReLU6`` is
   ``Clip(0, 6)``; ``HSwish`` is ``x·relu6(x+3)/6`` (ONNX HardSwish); ``HSigmoid`` is
-  ``relu6(x+3)/6`` (HardSigmoid alpha=1/6, beta=0.5).
+  ``relu6(x+3)/6`` (HardSigmoid alpha=1/6, beta=0.5); ``SiLU`` is ``x·sigmoid(x)`` (opset 17 has
+  no Swish node).
 * ``GeLU`` is MindSpore's tanh approximation ``0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³)))``
   (``nn.GELU(approximate=True)``), written out in ops that opset 17 has.
 * ``Softmax(x, axis)`` (axis an int or a 1-tuple) and ``LogSoftmax(x, axis)`` normalize along
@@ -80,6 +81,11 @@ def hsigmoid(call: PrimitiveCall) -> Value:
     return call.emit("HardSigmoid", [call.tensor(0)], alpha=1.0 / 6.0, beta=0.5)
 
 
+def silu(call: PrimitiveCall) -> Value:
+    x = call.tensor(0)
+    return call.emit("Mul", [x, call.step("Sigmoid", [x], like=x)])
+
+
 def gelu(call: PrimitiveCall) -> Value:
     x = call.tensor(0)
     cube = call.step("Mul", [call.step("Mul", [x, x], like=x), x], like=x)
@@ -123,6 +129,7 @@ TABLE = {
     **{name: binary for name in BINARY},
     "ReLU6": relu6,
     "HSigmoid": hsigmoid,
+    "SiLU": silu,
     "GeLU": gelu,
     "Softmax": softmax,
     "LogSoftmax": log_softmax,

@@ -1,4 +1,5 @@
-"""Layers: Conv2D, BiasAdd, BatchNorm, MatMul/BatchMatMul/MatMulExt, Dense, MaxPool, AvgPool.
+"""Layers: Conv2D, Conv2DTranspose, BiasAdd, BatchNorm, MatMul/BatchMatMul/MatMulExt, Dense,
+MaxPool, AvgPool.
 
 Semantics (MindSpore operator docs; ``mindspore/ops/operations/nn_ops.py`` and op yaml):
 
@@ -7,6 +8,11 @@ Semantics (MindSpore operator docs; ``mindspore/ops/operations/nn_ops.py`` and o
   'pad' (``pad = (top, bottom, left, right)``; ONNX order is (top, left, bottom, right));
   ``stride``/``dilation`` are pairs or 4-tuples laid out like the data format; ``group``;
   NHWC data keeps its weight as (out, kh, kw, in/group).
+* ``Conv2DTranspose(dout, w, input_size)`` (``Conv2DBackpropInput``) is the gradient of a Conv2D
+  whose input has the shape ``input_size`` and whose output is ``dout``: ONNX ConvTranspose with
+  that Conv2D's pads (``pad_list``, or for 'same' the SAME_UPPER split of the padding the forward
+  convolution needed) and ``output_padding`` = ``input_size`` − the size those give. ``w`` is
+  (C of dout, out/group, kh, kw), ONNX's layout. Only NCHW (MindSpore's CPU backend refuses NHWC).
 * ``BiasAdd(x, b, data_format)``: ``b`` is added along the channel axis (1 for NCHW, last for NHWC).
 * ``BatchNorm(x, scale, bias, mean, variance, is_training, epsilon, momentum, data_format)``:
   inference form ``scale·(x−mean)/sqrt(variance+epsilon)+bias``; returns a 5-tuple whose item 0
@@ -76,6 +82,11 @@ def _same_pads(spatial, kernel, strides, dilations) -> list[int] | None:
         return None
     if any(not isinstance(size, int) for size in (*spatial, *kernel)):
         return None
+    return _same_split(spatial, kernel, strides, dilations)
+
+
+def _same_split(spatial, kernel, strides, dilations) -> list[int]:
+    """The padding a 'same' convolution of ``spatial`` needs, extra at the end, as [begins..., ends...]."""
     begins, ends = [], []
     for size, k, stride, dilation in zip(spatial, kernel, strides, dilations):
         out = -(-size // stride)
@@ -102,6 +113,44 @@ def conv2d(call: PrimitiveCall) -> Value:
     if fmt == "NCHW":
         return call.emit("Conv", [x, weight], **attrs)
     return _from_nchw(call, call.step("Conv", [x, weight], like=x, **attrs), fmt)
+
+
+def conv2d_transpose(call: PrimitiveCall) -> Value:
+    fmt = data_format(call.arg(None, "format", "data_format", default="NCHW"))
+    if fmt != "NCHW":
+        raise TranslationError("data format NHWC is not translated; export with the NCHW layout")
+    x, weight = call.tensor(0), call.tensor(1)
+    target = int_tuple(call.arg(2, "input_size"), "input_size")
+    spatial, kernel = _spatial(x, fmt), _spatial(weight, fmt)
+    known = spatial is not None and kernel is not None and None not in (*spatial, *kernel)
+    if not known or len(target) != 4:
+        raise TranslationError("the shapes of the input, the weight and input_size must be known (4-D, NCHW)")
+    stride = spatial_pair(call.arg(None, "stride", default=1), fmt, "stride")
+    dilation = spatial_pair(call.arg(None, "dilation", default=1), fmt, "dilation")
+    mode = pad_mode(call.arg(None, "pad_mode", default="valid"))
+    if mode == "same":
+        pads = _same_split(target[2:], kernel, stride, dilation)
+    else:
+        given = int_tuple(call.arg(None, "pad_list", "pad", default=(0, 0, 0, 0)), "pad_list")
+        pads = _padding(call, mode, given)["pads"]
+    output_padding = _output_padding(spatial, kernel, stride, dilation, pads, target[2:])
+    group = int(call.arg(None, "group", "groups", default=1))
+    attrs = dict(strides=list(stride), dilations=list(dilation), group=group, pads=pads)
+    if any(output_padding):
+        attrs["output_padding"] = output_padding
+    return call.emit("ConvTranspose", [x, weight], **attrs)
+
+
+def _output_padding(spatial, kernel, stride, dilation, pads: list[int], wanted) -> list[int]:
+    """How much ConvTranspose must add at the end of each axis to give ``wanted`` (MindSpore's
+    ``input_size``): a strided Conv2D maps several input sizes to one output size."""
+    extra = []
+    for axis in range(2):
+        size = (spatial[axis] - 1) * stride[axis] + (kernel[axis] - 1) * dilation[axis] + 1
+        extra.append(wanted[axis] - (size - pads[axis] - pads[axis + 2]))
+    if min(extra) < 0:
+        raise TranslationError(f"input_size {tuple(wanted)} (H, W) is smaller than the transposed convolution gives")
+    return extra
 
 
 def bias_add(call: PrimitiveCall) -> Value:
@@ -200,6 +249,7 @@ def avg_pool(call: PrimitiveCall) -> Value:
 
 TABLE = {
     "Conv2D": conv2d,
+    "Conv2DTranspose": conv2d_transpose,
     "BiasAdd": bias_add,
     "BatchNorm": batch_norm,
     "MatMul": mat_mul,

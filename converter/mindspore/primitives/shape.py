@@ -1,5 +1,5 @@
 """Shape and type ops: Reshape, Flatten, Transpose, Squeeze, ExpandDims, Concat, Cast,
-reductions and StridedSlice.
+reductions, StridedSlice, Gather and ReverseV2.
 
 * ``Reshape(x, shape)``: -1 infers one dimension; 0 is a real zero-sized dimension (so the ONNX
   Reshape gets ``allowzero=1`` when a 0 appears).
@@ -14,6 +14,13 @@ reductions and StridedSlice.
   shrink_axis_mask)``: a set bit ``i`` of ``begin_mask``/``end_mask`` ignores begin/end on axis i;
   ``shrink_axis_mask`` drops axis i after taking index ``begin[i]``. Ellipsis and new-axis masks
   are not translated.
+* ``Gather(x, indices, axis, batch_dims)``: ``x.shape[:axis] + indices.shape[batch_dims:] +
+  x.shape[axis+1:]``; the first ``batch_dims`` axes of ``x`` and ``indices`` are paired (ONNX
+  Gather for ``batch_dims=0``; GatherND with ``batch_dims``, between Transposes that bring ``axis``
+  next to the batch axes and back, otherwise). Out-of-range indices, which MindSpore's CPU kernel
+  answers with zeros, are an error at run time.
+* ``ReverseV2(x, axis)`` reverses the listed axes (a Slice with step -1; ``nn.LSTM`` writes it
+  for the backward direction).
 """
 
 from __future__ import annotations
@@ -152,6 +159,55 @@ def strided_slice(call: PrimitiveCall) -> Value:
     return call.emit("Squeeze", [call.step("Slice", sliced, like=x), _ints(call, shrunk, "shrink")])
 
 
+def gather(call: PrimitiveCall) -> Value:
+    x, indices = call.tensor(0), call.tensor(1)
+    axis = _one_int(call.arg(2, "axis"), "axis")
+    batch_dims = _one_int(call.arg(3, "batch_dims", default=0), "batch_dims")
+    if batch_dims == 0:
+        return call.emit("Gather", [x, indices], axis=axis)
+    if x.rank is None or indices.rank is None:
+        raise TranslationError("batch_dims needs the ranks of the input and the indices (no 'shape' attribute)")
+    if not (-x.rank <= axis < x.rank and -indices.rank <= batch_dims < indices.rank):
+        raise TranslationError(f"axis {axis} or batch_dims {batch_dims} is out of range for ranks {x.rank}, {indices.rank}")
+    axis, batch_dims = axis % x.rank, batch_dims % indices.rank
+    if not batch_dims <= axis:
+        raise TranslationError(f"batch_dims {batch_dims} is greater than axis {axis}")
+    return _batched_gather(call, x, indices, axis, batch_dims)
+
+
+def _batched_gather(call: PrimitiveCall, x: TensorValue, indices: TensorValue, axis: int, batch: int) -> Value:
+    """GatherND gathers along the axis right after the batch axes, and puts the index axes
+    before the axes that followed; axes ``batch..axis-1`` of ``x`` are moved around it."""
+    middle = list(range(batch, axis))
+    moved = list(range(batch)) + [axis] + middle + list(range(axis + 1, x.rank))
+    source = call.step("Transpose", [x], like=x, perm=moved) if middle else x
+    index_axes = indices.rank - batch
+    wide = call.step("Cast", [indices], to=onnx_type(np.int64))  # GatherND takes int64 only
+    picked = call.step("Unsqueeze", [wide, _ints(call, [-1], "last")])
+    if not middle:
+        return call.emit("GatherND", [source, picked], batch_dims=batch)
+    gathered = call.step("GatherND", [source, picked], like=x, batch_dims=batch)
+    rank = index_axes + x.rank - 1
+    after = [batch + index_axes + i for i in range(len(middle))]
+    perm = list(range(batch)) + after + [batch + i for i in range(index_axes)] + list(range(after[-1] + 1, rank))
+    return call.emit("Transpose", [gathered], perm=perm)
+
+
+def _one_int(value, what: str) -> int:
+    items = int_tuple(value, what)
+    if len(items) != 1:
+        raise TranslationError(f"{what} {value!r} must be one int")
+    return items[0]
+
+
+def reverse(call: PrimitiveCall) -> Value:
+    chosen = int_tuple(call.arg(1, "axis"), "axis")
+    count = len(chosen)
+    starts, ends = _ints(call, [-1] * count, "starts"), _ints(call, [INT64_MIN] * count, "ends")
+    steps = _ints(call, [-1] * count, "steps")
+    return call.emit("Slice", [call.tensor(0), starts, ends, _ints(call, chosen, "axes"), steps])
+
+
 TABLE = {
     "Reshape": reshape,
     "Flatten": flatten,
@@ -161,5 +217,7 @@ TABLE = {
     "Concat": concat,
     "Cast": cast,
     "StridedSlice": strided_slice,
+    "Gather": gather,
+    "ReverseV2": reverse,
     **{name: reduce for name in REDUCTIONS},
 }

@@ -32,6 +32,9 @@ def tuple_get_item(call: PrimitiveCall) -> Value:
         return container
     else:
         raise TranslationError("input 0 is not a tuple")
+    if isinstance(container, TupleValue) and container.untranslated and int(index) >= len(items):
+        raise TranslationError(f"output {index} of this primitive ({container.untranslated}) is not translated; "
+                               "it is only read when training")
     if not -len(items) <= int(index) < len(items):
         raise TranslationError(f"index {index} is out of range for a tuple of {len(items)}")
     return items[int(index)]
