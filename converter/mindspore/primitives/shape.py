@@ -1,5 +1,5 @@
 """Shape and type ops: Reshape, Flatten, Transpose, Squeeze, ExpandDims, Concat, Cast,
-reductions, StridedSlice, Gather and ReverseV2.
+reductions, StridedSlice, Gather, GatherD and ReverseV2.
 
 * ``Reshape(x, shape)``: -1 infers one dimension; 0 is a real zero-sized dimension (so the ONNX
   Reshape gets ``allowzero=1`` when a 0 appears).
@@ -19,6 +19,8 @@ reductions, StridedSlice, Gather and ReverseV2.
   Gather for ``batch_dims=0``; GatherND with ``batch_dims``, between Transposes that bring ``axis``
   next to the batch axes and back, otherwise). Out-of-range indices, which MindSpore's CPU kernel
   answers with zeros, are an error at run time.
+* ``GatherD(x, dim, index)`` (``ops.gather_elements``): ``out[i][j] = x[i][index[i][j]]`` along
+  ``dim``, ONNX GatherElements.
 * ``ReverseV2(x, axis)`` reverses the listed axes (a Slice with step -1; ``nn.LSTM`` writes it
   for the backward direction).
 """
@@ -175,6 +177,14 @@ def gather(call: PrimitiveCall) -> Value:
     return _batched_gather(call, x, indices, axis, batch_dims)
 
 
+def gather_d(call: PrimitiveCall) -> Value:
+    axis = _one_int(call.arg(1, "dim"), "dim")
+    x, indices = call.tensor(0), call.tensor(2)
+    if x.rank is not None and not -x.rank <= axis < x.rank:
+        raise TranslationError(f"dim {axis} is out of range for an input of rank {x.rank}")
+    return call.emit("GatherElements", [x, indices], axis=axis)
+
+
 def _batched_gather(call: PrimitiveCall, x: TensorValue, indices: TensorValue, axis: int, batch: int) -> Value:
     """GatherND gathers along the axis right after the batch axes, and puts the index axes
     before the axes that followed; axes ``batch..axis-1`` of ``x`` are moved around it."""
@@ -218,6 +228,7 @@ TABLE = {
     "Cast": cast,
     "StridedSlice": strided_slice,
     "Gather": gather,
+    "GatherD": gather_d,
     "ReverseV2": reverse,
     **{name: reduce for name in REDUCTIONS},
 }

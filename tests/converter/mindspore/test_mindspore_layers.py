@@ -8,7 +8,8 @@ engine and on ONNX Runtime (device="cpu"), within 1e-4 of each output's peak.
   with asymmetric pads and output_padding);
 * ops_pad: Pad, MirrorPad (REFLECT, SYMMETRIC), PadV3 (constant with a value, edge, circular,
   negative amounts);
-* ops_lstm: a 2-layer bidirectional batch-first LSTM (LSTM per layer and direction, ReverseV2).
+* ops_lstm: a 2-layer bidirectional batch-first LSTM (LSTM per layer and direction, ReverseV2);
+* ops_gather_d: ``ops.gather_elements`` (GatherD) along a middle axis and along -1.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ PRIMITIVES = {
     "ops_unet": {"GroupNorm", "SiLU", "Conv2DTranspose"},
     "ops_pad": {"Pad", "MirrorPad", "PadV3"},
     "ops_lstm": {"LSTM", "ReverseV2", "Gather"},
+    "ops_gather_d": {"GatherD"},
 }
 
 
