@@ -106,7 +106,33 @@ def to_tensor(graph: OnnxGraph, value: Value, base: str, dtype: np.dtype | None 
     if isinstance(value, TupleValue):
         if value.primary is not None:
             return to_tensor(graph, value.items[value.primary], base, dtype)
+        if _int_scalars(value.items):
+            return _sizes_tensor(graph, value.items, base)
         raise TranslationError("a tuple is used where a tensor is needed (missing TupleGetItem?)")
     if isinstance(value, Monad):
         raise TranslationError("a side-effect token (monad) is used where a tensor is needed")
     raise TranslationError(f"unexpected value {value!r}")
+
+
+def _int_scalars(items: tuple[Value, ...]) -> bool:
+    """Every item an int constant or an int scalar tensor: sizes, some read at run time (``Shape``
+    of a dynamic-batch input, :mod:`converter.mindspore.primitives.sizes`)."""
+    def is_int(item: Value) -> bool:
+        if isinstance(item, ConstValue):
+            return isinstance(item.value, (int, np.integer)) and not isinstance(item.value, bool)
+        return isinstance(item, TensorValue) and item.shape == () and item.dtype is not None and item.dtype.kind in "iu"
+
+    return bool(items) and all(is_int(item) for item in items)
+
+
+def _sizes_tensor(graph: OnnxGraph, items: tuple[Value, ...], base: str) -> TensorValue:
+    """The int items as one 1-D int64 tensor: Concat of the constants and the unsqueezed scalars."""
+    axis = graph.initializer(np.array([0], np.int64), f"{base}/axis")
+    parts = []
+    for item in items:
+        if isinstance(item, ConstValue):
+            parts.append(graph.initializer(np.array([int(item.value)], np.int64), f"{base}/size"))
+        else:
+            wide = graph.add("Cast", [item], base, dtype=np.dtype(np.int64), shape=(), to=7)  # INT64
+            parts.append(graph.add("Unsqueeze", [wide, axis], base, dtype=np.dtype(np.int64), shape=(1,)))
+    return graph.add("Concat", parts, base, dtype=np.dtype(np.int64), shape=(len(items),), axis=0)

@@ -19,6 +19,7 @@ from converter.mindspore.primitives import (
     padding,
     recurrent,
     shape,
+    sizes,
     structure,
 )
 
@@ -42,6 +43,7 @@ PRIMITIVES: dict[str, Translator] = _merge(
     padding.TABLE,
     elementwise.TABLE,
     shape.TABLE,
+    sizes.TABLE,
     structure.TABLE,
 )
 

@@ -120,7 +120,7 @@ def conv2d_transpose(call: PrimitiveCall) -> Value:
     if fmt != "NCHW":
         raise TranslationError("data format NHWC is not translated; export with the NCHW layout")
     x, weight = call.tensor(0), call.tensor(1)
-    target = int_tuple(call.arg(2, "input_size"), "input_size")
+    target = _input_size(call)
     spatial, kernel = _spatial(x, fmt), _spatial(weight, fmt)
     known = spatial is not None and kernel is not None and None not in (*spatial, *kernel)
     if not known or len(target) != 4:
@@ -138,7 +138,20 @@ def conv2d_transpose(call: PrimitiveCall) -> Value:
     attrs = dict(strides=list(stride), dilations=list(dilation), group=group, pads=pads)
     if any(output_padding):
         attrs["output_padding"] = output_padding
-    return call.emit("ConvTranspose", [x, weight], **attrs)
+    dtype, shape = call.out()
+    # A dynamic-batch export leaves the result's shape out; its rank is known (a BiasAdd reads it).
+    return call.graph.add("ConvTranspose", [x, weight], call.base, dtype=dtype or x.dtype,
+                          shape=shape or (None,) * 4, **attrs)
+
+
+def _input_size(call: PrimitiveCall) -> tuple:
+    """Conv2DTranspose's ``input_size``: a constant, or (a dynamic-batch export) ``Shape`` of a
+    tensor whose batch is read at run time; only its height and width must be constants."""
+    value = call.inputs[2] if len(call.inputs) > 2 else None
+    if isinstance(value, TupleValue) and len(value.items) == 4 and all(
+            isinstance(item, ConstValue) for item in value.items[2:]):
+        return (None, None, *(int(item.value) for item in value.items[2:]))
+    return int_tuple(call.arg(2, "input_size"), "input_size")
 
 
 def _output_padding(spatial, kernel, stride, dilation, pads: list[int], wanted) -> list[int]:

@@ -131,10 +131,17 @@ def test_reading_layer_norm_statistics_is_refused_by_name(tmp_path):
 
 
 @pytest.mark.parametrize("device", ["numpy", "cpu"])
-def test_dynamic_batch_export_matches_mindspore(device, tmp_path):
-    """Exported with ``Tensor(shape=[None, 5])``: LayerNorm's normalized axes are known while the
-    batch is not, which is all its translation needs."""
-    x, outputs = expected("ops_transformer")
-    path = _convert(FIXTURES / "ops_transformer_dynamic.mindir", tmp_path)
+@pytest.mark.parametrize("name", ["ops_transformer", "ops_unet", "ops_lstm"])
+def test_dynamic_batch_export_matches_mindspore(name, device, tmp_path):
+    """Exported with ``Tensor(shape=[None, ...])``: LayerNorm's normalized axes are known while the
+    batch is not, which is all its translation needs; Conv2dTranspose's ``input_size`` and the
+    LSTM's zero initial states are computed from ``Shape`` of the input (``Zeros`` of a size read
+    at run time), so a batch other than the sample's runs too (the transformer's batched gather
+    pairs its batch with a constant of 2 rows)."""
+    x, outputs = expected(name)
+    path = _convert(FIXTURES / f"{name}_dynamic.mindir", tmp_path)
     assert lite.Model.load(path, device="numpy").inputs[0].shape[0] == "batch"
     _assert_near(_run(path, x, device), outputs)
+    if name != "ops_transformer":
+        first = _run(path, np.concatenate([x, x[::-1], x[:1]]), device)[0]  # batch-first in both
+        _assert_near([first[: len(x)]], outputs[:1])
