@@ -61,7 +61,7 @@ def fuse_product_epilogues(steps: list[_Step], constants: dict[int, Any], graph_
         if (step.node.op_type not in ("MatMul", "Gemm")
                 or not (is_kernel(step.fn, *MATMUL) or is_kernel(step.fn, "gemm", "Gemm") or _is_matmul_add(step.fn)
                         or getattr(step.fn, "fresh_product", False))
-                or not plain(step, len(step.inputs)) or len(step.inputs) < 2 or id(step) in dropped):
+                or not plain(step, len(step.inputs), any_kernel=True) or len(step.inputs) < 2 or id(step) in dropped):
             continue
         chain, operations, extra = _epilogue(step, graph, constants)
         if all(kind in ("Reshape", "Transpose") for kind, _ in operations):
@@ -97,7 +97,8 @@ def _epilogue(product: _Step, graph: Graph, constants: dict[int, Any]):
             extra.append(step.inputs[1])
         elif kind == "Transpose" and is_kernel(step.fn, *TRANSPOSE) and plain(step, 1) and step.attributes.get("perm"):
             operations.append((kind, list(step.attributes["perm"])))
-        elif kind in _UFUNCS and plain(step, 2) and step.inputs.count(current) == 1:
+        elif (kind in _UFUNCS and is_kernel(step.fn, "arithmetic", kind) and plain(step, 2)
+              and step.inputs.count(current) == 1):
             if kind in ("Sub", "Div") and step.inputs[0] != current:
                 break  # x - y and x / y: only with the product on the left
             other = step.inputs[1] if step.inputs[0] == current else step.inputs[0]

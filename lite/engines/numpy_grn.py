@@ -138,7 +138,7 @@ def _linear_reader(last: _Step, graph: Graph, constants: dict[int, Any]) -> _Ste
     result, as A; or None."""
     from lite.engines.numpy_patterns import MATMUL, is_kernel
 
-    matmul = graph.only_reader(last.outputs[0], "MatMul", None, None)
+    matmul = graph.only_reader(last.outputs[0], "MatMul", None, None, any_kernel=True)  # kernel checked below
     if matmul is None or not (is_kernel(matmul.fn, *MATMUL) or _is_matmul_add(matmul.fn)) or matmul.keywords:
         return None
     weights = constants.get(matmul.inputs[1]) if len(matmul.inputs) in (2, 3) else None

@@ -8,6 +8,7 @@ it does not use; the fusions import kernels only where they matched.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -64,24 +65,33 @@ class Graph:
         return step
 
     def only_reader(self, index: int, op_type: str, inputs: int | None, kernel: tuple[str, str] | None,
-                    first: bool = True) -> _Step | None:
+                    first: bool = True, any_kernel: bool = False) -> _Step | None:
         """The plain ``op_type`` step (``inputs`` inputs, any number if None; of ``kernel``,
         (module, name), if given) that alone reads ``index``: as its first input, or with
-        ``first`` False anywhere."""
+        ``first`` False anywhere. ``any_kernel``: as :func:`plain`'s."""
         found = self.readers_of.get(index, [])
         if len(found) != 1 or index in self.graph_outputs:
             return None
         step = found[0]
-        if (step.node.op_type != op_type or not plain(step, len(step.inputs) if inputs is None else inputs)
+        if (step.node.op_type != op_type
+                or not plain(step, len(step.inputs) if inputs is None else inputs, any_kernel=any_kernel)
                 or (kernel is not None and not is_kernel(step.fn, *kernel)) or step.inputs.count(index) != 1
                 or (first and step.inputs[0] != index)):
             return None
         return step
 
 
-def plain(step: _Step, inputs: int) -> bool:
-    """A standard-domain step the engine runs inline, with ``inputs`` inputs and nothing fused in."""
-    return (not step.node.domain and step.inline and step.activation is None and step.memo is None
+def plain(step: _Step, inputs: int, *, any_kernel: bool = False) -> bool:
+    """A standard-domain step the engine runs inline, with ``inputs`` inputs and nothing fused in.
+
+    A fused step keeps the node of the step it replaced (a convolution chain ending in a residual
+    Add is still that Add's node), so its kernel is checked too: one of ``lite.ops``' functions,
+    not a fusion's callable. A later fusion that matched by op type alone took such a chain for
+    a plain Add and dropped its convolutions. ``any_kernel``: the caller has checked the kernel
+    itself (a product with its bias already fused in)."""
+    fn = step.fn
+    own_kernel = any_kernel or (inspect.isfunction(fn) and getattr(fn, "__module__", "").startswith("lite.ops."))
+    return (own_kernel and not step.node.domain and step.inline and step.activation is None and step.memo is None
             and len(step.inputs) == inputs and all(i >= 0 for i in step.inputs))
 
 

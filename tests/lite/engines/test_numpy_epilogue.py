@@ -137,3 +137,19 @@ def test_a_computed_shape_tensor_is_not_planned():
     for _ in range(2):
         np.testing.assert_array_equal(step.fn(*args), node_by_node(model, inputs)["y"])
     assert step.fn.plans[inputs["x"].shape] is None
+
+
+def test_a_fused_convolution_with_its_residual_is_not_taken_for_an_add():
+    """MatMul -> 1x1 Conv -> Add(·, x) (YOLO's PSA attention: attn @ v, the projection, the
+    residual): the convolution chain fused into the Add keeps the Add's node, and the epilogue
+    folded it in as a plain Add, dropping the convolution."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("conv_residual", opset=17)
+    x = b.input("x", np.float32, [1, 8, 4, 4])
+    product = b.node("MatMul", [x, b.constant("wm", rng.standard_normal((4, 4)).astype(np.float32))])
+    conv = b.node("Conv", [product, b.constant("wc", rng.standard_normal((8, 8, 1, 1)).astype(np.float32)),
+                           b.constant("bc", rng.standard_normal(8).astype(np.float32))])
+    b.output(b.node("Add", [conv, x], outputs=["y"]), np.float32, None)
+    model = load(to_bytes(b.build()))
+    inputs = {"x": rng.standard_normal((1, 8, 4, 4)).astype(np.float32)}
+    np.testing.assert_allclose(NumpyEngine(model).run(inputs)["y"], node_by_node(model, inputs)["y"], rtol=1e-5, atol=1e-5)
