@@ -3,7 +3,8 @@
 Each float32 initializer ``w`` (not a graph input) becomes a float16 initializer ``w_fp16`` read
 through one ``Cast(to=FLOAT)`` whose output takes over ``w``'s readers, so every node still sees
 the dtype its schema requires and the graph stays valid ONNX; a runtime may compute with the
-half-precision weights directly. Values outside float16's range are clipped to ±65504 (reported).
+half-precision weights directly. Finite values outside float16's range are clipped to ±65504
+(reported); infinities and NaN stay what they are (a scatter-max starts from -inf).
 Integer, double and already-half weights are left alone, and so are the scales of QuantizeLinear
 and DequantizeLinear: a rounded activation scale moves the int8 grid, and every value near a
 step's edge lands a whole step away (in a QDQ int8 Whisper encoder, 1,361 of its 128,000 quantized
@@ -39,10 +40,7 @@ def store_weights_fp16(model: ir.Model, context: PassContext, *, fp16_io: bool =
                 result.counts["quantization scales kept"] += 1
                 continue
             array = value.const_value.numpy()
-            clipped = int(np.count_nonzero(np.abs(array) > _FLOAT16_MAX))
-            if clipped:
-                context.warnings.append(f"fp16: {clipped} values of {name!r} exceed float16's range and were clipped")
-            half = add_initializer(graph, np.clip(array, -_FLOAT16_MAX, _FLOAT16_MAX).astype(np.float16), context.unique_name(f"{name}_fp16"))
+            half = add_initializer(graph, _to_half(array, name, context), context.unique_name(f"{name}_fp16"))
             cast = ir.node("Cast", [half], {"to": int(ir.DataType.FLOAT)}, name=context.unique_name(f"{name}_cast"))
             cast.outputs[0].dtype = ir.DataType.FLOAT
             cast.outputs[0].shape = ir.Shape(list(array.shape))
@@ -108,3 +106,13 @@ def _prepend(graph: ir.Graph, nodes: list[ir.Node]) -> None:
 
 def _copy(shape: ir.Shape | None) -> ir.Shape | None:
     return None if shape is None else ir.Shape(list(shape))
+
+
+def _to_half(array: np.ndarray, name: str, context) -> np.ndarray:
+    """``array`` in float16: finite values past its range clipped to ±65504 (reported), infinities
+    and NaN kept (float16 has them; clipping -inf made an empty group's max -65504)."""
+    finite = np.isfinite(array)
+    clipped = int(np.count_nonzero(finite & (np.abs(array) > _FLOAT16_MAX)))
+    if clipped:
+        context.warnings.append(f"fp16: {clipped} values of {name!r} exceed float16's range and were clipped")
+    return np.where(finite, np.clip(array, -_FLOAT16_MAX, _FLOAT16_MAX), array).astype(np.float16)

@@ -177,6 +177,19 @@ def test_fp16_weights_keep_the_graph_valid(fp16_io):
     np.testing.assert_allclose(got.astype(np.float32), expected, rtol=1e-2, atol=1e-2)
 
 
+def test_fp16_weights_keep_infinities_and_clip_only_finite_values():
+    """A scatter-max's -inf start value stays -inf in float16; 1e6 is clipped, and only it is counted."""
+    model = make_model(f"""{HEADER}
+        g (float[4] x) => (float[4] y) {{ y = Max (x, w) }}""",
+        w=np.array([-np.inf, np.inf, 1e6, -1.5], np.float32))
+    graph = ir.serde.deserialize_model(model)
+    context = PassContext()
+    run_passes(graph, (store_weights_fp16,), context)
+    (half,) = graph.graph.initializers.values()
+    np.testing.assert_array_equal(half.const_value.numpy(), np.array([-np.inf, np.inf, 65504, -1.5], np.float16))
+    assert context.warnings == ["fp16: 1 values of 'w' exceed float16's range and were clipped"]
+
+
 def test_fp16_weights_keep_quantization_scales_in_float32():
     """An activation scale rounded to float16 moves the int8 grid: inputs near a step's edge
     land one step away. The scales stay float32; the float weight beside them is halved."""
