@@ -135,7 +135,14 @@ def verified_bound(tolerance: Tolerance, error: OutputError) -> str:
     """Which bound an output was held to, as the report prints it. An output that passed only
     because the reference itself moves that much (ONNX Runtime with and without its graph
     optimizations, or under a tiny nudge of its inputs) says so, with the numbers and the
-    measurement, rather than showing an rtol it exceeds."""
+    measurement, rather than showing an rtol it exceeds; one compared as a set of rows says that."""
+    bound = _bound(tolerance, error)
+    if error.unordered:
+        return f"rows compared in any order, as the original's own runs order them differently; {bound}"
+    return bound
+
+
+def _bound(tolerance: Tolerance, error: OutputError) -> str:
     stated = f"rtol {tolerance.rtol:g}, atol {tolerance.atol:g}"
     spread = (tolerance.spread or {}).get(error.name)
     source = (tolerance.spread_source or {}).get(error.name, LEVELS)
@@ -146,7 +153,8 @@ def verified_bound(tolerance: Tolerance, error: OutputError) -> str:
             return f"{stated}, or {tolerance.spread_factor:g} x the reference's own spread {spread:.3g}{measured}"
         return stated
     if error.mismatched_values:
-        return (f"{error.mismatched_values} elements differ, within the reference's own spread: the original differs "
+        what = "rows have no counterpart" if error.unordered else "elements differ"
+        return (f"{error.mismatched_values} {what}, within the reference's own spread: the original differs "
                 f"in {spread:g} {source}, {tolerance.spread_factor:g} x that = "
                 f"{tolerance.allowed_mismatches(error.name)} allowed on {error.name!r}")
     if error.max_abs <= max(tolerance.atol, tolerance.rtol * error.magnitude):

@@ -12,6 +12,7 @@ boolean outputs must be equal, but for as many elements as the reference's own r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,9 @@ class Tolerance:
     spread: Mapping[str, float] | None = None
     spread_factor: float = 2.0
     spread_source: Mapping[str, str] | None = None
+    # Outputs compared as sets of rows (:func:`row_set_error`): the reference's own runs hold the
+    # same rows in another order (near-tied scores sorted by a TopK or NMS).
+    unordered: frozenset[str] = frozenset()
 
     def allowed(self, name: str, magnitude: float, dtype: np.dtype | None = None) -> float:
         """The largest absolute difference accepted on output ``name`` of that magnitude; an output
@@ -52,7 +56,8 @@ class Tolerance:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rtol": self.rtol, "atol": self.atol, "spread_factor": self.spread_factor,
-                "spread": dict(self.spread or {}), "spread_source": dict(self.spread_source or {})}
+                "spread": dict(self.spread or {}), "spread_source": dict(self.spread_source or {}),
+                "unordered": sorted(self.unordered)}
 
 
 @dataclass
@@ -65,14 +70,15 @@ class OutputError:
     cosine: float
     magnitude: float = 0.0
     mismatched_special: int = 0  # NaN or infinity on one side but not the other (or unequal infinities)
-    mismatched_values: int = 0  # integer/boolean outputs: elements that differ
+    mismatched_values: int = 0  # integer/boolean outputs: elements that differ; unordered ones: rows unpaired
     problem: str | None = None  # shapes or presence differ: no element-wise comparison was possible
     dtype: np.dtype | None = None  # the reference's element type
+    unordered: bool = False  # compared as a set of rows (row_set_error)
 
     def within(self, tolerance: Tolerance) -> bool:
         if self.problem is not None or self.mismatched_special:
             return False
-        if self.mismatched_values:
+        if self.mismatched_values or self.unordered:  # an unordered output's paired rows are within by construction
             return self.mismatched_values <= tolerance.allowed_mismatches(self.name)
         return self.max_abs <= tolerance.allowed(self.name, self.magnitude, self.dtype)
 
@@ -83,7 +89,8 @@ class OutputError:
         if self.mismatched_special:
             return f"output {self.name!r}: {self.mismatched_special} elements are NaN or infinite on one side only"
         if self.mismatched_values:
-            text = f"output {self.name!r}: {self.mismatched_values} integer/boolean elements differ"
+            what = "rows have no counterpart in any order" if self.unordered else "integer/boolean elements differ"
+            text = f"output {self.name!r}: {self.mismatched_values} {what}"
             moved = (tolerance.spread or {}).get(self.name, 0.0)
             if moved:
                 text += (f" (the reference's own runs differ in {moved:g}; {tolerance.allowed_mismatches(self.name)} "
@@ -96,7 +103,7 @@ class OutputError:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "max_abs": self.max_abs, "max_rel": self.max_rel, "cosine": self.cosine,
                 "magnitude": self.magnitude, "mismatched_special": self.mismatched_special,
-                "mismatched_values": self.mismatched_values, "problem": self.problem,
+                "mismatched_values": self.mismatched_values, "problem": self.problem, "unordered": self.unordered,
                 "dtype": None if self.dtype is None else np.dtype(self.dtype).name}
 
 
@@ -130,15 +137,95 @@ def output_error(name: str, expected: Any, got: Any) -> OutputError:
     return OutputError(name, max_abs, max_rel, cosine, magnitude, mismatched_special, dtype=dtype)
 
 
-def compare_outputs(expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[OutputError]:
-    """One :class:`OutputError` per output of ``expected`` (a missing output is a problem)."""
+def compare_outputs(expected: Mapping[str, Any], got: Mapping[str, Any],
+                    tolerance: Tolerance | None = None) -> list[OutputError]:
+    """One :class:`OutputError` per output of ``expected`` (a missing output is a problem); those
+    ``tolerance`` names as unordered compared as sets of rows (:func:`row_set_error`)."""
     errors = []
     for name, reference in expected.items():
         if name not in got:
             errors.append(OutputError(name, np.inf, np.inf, 0.0, problem="missing"))
+        elif tolerance is not None and name in tolerance.unordered:
+            errors.append(row_set_error(name, reference, got[name], tolerance))
         else:
             errors.append(output_error(name, reference, got[name]))
     return errors
+
+
+_MAX_ROWS = 4096  # a detector's boxes after TopK or NMS; larger outputs are compared element by element
+_CHUNK_ELEMENTS = 1 << 22  # of the distance computation: 32 MB of float64 at a time
+_REORDERED_SHARE = 0.1  # of an output's rows that two runs of the reference may not share and still be "reordered"
+
+
+def _rows(array: np.ndarray) -> np.ndarray | None:
+    """``array`` as rows along every axis but the last (a vector: one value per row), or None
+    where that is not a few rows of finite real numbers."""
+    if array.ndim == 0 or array.dtype.kind not in "fiub":
+        return None
+    rows = array.reshape(-1, array.shape[-1]) if array.ndim >= 2 else array.reshape(-1, 1)
+    if not 1 < len(rows) <= _MAX_ROWS or rows.shape[1] == 0:
+        return None
+    if rows.dtype.kind == "f" and not np.all(np.isfinite(rows)):
+        return None
+    return rows
+
+
+def row_set_error(name: str, expected: Any, got: Any, tolerance: Tolerance) -> OutputError:
+    """How ``got`` differs from ``expected`` with its rows (along every axis but the last) taken in
+    any order: each row is paired with its nearest row on the other side (largest absolute
+    difference), and a row farther from every row there than ``tolerance`` allows (without spread)
+    counts in ``mismatched_values``, on both sides; ``max_abs`` is the worst paired distance within
+    it. Rows that traded places count nothing; a row missing, added or moved counts. Outputs that
+    are not a few rows of finite numbers are compared element by element."""
+    a, b = np.asarray(expected), np.asarray(got)
+    first, second = (_rows(a), _rows(b)) if a.shape == b.shape else (None, None)
+    if first is None or second is None:
+        return output_error(name, a, b)
+    x, y = first.astype(np.float64), second.astype(np.float64)
+    floats = a.dtype.kind in "fc" or b.dtype.kind in "fc"
+    magnitude = float(np.abs(x).max()) if floats else 0.0
+    dtype = a.dtype if a.dtype.kind == "f" else None
+    limit = dataclasses.replace(tolerance, spread=None).allowed(name, magnitude, dtype) if floats else 0.0
+    to_y, matched = _nearest(x, y)
+    to_x, _ = _nearest(y, x)
+    unmatched = int(np.count_nonzero(to_y > limit) + np.count_nonzero(to_x > limit))
+    paired = np.concatenate([to_y[to_y <= limit], to_x[to_x <= limit]])
+    max_abs = float(paired.max()) if paired.size else 0.0
+    pairs = x.reshape(-1), y[matched].reshape(-1)
+    norms = float(np.linalg.norm(pairs[0]) * np.linalg.norm(pairs[1]))
+    cosine = float(pairs[0] @ pairs[1] / norms) if norms > 0 else (1.0 if not unmatched else 0.0)
+    return OutputError(name, max_abs, max_abs / magnitude if magnitude > 0 else max_abs, cosine, magnitude,
+                       mismatched_values=unmatched, dtype=dtype, unordered=True)
+
+
+def _nearest(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``x``: the largest absolute difference from its nearest row of ``y``, and
+    that row's index."""
+    distance, which = np.empty(len(x)), np.empty(len(x), np.intp)
+    chunk = max(1, _CHUNK_ELEMENTS // (len(y) * x.shape[1]))
+    for start in range(0, len(x), chunk):
+        gaps = np.abs(x[start:start + chunk, None, :] - y[None, :, :]).max(axis=2)
+        nearest = gaps.argmin(axis=1)
+        which[start:start + chunk] = nearest
+        distance[start:start + chunk] = gaps[np.arange(len(gaps)), nearest]
+    return distance, which
+
+
+def unordered_outputs(first: Mapping[str, Any], second: Mapping[str, Any], tolerance: Tolerance) -> dict[str, float]:
+    """Outputs whose two runs of the reference differ element by element beyond ``tolerance``
+    (without spread) but hold nearly the same rows in another order, as a TopK or NMS orders
+    near-tied scores (at most :data:`_REORDERED_SHARE` of the rows without a counterpart: ties at
+    the cut of a top-k): name -> the number of rows without one, their spread as sets."""
+    strict = dataclasses.replace(tolerance, spread=None)
+    found = {}
+    for name, reference in first.items():
+        if name not in second or output_error(name, reference, second[name]).within(strict):
+            continue
+        rows = row_set_error(name, reference, second[name], strict)
+        if rows.unordered and rows.mismatched_values <= _REORDERED_SHARE * 2 * np.asarray(reference).size / max(
+                np.asarray(reference).shape[-1], 1):
+            found[name] = float(rows.mismatched_values)
+    return found
 
 
 def spread_of(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, float]:

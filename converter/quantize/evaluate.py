@@ -90,7 +90,9 @@ class EvalSet:
                 output = np.asarray(outputs[name])  # a padded batch's extra rows repeat its last sample
                 collected[name].append(output[: batch.size] if batch.padded and output.ndim else output)
             seen += batch.size
-        return {name: np.concatenate(parts) for name, parts in collected.items() if parts}
+        # A rank-0 output (a quality score) has no batch axis: one value per batch, stacked.
+        return {name: np.concatenate(parts) if parts[0].ndim else np.stack(parts)
+                for name, parts in collected.items() if parts}
 
     def evaluate(self, model: lite_ir.Model, limit: int | None = None) -> Evaluation:
         quantized = self.run(model, limit)

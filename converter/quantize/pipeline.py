@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Collection
 from typing import Any
+
+import numpy as np
 
 from converter.quantize.calibrate import collect_stats, ranges
 from converter.quantize.config import QuantConfig
 from converter.quantize.data import DataSource, batches, is_image_folder
 from converter.quantize.errors import AccuracyBudgetError, CalibrationDataError, QuantizationOptionError
-from converter.quantize.evaluate import EvalSet
+from converter.quantize.evaluate import EvalSet, compare, cosine
 from converter.quantize.preprocessing import METADATA_KEY, bind_spec, read_spec
 from converter.quantize.progress import ProgressCallback, resolve
 from converter.quantize.quantizers import LAYER_OPS
@@ -80,6 +83,12 @@ def quantize_model(
             )
             report.budget_met = evaluation.drop <= config.max_accuracy_drop
         report.evaluation = evaluation
+    elif config.mode == "int8" and isinstance(calibration_data, (str, os.PathLike, list, tuple)):
+        try:
+            _check_on_calibration(model, quantized.model, calibration_data, inputs, config, spec, engine, report)
+        except Exception as err:  # an advisory check: the quantized model is written either way
+            report.warnings.append(f"the int8 model could not be checked against the float one on calibration "
+                                   f"samples ({type(err).__name__}: {str(err)[:200]}); give --eval DATA to measure it")
     report.quantized_nodes = quantized.quantized
     report.declined = quantized.declined
     report.removed_activations = quantized.removed
@@ -92,6 +101,49 @@ def quantize_model(
         result.metadata[METADATA_KEY] = json.dumps(spec, sort_keys=True)
     report.seconds = time.perf_counter() - started
     return result, report
+
+
+CHECK_SAMPLES = 8  # calibration samples the quantized model is checked on when no --eval is given
+CHECK_COSINE = 0.99  # an output below it against the float model is reported
+
+
+def _check_on_calibration(model, quantized: lite_ir.Model, calibration_data, inputs, config: QuantConfig, spec,
+                          engine: str, report: QuantizationReport) -> None:
+    """Without evaluation data, the quantized model against the float one on a few calibration
+    samples: not a measure of accuracy (the ranges came from them), but a quantization that
+    ruins an output, or a part of one (a shared scale that rounds a detector's scores to 0 beside
+    its box coordinates), shows, with a warning."""
+    checked = list(batches(calibration_data, inputs, config.batch_size, CHECK_SAMPLES, spec))
+    if not checked:
+        return
+    evalset = EvalSet(model, checked, engine)
+    results = evalset.run(quantized)
+    evaluation = compare(evalset.float_outputs, results)
+    report.evaluation, report.evaluated_on = evaluation, "calibration"
+    for name, reference in evalset.float_outputs.items():
+        where, value = _worst_part(np.asarray(reference, np.float64), np.asarray(results[name], np.float64))
+        if value < CHECK_COSINE:
+            report.warnings.append(
+                f"int8 output {name!r}{where} has cosine {value:.4f} against the float model on {evaluation.samples} "
+                f"calibration samples (below {CHECK_COSINE}): give --eval DATA with --max-accuracy-drop PP to keep "
+                "the layers that cost most in float, or --quant int8-dynamic")
+
+
+_PART_AXIS = 16  # axes of at most this many entries (but the batch's) are checked part by part
+
+
+def _worst_part(reference: np.ndarray, got: np.ndarray) -> tuple[str, float]:
+    """The lowest cosine of the whole output and of each slice along its short axes (a detector's
+    6 values per box: the score column alone), and where it is ("" for the whole)."""
+    worst = ("", cosine(reference.reshape(-1), got.reshape(-1)))
+    for axis in range(1, reference.ndim):
+        if not 1 < reference.shape[axis] <= _PART_AXIS:
+            continue
+        for index in range(reference.shape[axis]):
+            part = cosine(np.take(reference, index, axis).reshape(-1), np.take(got, index, axis).reshape(-1))
+            if part < worst[1]:
+                worst = (f" (index {index} of axis {axis})", part)
+    return worst
 
 
 def _builder(model, config: QuantConfig, calibration_data, spec, report: QuantizationReport,

@@ -25,6 +25,7 @@ class QuantizationReport:
     calibration_samples: int = 0
     calibration_engine: str = ""
     evaluation: Evaluation | None = None
+    evaluated_on: str = "eval"  # the samples of ``evaluation``: "eval" (--eval) or "calibration" (the check without it)
     sensitivity: list[LayerSensitivity] = field(default_factory=list)
     fallback_steps: list[FallbackStep] = field(default_factory=list)
     budget_met: bool | None = None
@@ -43,6 +44,7 @@ class QuantizationReport:
             "calibration_samples": self.calibration_samples,
             "calibration_engine": self.calibration_engine,
             "evaluation": self.evaluation.to_dict() if self.evaluation else None,
+            "evaluated_on": self.evaluated_on if self.evaluation else None,
             "sensitivity": [s.to_dict() for s in self.sensitivity],
             "fallback_steps": [s.to_dict() for s in self.fallback_steps],
             "budget_met": self.budget_met,
@@ -56,7 +58,7 @@ class QuantizationReport:
                     if self.calibration_samples else "")]
         evaluation = self.evaluation
         if evaluation is not None:
-            parts = [f"{evaluation.samples} eval samples"]
+            parts = [f"{evaluation.samples} {self.evaluated_on} samples"]
             if evaluation.top1_agreement is not None:
                 parts.append(f"top-1 agreement {100 * evaluation.top1_agreement:.2f}%")
             if evaluation.float_accuracy is not None:

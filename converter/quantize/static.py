@@ -33,6 +33,7 @@ import numpy as np
 from converter.quantize.config import QuantConfig
 from converter.quantize.errors import QuantizationError
 from converter.quantize.graph import GraphEditor, default_opset, describe
+from converter.quantize.kept_float import keep_disparate_concats_float, keep_unobserved_tensors_float
 from converter.quantize.quantizers import QUANTIZERS, Request
 from converter.quantize.scheme import activation_bounds, activation_params, quantize_bias, quantize_weight
 from converter.quantize.tables import quantize_tables
@@ -70,7 +71,8 @@ def quantize_static(model: lite_ir.Model, ranges: dict[str, Range], config: Quan
     graph = GraphEditor(model)
     excluded = set(exclude) | set(config.exclude)
     requests = _requests(graph, config, include, excluded, result)
-    _keep_unobserved_tensors_float(graph, requests, ranges, result)
+    keep_unobserved_tensors_float(graph, requests, ranges, result)
+    keep_disparate_concats_float(graph, requests, ranges, result)
     _keep_magnified_tensors_float(graph, requests, result)
     _keep_constant_operands_cheap(graph, requests, result)
     forced = _remove_activations(graph, requests, ranges, result)
@@ -106,25 +108,6 @@ def _requests(graph: GraphEditor, config: QuantConfig, include, excluded, result
         else:
             requests.append((node, outcome))
     return requests
-
-
-def _keep_unobserved_tensors_float(graph: GraphEditor, requests, ranges: dict[str, Range],
-                                   result: QuantizedGraph) -> None:
-    """Decline every node that would quantize a tensor no calibration sample gave a value: one
-    whose size depends on the data and was empty each time (a detector's regions of interest
-    on a pyramid level none of the samples used). It has no range to quantize with."""
-    kept = []
-    for node, request in requests:
-        touched = [node.inputs[slot] for slot in request.activations]
-        if request.output == "always":
-            touched.append(node.outputs[0])
-        unseen = next((graph.tensor(index).name for index in touched if graph.tensor(index).name not in ranges), None)
-        if unseen is None:
-            kept.append((node, request))
-            continue
-        result.declined.append((node.name, node.op_type, f"{unseen!r} held no value in any calibration sample "
-                                "(empty each time), so it has no range to quantize with"))
-    requests[:] = kept
 
 
 # Ops whose error grows without bound as their input nears zero: a fixed int8 step there is

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.compare import Tolerance, compare_outputs, output_error, spread_of
+from lite.compare import Tolerance, compare_outputs, output_error, row_set_error, spread_of, unordered_outputs
 
 
 def test_nan_where_the_reference_has_nan_and_equal_infinities_agree():
@@ -65,3 +65,43 @@ def test_integer_outputs_may_differ_where_the_reference_s_own_runs_do():
     failing = output_error("labels", reference["labels"], np.full(20, -1))
     assert "the reference's own runs differ in 3; 6 allowed" in failing.describe(tolerance)
     assert not output_error("steady", reference["steady"], np.zeros(20, int)).within(tolerance)
+
+
+def _detections(seed: int, rows: int = 40) -> np.ndarray:
+    """(1, rows, 6): boxes, a score and a class, as a detector's TopK or NMS leaves them."""
+    r = np.random.default_rng(seed)
+    boxes = r.uniform(0, 640, (rows, 4))
+    return np.concatenate([boxes, r.uniform(0, 1, (rows, 1)), r.integers(0, 80, (rows, 1))], 1)[None].astype(np.float32)
+
+
+def test_rows_that_trade_places_are_one_set_and_a_moved_row_is_not():
+    reference = _detections(0)
+    shuffled = reference[:, np.random.default_rng(1).permutation(40)]
+    assert not output_error("d", reference, shuffled).within(Tolerance())  # element by element: far apart
+    error = row_set_error("d", reference, shuffled, Tolerance())
+    assert error.unordered and error.mismatched_values == 0 and error.within(Tolerance()) and error.cosine == 1.0
+    moved = shuffled.copy()
+    moved[0, 3, 0] += 5.0  # one box shifted by 5 pixels: unpaired on both sides
+    assert row_set_error("d", reference, moved, Tolerance()).mismatched_values == 2
+
+
+def test_outputs_the_reference_reorders_are_compared_as_sets_with_the_set_spread():
+    """The reference's two runs swap near-tied rows and differ in one row at a top-k's cut: the
+    output is unordered with a spread of 2 unpaired rows; a conversion that reorders rows passes,
+    one whose rows are wrong fails however far the runs move element by element."""
+    first = _detections(0)
+    second = first[:, np.random.default_rng(2).permutation(40)].copy()
+    second[0, 7] = _detections(3)[0, 0]  # another box made the cut
+    spread = unordered_outputs({"d": first}, {"d": second}, Tolerance())
+    assert spread == {"d": 2.0}
+    tolerance = Tolerance(spread=spread, unordered=frozenset(spread))
+    reordered = first[:, ::-1]
+    (ok,) = compare_outputs({"d": first}, {"d": reordered}, tolerance)
+    assert ok.within(tolerance), ok
+    wrong = first.copy()
+    wrong[0, :, 4] = 0.0  # every score lost
+    (bad,) = compare_outputs({"d": first}, {"d": wrong}, tolerance)
+    # (a score already within 1e-4 of the output's peak of 640 from 0 still pairs: 78 of 80)
+    assert not bad.within(tolerance) and "78 rows have no counterpart in any order" in bad.describe(tolerance)
+    unrelated = {"d": _detections(4)}  # runs that share no rows are not a reordering
+    assert unordered_outputs({"d": first}, unrelated, Tolerance()) == {}

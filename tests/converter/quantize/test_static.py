@@ -324,3 +324,48 @@ def test_a_tensor_empty_on_every_calibration_sample_stays_float(tmp_path):
     x, keep = rng.random((8, 4), dtype=np.float32), np.arange(8) % 3 == 0
     got = NumpyEngine(load(tmp_path / "q.lite")).run({"x": x, "keep": keep})
     np.testing.assert_allclose(got["y"], x[keep] @ numpy_helper.to_array(w), rtol=0.05, atol=0.05)
+
+
+def _detector_head():
+    """Box coordinates (Sigmoid x 640) and class scores (Sigmoid, 0 to 1) concatenated, then a
+    Reshape: a detector's output."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), name)
+               for name in ("wb", "ws")]
+    constants = [numpy_helper.from_array(np.array(640, np.float32), "scale"),
+                 numpy_helper.from_array(np.array([1, 8, 1024], np.int64), "shape")]
+    nodes = [
+        helper.make_node("Conv", ["x", "wb"], ["b0"], pads=[1, 1, 1, 1]), helper.make_node("Sigmoid", ["b0"], ["b1"]),
+        helper.make_node("Mul", ["b1", "scale"], ["boxes"]),
+        helper.make_node("Conv", ["x", "ws"], ["s0"], pads=[1, 1, 1, 1]), helper.make_node("Sigmoid", ["s0"], ["scores"]),
+        helper.make_node("Concat", ["boxes", "scores"], ["both"], axis=1, name="head"),
+        helper.make_node("Reshape", ["both", "shape"], ["y"], name="flatten"),
+    ]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1024])], weights + constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_concat_of_coordinates_and_scores_stays_float_and_the_scores_survive(tmp_path):
+    """One int8 scale for 0..640 and 0..1 rounded every score to 0 (a step of 2.5)."""
+    rng = np.random.default_rng(1)
+    samples = [rng.random((1, 3, 32, 32), dtype=np.float32) for _ in range(4)]
+    report = converter.convert(_detector_head(), tmp_path / "q.lite", quant="int8", calibration_data=samples)
+    declined = {name: reason for name, _, reason in report.quantization.declined}
+    assert "one int8 scale would leave it" in declined["head"] and "Concat 'head'" in declined["flatten"]
+    x = rng.random((1, 3, 32, 32), dtype=np.float32)
+    expected = ort.InferenceSession(_detector_head().SerializeToString()).run(None, {"x": x})[0]
+    got = NumpyEngine(load(tmp_path / "q.lite")).run({"x": x})["y"]
+    np.testing.assert_allclose(got[0, 4:], expected[0, 4:], atol=0.05)  # the scores
+    assert report.quantization.evaluated_on == "calibration" and report.quantization.evaluation.outputs[0].cosine > 0.99
+
+
+def test_an_output_int8_ruins_is_reported_after_a_check_on_calibration_samples(tmp_path, monkeypatch):
+    from converter.quantize import kept_float
+
+    monkeypatch.setattr(kept_float, "DISPARITY", 10**9)  # the shared scale the rule above prevents
+    rng = np.random.default_rng(1)
+    samples = [rng.random((1, 3, 32, 32), dtype=np.float32) for _ in range(4)]
+    report = converter.convert(_detector_head(), tmp_path / "q.lite", quant="int8", calibration_data=samples)
+    (warning,) = [w for w in report.quantization.warnings if "against the float model" in w]
+    assert "int8 output 'y' (index 4 of axis 1) has cosine" in warning and "on 4 calibration samples" in warning
