@@ -152,6 +152,24 @@ def test_reserved_parameters_as_tritonclient_sends_them_are_served(stub, key, ki
     assert getattr(answer.parameters[key], answer.parameters[key].WhichOneof("parameter_choice")) == value
 
 
+# ----- echoed parameters ------------------------------------------------------------------------------
+
+
+def test_echoed_parameters_keep_their_kind(stub):
+    """An answer echoes the request's parameters as they came: ``uint64_param`` 5 was answered as
+    ``int64_param`` 5, which a client that reads the field it sent finds unset."""
+    request = identity_request()
+    request.parameters["u"].uint64_param = 5
+    request.parameters["big"].uint64_param = 2**64 - 1
+    request.parameters["i"].int64_param = -5
+    request.parameters["flag"].bool_param = False
+    request.parameters["x"].double_param = 2.0
+    request.parameters["s"].string_param = "abc"
+    answer = stub.ModelInfer(request, timeout=TIMEOUT)
+    assert dict(answer.parameters) == dict(request.parameters)
+    assert answer.parameters["u"].WhichOneof("parameter_choice") == "uint64_param"
+
+
 # ----- repository control ------------------------------------------------------------------------
 
 
