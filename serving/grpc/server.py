@@ -31,7 +31,7 @@ from ..metrics_http import start_metrics_server
 from ..repository import ModelRepository
 from ..settings import Settings
 from .auth import BearerTokenInterceptor
-from .decoding import add_inference_service
+from .decoding import SERVICE, add_inference_service
 from .reflection import enable_reflection
 from .servicer import InferenceServicer
 
@@ -98,7 +98,7 @@ class Server:
                                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self._grpc)
         if self._gate is None:  # listen while loading: health says NOT_SERVING until ready
             self._bind()
-            await self.health.set("", NOT_SERVING)
+            await self._server_health(NOT_SERVING)
             await self._grpc.start()
             self._start_metrics()
         failed = await self.manager.load_startup_models()
@@ -111,7 +111,7 @@ class Server:
             self._start_metrics()
         self.manager.start_polling()
         self.dataplane.started = True
-        await self.health.set("", SERVING)
+        await self._server_health(SERVING)
         log.info(
             "server ready",
             extra={"port": self.port, "metrics_port": self.metrics_port, "tls": settings.tls_cert is not None,
@@ -168,6 +168,13 @@ class Server:
 
     async def wait(self) -> None:
         await self._stopped.wait()
+
+    async def _server_health(self, status: int) -> None:
+        """The server's own health, under "" and under the inference service's name: probes and
+        clients (grpc-health-probe -service, a load balancer's per-service check) ask for either.
+        Shutdown turns both NOT_SERVING (enter_graceful_shutdown turns every name)."""
+        for service in ("", SERVICE):
+            await self.health.set(service, status)
 
     async def _model_health(self, name: str, serving: bool) -> None:
         await self.health.set(name, SERVING if serving else NOT_SERVING)

@@ -230,6 +230,8 @@ def test_grpc_health_for_server_and_each_model(server):
         stub = health_pb2_grpc.HealthStub(channel)
         serving = health_pb2.HealthCheckResponse.SERVING
         assert stub.Check(health_pb2.HealthCheckRequest(service="")).status == serving
+        # The service's own name, as grpc-health-probe -service and per-service checks ask.
+        assert stub.Check(health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService")).status == serving
         assert stub.Check(health_pb2.HealthCheckRequest(service="identity")).status == serving
         with pytest.raises(grpc.RpcError) as info:
             stub.Check(health_pb2.HealthCheckRequest(service="no-such-model"))
