@@ -88,6 +88,7 @@ class Server:
                 ("grpc.max_receive_message_length", settings.max_message_bytes),
                 ("grpc.max_send_message_length", settings.max_message_bytes),
                 ("grpc.so_reuseport", int(self._gate is not None)),
+                *keepalive_options(settings),
             ],
         )
         self._servicer = InferenceServicer(self.dataplane, settings.stream_concurrency)
@@ -221,6 +222,18 @@ async def serve(settings: Settings, gate: Callable[[asyncio.Event], Awaitable[bo
         _exit_after(settings.grace_period_s + _HARD_STOP_MARGIN_S)
         await server.stop()
     return 0
+
+
+def keepalive_options(settings: Settings) -> list[tuple[str, int]]:
+    """The keepalive settings as gRPC core's channel arguments (grpc/grpc doc/keepalive.md)."""
+    return [
+        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time),
+        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout),
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.min_ping_interval_without_data_ms", settings.grpc_http2_min_recv_ping_interval_without_data),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+    ]
 
 
 def _exit_after(seconds: float) -> None:
