@@ -97,6 +97,26 @@ def test_a_short_message_is_not_cut(stub):
                              "the model takes ['INPUT0']")
 
 
+def test_an_answer_over_4_mib_needs_the_client_receive_limit_the_docs_name(server):
+    """The server sends answers up to --max-message-bytes (64 MiB), but gRPC clients other than
+    tritonclient refuse to receive more than 4 MiB unless told otherwise: docs/serving.md names the
+    channel option that raises the limit, and it does."""
+    from .conftest import REPO_ROOT
+
+    option = "grpc.max_receive_message_length"
+    assert f"`{option}`" in (REPO_ROOT / "docs" / "serving.md").read_text()
+    rows = (5 << 20) // ROW.nbytes  # a 5 MiB answer
+    request = pb.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[rows, 16])
+    request.raw_input_contents.append(np.zeros((rows, 16), np.float32).tobytes())
+    with grpc.insecure_channel(server.address) as channel:
+        error = rejected(lambda: pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=TIMEOUT))
+    assert error.code() == C.RESOURCE_EXHAUSTED and "larger than max" in error.details()
+    with grpc.insecure_channel(server.address, options=[(option, 64 << 20)]) as channel:
+        answer = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=TIMEOUT)
+    assert len(answer.raw_output_contents[0]) == rows * ROW.nbytes
+
+
 # ----- requested outputs ----------------------------------------------------------------------------
 
 
