@@ -89,7 +89,7 @@ class Settings:
     # pings"). So pings are allowed without calls, and as often as every 500 ms: half of
     # the shortest interval clients commonly set (1 s), as pings of a client pinging every second
     # can arrive a little less than a second apart. A client pinging faster is still struck and,
-    # after grpc_http2_max_ping_strikes strikes, sent away, so pings cannot flood the server.
+    # after more than grpc_http2_max_ping_strikes strikes, sent away: pings cannot flood the server.
     grpc_keepalive_permit_without_calls: bool = True
     grpc_http2_min_recv_ping_interval_without_data: int = 500
     grpc_http2_max_ping_strikes: int = 2  # 0: any number of strikes
@@ -205,8 +205,8 @@ HELP = {
                                            "(--no-... sends such clients away)",
     "grpc_http2_min_recv_ping_interval_without_data": "fewest milliseconds between two client pings while no data "
                                                       "is sent; a ping sooner is a strike",
-    "grpc_http2_max_ping_strikes": "strikes after which the server closes the connection (GOAWAY too_many_pings; "
-                                   "0: never)",
+    "grpc_http2_max_ping_strikes": "strikes the server tolerates; one more closes the connection (GOAWAY "
+                                   "too_many_pings; 0: never)",
     "grpc_http2_max_pings_without_data": "pings the server sends on a connection while it sends no data (0: no "
                                          "limit)",
     "tls_cert": "server certificate (PEM); with --tls-key, the server speaks TLS",
