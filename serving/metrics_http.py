@@ -9,7 +9,6 @@ mutual TLS, a client certificate from the same CA. Without either it answers any
 
 from __future__ import annotations
 
-import hmac
 import socket
 import ssl
 import threading
@@ -19,6 +18,8 @@ from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from .bearer import carries_token
 
 # Each connection is served by a thread of its own, which waits for the request as long as the
 # client keeps the connection open: without bounds, a client that opens connections and sends
@@ -89,11 +90,11 @@ def start_metrics_server(registry: CollectorRegistry, host: str, port: int, *, t
 
 
 def _require_token(app: Callable, token: str) -> Callable:
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
 
     def guarded(environ: dict, start_response: Callable) -> Iterable[bytes]:
         given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
-        if hmac.compare_digest(given, expected):
+        if carries_token(given, expected):
             return app(environ, start_response)
         start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
                                             ("WWW-Authenticate", 'Bearer realm="metrics"')])

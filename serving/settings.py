@@ -76,6 +76,24 @@ class Settings:
     max_shared_memory_bytes: int = 4096 * MIB  # the registered regions together
     grace_period_s: float = 30.0  # SIGTERM: time left to in-flight requests
     stream_concurrency: int = 64  # requests of one stream in flight at once
+    # gRPC keepalive (HTTP/2 PING frames), named and measured (milliseconds) as Triton's flags are.
+    # The server's own pings: after grpc_keepalive_time without reads it pings, and closes the
+    # connection when no answer comes within grpc_keepalive_timeout (gRPC's defaults).
+    grpc_keepalive_time: int = 7_200_000
+    grpc_keepalive_timeout: int = 20_000
+    # The clients' pings. gRPC core's defaults (no pings on a connection without calls, none more
+    # often than every 5 minutes while no data flows, GOAWAY "too_many_pings" after 2 such strikes)
+    # end quiet streams and idle connections of the keepalive settings clients commonly use: a
+    # grpc-js client pinging every 10 s lost its open stream after 40 s, one pinging every 1 s
+    # after 4 s (RESOURCE_EXHAUSTED "Bandwidth exhausted"; tritonclient: UNAVAILABLE "Too many
+    # pings"). So pings are allowed without calls, and as often as every 500 ms: half of
+    # the shortest interval clients commonly set (1 s), as pings of a client pinging every second
+    # can arrive a little less than a second apart. A client pinging faster is still struck and,
+    # after more than grpc_http2_max_ping_strikes strikes, sent away: pings cannot flood the server.
+    grpc_keepalive_permit_without_calls: bool = True
+    grpc_http2_min_recv_ping_interval_without_data: int = 500
+    grpc_http2_max_ping_strikes: int = 2  # 0: any number of strikes
+    grpc_http2_max_pings_without_data: int = 2  # the server's own pings while it sends no data; 0: no limit
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None  # set: mutual TLS, clients must present a certificate
@@ -93,6 +111,7 @@ class Settings:
         if self.max_tensor_elements < 0:
             raise ConfigError(f"setting max_tensor_elements must be >= 0 (0: max_message_bytes), got "
                               f"{self.max_tensor_elements}")
+        _check_keepalive(self)
         if self.threads < 0:
             raise ConfigError(f"setting threads must be >= 0 (0: ONNX Runtime's default), got {self.threads}")
         if not 0 <= self.port < 65536 or not 0 <= self.metrics_port < 65536:
@@ -179,6 +198,17 @@ HELP = {
     "max_shared_memory_bytes": "most bytes the registered shared-memory regions may span together",
     "grace_period_s": "on SIGTERM, seconds left to requests in flight before the server stops",
     "stream_concurrency": "requests of one stream in flight at once (the stream reads no more until one is answered)",
+    "grpc_keepalive_time": "milliseconds a connection may go without reads before the server pings it",
+    "grpc_keepalive_timeout": "milliseconds the server waits for the answer to its ping before it closes the "
+                              "connection",
+    "grpc_keepalive_permit_without_calls": "accept clients' keepalive pings on connections without calls "
+                                           "(--no-... sends such clients away)",
+    "grpc_http2_min_recv_ping_interval_without_data": "fewest milliseconds between two client pings while no data "
+                                                      "is sent; a ping sooner is a strike",
+    "grpc_http2_max_ping_strikes": "strikes the server tolerates; one more closes the connection (GOAWAY "
+                                   "too_many_pings; 0: never)",
+    "grpc_http2_max_pings_without_data": "pings the server sends on a connection while it sends no data (0: no "
+                                         "limit)",
     "tls_cert": "server certificate (PEM); with --tls-key, the server speaks TLS",
     "tls_key": "the certificate's private key (PEM)",
     "tls_client_ca": "CA certificate (PEM) that client certificates must chain to: mutual TLS",
@@ -303,3 +333,18 @@ def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
     for name in names:
         if getattr(settings, name) <= 0:
             raise ConfigError(f"setting {name} must be positive, got {getattr(settings, name)}")
+
+
+_GRPC_INT_MAX = 2**31 - 1
+
+
+def _check_keepalive(settings: Settings) -> None:
+    """The keepalive settings, as gRPC takes them: times positive, counts and the interval >= 0, all
+    within a C int (gRPC reads channel arguments as such)."""
+    for name, least in (("grpc_keepalive_time", 1), ("grpc_keepalive_timeout", 1),
+                        ("grpc_http2_min_recv_ping_interval_without_data", 0), ("grpc_http2_max_ping_strikes", 0),
+                        ("grpc_http2_max_pings_without_data", 0)):
+        value = getattr(settings, name)
+        if not least <= value <= _GRPC_INT_MAX:
+            raise ConfigError(f"setting {name} must be an integer from {least} to {_GRPC_INT_MAX}, got {value} "
+                              f"(--{name.replace('_', '-')}, {ENV_PREFIX}{name.upper()})")

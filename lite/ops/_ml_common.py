@@ -45,7 +45,7 @@ def transform_scores(scores: np.ndarray, transform, op: str) -> np.ndarray:
 def class_labels(ints, strings, op: str) -> np.ndarray:
     """The classes, int64 or str, from whichever of ``classlabels_int64s``/``_strings`` is set."""
     if strings is not None and len(strings):
-        return as_text(list(strings))
+        return as_text(list(strings), None)
     if ints is not None and len(ints):
         return np.asarray(list(ints), dtype=np.int64)
     raise KernelError(f"{op}: needs class labels (classlabels_ints/int64s or classlabels_strings)")

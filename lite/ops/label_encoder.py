@@ -32,7 +32,7 @@ def _one_of(kind: str, candidates: dict) -> tuple[str, np.ndarray]:
     if name.endswith("floats"):
         return name, np.asarray(value, dtype=np.float32)
     array = np.asarray(value)
-    return name, as_text(array) if array.dtype.kind in "OSU" else array
+    return name, as_text(array, None) if array.dtype.kind in "OSU" else array
 
 
 def _lookup_key(value):
@@ -46,7 +46,7 @@ def _encode(X, keys: np.ndarray, values: np.ndarray, default) -> np.ndarray:
     if keys.shape[0] != values.shape[0]:
         raise KernelError(f"LabelEncoder: {keys.shape[0]} keys but {values.shape[0]} values")
     table = {_lookup_key(key): value for key, value in zip(keys.reshape(-1), values.reshape(-1))}
-    data = as_text(X) if keys.dtype == object else np.asarray(X)
+    data = as_text(X, "X") if keys.dtype == object else np.asarray(X)
     output = np.empty(data.shape, dtype=values.dtype)
     for index, element in np.ndenumerate(data):
         output[index] = table.get(_lookup_key(element), default)
@@ -62,7 +62,7 @@ def LabelEncoder(X, *, default_float=-0.0, default_int64=-1, default_string="_Un
     _, values = _one_of("values_*", {"values_floats": values_floats, "values_int64s": values_int64s,
                                      "values_strings": values_strings, "values_tensor": values_tensor})
     if default_tensor is not None:
-        default = (as_text(default_tensor) if values.dtype == object else np.asarray(default_tensor)).reshape(-1)[0]
+        default = (as_text(default_tensor, None) if values.dtype == object else np.asarray(default_tensor)).reshape(-1)[0]
     elif values.dtype == object:
         default = default_string
     elif values.dtype.kind == "f":

@@ -18,7 +18,7 @@ from lite.ops.string_ops import as_text
 def OneHotEncoder(X, *, cats_int64s=None, cats_strings=None, zeros=1):
     X = np.asarray(X)
     if cats_strings is not None and len(cats_strings):
-        categories, values = as_text(list(cats_strings)), as_text(X)
+        categories, values = as_text(list(cats_strings), None), as_text(X, "X")
     elif cats_int64s is not None and len(cats_int64s):
         categories = np.asarray(list(cats_int64s), dtype=np.int64)
         if X.dtype == object:

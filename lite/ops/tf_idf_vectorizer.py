@@ -59,7 +59,7 @@ def TfIdfVectorizer(X, *, max_gram_length, max_skip_count, min_gram_length, mode
     if X.ndim not in (1, 2):
         raise KernelError(f"TfIdfVectorizer: X must be [C] or [N, C], got shape {X.shape}")
     if pool_strings is not None:
-        pool, rows = list(pool_strings), as_text(X)
+        pool, rows = list(pool_strings), as_text(X, "X")
     else:
         pool, rows = [int(v) for v in pool_int64s], X.astype(np.int64)
     ngrams = _pool_ngrams(pool, ngram_counts)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 
 import grpc
 
+from ..bearer import carries_token
 from ..errors import UnauthenticatedError
 from .status import status_of
 
@@ -15,7 +15,7 @@ HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, token: str, exempt_health: bool) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode()
         self._exempt_health = exempt_health
 
     async def intercept_service(
@@ -29,7 +29,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         for key, value in details.invocation_metadata or ():
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else value
-                if hmac.compare_digest(given, self._expected):
+                if carries_token(given, self._token):
                     return handler
         return _deny(handler, "missing or invalid bearer token (metadata 'authorization: Bearer <token>')")
 

@@ -11,7 +11,7 @@ FP16 and BF16 have no typed field and travel raw only.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -234,23 +234,12 @@ def parameter_value(param: pb.InferParameter) -> ParameterValue:
     return getattr(param, kind)
 
 
-def set_parameter(target: pb.InferParameter, value: ParameterValue) -> None:
-    if isinstance(value, bool):
-        target.bool_param = value
-    elif isinstance(value, int):
-        if value >= 2**63:
-            target.uint64_param = value
-        else:
-            target.int64_param = value
-    elif isinstance(value, float):
-        target.double_param = value
-    else:
-        target.string_param = str(value)
-
-
-def from_response(response: InferenceResponse, request_parameters: dict[str, ParameterValue],
+def from_response(response: InferenceResponse, request_parameters: Mapping[str, pb.InferParameter],
                   requested: list[RequestedOutput] | None = None) -> pb.ModelInferResponse:
-    """The answer; outputs that ``requested`` puts in shared memory are written there."""
+    """The answer; outputs that ``requested`` puts in shared memory are written there.
+
+    ``request_parameters``: the request message's own parameters, echoed as they came, each of its
+    kind: a value alone cannot tell ``uint64_param`` 5 from ``int64_param`` 5."""
     msg = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
     targets = {o.name: o.shared_memory for o in requested if o.shared_memory is not None} if requested else None
     # Built in place: a list of messages handed to the constructor is copied element by element.
@@ -265,7 +254,7 @@ def from_response(response: InferenceResponse, request_parameters: dict[str, Par
             raw.append(b"")
     for key, value in request_parameters.items():
         if key not in _NOT_ECHOED:
-            set_parameter(msg.parameters[key], value)
+            msg.parameters[key].CopyFrom(value)
     return msg
 
 

@@ -29,25 +29,28 @@ SERVICE = "inference.GRPCInferenceService"
 
 
 class Undecodable:
-    """Stands for a request that could not be decoded; ``error()`` says why."""
+    """Stands for a request that could not be decoded; ``error()`` says why. ``message_type``:
+    the full name of the message the method takes (a stream's ModelStreamInfer takes
+    ``inference.ModelInferRequest``: the method's name is no guide to it)."""
 
-    def __init__(self, method: str, reason: str) -> None:
+    def __init__(self, method: str, message_type: str, reason: str) -> None:
         self.method = method
+        self.message_type = message_type
         self.reason = reason
 
     def error(self) -> InvalidRequestError:
         return InvalidRequestError(
             f"{self.method}: the request is not a valid protobuf message of the KServe v2 protocol "
-            f"({self.reason}); send a serialized inference.{self.method}Request with UTF-8 strings"
+            f"({self.reason}); send a serialized {self.message_type} with UTF-8 strings"
         )
 
 
-def _lenient(deserialize: Callable[[bytes], Any], method: str) -> Callable[[bytes], Any]:
+def _lenient(deserialize: Callable[[bytes], Any], method: str, message_type: str) -> Callable[[bytes], Any]:
     def decode(data: bytes) -> Any:
         try:
             return deserialize(data)
         except (DecodeError, ValueError) as err:
-            return Undecodable(method, str(err).split(": ", 1)[-1][:200])
+            return Undecodable(method, message_type, str(err).split(": ", 1)[-1][:200])
 
     return decode
 
@@ -70,7 +73,7 @@ def inference_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
         make = _KINDS[(method.client_streaming, method.server_streaming)]
         handlers[method.name] = make(
             getattr(servicer, method.name),
-            request_deserializer=_lenient(request_type.FromString, method.name),
+            request_deserializer=_lenient(request_type.FromString, method.name, method.input_type.full_name),
             response_serializer=response_type.SerializeToString,
         )
     return handlers

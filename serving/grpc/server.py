@@ -31,7 +31,7 @@ from ..metrics_http import start_metrics_server
 from ..repository import ModelRepository
 from ..settings import Settings
 from .auth import BearerTokenInterceptor
-from .decoding import add_inference_service
+from .decoding import SERVICE, add_inference_service
 from .reflection import enable_reflection
 from .servicer import InferenceServicer
 
@@ -88,6 +88,7 @@ class Server:
                 ("grpc.max_receive_message_length", settings.max_message_bytes),
                 ("grpc.max_send_message_length", settings.max_message_bytes),
                 ("grpc.so_reuseport", int(self._gate is not None)),
+                *keepalive_options(settings),
             ],
         )
         self._servicer = InferenceServicer(self.dataplane, settings.stream_concurrency)
@@ -98,7 +99,7 @@ class Server:
                                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self._grpc)
         if self._gate is None:  # listen while loading: health says NOT_SERVING until ready
             self._bind()
-            await self.health.set("", NOT_SERVING)
+            await self._server_health(NOT_SERVING)
             await self._grpc.start()
             self._start_metrics()
         failed = await self.manager.load_startup_models()
@@ -111,7 +112,7 @@ class Server:
             self._start_metrics()
         self.manager.start_polling()
         self.dataplane.started = True
-        await self.health.set("", SERVING)
+        await self._server_health(SERVING)
         log.info(
             "server ready",
             extra={"port": self.port, "metrics_port": self.metrics_port, "tls": settings.tls_cert is not None,
@@ -169,6 +170,13 @@ class Server:
     async def wait(self) -> None:
         await self._stopped.wait()
 
+    async def _server_health(self, status: int) -> None:
+        """The server's own health, under "" and under the inference service's name: probes and
+        clients (grpc-health-probe -service, a load balancer's per-service check) ask for either.
+        Shutdown turns both NOT_SERVING (enter_graceful_shutdown turns every name)."""
+        for service in ("", SERVICE):
+            await self.health.set(service, status)
+
     async def _model_health(self, name: str, serving: bool) -> None:
         await self.health.set(name, SERVING if serving else NOT_SERVING)
 
@@ -214,6 +222,18 @@ async def serve(settings: Settings, gate: Callable[[asyncio.Event], Awaitable[bo
         _exit_after(settings.grace_period_s + _HARD_STOP_MARGIN_S)
         await server.stop()
     return 0
+
+
+def keepalive_options(settings: Settings) -> list[tuple[str, int]]:
+    """The keepalive settings as gRPC core's channel arguments (grpc/grpc doc/keepalive.md)."""
+    return [
+        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time),
+        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout),
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.min_ping_interval_without_data_ms", settings.grpc_http2_min_recv_ping_interval_without_data),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+    ]
 
 
 def _exit_after(seconds: float) -> None:

@@ -89,7 +89,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request, context):
         inference = converters.to_request(request, context.time_remaining(), self._dataplane.shared_memory)
         response = await self._dataplane.infer(inference)
-        return converters.from_response(response, inference.parameters, inference.outputs)
+        return converters.from_response(response, request.parameters, inference.outputs)
 
     async def ModelStreamInfer(self, request_iterator, context) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id, so the
@@ -250,7 +250,7 @@ class InferStream:
         try:
             inference = converters.to_request(request, self._context.time_remaining(), self._dataplane.shared_memory)
             response = await self._dataplane.infer(inference)
-            answer = converters.from_response(response, inference.parameters, inference.outputs)
+            answer = converters.from_response(response, request.parameters, inference.outputs)
             out = pb.ModelStreamInferResponse(infer_response=answer)
         except ServingError as err:
             out = _stream_error(request, self._dataplane.client_text(str(err)))

@@ -296,7 +296,7 @@ CASES: list[Case] = [
         _utf8_broken(pb.RepositoryModelLoadRequest(model_name="modelx"), b"modelx", b"model\xfe")),
         BAD_REQUEST, NOT_A_MESSAGE),
     Case("not-a-message", lambda stub, channel: raw_unary(channel, "ModelInfer", b"\xff\xff\xff\xff\x0f"),
-         BAD_REQUEST, NOT_A_MESSAGE),
+         BAD_REQUEST, (*NOT_A_MESSAGE, "send a serialized inference.ModelInferRequest")),
     Case("truncated-message", lambda stub, channel: raw_unary(
         channel, "ModelInfer", infer_request().SerializeToString()[:-10]), BAD_REQUEST, NOT_A_MESSAGE),
     # -- authentication ---------------------------------------------------------------------------
@@ -305,7 +305,7 @@ CASES: list[Case] = [
          C.UNAUTHENTICATED, ("missing or invalid bearer token",)),
     Case("auth-no-scheme", infer(infer_request(), metadata=(("authorization", TOKEN),)), C.UNAUTHENTICATED,
          ("missing or invalid bearer token",)),
-    Case("auth-lowercase-scheme", infer(infer_request(), metadata=(("authorization", f"bearer {TOKEN}"),)),
+    Case("auth-basic-scheme", infer(infer_request(), metadata=(("authorization", f"Basic {TOKEN}"),)),
          C.UNAUTHENTICATED, ("missing or invalid bearer token",)),
     Case("auth-token-prefix", infer(infer_request(), metadata=(("authorization", f"Bearer {TOKEN[:-1]}"),)),
          C.UNAUTHENTICATED, ("missing or invalid bearer token",)),
@@ -337,7 +337,9 @@ CASES: list[Case] = [
     # -- the stream -------------------------------------------------------------------------------
     Case("stream-not-a-message", lambda stub, channel: rejected(lambda: list(channel.stream_stream(
         SERVICE + "ModelStreamInfer", request_serializer=None, response_deserializer=None)(
-        iter([b"\xff\xff\xff\xff\x0f"]), metadata=AUTH, timeout=TIMEOUT))), BAD_REQUEST, NOT_A_MESSAGE),
+        iter([b"\xff\xff\xff\xff\x0f"]), metadata=AUTH, timeout=TIMEOUT))), BAD_REQUEST,
+        # The stream carries ModelInferRequest messages: there is no ModelStreamInferRequest.
+        (*NOT_A_MESSAGE, "send a serialized inference.ModelInferRequest")),
 ]
 
 

@@ -299,3 +299,36 @@ def test_empty_extents_a_model_takes_are_served(open_size_server):
         for shape in [(5, 0), (0, 5)]:
             result = client.infer("open", [infer_input("INPUT0", np.zeros(shape, np.float32), "FP32")])
             assert result.as_numpy("OUTPUT0").shape == shape
+
+
+@pytest.fixture(scope="module")
+def string_server(tmp_path_factory):
+    """A string model: StringNormalizer upper-cases a STRING [N] input."""
+    from lite.format import GraphBuilder, save
+
+    from .conftest import start_server
+
+    root = tmp_path_factory.mktemp("strings")
+    builder = GraphBuilder("upper", opset=18)
+    text = builder.input("TEXT", np.object_, ["N"])
+    upper = builder.node("StringNormalizer", [text], outputs=["UPPER"], case_change_action="UPPER")
+    builder.output(upper, np.object_, ["N"])
+    (root / "upper" / "1").mkdir(parents=True)
+    save(builder.build(), str(root / "upper" / "1" / "model.lite"))
+    server = start_server(root)
+    yield server
+    server.stop()
+
+
+def test_bytes_that_are_not_utf8_sent_to_a_string_model_are_invalid_without_a_traceback(string_server):
+    """BYTES elements are any bytes on the wire; a string model reads them as UTF-8 text, so
+    other bytes are the client's error (INVALID_ARGUMENT naming the input and element), not the
+    model failing (INTERNAL, with a traceback logged on every such request)."""
+    with grpcclient.InferenceServerClient(string_server.address) as client:
+        good = client.infer("upper", [infer_input("TEXT", np.array([b"ok", "\u00e9".encode()], object), "BYTES")])
+        assert good.as_numpy("UPPER").tolist() == [b"OK", "\u00c9".encode()]
+        logged = len(string_server.logs)
+        err = rejected(client, "upper", [infer_input("TEXT", np.array([b"ok", b"\xffA"], object), "BYTES")])
+    assert err.status() == "StatusCode.INVALID_ARGUMENT", err.message()
+    assert "input X element [1] is not UTF-8 text" in err.message() and "StringNormalizer" in err.message(), err.message()
+    assert not any("Traceback" in line for line in string_server.logs[logged:])

@@ -97,6 +97,26 @@ def test_a_short_message_is_not_cut(stub):
                              "the model takes ['INPUT0']")
 
 
+def test_an_answer_over_4_mib_needs_the_client_receive_limit_the_docs_name(server):
+    """The server sends answers up to --max-message-bytes (64 MiB), but gRPC clients other than
+    tritonclient refuse to receive more than 4 MiB unless told otherwise: docs/serving.md names the
+    channel option that raises the limit, and it does."""
+    from .conftest import REPO_ROOT
+
+    option = "grpc.max_receive_message_length"
+    assert f"`{option}`" in (REPO_ROOT / "docs" / "serving.md").read_text()
+    rows = (5 << 20) // ROW.nbytes  # a 5 MiB answer
+    request = pb.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[rows, 16])
+    request.raw_input_contents.append(np.zeros((rows, 16), np.float32).tobytes())
+    with grpc.insecure_channel(server.address) as channel:
+        error = rejected(lambda: pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=TIMEOUT))
+    assert error.code() == C.RESOURCE_EXHAUSTED and "larger than max" in error.details()
+    with grpc.insecure_channel(server.address, options=[(option, 64 << 20)]) as channel:
+        answer = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=TIMEOUT)
+    assert len(answer.raw_output_contents[0]) == rows * ROW.nbytes
+
+
 # ----- requested outputs ----------------------------------------------------------------------------
 
 
@@ -150,6 +170,24 @@ def test_reserved_parameters_as_tritonclient_sends_them_are_served(stub, key, ki
     answer = stub.ModelInfer(request, timeout=TIMEOUT)
     assert answer.raw_output_contents[0] == ROW.tobytes()
     assert getattr(answer.parameters[key], answer.parameters[key].WhichOneof("parameter_choice")) == value
+
+
+# ----- echoed parameters ------------------------------------------------------------------------------
+
+
+def test_echoed_parameters_keep_their_kind(stub):
+    """An answer echoes the request's parameters as they came: ``uint64_param`` 5 was answered as
+    ``int64_param`` 5, which a client that reads the field it sent finds unset."""
+    request = identity_request()
+    request.parameters["u"].uint64_param = 5
+    request.parameters["big"].uint64_param = 2**64 - 1
+    request.parameters["i"].int64_param = -5
+    request.parameters["flag"].bool_param = False
+    request.parameters["x"].double_param = 2.0
+    request.parameters["s"].string_param = "abc"
+    answer = stub.ModelInfer(request, timeout=TIMEOUT)
+    assert dict(answer.parameters) == dict(request.parameters)
+    assert answer.parameters["u"].WhichOneof("parameter_choice") == "uint64_param"
 
 
 # ----- repository control ------------------------------------------------------------------------

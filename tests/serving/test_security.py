@@ -203,9 +203,11 @@ def token_server(repository):
     server.stop()
 
 
-def test_the_right_bearer_token_is_served(token_server):
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])
+def test_the_right_bearer_token_is_served(token_server, scheme):
+    """The scheme name is case-insensitive (RFC 7235 section 2.1); the token is not."""
     client = grpcclient.InferenceServerClient(token_server.address)
-    headers = {"authorization": f"Bearer {TOKEN}"}
+    headers = {"authorization": f"{scheme} {TOKEN}"}
     np.testing.assert_array_equal(infer_ones(client, headers), np.ones((1, 16), np.float32))
     assert client.is_server_ready(headers=headers, client_timeout=TIMEOUT)
     assert client.get_inference_statistics("identity", headers=headers, client_timeout=TIMEOUT)
@@ -217,8 +219,10 @@ def test_the_right_bearer_token_is_served(token_server):
     {"authorization": "Bearer wrong-token"},
     {"authorization": TOKEN},  # no "Bearer " scheme
     {"authorization": f"Bearer {TOKEN}x"},
+    {"authorization": f"Bearer {TOKEN.upper()}"},
+    {"authorization": f"Basic {TOKEN}"},
     {"x-api-key": TOKEN},
-], ids=["missing", "wrong", "no-scheme", "longer", "other-header"])
+], ids=["missing", "wrong", "no-scheme", "longer", "token-case", "basic-scheme", "other-header"])
 def test_a_missing_or_wrong_token_is_unauthenticated(token_server, headers):
     client = grpcclient.InferenceServerClient(token_server.address)
     for call in (
@@ -352,8 +356,9 @@ def test_metrics_need_the_bearer_token_when_calls_do(token_server, headers):
     assert "bearer token" in body and "identity" not in body
 
 
-def test_metrics_answer_the_right_bearer_token(token_server):
-    status, body = scrape(token_server.metrics_port, {"Authorization": f"Bearer {TOKEN}"})
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer"])
+def test_metrics_answer_the_right_bearer_token(token_server, scheme):
+    status, body = scrape(token_server.metrics_port, {"Authorization": f"{scheme} {TOKEN}"})
     assert status == 200
     assert "lite_models_loaded" in body
 

@@ -230,6 +230,8 @@ def test_grpc_health_for_server_and_each_model(server):
         stub = health_pb2_grpc.HealthStub(channel)
         serving = health_pb2.HealthCheckResponse.SERVING
         assert stub.Check(health_pb2.HealthCheckRequest(service="")).status == serving
+        # The service's own name, as grpc-health-probe -service and per-service checks ask.
+        assert stub.Check(health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService")).status == serving
         assert stub.Check(health_pb2.HealthCheckRequest(service="identity")).status == serving
         with pytest.raises(grpc.RpcError) as info:
             stub.Check(health_pb2.HealthCheckRequest(service="no-such-model"))
@@ -255,6 +257,44 @@ def test_reflection_lists_the_services(server, version):
     assert {"inference.GRPCInferenceService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
             "grpc.reflection.v1alpha.ServerReflection"} <= names
     assert described.file_descriptor_response.file_descriptor_proto
+
+
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_reflection_describes_every_service_it_lists(server, version):
+    """A client lists the services, then asks for the file defining each (grpcurl describe):
+    grpc.reflection.v1.ServerReflection was listed but answered NOT_FOUND, its file being in no
+    descriptor pool."""
+    from google.protobuf import descriptor_pb2
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    with grpc.insecure_channel(server.address) as channel:
+        call = channel.stream_stream(
+            f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        listing = next(call(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+        names = [service.name for service in listing.list_services_response.service]
+        asks = [reflection_pb2.ServerReflectionRequest(file_containing_symbol=name) for name in names]
+        answers = list(call(iter(asks), timeout=10))
+    for name, answer in zip(names, answers, strict=True):
+        assert not answer.HasField("error_response"), f"{name}: {answer.error_response.error_message}"
+        files = [descriptor_pb2.FileDescriptorProto.FromString(raw)
+                 for raw in answer.file_descriptor_response.file_descriptor_proto]
+        declared = {f"{file.package}.{service.name}" for file in files for service in file.service}
+        assert name in declared, f"{name}: the answer declares only {sorted(declared)}"
+
+
+def test_grpcio_reflection_client_resolves_the_v1_service(server):
+    """grpcio-reflection's own client (it speaks v1alpha) finds the v1 service and its method."""
+    from google.protobuf.descriptor_pool import DescriptorPool
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(server.address) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        service = DescriptorPool(database).FindServiceByName("grpc.reflection.v1.ServerReflection")
+        method = service.methods_by_name["ServerReflectionInfo"]
+        assert method.input_type.full_name == "grpc.reflection.v1.ServerReflectionRequest"
 
 
 def test_model_ready_is_false_for_unknown_models_and_versions(client):

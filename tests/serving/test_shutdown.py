@@ -5,6 +5,7 @@ for the whole grace period. Each test owns its server."""
 from __future__ import annotations
 
 import queue
+import signal
 import subprocess
 import threading
 import time
@@ -12,6 +13,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.lite.engines.models import endless_loop
@@ -193,3 +195,21 @@ def test_an_execution_that_never_finishes_does_not_outlive_the_grace_period(tmp_
     assert grace_s <= elapsed < grace_s + 6, elapsed
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert any("still running after the grace period" in line for line in server.logs), server.logs[-5:]
+
+
+@pytest.mark.parametrize("service", ["", "inference.GRPCInferenceService"])
+def test_health_turns_not_serving_when_the_server_stops(tmp_path, service):
+    """The server's health, under "" and under the inference service's name, is SERVING once
+    ready and NOT_SERVING from the moment it is asked to stop."""
+    identity_model(tmp_path / "identity" / "1" / "model.lite")
+    server = start_server(tmp_path)
+    status = health_pb2.HealthCheckResponse
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            updates = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=service),
+                                                                timeout=30)
+            assert next(updates).status == status.SERVING
+            server.process.send_signal(signal.SIGTERM)
+            assert next(updates).status == status.NOT_SERVING
+    finally:
+        server.stop()

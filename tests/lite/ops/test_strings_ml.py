@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lite.errors import InputValueError
 from tests.lite.ops._checks_domains import check, normal, rng, run_kernel
 
 ML = "ai.onnx.ml"
@@ -49,6 +50,19 @@ def test_regex_full_match(pattern):
 def test_string_normalizer(attributes, two_d):
     x = strings("Monday", "tuesday", "monday", "Wednesday")
     check("StringNormalizer", [x.reshape(1, -1) if two_d else x], attributes, opset=10)
+
+
+@pytest.mark.parametrize(("op_type", "inputs", "opset"), [
+    ("StringNormalizer", [strings("ok", b"A\xff")], 10),
+    ("StringConcat", [strings("a"), strings(b"\xc3")], 20),
+    ("RegexFullMatch", [strings(b"\xffx")], 20),
+], ids=["normalizer", "concat-second-input", "regex"])
+def test_bytes_that_are_not_utf8_are_the_callers_error_naming_input_and_element(op_type, inputs, opset):
+    """A BYTES tensor a client sent a string model: InputValueError (a server answers
+    INVALID_ARGUMENT), not a UnicodeDecodeError (which a server answers INTERNAL)."""
+    attributes = {"pattern": "x"} if op_type == "RegexFullMatch" else {}
+    with pytest.raises(InputValueError, match=r"input (X|Y) element \[\d\] is not UTF-8 text"):
+        run_kernel(op_type, inputs, attributes, opset=opset)
 
 
 def test_string_normalizer_all_dropped():
