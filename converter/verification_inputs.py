@@ -19,7 +19,9 @@ indices below the table's two rows). So the inputs are planned from the graph:
   past_sequence_length, head_size]`` is no image), one starting with ``past`` a cached length, 0
   in the last rounds (a decoder's first step); an image's channels and a patch embedding's side
   are what the Conv reading it takes (:mod:`converter.verification_axes`), channels 3 when only
-  the name says so;
+  the name says so; a feature axis left unknown is what the first LSTM, GRU, RNN, MatMul, Gemm
+  or Conv's weights take, followed through Unsqueeze, Squeeze, Transpose and element-wise ops
+  (:mod:`converter.verification_features`);
 - **values**: integers that reach a Gather's indices (through Cast, Unsqueeze, Reshape...) lie
   in ``[0, rows)`` of what they index; divisors, OneHot depths and Resize scales or sizes are
   positive (OneHot's float indices and depths whole numbers); masks are ones; lengths are the sequence's size;
@@ -41,6 +43,7 @@ import numpy as np
 import onnx
 
 from converter.verification_axes import axis_sizes
+from converter.verification_features import feature_sizes
 from lite.sample_inputs import INDEX_CARRYING_OPS
 
 # Ops whose output carries the same indices as their first input (values, possibly reshaped or
@@ -102,7 +105,10 @@ def plans(proto: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | Non
     values = _value_hints(proto, names)
     given = _given_sizes(inputs, input_shapes or {})
     # The image side read from a patch embedding's position table first, then the sizes by role.
-    readings = (axis_sizes(proto, names), axis_sizes(proto, names, patch_sides=False))
+    # Axes a layer's weights fix (a feature axis left unknown) under those.
+    weighed = feature_sizes(proto, names)
+    readings = tuple({name: {**weighed.get(name, {}), **found.get(name, {})} for name in {*weighed, *found}}
+                     for found in (axis_sizes(proto, names), axis_sizes(proto, names, patch_sides=False)))
     seen: set[tuple] = set()
     for round_sizes, fixed in itertools.product(_SIZES, readings):
         sizes: dict[str, int] = dict(given)
