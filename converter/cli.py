@@ -83,6 +83,9 @@ def _add_quantization_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--calib-method", choices=CALIBRATION_METHODS, help="how --quant int8 chooses activation ranges "
                        "(default minmax)")
     group.add_argument("--calib-size", type=int, metavar="N", help="calibration samples to read at most (default 256)")
+    group.add_argument("--calib-whole", action="store_true", default=None,
+                       help="each --calib/--eval array is one sample, fed as given: for inputs without a batch axis "
+                            "(a [time, features] sequence), whose rows are not samples")
     channel = group.add_mutually_exclusive_group()
     channel.add_argument("--per-channel", dest="per_channel", action="store_true", default=None,
                          help="one weight scale per output channel (default)")
@@ -105,6 +108,7 @@ INT8_MODES = ("int8", "int8-dynamic", "int8-weight")
 TUNING_OPTIONS = (
     ("--calib-method", "calib_method", STATIC_ONLY),
     ("--calib-size", "calib_size", STATIC_ONLY),
+    ("--calib-whole", "calib_whole", STATIC_ONLY),
     ("--activation-type", "activation_type", STATIC_ONLY),
     ("--per-channel/--per-tensor", "per_channel", INT8_MODES),
     ("--exclude", "exclude", INT8_MODES),
@@ -125,6 +129,8 @@ def _quantization_arguments(args: argparse.Namespace) -> dict:
     quant_options = {"exclude": tuple(args.exclude)}
     if args.activation_type is not None:
         quant_options["activation_type"] = args.activation_type
+    if args.calib_whole:
+        quant_options["whole_samples"] = True
     return {
         "quant": args.quant,
         "calibration_data": args.calib,

@@ -18,6 +18,7 @@ from converter.quantize.histogram import StreamingHistogram
 from converter.quantize.methods import METHODS, TensorStats, needs_histogram
 from converter.quantize.progress import ProgressCallback
 from converter.quantize.runner import Runner, input_specs, with_outputs
+from lite.errors import KernelError
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
 
@@ -46,10 +47,13 @@ def collect_stats(model: lite_ir.Model, source: DataSource, config: QuantConfig,
     runner = Runner(with_outputs(model, names), engine=engine)
     histogram = needs_histogram(config.calibration_method)
     stats = {name: TensorStats(histogram=StreamingHistogram() if histogram else None) for name in names}
-    inputs = input_specs(model)
+    inputs = input_specs(model, config.whole_samples)
     seen = 0
     for batch in batches(source, inputs, config.batch_size, config.calibration_size, spec):
-        outputs = runner.run(batch.feeds)
+        try:
+            outputs = runner.run(batch.feeds)
+        except KernelError as err:
+            raise CalibrationDataError(f"{err}{_rows_hint(inputs, config)}") from err
         for name in names:
             # Whole: not every activation has the batch first (YOLO's anchor grid is (anchors, 2), a
             # recurrent layer's (steps, batch, hidden)); cutting rows past the batch's size ranged
@@ -66,6 +70,15 @@ def collect_stats(model: lite_ir.Model, source: DataSource, config: QuantConfig,
     if progress is not None and seen < config.calibration_size:
         progress("calibrating (samples)", seen, seen)
     return stats, seen
+
+
+def _rows_hint(inputs, config: QuantConfig) -> str:
+    """What to try when the model refused a batch of calibration rows: its first axis may be no
+    batch at all (a [time, features] sequence, cut into one-frame samples)."""
+    if config.whole_samples or not any(spec.shape and not isinstance(spec.shape[0], int) for spec in inputs):
+        return ""
+    return ("; the calibration arrays were read as rows of samples along their first axis: if that axis is no "
+            "batch (a [time, features] sequence), pass --calib-whole (whole_samples=True) to feed each array whole")
 
 
 def ranges(stats: dict[str, TensorStats], config: QuantConfig) -> dict[str, tuple[float, float]]:

@@ -40,6 +40,9 @@ class QuantConfig:
     exclude: tuple[str, ...] = ()  # node names kept in float by the user
     batch_size: int = 16  # calibration/evaluation batch, when the model's batch is not fixed
     quantize_outputs: bool = False  # also quantize float graph outputs of MatMul/Gemm
+    # Every calibration/evaluation array is one sample, fed as given: for inputs without a batch
+    # axis (a [time, features] sequence), whose rows are no samples.
+    whole_samples: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -73,4 +76,5 @@ class QuantConfig:
             "activation_type": self.activation_type,
             "max_accuracy_drop": self.max_accuracy_drop,
             "exclude": list(self.exclude),
+            "whole_samples": self.whole_samples,
         }

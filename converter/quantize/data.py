@@ -39,6 +39,7 @@ class InputSpec:
     name: str
     dtype: np.dtype
     shape: tuple  # with the batch dimension; ints, names or None
+    whole: bool = False  # no batch axis: each sample's array is fed as given (QuantConfig.whole_samples)
 
     @property
     def static_batch(self) -> int | None:
@@ -103,6 +104,8 @@ def batches(source: DataSource, inputs: list[InputSpec], batch_size: int, limit:
     static = {spec_.static_batch for spec_ in inputs if spec_.name not in whole} - {None}
     fixed = len(static) == 1
     size = next(iter(static)) if fixed else batch_size
+    if inputs and all(spec_.whole for spec_ in inputs):
+        size = 1  # samples fed as given: none to stack
     pending: list[Sample] = []
     for count, sample in enumerate(samples(source, inputs, spec), start=1):
         pending.append(sample)
@@ -240,11 +243,11 @@ def _split(arrays: dict[str, np.ndarray], labels: Any, inputs: list[InputSpec], 
 
 def unbatched(inputs: list[InputSpec]) -> set[str]:
     """Inputs without a batch axis, the same for every sample of a batch: rank 0 (a Loop's trip
-    count), or a fixed first size where another input's first size is symbolic (a per-channel
-    scale ``[8]`` beside ``x[N, 8]``)."""
+    count), a fixed first size where another input's first size is symbolic (a per-channel
+    scale ``[8]`` beside ``x[N, 8]``), or any the caller says are fed whole (``whole_samples``)."""
     symbolic = any(spec.shape and not isinstance(spec.shape[0], int) for spec in inputs)
-    return {spec.name for spec in inputs
-            if spec.shape is not None and (len(spec.shape) == 0 or symbolic and isinstance(spec.shape[0], int))}
+    return {spec.name for spec in inputs if spec.whole or (
+        spec.shape is not None and (len(spec.shape) == 0 or symbolic and isinstance(spec.shape[0], int)))}
 
 
 def _whole(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:

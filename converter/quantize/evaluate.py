@@ -90,16 +90,27 @@ class EvalSet:
                 output = np.asarray(outputs[name])  # a padded batch's extra rows repeat its last sample
                 collected[name].append(output[: batch.size] if batch.padded and output.ndim else output)
             seen += batch.size
-        # A rank-0 output (a quality score) has no batch axis: one value per batch, stacked.
-        return {name: np.concatenate(parts) if parts[0].ndim else np.stack(parts)
-                for name, parts in collected.items() if parts}
+        return {name: _joined(parts) for name, parts in collected.items() if parts}
 
     def evaluate(self, model: lite_ir.Model, limit: int | None = None) -> Evaluation:
         quantized = self.run(model, limit)
         count = next(iter(quantized.values())).shape[0] if quantized else 0
         reference = {name: array[:count] for name, array in self.float_outputs.items()}
         labels = None if self.labels is None else self.labels[:count]
-        return compare(reference, quantized, labels)
+        evaluation = compare(reference, quantized, labels)
+        # samples, not output rows: an input fed whole (a sequence) answers with many rows
+        evaluation.samples = self.samples if limit is None else min(limit, self.samples)
+        return evaluation
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """One output's batches as one array: along the batch axis; a rank-0 output (a quality score)
+    one value per batch; outputs of sequences fed whole, of different lengths, flattened end to end."""
+    if not parts[0].ndim:
+        return np.stack(parts)
+    if any(part.shape[1:] != parts[0].shape[1:] for part in parts):
+        return np.concatenate([part.reshape(-1) for part in parts])
+    return np.concatenate(parts)
 
 
 def compare(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray],

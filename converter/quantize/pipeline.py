@@ -48,7 +48,7 @@ def quantize_model(
     started = time.perf_counter()
     report_progress = resolve(progress)
     spec = read_spec(preprocessing)
-    inputs = input_specs(model)
+    inputs = input_specs(model, config.whole_samples)
     spec, spec_note = _image_preprocessing(spec, model, (calibration_data, eval_data))
     unfused: list[str] = []
     if config.mode == "int8":  # before calibration: the pre-activation tensors get measured ranges
@@ -119,6 +119,7 @@ def _check_on_calibration(model, quantized: lite_ir.Model, calibration_data, inp
     evalset = EvalSet(model, checked, engine)
     results = evalset.run(quantized)
     evaluation = compare(evalset.float_outputs, results)
+    evaluation.samples = evalset.samples
     report.evaluation, report.evaluated_on = evaluation, "calibration"
     for name, reference in evalset.float_outputs.items():
         where, value = _worst_part(np.asarray(reference, np.float64), np.asarray(results[name], np.float64))

@@ -19,7 +19,8 @@ from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType, storage_dtype
 
 
-def input_specs(model: lite_ir.Model) -> list[InputSpec]:
+def input_specs(model: lite_ir.Model, whole: bool = False) -> list[InputSpec]:
+    """The model's inputs for reading calibration data; ``whole``: fed as given (no batch axis)."""
     graph = model.main
     specs = []
     for index in graph.inputs:
@@ -27,7 +28,7 @@ def input_specs(model: lite_ir.Model) -> list[InputSpec]:
         if tensor.data is not None:
             continue  # an input with a default value: calibration leaves it alone
         dtype = np.dtype(np.float32) if tensor.dtype == DataType.UNDEFINED else storage_dtype(tensor.dtype)
-        specs.append(InputSpec(tensor.name, dtype, tuple(tensor.shape) if tensor.shape is not None else ()))
+        specs.append(InputSpec(tensor.name, dtype, tuple(tensor.shape) if tensor.shape is not None else (), whole))
     return specs
 
 

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import converter
 from converter.quantize.calibrate import collect_stats, ranges
 from converter.quantize.config import QuantConfig
+from converter.quantize.errors import CalibrationDataError
 from converter.quantize.runner import with_outputs
 from converter.quantize.static import quantize_static
 from lite.engines.numpy_engine import NumpyEngine
@@ -369,3 +370,31 @@ def test_an_output_int8_ruins_is_reported_after_a_check_on_calibration_samples(t
     report = converter.convert(_detector_head(), tmp_path / "q.lite", quant="int8", calibration_data=samples)
     (warning,) = [w for w in report.quantization.warnings if "against the float model" in w]
     assert "int8 output 'y' (index 4 of axis 1) has cosine" in warning and "on 4 calibration samples" in warning
+
+
+def _sequence_conv():
+    """``input [T, 4]`` (frames, features, no batch axis) -> a temporal convolution of width 3:
+    one frame is too short for it."""
+    w = numpy_helper.from_array(np.random.default_rng(5).standard_normal((6, 4, 3)).astype(np.float32), "w")
+    axes = numpy_helper.from_array(np.array([0], np.int64), "zero")
+    nodes = [helper.make_node("Unsqueeze", ["input", "zero"], ["batched"]),  # [1, T, 4]
+             helper.make_node("Transpose", ["batched"], ["channels"], perm=[0, 2, 1]),  # [1, 4, T]
+             helper.make_node("Conv", ["channels", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "frames", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["T", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, "T2"])], [w, axes])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_sequences_without_a_batch_axis_calibrate_whole_with_calib_whole(tmp_path):
+    """madmom's form: read as rows, each frame was a sample the Conv refused; fed whole, it runs."""
+    rng = np.random.default_rng(6)
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    for index, frames in enumerate((33, 48, 16)):  # 97 rows in batches of 16 leave one frame at the end
+        np.save(folder / f"{index}.npy", rng.standard_normal((frames, 4)).astype(np.float32))
+    with pytest.raises(CalibrationDataError, match="pass --calib-whole"):
+        converter.convert(_sequence_conv(), tmp_path / "rows.lite", quant="int8", calibration_data=str(folder))
+    report = converter.convert(_sequence_conv(), tmp_path / "q.lite", quant="int8", calibration_data=str(folder),
+                               quant_options={"whole_samples": True})
+    assert report.quantization.calibration_samples == 3 and report.quantization.evaluation.samples == 3
+    assert report.quantization.evaluation.outputs[0].cosine > 0.99
