@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lite.errors import ModelFormatError
 from lite.ops._rnn_common import TimeMajor
 
 # The activation lists of the default cells, per direction (compared case-insensitively).
@@ -126,6 +127,11 @@ _PEEPHOLE_GATE_ORDER = (0, 2, 3, 1)
 def _peephole_lstm_weights(W, R, B, P, hidden: int, dtype) -> CellWeights:
     """The weights of :func:`_run_lstm_peepholes`: gates reordered i, f, c, o; the rows of i, f
     and o halved, their peepholes too (Pi * Ct-1 is part of the sigmoid's input, like Xt Wi)."""
+    if np.shape(P) != (len(W), 3 * hidden):
+        raise ModelFormatError(
+            f"LSTM: P (peepholes) has shape {np.shape(P)}; with {len(W)} direction(s) of hidden size {hidden} it "
+            f"must be {(len(W), 3 * hidden)} (Pi, Po, Pf per direction): re-export the layer's peephole weights"
+        )
     rows = np.concatenate([np.arange(gate * hidden, (gate + 1) * hidden) for gate in _PEEPHOLE_GATE_ORDER])
     W, R = np.asarray(W)[:, rows], np.asarray(R)[:, rows]
     if B is not None:

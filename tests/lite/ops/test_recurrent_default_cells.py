@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
+from lite.errors import ModelFormatError
 from lite.format import GraphBuilder, load, to_bytes
 from lite.ops import _rnn_default_cells as default_cells
 from lite.ops import lstm as lstm_module
@@ -134,6 +135,13 @@ def test_peepholes_computed_at_run_time_are_not_taken_for_absent():
     attributes = {"hidden_size": 6, "direction": "bidirectional"}
     got = prepared_outputs("LSTM", values, attributes, constant=(1, 2, 3))
     assert_all_same(got, onnxruntime_outputs("LSTM", values, attributes), "LSTM run-time peepholes")
+
+
+def test_peepholes_of_the_wrong_shape_are_named():
+    values = inputs("LSTM", directions=2, peepholes=True)
+    values[7] = values[7][:, :12]
+    with pytest.raises(ModelFormatError, match=r"P \(peepholes\) has shape \(2, 12\).* must be \(2, 18\)"):
+        unprepared_outputs("LSTM", values, {"hidden_size": 6, "direction": "bidirectional"})
 
 
 def unprepared_outputs(op, values, attributes):
