@@ -1,8 +1,9 @@
 """The default cells of LSTM, GRU and RNN, every direction in one time loop.
 
-What exported models use (PyTorch, Keras via tf2onnx, paddle2onnx): sigmoid gates, tanh, no
-clip, peepholes or coupled gates. A step of such a layer is a few dozen small numpy calls, so the
-time goes to calls, not arithmetic; these loops make as few as the cell allows:
+What exported models use (PyTorch, Keras via tf2onnx, paddle2onnx, madmom): sigmoid gates, tanh,
+no clip or coupled gates; LSTM with or without peepholes. A step of such a layer is a few dozen
+small numpy calls, so the time goes to calls, not arithmetic; these loops make as few as the cell
+allows:
 
 - the directions are stacked on a leading axis: the reverse direction's input projection is
   stored reversed in time, so step t reads one ``(directions, batch, k)`` slice and every
@@ -19,7 +20,8 @@ time goes to calls, not arithmetic; these loops make as few as the cell allows:
   and tanh(x) for the candidate, and two calls turn the former into sigmoids.
 
 Per step: one stacked matmul for the recurrence of every direction (numpy runs the stack in one
-call, faster than a call per direction), then ten elementwise calls for LSTM and GRU, two for RNN.
+call, faster than a call per direction), then ten elementwise calls for LSTM and GRU, two for RNN;
+sixteen for LSTM with peepholes, in a loop of its own so that the default one does no extra work.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lite.errors import ModelFormatError
 from lite.ops._rnn_common import TimeMajor
 
 # The activation lists of the default cells, per direction (compared case-insensitively).
@@ -59,10 +62,11 @@ class CellWeights:
     r_h_t: np.ndarray | None = None  # (directions, hidden, hidden)
     recurrent_bias: np.ndarray | None = None  # (directions, hidden)
     has_bias: bool = True  # whether B was given (a prepared value holds for calls that agree)
+    peepholes: np.ndarray | None = None  # LSTM's P: (3, directions, 1, hidden), i, f, o, halved
 
     def __post_init__(self) -> None:
         # Prepared at load and shared by every thread's calls: read-only, so none can change it.
-        for value in (self.w_t, self.bias, self.r_t, self.r_h_t, self.recurrent_bias):
+        for value in (self.w_t, self.bias, self.r_t, self.r_h_t, self.recurrent_bias, self.peepholes):
             if value is not None:
                 value.flags.writeable = False
 
@@ -99,12 +103,46 @@ def _biases(B, gates: int, hidden: int, directions: int, dtype) -> tuple[np.ndar
     return B[:, : gates * hidden], B[:, gates * hidden :]
 
 
-def lstm_weights(W, R, B, hidden: int, dtype) -> CellWeights:
-    """Gates i, o, f sigmoid (halved), c tanh; both biases in the projection."""
+def has_peepholes(P) -> bool:
+    """Whether an LSTM's P is given and not all zero (some exporters write zeros for none)."""
+    return P is not None and bool(np.any(P))
+
+
+def lstm_weights(W, R, B, hidden: int, dtype, P=None) -> CellWeights:
+    """Gates i, o, f sigmoid (halved), c tanh; both biases in the projection. With peepholes see
+    :func:`_peephole_lstm_weights`."""
+    if has_peepholes(P):
+        return _peephole_lstm_weights(W, R, B, P, hidden, dtype)
     scale = _halving(4, 3, hidden, dtype)
     w_bias, r_bias = _biases(B, 4, hidden, len(W), dtype)
     return CellWeights(_side_by_side(W, scale, dtype), (w_bias + r_bias) * scale, _transposed(R, scale, dtype),
                        has_bias=B is not None)
+
+
+# ONNX's gates i, o, f, c reordered i, f, c, o: the two that see Ct-1 side by side, o (which
+# sees Ct) last, so one call adds both peepholes of Ct-1 and one tanh covers i, f and c~.
+_PEEPHOLE_GATE_ORDER = (0, 2, 3, 1)
+
+
+def _peephole_lstm_weights(W, R, B, P, hidden: int, dtype) -> CellWeights:
+    """The weights of :func:`_run_lstm_peepholes`: gates reordered i, f, c, o; the rows of i, f
+    and o halved, their peepholes too (Pi * Ct-1 is part of the sigmoid's input, like Xt Wi)."""
+    if np.shape(P) != (len(W), 3 * hidden):
+        raise ModelFormatError(
+            f"LSTM: P (peepholes) has shape {np.shape(P)}; with {len(W)} direction(s) of hidden size {hidden} it "
+            f"must be {(len(W), 3 * hidden)} (Pi, Po, Pf per direction): re-export the layer's peephole weights"
+        )
+    rows = np.concatenate([np.arange(gate * hidden, (gate + 1) * hidden) for gate in _PEEPHOLE_GATE_ORDER])
+    W, R = np.asarray(W)[:, rows], np.asarray(R)[:, rows]
+    if B is not None:
+        B = np.asarray(B)[:, np.concatenate([rows, rows + 4 * hidden])]
+    scale = np.full(4 * hidden, 0.5, dtype)
+    scale[2 * hidden : 3 * hidden] = 1  # c~, the tanh gate
+    w_bias, r_bias = _biases(B, 4, hidden, len(W), dtype)
+    i, o, f = np.swapaxes(np.asarray(P, dtype=dtype).reshape(len(W), 3, hidden), 0, 1)  # ONNX order i, o, f
+    peepholes = np.ascontiguousarray(np.stack([i, f, o])[:, :, None, :] * 0.5)
+    return CellWeights(_side_by_side(W, scale, dtype), (w_bias + r_bias) * scale, _transposed(R, scale, dtype),
+                       has_bias=B is not None, peepholes=peepholes)
 
 
 def gru_weights(W, R, B, hidden: int, dtype, linear_before_reset: int) -> CellWeights:
@@ -129,10 +167,16 @@ def rnn_weights(W, R, B, hidden: int, dtype) -> CellWeights:
                        has_bias=B is not None)
 
 
-def usable(weights: CellWeights | None, B, dtype) -> bool:
-    """Whether weights prepared at load fit this call: same dtype, and B given iff it was then
-    (the engine prepares only constant inputs: a B computed at run time was None there)."""
-    return weights is not None and weights.dtype == dtype and weights.has_bias == (B is not None)
+def usable(weights: CellWeights | None, B, dtype, P=None) -> bool:
+    """Whether weights prepared at load fit this call: same dtype, B given iff it was then, and
+    LSTM's peepholes likewise (the engine prepares only constant inputs: a B or P computed at run
+    time was None there)."""
+    return (
+        weights is not None
+        and weights.dtype == dtype
+        and weights.has_bias == (B is not None)
+        and (weights.peepholes is not None) == has_peepholes(P)
+    )
 
 
 def project(inputs: TimeMajor, weights: CellWeights) -> np.ndarray:
@@ -207,6 +251,8 @@ class _Steps:
 
 def run_lstm(inputs: TimeMajor, weights: CellWeights) -> tuple:
     """Ct = f * Ct-1 + i * c~, Ht = o * tanh(Ct)."""
+    if weights.peepholes is not None:
+        return _run_lstm_peepholes(inputs, weights)
     projected = project(inputs, weights)
     steps = _Steps(inputs)
     h, c = steps.h, inputs.state(1)
@@ -225,6 +271,45 @@ def run_lstm(inputs: TimeMajor, weights: CellWeights) -> tuple:
         np.multiply(f, c, out=c_next)
         np.multiply(i, candidate, out=product)
         np.add(c_next, product, out=c_next)
+        np.tanh(c_next, out=product)
+        output = steps.Y[t]
+        np.multiply(o, product, out=output)
+        h = steps.emit(t, output)
+        steps.keep(t, c_next, c)
+        c, c_next = c_next, c
+    return steps.finish(c)
+
+
+def _run_lstm_peepholes(inputs: TimeMajor, weights: CellWeights) -> tuple:
+    """:func:`run_lstm` with Pi * Ct-1 and Pf * Ct-1 added to i and f, Po * Ct to o: o's sigmoid
+    waits for Ct. Gates in the order i, f, c~, o (:func:`_peephole_lstm_weights`)."""
+    projected = project(inputs, weights)
+    steps = _Steps(inputs)
+    h, c = steps.h, inputs.state(1)
+    c_next, product = np.empty_like(c), np.empty_like(c)
+    recurrence = np.empty(c.shape[:-1] + (4 * inputs.hidden,), inputs.dtype)
+    recurrence_gates = _gate_major(recurrence, inputs.hidden)
+    z = np.empty(projected.shape[1:], inputs.dtype)  # i, f, c~, o
+    input_forget, before_output = z[:2], z[:3]
+    i, f, candidate, o = z
+    peepholes_if, peepholes_o = weights.peepholes[:2], weights.peepholes[2]
+    peeped = np.empty_like(input_forget)
+    half = np.full_like(input_forget, 0.5)
+    half_o = half[0]
+    for t in range(len(projected)):
+        np.matmul(h, weights.r_t, out=recurrence)
+        np.add(recurrence_gates, projected[t], out=z)
+        np.multiply(peepholes_if, c, out=peeped)
+        np.add(input_forget, peeped, out=input_forget)
+        np.tanh(before_output, out=before_output)  # tanh(x/2) for i, f (halved rows), tanh(x) for c~
+        _halved_plus_half(input_forget, half)
+        np.multiply(f, c, out=c_next)
+        np.multiply(i, candidate, out=product)
+        np.add(c_next, product, out=c_next)
+        np.multiply(peepholes_o, c_next, out=product)
+        np.add(o, product, out=o)
+        np.tanh(o, out=o)
+        _halved_plus_half(o, half_o)
         np.tanh(c_next, out=product)
         output = steps.Y[t]
         np.multiply(o, product, out=output)

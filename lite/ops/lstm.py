@@ -31,9 +31,10 @@ def lstm(
 ):
     hidden = int(hidden_size) if hidden_size else R.shape[-1]
     inputs = time_major("LSTM", X, sequence_lens, [initial_h, initial_c], direction, layout, hidden)
-    if _is_default(activations, len(inputs.backwards), clip, input_forget, P):
-        weights = prepared if usable(prepared, B, inputs.dtype) else lstm_weights(W, R, B, hidden, inputs.dtype)
-        return run_lstm(inputs, weights)
+    if _is_default(activations, len(inputs.backwards), clip, input_forget):
+        if usable(prepared, B, inputs.dtype, P):
+            return run_lstm(inputs, prepared)
+        return run_lstm(inputs, lstm_weights(W, R, B, hidden, inputs.dtype, P))
     functions = activation_functions(
         "LSTM", activations, activation_alpha, activation_beta, ("Sigmoid", "Tanh", "Tanh"), len(inputs.backwards)
     )
@@ -68,24 +69,23 @@ def lstm(
     return run_directions("LSTM", inputs, 2, factory)
 
 
-def _is_default(activations, directions: int, clip, input_forget, P) -> bool:
-    """The cell of :func:`run_lstm`: default activations, no clip, no coupling, no peepholes
-    (or all-zero ones, as some exporters write)."""
-    no_peepholes = P is None or not np.any(P)
-    return is_default_cell("LSTM", activations, directions, clip) and not input_forget and no_peepholes
+def _is_default(activations, directions: int, clip, input_forget) -> bool:
+    """The cell of :func:`run_lstm`: default activations, no clip, no coupling (peepholes or not)."""
+    return is_default_cell("LSTM", activations, directions, clip) and not input_forget
 
 
 def prepare_lstm(constants, shapes, *, direction="forward", hidden_size=None, activations=None, clip=None,
                  input_forget=0, **_):
-    """Load-time work (the registry's ``prepare`` hook): constant weights of a default cell laid
-    out for :func:`run_lstm`, for the dtype they come in; None where that cannot be done now."""
+    """Load-time work (the registry's ``prepare`` hook): constant weights (and peepholes) of a
+    default cell laid out for :func:`run_lstm`, for the dtype they come in; None where that cannot
+    be done now."""
     _, W, R, B, _, _, _, P = (list(constants) + [None] * 8)[:8]
     if W is None or R is None:
         return None
-    if not _is_default(activations, direction_count("LSTM", direction), clip, input_forget, P):
+    if not _is_default(activations, direction_count("LSTM", direction), clip, input_forget):
         return None
     hidden = int(hidden_size) if hidden_size else R.shape[-1]
-    return lstm_weights(W, R, B, hidden, compute_dtype(W.dtype))
+    return lstm_weights(W, R, B, hidden, compute_dtype(W.dtype), P)
 
 
 @kernel("LSTM", since=1, prepare=prepare_lstm)

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from lite.engines.numpy_engine import NumpyEngine
+from lite.errors import ModelFormatError
 from lite.format import GraphBuilder, load, to_bytes
+from lite.ops import _rnn_default_cells as default_cells
+from lite.ops import lstm as lstm_module
 from lite.ops.registry import KERNELS
 from tests.lite.ops._reference import assert_same, one_node_model, reference_outputs
 from tests.lite.ops.test_recurrent import OUTPUTS, inputs, normal
@@ -96,15 +99,79 @@ def test_a_bias_computed_at_run_time_is_not_taken_for_absent(op, extra):
     assert_all_same(got, onnxruntime_outputs(op, values, attributes), f"{op} run-time bias")
 
 
-def test_zero_peepholes_take_the_default_cell_and_others_do_not():
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+@pytest.mark.parametrize("lengths", [None, [5, 2, 1]], ids=["full", "sequence_lens"])
+def test_peephole_lstm_agrees_with_onnxruntime(direction, lengths):
+    values = inputs("LSTM", seq=5, directions=DIRECTIONS[direction], lengths=lengths, initial=True, peepholes=True)
+    attributes = {"hidden_size": 6, "direction": direction}
+    got = prepared_outputs("LSTM", values, attributes)
+    assert_all_same(got, onnxruntime_outputs("LSTM", values, attributes), f"LSTM peepholes {direction}")
+
+
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_peephole_lstm_float64_agrees_with_reference(direction):
+    values = inputs("LSTM", directions=DIRECTIONS[direction], initial=True, peepholes=True)
+    values = [None if v is None else v.astype(np.float64) for v in values]
+    attributes = {"hidden_size": 6, "direction": direction}
+    got = prepared_outputs("LSTM", values, attributes)
+    expected = reference_outputs("LSTM", values, attributes, 14, 3)
+    assert_all_same(got, expected, f"LSTM peepholes float64 {direction}", rtol=1e-12, atol=1e-12)
+
+
+def test_peephole_lstm_layout_1_is_layout_0_transposed():
+    values = inputs("LSTM", seq=5, batch=3, directions=2, lengths=[3, 5, 1], initial=True, peepholes=True)
+    attributes = {"hidden_size": 6, "direction": "bidirectional"}
+    time_major = prepared_outputs("LSTM", values, attributes)
+    batch_major = [np.swapaxes(v, 0, 1) if index in (0, 5, 6) else v for index, v in enumerate(values)]
+    got = prepared_outputs("LSTM", batch_major, {**attributes, "layout": 1})
+    expected = [np.transpose(time_major[0], (2, 0, 1, 3))] + [np.swapaxes(s, 0, 1) for s in time_major[1:]]
+    assert_all_same(got, expected, "LSTM peepholes layout 1", rtol=0, atol=0)
+
+
+def test_peepholes_computed_at_run_time_are_not_taken_for_absent():
+    """The engine passes None for a P it cannot know at load: weights prepared without
+    peepholes must not serve a call that has them."""
     values = inputs("LSTM", directions=2, initial=True, peepholes=True)
     attributes = {"hidden_size": 6, "direction": "bidirectional"}
-    prepare = KERNELS.select("LSTM", "", 14).prepare
-    constants = [None, *values[1:4], None, None, None, values[7]]
-    assert prepare(constants, [None] * 8, **attributes) is None
-    values[7] = np.zeros_like(values[7])
-    got = prepared_outputs("LSTM", values, attributes)
-    assert_all_same(got, reference_outputs("LSTM", values, attributes, 14, 3), "LSTM zero peepholes")
+    got = prepared_outputs("LSTM", values, attributes, constant=(1, 2, 3))
+    assert_all_same(got, onnxruntime_outputs("LSTM", values, attributes), "LSTM run-time peepholes")
+
+
+def test_peepholes_of_the_wrong_shape_are_named():
+    values = inputs("LSTM", directions=2, peepholes=True)
+    values[7] = values[7][:, :12]
+    with pytest.raises(ModelFormatError, match=r"P \(peepholes\) has shape \(2, 12\).* must be \(2, 18\)"):
+        unprepared_outputs("LSTM", values, {"hidden_size": 6, "direction": "bidirectional"})
+
+
+def unprepared_outputs(op, values, attributes):
+    """The kernel's outputs with nothing prepared (weights computed at run time)."""
+    return list(KERNELS.select(op, "", 14).fn(*values, **attributes))
+
+
+@pytest.mark.parametrize("run", [prepared_outputs, unprepared_outputs], ids=["prepared", "at-run-time"])
+def test_peepholes_take_the_default_cells_loop_and_zero_ones_its_plain_loop(monkeypatch, run):
+    """Non-zero peepholes run in the stacked loop with peepholes, all-zero ones (as some exporters
+    write) in the loop without; neither in the per-direction loop of other cells."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("LSTM took the per-direction loop")
+
+    loops = []
+    with_peepholes = default_cells._run_lstm_peepholes
+
+    def counted(*args):
+        loops.append("peepholes")
+        return with_peepholes(*args)
+
+    monkeypatch.setattr(lstm_module, "run_directions", refuse)
+    monkeypatch.setattr(default_cells, "_run_lstm_peepholes", counted)
+    values = inputs("LSTM", directions=2, initial=True, peepholes=True)
+    attributes = {"hidden_size": 6, "direction": "bidirectional"}
+    for peepholes in (values[7], np.zeros_like(values[7])):
+        values[7] = peepholes
+        got = run("LSTM", values, attributes)
+        assert_all_same(got, reference_outputs("LSTM", values, attributes, 14, 3), "LSTM peepholes")
+    assert loops == ["peepholes"]
 
 
 @pytest.mark.parametrize(("op", "attributes"), [
