@@ -38,8 +38,15 @@ from converter.onnx_export import make_ort_compatible
 from converter.passes.output_size import predicted_elements
 from converter.verification_inputs import UnsynthesizableInputError, plans
 from converter.verification_inputs import feeds as planned_feeds
-from converter.verify_spread import LEVELS, NUDGED, combined, nudge_spread, quantizes_activations
-from lite.compare import OutputError, Tolerance, compare_outputs, spread_of, unordered_outputs
+from converter.verify_spread import (
+    LEVELS,
+    Movement,
+    add_nudges,
+    combined,
+    quantizes_activations,
+    selects_discretely,
+)
+from lite.compare import OutputError, Tolerance, compare_outputs
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -411,26 +418,21 @@ def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: _Re
     (:mod:`converter.verify_spread`). A spread the caller gave stands as given."""
     if tolerance.spread is not None:
         return tolerance
-    measured = {}
-    reordered: dict[str, float] = {}
+    movement = Movement(expected, tolerance)
     try:
-        second = _Reference(original, optimize=False).run(feeds)
+        movement.add(LEVELS, _Reference(original, optimize=False).run(feeds))
     except VerificationError:
         pass  # no second level to compare with: the nudge alone, if any
-    else:
-        # Rows the two levels order differently (near-tied scores through a TopK) are compared as
-        # sets, with the sets' spread: the element-wise spread would excuse any error there.
-        reordered = unordered_outputs(expected, second, tolerance)
-        measured[LEVELS] = {**spread_of(expected, second), **reordered}
-    if quantizes_activations(original):
+    if quantizes_activations(original) or selects_discretely(original):
         try:
-            measured[NUDGED] = nudge_spread(reference.run, feeds, expected)
+            add_nudges(movement, reference.run, feeds)
         except VerificationError:
             pass  # ONNX Runtime refuses nudged inputs (a value checked for equality): no nudge spread
+    measured = movement.measured()
     if not measured:
         return tolerance
     spread, source = combined(measured)
-    return dataclasses.replace(tolerance, spread=spread, spread_source=source, unordered=frozenset(reordered))
+    return dataclasses.replace(tolerance, spread=spread, spread_source=source, unordered=movement.reordered())
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -18,8 +18,15 @@ tolerance (:class:`lite.compare.Tolerance`, ``spread`` times ``spread_factor``):
   moves this model on these inputs. On pipecat's smart-turn (an int8 Whisper encoder) one
   pattern moves the output probability by 0, the next by 0.14, on the same input.
 
-Float models get no nudge: their float noise is continuous and the optimization levels measure
-it already; the runs would add time (one inference each), and a wider tolerance hides more.
+Models that pick by comparison from computed values (ArgMax, ArgMin, TopK) get the nudge too: a
+near tie flips as a quantized activation does (Keypoint R-CNN's keypoints, the maxima of heatmaps,
+moved by a heatmap cell, 4.9 pixels, between ONNX Runtime and the numpy engine while ONNX Runtime's
+levels agreed). Other float models get no nudge: their float noise is continuous and the
+optimization levels measure it already; the runs would add time (one inference each), and a wider
+tolerance hides more.
+
+An output that any of these runs holds as the same rows in another order is measured by the rows it
+leaves unpaired, never element by element (:class:`Movement`).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 import onnx
 
-from lite.compare import spread_of
+from lite.compare import Tolerance, spread_of, unordered_outputs
 
 NUDGE = 1e-6  # relative: 8 float32 ulps, far below any change of the input that means something
 NUDGE_PATTERNS = 8  # one pattern often flips nothing (moves by 0): a few of them sample the flips
@@ -45,7 +52,18 @@ _QUANTIZING_OPS = {
     "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLSTM", "QOrderedMatMul",
 }
 
+_SELECTING_OPS = {"ArgMax", "ArgMin", "TopK"}
+
 Run = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
+def selects_discretely(proto: onnx.ModelProto) -> bool:
+    """Whether the main graph picks by comparison from computed values (ArgMax, ArgMin, TopK): a
+    float summed in another order flips a near tie as it flips a quantized activation (Keypoint
+    R-CNN's keypoints are the maxima of heatmaps: one flip moves a keypoint by a heatmap cell)."""
+    constants = {init.name for init in proto.graph.initializer}
+    return any(node.op_type in _SELECTING_OPS and node.input and node.input[0] not in constants
+               for node in proto.graph.node)
 
 
 def quantizes_activations(proto: onnx.ModelProto) -> bool:
@@ -85,13 +103,40 @@ def nudged(feeds: Mapping[str, np.ndarray], patterns: int = NUDGE_PATTERNS,
         yield pattern
 
 
-def nudge_spread(run: Run, feeds: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """Per output, the largest movement of ``run`` (the reference) under :func:`nudged` inputs."""
-    spread: dict[str, float] = {}
+class Movement:
+    """How far other runs of the reference move from ``expected``, per output: element by element,
+    and, for outputs a run holds as the same rows in another order (near-tied scores through a TopK
+    or NMS), as the number of rows left unpaired (:func:`lite.compare.unordered_outputs`). An output
+    any run reorders is measured by rows alone: element by element its movement is the whole range
+    of its values, which would excuse any error."""
+
+    def __init__(self, expected: Mapping[str, np.ndarray], tolerance: Tolerance) -> None:
+        self.expected, self.tolerance = expected, tolerance
+        self.elementwise: dict[str, dict[str, float]] = {}  # source -> output -> movement
+        self.rows: dict[str, dict[str, float]] = {}  # source -> output -> rows unpaired
+
+    def add(self, source: str, moved: Mapping[str, np.ndarray]) -> None:
+        elementwise, rows = self.elementwise.setdefault(source, {}), self.rows.setdefault(source, {})
+        for name, value in spread_of(self.expected, moved).items():
+            elementwise[name] = max(elementwise.get(name, 0.0), value)
+        for name, value in unordered_outputs(self.expected, moved, self.tolerance).items():
+            rows[name] = max(rows.get(name, 0.0), value)
+
+    def reordered(self) -> frozenset[str]:
+        return frozenset(name for rows in self.rows.values() for name in rows)
+
+    def measured(self) -> dict[str, dict[str, float]]:
+        """Per source, per output: the rows unpaired for a reordered output, else the movement."""
+        reordered = self.reordered()
+        return {source: {**{name: value for name, value in self.elementwise[source].items() if name not in reordered},
+                         **self.rows[source]}
+                for source in self.elementwise}
+
+
+def add_nudges(movement: Movement, run: Run, feeds: Mapping[str, np.ndarray]) -> None:
+    """The reference's movement under :func:`nudged` inputs, into ``movement``."""
     for pattern in nudged(feeds):
-        for name, moved in spread_of(expected, run(pattern)).items():
-            spread[name] = max(spread.get(name, 0.0), moved)
-    return spread
+        movement.add(NUDGED, run(pattern))
 
 
 def combined(measured: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, float], dict[str, str]]:

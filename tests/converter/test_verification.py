@@ -315,21 +315,27 @@ def test_a_model_neither_side_runs_converts_with_a_warning_that_it_failed_too(tm
 
 def test_with_verify_data_the_reference_implementation_settles_a_disagreement_with_onnx_runtime(tmp_path):
     """ONNX Runtime's approximate Sigmoid merges near logits: a TopK after it picks other indices
-    than the exact sigmoid, which lite and onnx's reference implementation compute."""
+    than the exact sigmoid, which lite and onnx's reference implementation compute. The logits
+    come from integer steps (no float input for the spread's nudge to move)."""
     graph = helper.make_graph(
-        [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("TopK", ["s", "k"], ["values", "indices"])],
-        "scores", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+        [helper.make_node("Cast", ["steps"], ["float_steps"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["float_steps", "spacing"], ["offsets"]),
+         helper.make_node("Add", ["offsets", "eight"], ["x"]),
+         helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("TopK", ["s", "k"], ["values", "indices"])],
+        "scores", [helper.make_tensor_value_info("steps", TensorProto.INT32, [64])],
         [helper.make_tensor_value_info("values", TensorProto.FLOAT, [8]),
          helper.make_tensor_value_info("indices", TensorProto.INT64, [8])],
-        [numpy_helper.from_array(np.array([8], np.int64), "k")])
+        [numpy_helper.from_array(np.array([8], np.int64), "k"),
+         numpy_helper.from_array(np.array(1e-5, np.float32), "spacing"),  # logits closer than Sigmoid's steps
+         numpy_helper.from_array(np.array(8.0, np.float32), "eight")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    x = (8.0 + np.arange(64, dtype=np.float32) * 1e-5).astype(np.float32)  # logits closer than Sigmoid's steps
+    x = np.arange(64, dtype=np.int32)
     import onnxruntime
 
     session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    if list(session.run(None, {"x": x})[1]) == list(range(63, 55, -1)):
+    if list(session.run(None, {"steps": x})[1]) == list(range(63, 55, -1)):
         pytest.skip("this ONNX Runtime computes Sigmoid exactly enough to order these logits")
-    np.savez(tmp_path / "x.npz", x=x)
+    np.savez(tmp_path / "x.npz", steps=x)
     report = converter.convert(proto, tmp_path / "m.lite", verify_data=str(tmp_path / "x.npz"))
     assert report.verification.passed, report.verification.to_dict()
     assert any("departs from the ONNX reference implementation" in note for note in report.verification.notes)

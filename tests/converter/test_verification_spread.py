@@ -1,6 +1,7 @@
-"""The reference's own spread on a model that quantizes activations: a float summed in another
-order flips a quantized activation, which moves the output by a step times the gain after it;
-the tolerance measures that under a 1e-6 input nudge, and still fails a genuinely wrong model."""
+"""The reference's own spread on a model that quantizes activations or picks by ArgMax: a float
+summed in another order flips a quantized activation (or a near tie), which moves the output by a
+step times the gain after it; the tolerance measures that under a 1e-6 input nudge, and still
+fails a genuinely wrong model."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from converter.errors import VerificationError
 from converter.passes import DEFAULT_PASSES
 from converter.passes.base import PassResult
 from converter.verify import _Reference, verify_conversion
-from converter.verify_spread import LEVELS, NUDGED, nudged, quantizes_activations
+from converter.verify_spread import LEVELS, NUDGED, nudged, quantizes_activations, selects_discretely
 from lite.compare import Tolerance
 
 pytest.importorskip("onnxruntime")
@@ -189,3 +190,44 @@ def test_the_nudge_is_relative_tiny_and_fixed():
         assert np.all(change <= 2e-6 * np.abs(feeds["x"])) and pattern["x"][2] == 0.0
     assert any(np.any(pattern["x"] != feeds["x"]) for pattern in first)
     assert list(nudged({"n": feeds["n"]})) == []
+
+
+_HEATMAP = """<ir_version: 8, opset_import: ["" : 17]>
+    g (float[1, 512, 64] input) => (int64[1, 512, 1] peak) {
+        h = MatMul (input, w)
+        peak = ArgMax <axis: int = 2> (h)
+    }"""
+_HEATMAP_REORDERED = """<ir_version: 8, opset_import: ["" : 17]>
+    g (float[1, 512, 64] input) => (int64[1, 512, 1] peak) {
+        a, b = Split <axis: int = 2> (input, halves)
+        h1 = MatMul (a, wa)
+        h2 = MatMul (b, wb)
+        h = Add (h2, h1)
+        peak = ArgMax <axis: int = 2> (h)
+    }"""
+
+
+def test_a_near_tie_an_argmax_flips_is_within_the_nudge_spread():
+    """Keypoint R-CNN's keypoints are the maxima of heatmaps: two columns of nearly equal weights
+    make near ties, and a sum in another order picks the other column of some of them, which the
+    optimization levels (the same sums) never do; the nudge does, so verification passes."""
+    r = rng(3)
+    w = r.normal(size=(64, 8)).astype(np.float32)
+    w[:, 1] = w[:, 0] + r.normal(size=64).astype(np.float32) * 1e-6
+    original = make_model(_HEATMAP, w=w)
+    assert selects_discretely(original)
+    halves = np.array([32, 32], np.int64)
+    reordered = _Reference(make_model(_HEATMAP_REORDERED, wa=w[:32], wb=w[32:], halves=halves), what="the reordered model")
+    feeds = {"input": r.normal(size=(1, 512, 64)).astype(np.float32)}
+    expected = _Reference(original).run(feeds)["peak"]
+    flips = int(np.count_nonzero(reordered.run(feeds)["peak"] != expected))
+    assert flips > 0  # the premise: the order of the sums flips some near ties
+    verification = verify_conversion(original, reordered.run, "reordered", Tolerance(), verify_data=[feeds])
+    assert verification.passed, verification.reason
+    assert verification.tolerance.spread_source == {"peak": NUDGED}
+
+
+def test_an_argmax_of_a_constant_is_no_selection_to_nudge():
+    constant = make_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[4] x) => (int64[1] peak) { peak = ArgMax (table) }""", table=np.arange(4, dtype=np.float32))
+    assert not selects_discretely(constant)
