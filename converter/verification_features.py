@@ -8,7 +8,8 @@ its first layer takes one size. That axis is followed through the ops that only 
 - LSTM, GRU, RNN: ``X [seq, batch, input_size]``, ``W [directions, gates x hidden, input_size]``;
 - MatMul: ``A``'s last axis is ``B``'s second to last;
 - Gemm: ``A``'s axis 1 (0 with ``transA``) is ``B``'s axis 0 (1 with ``transB``);
-- Conv: axis 1 is ``W.shape[1] * group``.
+- Conv: axis 1 is ``W.shape[1] * group``; an axis it convolves over is a length or an image side
+  (:data:`LENGTH`, :data:`SIDE`), whatever its position in the input.
 
 :func:`feature_sizes` returns them by input and axis.
 """
@@ -26,8 +27,14 @@ _SAME_AXES = {"Cast", "Identity", "Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp"
 _RECURRENT = {"LSTM", "GRU", "RNN"}
 
 
+LENGTH = -1  # an axis a 1-D Conv convolves over: a length (of frames, samples), not a batch
+SIDE = -2  # an axis a 2-D (or 3-D) Conv convolves over: an image side
+
+
 def feature_sizes(proto: onnx.ModelProto, names: list[str]) -> dict[str, dict[int, int]]:
-    """For each input in ``names``: axis -> the size a layer's weights give it (see the module)."""
+    """For each input in ``names``: axis -> the size a layer's weights give it (see the module),
+    or :data:`LENGTH` / :data:`SIDE` for an axis a Conv convolves over (madmom's ``[time, features]``
+    input, unsqueezed and transposed into a temporal convolution, has no batch axis at all)."""
     graph = proto.graph
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
@@ -78,6 +85,8 @@ def _fixed_by(node: onnx.NodeProto, axis: int, rank: int, constants: dict[str, n
         return int(weight.shape[1] if _int(node, "transB", 0) else weight.shape[0])
     if node.op_type == "Conv" and axis == 1 and weight.ndim >= 3:
         return int(weight.shape[1]) * _int(node, "group", 1)
+    if node.op_type == "Conv" and axis >= 2 and weight.ndim == rank:
+        return LENGTH if rank == 3 else SIDE
     return None
 
 

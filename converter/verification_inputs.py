@@ -21,7 +21,8 @@ indices below the table's two rows). So the inputs are planned from the graph:
   are what the Conv reading it takes (:mod:`converter.verification_axes`), channels 3 when only
   the name says so; a feature axis left unknown is what the first LSTM, GRU, RNN, MatMul, Gemm
   or Conv's weights take, followed through Unsqueeze, Squeeze, Transpose and element-wise ops
-  (:mod:`converter.verification_features`);
+  (:mod:`converter.verification_features`), and a first axis a Conv convolves over is a length
+  or an image side, not a batch;
 - **values**: integers that reach a Gather's indices (through Cast, Unsqueeze, Reshape...) lie
   in ``[0, rows)`` of what they index; divisors, OneHot depths and Resize scales or sizes are
   positive (OneHot's float indices and depths whole numbers); masks are ones; lengths are the sequence's size;
@@ -43,7 +44,7 @@ import numpy as np
 import onnx
 
 from converter.verification_axes import axis_sizes
-from converter.verification_features import feature_sizes
+from converter.verification_features import LENGTH, SIDE, feature_sizes
 from lite.sample_inputs import INDEX_CARRYING_OPS
 
 # Ops whose output carries the same indices as their first input (values, possibly reshaped or
@@ -180,7 +181,9 @@ def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, i
         param = dim.dim_param if dim.HasField("dim_param") else ""
         if param in sizes:
             size = sizes[param]
-        elif axis in fixed:
+        elif axis == 0 and fixed.get(axis) in (LENGTH, SIDE):  # convolved over: no batch, though first
+            size = round_sizes["audio"] if fixed[axis] == LENGTH else round_sizes["image"]
+        elif fixed.get(axis, 0) > 0:
             size = fixed[axis]
         elif _recurrent_state_batch(dims, axis, dtype):
             size = 1  # the batch, as on the leading axis of the other inputs

@@ -183,3 +183,19 @@ def test_a_feature_axis_left_unknown_gets_the_size_the_first_layer_s_weights_tak
     report = converter.convert(_feature_axis_model(first_layer), tmp_path / "m.lite")
     assert report.verification.status == "passed", report.verification.to_dict()
     assert report.verification.feeds["input"].shape[1] == 7
+
+
+def test_an_axis_a_convolution_runs_over_is_a_length_even_first(tmp_path):
+    """madmom's temporal convolution: ``input [T, 4]`` (frames first, no batch axis), unsqueezed
+    and transposed into a Conv over T. T was planned as a batch of 1, which no kernel of width 3
+    takes, so verification was skipped."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Unsqueeze", ["input", "zero"], ["batched"]),  # [1, T, 4]
+             helper.make_node("Transpose", ["batched"], ["channels"], perm=[0, 2, 1]),  # [1, 4, T]
+             helper.make_node("Conv", ["channels", "w"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["input_dim_0", 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, "frames"])],
+                   {"zero": np.array([0], np.int64), "w": rng.standard_normal((6, 4, 3)).astype(np.float32)})
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.status == "passed", report.verification.to_dict()
+    assert report.verification.feeds["input"].shape[0] >= 3
