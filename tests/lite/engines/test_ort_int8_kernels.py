@@ -102,3 +102,48 @@ def test_cpu_facts_are_consistent():
     assert cpu.signature().startswith(cpu.platform.machine())
     if not cpu.is_x86():
         assert not cpu.int8_products_saturate()
+
+
+def _microsoft_layer(op_type: str):
+    """ONNX Runtime's own integer layers (com.microsoft), as its QOperator and dynamic quantizers
+    write them, with weights of ±127 and activations at the top of uint8; and the exact result."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    weights = np.where(rng.random((64, 16)) < 0.9, 127, -127).astype(np.int8)
+    w_scale = np.float32(0.01)
+    initializers = [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.array(w_scale), "ws"),
+                    numpy_helper.from_array(np.array(0.02, np.float32), "xs"),
+                    numpy_helper.from_array(np.array(0, np.uint8), "xz"), numpy_helper.from_array(np.array(0, np.int8), "wz")]
+    x_float = _inputs((4, 64))
+    if op_type == "DynamicQuantizeMatMul":
+        node = helper.make_node(op_type, ["x", "w", "ws", "wz"], ["y"], domain="com.microsoft")
+        x_type, x = TensorProto.FLOAT, x_float
+        scale = np.float32(x_float.max()) / np.float32(255)  # DynamicQuantizeLinear of non-negative values
+        quantized = np.clip(np.rint(x_float / scale), 0, 255)
+        expected = (quantized.astype(np.float64) @ weights.astype(np.float64)) * float(scale) * float(w_scale)
+    else:
+        x = np.clip(np.rint(x_float / 0.02), 0, 255).astype(np.uint8)
+        x_type = TensorProto.UINT8
+        inputs = (["x", "xs", "xz", "w", "ws", "wz"] if op_type == "QGemm" else ["x", "w", "xs", "ws", "xz", "wz"])
+        node = helper.make_node(op_type, inputs, ["y"], domain="com.microsoft")
+        expected = (x.astype(np.float64) @ weights.astype(np.float64)) * 0.02 * float(w_scale)
+    graph = helper.make_graph([node], op_type, [helper.make_tensor_value_info("x", x_type, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], initializers)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return proto, x, expected
+
+
+@pytest.mark.parametrize("op_type", ["QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"])
+def test_onnx_runtime_s_own_integer_layers_get_uint8_weights(op_type):
+    """Written by ONNX Runtime's quantizers: on a CPU without VNNI a QGemm read 43 % of its peak
+    off before these layers were rewritten too; with uint8 weights every x86 CPU is exact."""
+    from lite.format.onnx.lower import Lowered
+
+    proto, x, expected = _microsoft_layer(op_type)
+    lowered = unsigned_weights(Lowered(proto))
+    assert [init.data_type for init in lowered.model.graph.initializer if init.name.startswith("w_as_uint8")] == [
+        onnx.TensorProto.UINT8]
+    assert "w" not in {init.name for init in lowered.model.graph.initializer}
+    (got,) = _session(lowered).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-3)
