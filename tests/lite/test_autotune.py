@@ -187,6 +187,9 @@ def test_an_unnamed_precision_is_the_one_the_model_was_converted_for(model_file,
         lite.Model.load(path, engine="recording", device="cpu")
     lite.Model.load(half, engine="recording", device="cpu", precision="exact")
     assert PRECISIONS_SEEN == ["fp16", "exact", "exact"]
+    # The recording engine leaves with its registration: it answers from a cache keyed by shape, and
+    # on a slow machine it out-ran ONNX Runtime in autotuning and answered the tuning input's output.
+    monkeypatch.undo()
     tuned = lite.Model.load(half, engine="auto", device="cpu", cache_dir=None, batch_sizes=(1,))
     assert tuned.engine.decision["settings"]["precision"] == "fp16"
     np.testing.assert_allclose(tuned.predict({"x": np.ones((1, 4), np.float32)})["y"], np.ones((1, 4)))

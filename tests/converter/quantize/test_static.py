@@ -358,6 +358,7 @@ def test_a_concat_of_coordinates_and_scores_stays_float_and_the_scores_survive(t
     expected = ort.InferenceSession(_detector_head().SerializeToString()).run(None, {"x": x})[0]
     got = NumpyEngine(load(tmp_path / "q.lite")).run({"x": x})["y"]
     np.testing.assert_allclose(got[0, 4:], expected[0, 4:], atol=0.05)  # the scores
+    assert report.quantization.evaluation is not None, report.quantization.warnings
     assert report.quantization.evaluated_on == "calibration" and report.quantization.evaluation.outputs[0].cosine > 0.99
 
 
@@ -396,5 +397,6 @@ def test_sequences_without_a_batch_axis_calibrate_whole_with_calib_whole(tmp_pat
         converter.convert(_sequence_conv(), tmp_path / "rows.lite", quant="int8", calibration_data=str(folder))
     report = converter.convert(_sequence_conv(), tmp_path / "q.lite", quant="int8", calibration_data=str(folder),
                                quant_options={"whole_samples": True})
+    assert report.quantization.evaluation is not None, report.quantization.warnings
     assert report.quantization.calibration_samples == 3 and report.quantization.evaluation.samples == 3
     assert report.quantization.evaluation.outputs[0].cosine > 0.99

@@ -280,6 +280,7 @@ def test_on_many_cores_the_two_forms_are_compared_at_their_fastest_thread_counts
     from lite.engines.ort import int8_choice, thread_choice
 
     monkeypatch.setattr(thread_choice, "usable_cores", lambda: 16)
+    monkeypatch.setattr(thread_choice, "SMALL_CALL_MS", float("inf"))  # small on any machine, however slow
     # At the default thread count the int8 kernels lead; at 2 threads, where small calls will run,
     # the float form is faster than either: the int8 choice must see that.
     timed = {}
