@@ -238,6 +238,17 @@ def test_grpc_health_for_server_and_each_model(server):
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def _reflection_call(channel, version: str):
+    """The reflection stream of ``version``, with v1alpha's messages (the same on the wire as v1's)."""
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    return channel.stream_stream(
+        f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+
+
 @pytest.mark.parametrize("version", ["v1", "v1alpha"])
 def test_reflection_lists_the_services(server, version):
     """grpcurl asks grpc.reflection.v1 first; older tools ask v1alpha. The messages are the same
@@ -245,11 +256,7 @@ def test_reflection_lists_the_services(server, version):
     from grpc_reflection.v1alpha import reflection_pb2
 
     with grpc.insecure_channel(server.address) as channel:
-        call = channel.stream_stream(
-            f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
-            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
-            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
-        )
+        call = _reflection_call(channel, version)
         listing = next(call(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
         symbol = reflection_pb2.ServerReflectionRequest(file_containing_symbol="inference.GRPCInferenceService")
         described = next(call(iter([symbol]), timeout=10))
@@ -268,11 +275,7 @@ def test_reflection_describes_every_service_it_lists(server, version):
     from grpc_reflection.v1alpha import reflection_pb2
 
     with grpc.insecure_channel(server.address) as channel:
-        call = channel.stream_stream(
-            f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
-            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
-            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
-        )
+        call = _reflection_call(channel, version)
         listing = next(call(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
         names = [service.name for service in listing.list_services_response.service]
         asks = [reflection_pb2.ServerReflectionRequest(file_containing_symbol=name) for name in names]

@@ -14,7 +14,6 @@ from tests.lite.ops._reference import kernel_outputs
 rng = np.random.default_rng(2024)
 
 F32 = np.float32
-BROADCAST_SHAPES = [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((0, 3), (1, 3))]
 
 
 def normal(shape, dtype=F32, scale=1.0):
@@ -23,11 +22,6 @@ def normal(shape, dtype=F32, scale=1.0):
 
 def integers(shape, dtype, low=-20, high=20):
     return rng.integers(low, high, size=shape).astype(dtype)
-
-
-def non_zero_integers(shape, dtype, low=-9, high=9):
-    values = integers(shape, dtype, low, high)
-    return np.where(values == 0, 1, values).astype(dtype)
 
 
 # --- unary math -------------------------------------------------------------------------------
