@@ -106,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     results["latency_ms"] = time_runs(model, feeds, args.loops, args.warmup)
     results["throughput_per_s"] = batch * 1e3 / results["latency_ms"]["median"]
     print(f"{args.model} on {model.device}, batch {batch}, {args.loops} runs after {args.warmup} warm-up")
+    int8 = int8_kernels(model)
+    if int8 is not None:
+        results["int8"] = int8
+        print(f"int8: {int8}")
     print(f"inputs: {describe_inputs(model, feeds)}")
     if not args.input and _chose_sizes(model, named_shapes(model.inputs, parse_shape_overrides(args.shape))):
         print("  random; symbolic sizes beyond the batch: those the converter verified the model on, else planned "
@@ -133,6 +137,26 @@ def run(args: argparse.Namespace) -> int:
         with atomic_write(args.json) as handle:
             handle.write(json.dumps(results, indent=2).encode())
     return 0
+
+
+_INT8_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+             "QLinearConv", "QLinearMatMul", "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
+
+
+def int8_kernels(model: Model) -> str | None:
+    """How ONNX Runtime runs an int8 model on this CPU, in words: its int8 kernels or the float
+    form, why, and whether its weights went to it as uint8 (a CPU whose u8 x s8 products
+    saturate); None for other models and engines."""
+    engine = model.engine
+    if not hasattr(engine, "unsigned_weights") or not {n.op_type for n in engine.model.main.nodes} & _INT8_OPS:
+        return None
+    decision = engine.decision if isinstance(engine.decision, dict) and "chosen" in engine.decision else {
+        "chosen": "int8", "why": "the kernels it was quantized for: no choice to make"}
+    form = "the float form" if decision["chosen"] == "float" else "the int8 kernels"
+    text = f"{form} ({decision.get('why', 'as recorded')})"
+    if engine.unsigned_weights and decision["chosen"] != "float":
+        text += "; weights as uint8: this CPU's uint8 x int8 products saturate (no VNNI), uint8 x uint8 are exact"
+    return text
 
 
 def _inputs(model: Model, args: argparse.Namespace) -> dict[str, np.ndarray]:

@@ -147,3 +147,20 @@ def test_onnx_runtime_s_own_integer_layers_get_uint8_weights(op_type):
     assert "w" not in {init.name for init in lowered.model.graph.initializer}
     (got,) = _session(lowered).run(None, {"x": x})
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-3)
+
+
+def test_lite_bench_says_how_an_int8_model_runs(monkeypatch):
+    """Which kernels ran and why, and the uint8 weights where this CPU saturates: said, not only
+    held in ``model.engine.decision``."""
+    from lite.commands.bench import int8_kernels
+    from lite.engines.ort import engine as ort_engine
+
+    data = _saturating_matmul()
+    monkeypatch.setattr(ort_engine, "int8_products_saturate", lambda: True)
+    said = int8_kernels(lite.Model.load(data, device="cpu", cache_dir=None, int8_compute="int8"))
+    assert said.startswith("the int8 kernels (") and "weights as uint8" in said
+    monkeypatch.setattr(ort_engine, "int8_products_saturate", lambda: False)
+    assert "uint8" not in int8_kernels(lite.Model.load(data, device="cpu", cache_dir=None, int8_compute="int8"))
+    floated = int8_kernels(lite.Model.load(data, device="cpu", cache_dir=None, int8_compute="float"))
+    assert floated.startswith("the float form (")
+    assert int8_kernels(lite.Model.load(data, device="numpy")) is None
