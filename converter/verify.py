@@ -414,7 +414,8 @@ def _accepted_inputs(reference: _Reference, original: onnx.ModelProto, input_sha
 def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: _Reference, feeds,
                  expected) -> Tolerance:
     """``tolerance`` widened by how far ONNX Runtime moves between its optimization levels and,
-    for a model that quantizes activations, under a tiny nudge of the inputs
+    for a model that quantizes activations or picks by ArgMax, ArgMin or TopK, under a tiny nudge
+    of the inputs; outputs a run reorders are compared as sets of rows
     (:mod:`converter.verify_spread`). A spread the caller gave stands as given."""
     if tolerance.spread is not None:
         return tolerance

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import re
 from collections.abc import Sequence
 
 import lite
@@ -147,8 +148,9 @@ class DataPlane:
         repository relative to it (``resnet/1/model.lite``), the repository's own path as
         ``<repository>``. Clients learn what is wrong with a model without learning where the
         server keeps its files; the server's log keeps the full paths."""
-        root = str(self.manager.repository.root)
-        return text.replace(root + os.sep, "").replace(root, "<repository>")
+        root = re.escape(str(self.manager.repository.root))
+        # the root itself only where its name ends ("/srv/models", not "/srv/models2/...")
+        return re.sub(root + r"(?![\w.-])", "<repository>", re.sub(root + re.escape(os.sep), "", text))
 
     async def load(self, name: str, overrides: Sequence[str] = ()) -> None:
         """Load or reload ``name`` from the repository. ``overrides``: the request's parameters that
