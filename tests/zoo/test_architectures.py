@@ -126,7 +126,9 @@ def exported(case, exports):
     source = exports.path(architecture, exporter)
     feeds = architecture.make_inputs(np.random.default_rng(0))
     session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
-    return source, feeds, session.run(None, feeds)
+    yield source, feeds, session.run(None, feeds)
+    for path in source.parent.glob(f"{source.stem}*"):
+        path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,8 @@ the recognizers). Detectors have no top-1, and one model ships already in int8: 
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -151,7 +153,8 @@ def reference(model, source):
 def converted(model, source, tmp_path_factory):
     output = tmp_path_factory.mktemp("zoo") / "m.lite"
     report = converter.convert(source, output)
-    return output, report
+    yield output, report
+    shutil.rmtree(output.parent, ignore_errors=True)
 
 
 def _predict(path, device: str, feeds, names) -> list[np.ndarray]:
@@ -238,7 +241,8 @@ def int8_converted(model, source, int8_check, tmp_path_factory):
     options, _ = INT8_OPTIONS.get(model.name, ({}, ""))
     report = converter.convert(source, output, quant=int8_check.mode, calibration_data=calibration, **options)
     assert report.quantization is not None and report.quantization.quantized_nodes, report.quantization
-    return output
+    yield output
+    shutil.rmtree(output.parent, ignore_errors=True)
 
 
 def test_int8_coverage():
