@@ -9,11 +9,13 @@ therefore the v1alpha servicer registered a second time under the v1 name.
 A client that lists the services then asks for the file defining each one (grpcurl describe,
 grpc-js-reflection-client), ``grpc.reflection.v1.ServerReflection`` among them, and the servicer
 answers from protobuf's default descriptor pool, where no installed package puts the v1 file: it is
-added there, built from the v1alpha file with the package renamed (:func:`_add_v1_descriptor`).
+added there, built from the v1alpha file with the package renamed (:func:`_add_v1_descriptor`),
+unless an installed grpcio-reflection ships the v1 module, whose own file is then used.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 
 import grpc
@@ -23,6 +25,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 SERVICE_NAME_V1 = "grpc.reflection.v1.ServerReflection"
 SERVICE_NAME_V1ALPHA = reflection.SERVICE_NAME
 V1_FILE = "grpc/reflection/v1/reflection.proto"  # its path in grpc/grpc-proto
+V1_MODULE = "grpc_reflection.v1.reflection_pb2"  # where a grpcio-reflection with v1 would put it
 
 
 def enable_reflection(service_names: Iterable[str], server: grpc.aio.Server) -> None:
@@ -43,7 +46,15 @@ def enable_reflection(service_names: Iterable[str], server: grpc.aio.Server) -> 
 
 def _add_v1_descriptor(pool: descriptor_pool.DescriptorPool) -> None:
     """Put the file defining the v1 service in ``pool`` (once: a pool refuses a second copy),
-    unless a package already has: the v1alpha file with package and type names renamed."""
+    unless a package already has: the v1alpha file with package and type names renamed.
+
+    A grpcio-reflection that ships the v1 module is imported first: its file goes into the pool
+    under the same name, and importing it after a renamed copy was added would fail (a pool
+    refuses a second, different file of one name)."""
+    try:
+        importlib.import_module(V1_MODULE)
+    except ImportError:
+        pass
     try:
         pool.FindFileContainingSymbol(SERVICE_NAME_V1)
         return

@@ -288,6 +288,32 @@ def test_reflection_describes_every_service_it_lists(server, version):
         assert name in declared, f"{name}: the answer declares only {sorted(declared)}"
 
 
+def test_a_shipped_v1_reflection_module_is_used_instead_of_the_renamed_copy(monkeypatch):
+    """Should grpcio-reflection ship the v1 module, its file goes into the pool when it is imported;
+    a renamed copy added first would make that import fail, so the module is imported first and
+    no copy is added."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    from serving.grpc import reflection
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(reflection_pb2.DESCRIPTOR.serialized_pb)
+    shipped = descriptor_pb2.FileDescriptorProto(name=reflection.V1_FILE, package="grpc.reflection.v1")
+    shipped.service.add(name="ServerReflection")
+    imported = []
+
+    def import_module(name):
+        imported.append(name)
+        pool.AddSerializedFile(shipped.SerializeToString())
+
+    monkeypatch.setattr(reflection.importlib, "import_module", import_module)
+    reflection._add_v1_descriptor(pool)
+    assert imported == [reflection.V1_MODULE]
+    found = pool.FindFileContainingSymbol(reflection.SERVICE_NAME_V1)
+    assert not found.message_types_by_name, "the renamed copy replaced the shipped file"
+
+
 def test_grpcio_reflection_client_resolves_the_v1_service(server):
     """grpcio-reflection's own client (it speaks v1alpha) finds the v1 service and its method."""
     from google.protobuf.descriptor_pool import DescriptorPool
