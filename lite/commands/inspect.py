@@ -16,12 +16,19 @@ import numpy as np
 
 from lite.atomic import atomic_path, atomic_write
 from lite.commands._model_file import load_checked
-from lite.format import ir
+from lite.format import ir, qdq
 from lite.format.dtypes import DataType
+from lite.format.verifier import verify_flatbuffer
+from lite.format.writer import COMPACT_SINCE
 
 
 def summarize(model: ir.Model, path: str | None = None) -> dict[str, Any]:
-    """A JSON-ready description of ``model``: signature, ops, parameters, quantization, metadata."""
+    """A JSON-ready description of ``model``: signature, ops, parameters, quantization, metadata,
+    and with ``path`` where the file's bytes go.
+
+    Parameters are the constants the file stores: a quantized weight counts once, as its integer
+    tensor, not with the scale and zero-point constants the reader writes out for its QDQ nodes.
+    """
     main = model.main
 
     def spec(index: int) -> dict[str, Any]:
@@ -35,6 +42,7 @@ def summarize(model: ir.Model, path: str | None = None) -> dict[str, Any]:
     for graph in model.graphs:
         for node in graph.nodes:
             ops[f"{node.domain}::{node.op_type}" if node.domain else node.op_type] += 1
+    for graph in stored_graphs(model):
         for tensor in graph.tensors:
             if tensor.is_constant:
                 entry = parameters.setdefault(tensor.dtype.name, {"tensors": 0, "elements": 0, "bytes": 0})
@@ -63,8 +71,31 @@ def summarize(model: ir.Model, path: str | None = None) -> dict[str, Any]:
         },
         "quantization": dict(quantized),
         "metadata": dict(model.metadata),
+        "stored": stored_bytes(path) if path else None,
     }
     return summary
+
+
+def stored_graphs(model: ir.Model) -> list[ir.Graph]:
+    """The graphs as the file holds them. From format 2.0 each QDQ group is stored as its one
+    tensor (:mod:`lite.format.qdq`); the reader's explicit scale and zero-point constants are not
+    in the file, and counting them made an int8 file's parameters look larger than its weights."""
+    if tuple(model.version) < COMPACT_SINCE:
+        return model.graphs
+    return [qdq.compact(graph)[0] for graph in model.graphs]
+
+
+def stored_bytes(path: str | os.PathLike) -> dict[str, int]:
+    """Where the file's bytes go: ``structure`` (the flatbuffer: names, tensor, node and
+    quantization tables, with its size prefix), ``weights`` (the constants' buffers) and
+    ``alignment`` (the zeros that put each buffer on a 64-byte boundary)."""
+    with open(path, "rb") as handle:
+        structure = 4 + int.from_bytes(handle.read(4), "little")
+        handle.seek(0)
+        root = verify_flatbuffer(memoryview(handle.read(structure)))
+    weights = sum(int(buffer["length"]) for buffer in root["buffers"] or [])
+    return {"structure": structure, "weights": weights,
+            "alignment": os.path.getsize(path) - structure - weights}
 
 
 def render_text(summary: dict[str, Any]) -> str:
@@ -82,6 +113,10 @@ def render_text(summary: dict[str, Any]) -> str:
         lines.append(f"{title}:")
         for entry in summary[title]:
             lines.append(f"  {entry['name']:<24} {entry['dtype']:<10} {shape(entry)}")
+    stored = summary.get("stored")
+    if stored:
+        lines.append(f"file: {_bytes(stored['structure'])} structure (names, tensor, node and quantization tables)"
+                     f" + {_bytes(stored['weights'])} weights + {_bytes(stored['alignment'])} alignment")
     params = summary["parameters"]
     lines.append(f"parameters: {params['count']:,} in {_bytes(params['bytes'])}")
     for dtype, entry in sorted(params["by_dtype"].items()):

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from lite.cli import main
+from lite.format import save
+from lite.format.writer import ALIGNMENT
+from tests.format.models import conv_qdq_model
 from tests.lite.damaged_models import damaged_cases, damaged_model
 from tests.lite.test_model import matmul_model
 
@@ -38,6 +41,21 @@ def test_inspect_json(tmp_path, capsys):
     assert summary["ops"] == {"MatMul": 1}
     assert summary["parameters"]["by_dtype"]["FLOAT"] == {"tensors": 1, "elements": 8, "bytes": 32}
     assert summary["file_size"] == path.stat().st_size
+
+
+def test_inspect_counts_what_an_int8_file_stores(tmp_path, capsys):
+    """A quantized weight is one stored tensor: the reader's explicit scale and zero-point
+    constants are not parameters of the file, and the file's bytes add up to its size."""
+    path = tmp_path / "conv.lite"
+    save(conv_qdq_model(), path)
+    assert main(["inspect", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["parameters"]["by_dtype"] == {"INT8": {"tensors": 1, "elements": 54, "bytes": 54},
+                                                 "INT32": {"tensors": 1, "elements": 3, "bytes": 12}}
+    stored = summary["stored"]
+    assert stored["weights"] == 54 + 12
+    assert stored["structure"] + stored["weights"] + stored["alignment"] == path.stat().st_size
+    assert 0 <= stored["alignment"] < 2 * ALIGNMENT
 
 
 def test_inspect_graph_dot(tmp_path):
