@@ -5,11 +5,21 @@ through one ``Cast(to=FLOAT)`` whose output takes over ``w``'s readers, so every
 the dtype its schema requires and the graph stays valid ONNX; a runtime may compute with the
 half-precision weights directly. Finite values outside float16's range are clipped to ±65504
 (reported); infinities and NaN stay what they are (a scatter-max starts from -inf).
-Integer, double and already-half weights are left alone, and so are the scales of QuantizeLinear
-and DequantizeLinear: a rounded activation scale moves the int8 grid, and every value near a
-step's edge lands a whole step away (in a QDQ int8 Whisper encoder, 1,361 of its 128,000 quantized
-input features moved a step, and its output by 3.1 % of its peak where the float32 conversion's
-moved 1.8 %; with the scales kept, the float16 file's output moves as the float32 one's).
+Integer, double and already-half weights are left alone, and so are the float inputs of layers
+that are already integer (:func:`_keeps_float32`):
+
+- the scales of QuantizeLinear, DequantizeLinear, QLinearConv and QLinearMatMul: a rounded
+  activation scale moves the int8 grid, and every value near a step's edge lands a whole step
+  away (in a QDQ int8 Whisper encoder, 1,361 of its 128,000 quantized input features moved a
+  step, and its output by 3.1 % of its peak where the float32 conversion's moved 1.8 %; with the
+  scales kept, the float16 file's output moves as the float32 one's);
+- every float input of ONNX Runtime's integer layers (com.microsoft DynamicQuantizeLSTM,
+  DynamicQuantizeMatMul, MatMulIntegerToFloat, QGemm, QAttention, QLinear*), as its quantizer
+  writes them: their weights are int8 already, and their floats (scales, biases) are a small
+  part of the file. ONNX Runtime's own float16 converter must leave these nodes in float32 (their
+  kernels take float32 only) and then keeps those inputs float32 too. Rounding them is not
+  harmless: a speaker embedder of three DynamicQuantizeLSTM layers moved by 32 % of its output's
+  peak with its LSTM biases in float16, four times what a 1e-6 nudge of its inputs moves it.
 
 With ``fp16_io`` the float32 graph inputs and outputs become float16 too: a ``Cast`` after each
 input and before each output keeps the inside of the graph in float32.
@@ -36,8 +46,8 @@ def store_weights_fp16(model: ir.Model, context: PassContext, *, fp16_io: bool =
         for name, value in list(graph.initializers.items()):
             if value in inputs or value.dtype != ir.DataType.FLOAT or not value.uses():
                 continue
-            if any(_is_quantization_scale(node, index) for node, index in value.uses()):
-                result.counts["quantization scales kept"] += 1
+            if any(_keeps_float32(node, index) for node, index in value.uses()):
+                result.counts["quantization parameters kept"] += 1
                 continue
             array = value.const_value.numpy()
             half = add_initializer(graph, _to_half(array, name, context), context.unique_name(f"{name}_fp16"))
@@ -54,14 +64,36 @@ def store_weights_fp16(model: ir.Model, context: PassContext, *, fp16_io: bool =
     if fp16_io:
         _cast_interface(model.graph, context, result)
     result.details.append(f"{result.counts['weights']} float32 weights stored as float16")
+    if result.counts["quantization parameters kept"]:
+        result.details.append(f"{result.counts['quantization parameters kept']} float inputs of integer layers "
+                              "kept in float32 (scales, and ONNX Runtime's integer layers' biases)")
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _is_quantization_scale(node: ir.Node, index: int) -> bool:
-    """A QuantizeLinear or DequantizeLinear scale: a few bytes, and rounding one moves the grid
-    its tensor is quantized on, flipping every element near a step's edge by a whole step."""
-    return node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain in ("", "ai.onnx") and index == 1
+# ONNX's integer layers and the positions of their float scales.
+_SCALE_INPUTS = {
+    "QuantizeLinear": {1},
+    "DequantizeLinear": {1},
+    "QLinearConv": {1, 4, 6},
+    "QLinearMatMul": {1, 4, 6},
+}
+
+# ONNX Runtime's integer layers (com.microsoft) beside its QLinear* ones: every float input stays.
+_MICROSOFT_INTEGER_LAYERS = {
+    "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QGemm", "QAttention",
+    "QuantizeLinear", "DequantizeLinear",
+}
+
+
+def _keeps_float32(node: ir.Node, index: int) -> bool:
+    """Whether input ``index`` of ``node`` is a float input of an integer layer, kept in float32
+    (see the module docstring)."""
+    if node.domain in ("", "ai.onnx"):
+        return index in _SCALE_INPUTS.get(node.op_type, ())
+    if node.domain == "com.microsoft":
+        return node.op_type in _MICROSOFT_INTEGER_LAYERS or node.op_type.startswith("QLinear")
+    return False
 
 
 def _cast_interface(graph: ir.Graph, context: PassContext, result: PassResult) -> None:

@@ -229,6 +229,7 @@ MODULES: dict[tuple[str, str], str] = {
     ('ai.onnx.ml', 'TreeEnsembleClassifier'): 'tree_ensemble_classifier',
     ('ai.onnx.ml', 'TreeEnsembleRegressor'): 'tree_ensemble_regressor',
     ('ai.onnx.preview', 'FlexAttention'): 'flex_attention',
+    ('com.microsoft', 'DynamicQuantizeLSTM'): 'dynamic_quantize_lstm',
 }
 
 KERNELS.load_on_demand(MODULES, package=__name__)

@@ -44,29 +44,52 @@ def lstm(
         dtype = inputs.dtype
         w = np.asarray(W[d], dtype=dtype)
         r_t = np.asarray(R[d], dtype=dtype).T
-        bias = np.zeros(8 * hidden, dtype) if B is None else np.asarray(B[d], dtype=dtype)
-        bias = bias[: 4 * hidden] + bias[4 * hidden :]
-        peep = np.zeros(3 * hidden, dtype) if P is None else np.asarray(P[d], dtype=dtype)
-        p_i, p_o, p_f = peep[:hidden], peep[hidden : 2 * hidden], peep[2 * hidden :]
-        gate, cell_act, out_act = functions[d]
+        bias = summed_bias(B, d, hidden, dtype)
 
         def project(x):
             return np.matmul(x, w.T) + bias
 
-        def step(x_t, states):
-            h, c = states
-            z = x_t + h @ r_t
-            zi, zo, zf, zc = (z[:, k * hidden : (k + 1) * hidden] for k in range(4))
-            i = gate(bound(zi + p_i * c))
-            f = 1 - i if input_forget else gate(bound(zf + p_f * c))
-            c_new = f * c + i * cell_act(bound(zc))
-            o = gate(bound(zo + p_o * c_new))
-            h_new = o * out_act(c_new)
-            return h_new, [h_new, c_new]
-
+        step = lstm_step(hidden, functions[d], bound, direction_peepholes(P, d, hidden, dtype), input_forget,
+                         lambda h: h @ r_t)
         return step, project
 
     return run_directions("LSTM", inputs, 2, factory)
+
+
+def summed_bias(B, direction: int, hidden: int, dtype) -> np.ndarray:
+    """Wb + Rb of one direction (zeros where B is omitted): both are added to every step's gates."""
+    if B is None:
+        return np.zeros(4 * hidden, dtype)
+    bias = np.asarray(B[direction], dtype=dtype)
+    return bias[: 4 * hidden] + bias[4 * hidden :]
+
+
+def direction_peepholes(P, direction: int, hidden: int, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pi, Po, Pf of one direction (zeros where P is omitted)."""
+    peep = np.zeros(3 * hidden, dtype) if P is None else np.asarray(P[direction], dtype=dtype)
+    return peep[:hidden], peep[hidden : 2 * hidden], peep[2 * hidden :]
+
+
+def lstm_step(hidden: int, functions, bound, peepholes, input_forget, recur):
+    """One direction's step of the general cell (any activations, clip, peepholes, coupled gates),
+    for :func:`lite.ops._rnn_common.run_directions`: ``step(x_t, [h, c]) -> (h, [h, c])`` where
+    ``x_t`` is the step's input projection with the biases and ``recur(h)`` gives ``Ht-1 R^T``
+    (a float product here; ONNX Runtime's integer one in DynamicQuantizeLSTM)."""
+    gate, cell_act, out_act = functions
+    p_i, p_o, p_f = peepholes
+
+    def step(x_t, states):
+        h, c = states
+        z = x_t + recur(h)
+        zi, zo, zf, zc = (z[:, k * hidden : (k + 1) * hidden] for k in range(4))
+        i = gate(bound(zi + p_i * c))
+        f = 1 - i if input_forget else gate(bound(zf + p_f * c))
+        c_new = f * c + i * cell_act(bound(zc))
+        o = gate(bound(zo + p_o * c_new))
+        h_new = o * out_act(c_new)
+        return h_new, [h_new, c_new]
+
+    return step
 
 
 def _is_default(activations, directions: int, clip, input_forget) -> bool:

@@ -204,7 +204,7 @@ def test_fp16_weights_keep_quantization_scales_in_float32():
     )
     graph = ir.serde.deserialize_model(model)
     [result] = run_passes(graph, (store_weights_fp16,), PassContext())
-    assert result.counts["weights"] == 1 and result.counts["quantization scales kept"] == 1
+    assert result.counts["weights"] == 1 and result.counts["quantization parameters kept"] == 1
     assert graph.graph.initializers["s"].dtype == ir.DataType.FLOAT
     from converter.onnx_export import to_onnx
     from converter.verify import run_onnxruntime

@@ -45,10 +45,6 @@ INT8_AGREEMENT = 0.95  # top-1 of the int8 model against the float original
 
 # Checks not run, or run differently, and why. Keys: (model name, check).
 EXCLUSIONS: dict[tuple[str, str], str] = {
-    ("ddddocr:common_old", "numpy"): (
-        "the numpy engine has no kernel for com.microsoft::DynamicQuantizeLSTM (written by ONNX Runtime's "
-        "dynamic quantizer); the cpu engine runs it, and conversion verifies on the ONNX Runtime engine"
-    ),
     ("ddddocr:common_old", "int8"): "the file ships already quantized (ONNX Runtime's dynamic int8)",
     ("ddddocr:common_det", "int8"): "a detector (YOLOX): no top-1 to agree on",
     ("nudenet:320n", "int8"): "a detector (YOLOv8n): no top-1 to agree on",
@@ -111,6 +107,19 @@ FP16_TOLERANCE: dict[str, tuple[float, str]] = {
             "single pixels of the 640x640 text probability map move by up to 4.8e-2 with fp16 weights (ONNX "
             "Runtime on rounded, unfolded weights: 3.0e-2); the text mask at rapidocr's threshold 0.3 agrees "
             "on at least 99.9% of the pixels"
+        ),
+    ),
+}
+
+# numpy-engine checks held to a looser tolerance, and why. Measured against how far ONNX Runtime
+# moves by itself under a 1e-6 relative nudge of the same inputs (8 sign patterns).
+NUMPY_TOLERANCE: dict[str, tuple[float, str]] = {
+    "ddddocr:common_old": (
+        1e-2,
+        (
+            "logits move by 2.3e-3 of their peak: its DynamicQuantizeLSTM quantizes each step's state to uint8, "
+            "and the last bit of a tanh flips a value at a rounding edge; ONNX Runtime itself moves by 1.2e-2 to "
+            "3.5e-2 under a 1e-6 nudge of the input; every time step still decodes to the same character"
         ),
     ),
 }
@@ -192,8 +201,13 @@ def test_engine_matches_onnxruntime(model, converted, reference, device, rtol):
         pytest.skip(EXCLUSIONS[model.name, device])
     path, _ = converted
     feeds, names, expected = reference
-    error = relative_error(_predict(path, device, feeds, names), expected)
+    if device == "numpy":
+        rtol, _ = NUMPY_TOLERANCE.get(model.name, (rtol, ""))
+    outputs = _predict(path, device, feeds, names)
+    error = relative_error(outputs, expected)
     assert error <= rtol, f"{model.name} on {device}: max abs error {error:.3g} of the reference's peak > {rtol:g}"
+    if model.name == "ddddocr:common_old":
+        np.testing.assert_array_equal(outputs[0].argmax(-1), expected[0].argmax(-1))
 
 
 def test_fp16_weights(model, source, reference, tmp_path):
