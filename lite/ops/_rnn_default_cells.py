@@ -34,6 +34,7 @@ import numpy as np
 
 from lite.errors import ModelFormatError
 from lite.ops._rnn_common import TimeMajor
+from lite.ops._rnn_peephole_row import fits_rows_loop, lstm_peepholes_row_loop
 from lite.ops._rnn_stack import Layer, Stack, Steps, gate_major
 
 # The activation lists of the default cells, per direction (compared case-insensitively).
@@ -204,7 +205,9 @@ def run_stacked(op: str, layers: list[Layer]) -> tuple:
     stack = Stack(layers)
     weights = layers[0].weights
     if op == "LSTM":
-        return _lstm_loop(stack) if weights.peepholes is None else _lstm_peepholes_loop(stack)
+        if weights.peepholes is None:
+            return _lstm_loop(stack)
+        return lstm_peepholes_row_loop(stack) if fits_rows_loop(stack) else _lstm_peepholes_loop(stack)
     if op == "GRU":
         return _gru_reset_first_loop(stack) if weights.recurrent_bias is None else _gru_loop(stack)
     return _rnn_loop(stack)

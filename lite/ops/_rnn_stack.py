@@ -143,7 +143,13 @@ class Steps:
     def finish(self, *other_states: np.ndarray) -> tuple:
         """Y in time order, the final states (copied: the last h may be a slice of Y)."""
         finals = [np.array(self.h), *other_states]
-        for d, backwards in enumerate(self.stack.backwards):
-            if backwards:
-                self.Y[:, d] = self.Y[::-1, d].copy()
-        return self.stack.finish(self.Y, finals)
+        return self.stack.finish(in_time_order(self.Y, self.stack.backwards), finals)
+
+
+def in_time_order(Y: np.ndarray, backwards: tuple[bool, ...]) -> np.ndarray:
+    """Y ``(seq, directions, batch, H)`` with each reverse direction's steps, stored in the order
+    the loop ran them, flipped in place into time order."""
+    for d, back in enumerate(backwards):
+        if back:
+            Y[:, d] = Y[::-1, d].copy()
+    return Y
