@@ -24,6 +24,8 @@ allows:
 Per step: one stacked matmul for the recurrence of every direction (numpy runs the stack in one
 call, faster than a call per direction), then ten elementwise calls for LSTM and GRU, two for RNN;
 sixteen for LSTM with peepholes, in a loop of its own so that the default one does no extra work.
+With batch 1 and full sequences, RNN and LSTM with peepholes run the loops of
+:mod:`lite.ops._rnn_rows` (a 2-D product per step; twelve elementwise calls for the latter).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 
 from lite.errors import ModelFormatError
 from lite.ops._rnn_common import TimeMajor
-from lite.ops._rnn_peephole_row import fits_rows_loop, lstm_peepholes_row_loop
+from lite.ops._rnn_rows import fits_rows_loop, lstm_peepholes_row_loop, rnn_row_loop
 from lite.ops._rnn_stack import Layer, Stack, Steps, gate_major
 
 # The activation lists of the default cells, per direction (compared case-insensitively).
@@ -207,10 +209,10 @@ def run_stacked(op: str, layers: list[Layer]) -> tuple:
     if op == "LSTM":
         if weights.peepholes is None:
             return _lstm_loop(stack)
-        return lstm_peepholes_row_loop(stack) if fits_rows_loop(stack) else _lstm_peepholes_loop(stack)
+        return lstm_peepholes_row_loop(stack) if fits_rows_loop(stack, 2) else _lstm_peepholes_loop(stack)
     if op == "GRU":
         return _gru_reset_first_loop(stack) if weights.recurrent_bias is None else _gru_loop(stack)
-    return _rnn_loop(stack)
+    return rnn_row_loop(stack) if fits_rows_loop(stack) else _rnn_loop(stack)
 
 
 def _lstm_loop(stack: Stack) -> tuple:
