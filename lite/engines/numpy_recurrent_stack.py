@@ -82,11 +82,20 @@ def _next_group(steps: list[_Step]) -> list[_Step] | None:
 
 
 def _with_group_fused(steps: list[_Step], group: list[_Step]) -> list[_Step]:
-    """``steps`` with ``group`` as one step where its last node stood, the steps between that
-    are computed from a member's outputs after it."""
-    members = {id(step) for step in group}
-    first, last = (next(p for p, step in enumerate(steps) if id(step) == id(group[k])) for k in (0, -1))
-    derived = {index for step in group for index in step.outputs if index >= 0}
+    fused = replace(
+        group[0], fn=StackedRecurrence(group), inputs=[i for step in group for i in step.inputs],
+        outputs=[i for step in group for i in step.outputs], attributes={}, output_count=None,
+        wants_allocate=False, prepare=None, prepared=None, memo=None, memo_sources=[])
+    return in_place_of(steps, group, fused)
+
+
+def in_place_of(steps: list[_Step], block: list[_Step], fused: _Step) -> list[_Step]:
+    """``steps`` with ``block`` (in order) replaced by ``fused`` where its last step stood: the
+    steps between that are computed from the block's outputs move after it, the others stay
+    before (the block's own inputs among them)."""
+    members = {id(step) for step in block}
+    first, last = (next(p for p, step in enumerate(steps) if id(step) == id(block[k])) for k in (0, -1))
+    derived = {index for step in block for index in step.outputs if index >= 0}
     before, after = [], []
     for step in steps[first + 1 : last]:
         if id(step) in members:
@@ -96,10 +105,6 @@ def _with_group_fused(steps: list[_Step], group: list[_Step]) -> list[_Step]:
             after.append(step)
         else:
             before.append(step)
-    fused = replace(
-        group[0], fn=StackedRecurrence(group), inputs=[i for step in group for i in step.inputs],
-        outputs=[i for step in group for i in step.outputs], attributes={}, output_count=None,
-        wants_allocate=False, prepare=None, prepared=None, memo=None, memo_sources=[])
     return steps[:first] + before + [fused] + after + steps[last + 1 :]
 
 

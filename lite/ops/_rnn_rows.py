@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lite.ops._rnn_stack import Stack, in_time_order
+from lite.ops._rnn_stack import Layer, Stack, in_time_order
 
 # Above this the block-diagonal weights' zeros cost a product more time than the loop saves.
 _MAX_ROWS_WEIGHTS_BYTES = 256 * 1024
@@ -95,18 +95,78 @@ def lstm_peepholes_row_loop(stack: Stack) -> tuple:
     np.multiply(stack.state(0), 2, out=S[0, 0])
     S[0, 1] = stack.state(1)
     weights = _peephole_rows_weights(stack)
-    states = S.reshape(seq_length + 1, 1, 3 * directions * hidden)[:, :, : 2 * directions * hidden]
-    z = np.empty((4, directions, 1, hidden), dtype)
-    z_row = z.reshape(1, 4 * directions * hidden)
+    _peephole_steps(S, projected, weights, stack.peepholes[2])
+    Y = np.multiply(S[1:, 0], 0.5)
+    return stack.finish(in_time_order(Y, stack.backwards), [S[-1, 0] * 0.5, S[-1, 1].copy()])
+
+
+def lstm_peepholes_chain_loop(layers: list[Layer]) -> list[tuple]:
+    """Forward LSTM layers with peepholes, each reading the one before (its Y as X), batch 1:
+    one loop of :func:`lstm_peepholes_row_loop`'s calls over all of them, in a wavefront.
+
+    Iteration s runs layer k's step s - k, whose input is layer k - 1's output of the iteration
+    before: ``M`` holds W of layer k (halved, as S holds 2h) on layer k - 1's h rows beside R on
+    its own, and the projection of layers past the first is their bias alone. K layers of T
+    steps take T + K - 1 iterations instead of K * T. A layer not started yet has its initial
+    state put back after each of the first iterations; one finished computes steps no one reads.
+    ``layers[k].inputs.X`` past the first is a stand-in giving the shape. Each layer's outputs.
+    """
+    count, hidden, dtype = len(layers), layers[0].inputs.hidden, layers[0].inputs.dtype
+    seq_length = layers[0].inputs.X.shape[0]
+    first = Stack(layers[:1])
+    projected = np.zeros((seq_length + count - 1, 4, count, 1, hidden), dtype)
+    projected[:seq_length, :, :1] = first.project()
+    for k, layer in enumerate(layers[1:], 1):
+        projected[:, :, k] = layer.weights.bias[0].reshape(4, 1, hidden)
+    S = np.empty((seq_length + count, 3, count, 1, hidden), dtype)
+    for k, layer in enumerate(layers):
+        np.multiply(layer.inputs.state(0), 2, out=S[0, 0, k : k + 1])
+        S[0, 1, k : k + 1] = layer.inputs.state(1)
+    weights = _chain_weights(layers)
+    peepholes_o = np.concatenate([layer.weights.peepholes[2] for layer in layers])
+    _peephole_steps(S, projected, weights, peepholes_o, warm_up=count - 1)
+    outputs = []
+    for k, layer in enumerate(layers):
+        Y = np.multiply(S[k + 1 : k + 1 + seq_length, 0, k : k + 1], 0.5)
+        last = S[seq_length + k]
+        outputs.append(layer.inputs.finish(Y, [last[0, k : k + 1] * 0.5, last[1, k : k + 1].copy()]))
+    return outputs
+
+
+def _chain_weights(layers: list[Layer]) -> np.ndarray:
+    """``M`` ``(2 * K * H, 4 * K * H)`` of :func:`lstm_peepholes_chain_loop`: layer k's h rows
+    feed its own columns (R) and layer k + 1's (W), both halved; c rows its peepholes."""
+    count, hidden = len(layers), layers[0].inputs.hidden
+    weights = np.zeros((2, count, hidden, 4, count, hidden), layers[0].inputs.dtype)
+    units = np.arange(hidden)
+    for k, layer in enumerate(layers):
+        weights[0, k, :, :, k, :] = (layer.weights.r_t[0] * 0.5).reshape(hidden, 4, hidden)
+        if k + 1 < count:
+            weights[0, k, :, :, k + 1, :] = (layers[k + 1].weights.w_t * 0.5).reshape(hidden, 4, hidden)
+        weights[1, k, units, 0, k, units] = layer.weights.peepholes[0, 0, 0]
+        weights[1, k, units, 1, k, units] = layer.weights.peepholes[1, 0, 0]
+    return weights.reshape(2 * count * hidden, 4 * count * hidden)
+
+
+def _peephole_steps(S: np.ndarray, projected: np.ndarray, weights: np.ndarray, peepholes_o: np.ndarray,
+                    warm_up: int = 0) -> None:
+    """The steps of the peephole loops: S[t + 1] from S[t] and projected[t] (see the module
+    docstring). After each of the first ``warm_up`` iterations s, the layers past s get their
+    initial states back (:func:`lstm_peepholes_chain_loop`)."""
+    columns, hidden = weights.shape[1], S.shape[-1]
+    width = columns // 4 // hidden
+    dtype = S.dtype
+    states = S.reshape(len(S), 1, 3 * width * hidden)[:, :, : 2 * width * hidden]
+    z = np.empty((4, width, 1, hidden), dtype)
+    z_row = z.reshape(1, columns)
     input_forget, before_output = z[:2], z[:3]
     i, f, candidate, o = z
     half = np.full_like(input_forget, 0.5)
     one = np.ones_like(o)
-    peepholes_o = stack.peepholes[2]
-    pair = np.empty((2, directions, 1, hidden), dtype)  # tanh(Ct), tanh(x/2) of o
+    pair = np.empty((2, width, 1, hidden), dtype)  # tanh(Ct), tanh(x/2) of o
     tanh_c, tanh_o = pair
     product = np.empty_like(o)
-    for state, c, new, projected_t in zip(states, S[:-1, 1], S[1:], projected):
+    for s, (state, c, new, projected_t) in enumerate(zip(states, S[:-1, 1], S[1:], projected)):
         np.dot(state, weights, out=z_row)
         np.add(z, projected_t, out=z)
         np.tanh(before_output, out=before_output)  # tanh(x/2) for i, f (halved rows), tanh(x) for c~
@@ -121,5 +181,5 @@ def lstm_peepholes_row_loop(stack: Stack) -> tuple:
         np.tanh(new[1:], out=pair)
         np.add(tanh_o, one, out=tanh_o)
         np.multiply(tanh_c, tanh_o, out=new[0])  # 2h
-    Y = np.multiply(S[1:, 0], 0.5)
-    return stack.finish(in_time_order(Y, stack.backwards), [S[-1, 0] * 0.5, S[-1, 1].copy()])
+        if s < warm_up:
+            new[:2, s + 1 :] = S[0, :2, s + 1 :]
