@@ -136,7 +136,7 @@ def _reads_derived(step: _Step, block: list[_Step], steps: list[_Step], graph: G
 class ChainedRecurrence:
     """The fused step's kernel: the links' outputs, one link's after the other's."""
 
-    names_its_node = True  # a failure in the nodes' own kernels is named after its node
+    names_its_node = True  # what it raises names the node (the failing one where it runs them in turn)
 
     def __init__(self, block: list[_Step], members: list[_Step], inputs: list[int],
                  constants: dict[int, Any]) -> None:
@@ -151,7 +151,10 @@ class ChainedRecurrence:
         layers = self._layers(values)
         if layers is None:
             return self._in_turn(values)
-        outputs = self.rows.lstm_peepholes_chain_loop(layers)
+        try:
+            outputs = self.rows.lstm_peepholes_chain_loop(layers)
+        except Exception as err:
+            raise _failure(self.members[0], list(args), err) from err
         return tuple(value for step, own in zip(self.members, outputs) for value in own[: len(step.outputs)])
 
     def _value(self, values: dict[int, Any], index: int) -> Any:

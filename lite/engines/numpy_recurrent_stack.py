@@ -111,7 +111,7 @@ def in_place_of(steps: list[_Step], block: list[_Step], fused: _Step) -> list[_S
 class StackedRecurrence:
     """The fused step's kernel: its nodes' outputs, one node's after the other's."""
 
-    names_its_node = True  # the engine raises what it raises as it is (it names the failing member)
+    names_its_node = True  # what it raises names the node (the failing member where it runs them in turn)
 
     def __init__(self, group: list[_Step]) -> None:
         from lite.ops import _rnn_common, _rnn_default_cells
@@ -128,7 +128,10 @@ class StackedRecurrence:
         layers = [self._layer(step, values) for step, values in zip(self.group, per_node)]
         if any(layer is None for layer in layers) or not self._alike(layers):
             return self._in_turn(per_node)
-        outputs = self.cells.run_stacked(self.op, layers)
+        try:
+            outputs = self.cells.run_stacked(self.op, layers)
+        except Exception as err:
+            raise _failure(self.group[0], list(args), err) from err
         return self._declared(outputs)
 
     def _layer(self, step: _Step, values: list[Any]) -> Any:
