@@ -182,10 +182,8 @@ class ChainedRecurrence:
             shape = self._next_x_shape(step, inputs, values)
             if shape is None:
                 return None
-        count, hidden = len(layers), layers[0].inputs.hidden
-        if 8 * (count * hidden) ** 2 * layers[0].inputs.dtype.itemsize > self.rows._MAX_ROWS_WEIGHTS_BYTES:
-            return None
-        return layers
+        first = layers[0].inputs
+        return layers if self.rows.fits_chain_loop(len(layers), first.hidden, first.dtype) else None
 
     def _next_x_shape(self, step: _Step, inputs: Any, values: dict[int, Any]) -> tuple[int, ...] | None:
         """The shape of the next link's X, (T, 1, H), from this link's Y through the reshapes

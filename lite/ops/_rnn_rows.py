@@ -46,6 +46,12 @@ def fits_rows_loop(stack: Stack, rows_per_unit: int = 1) -> bool:
     return size <= _MAX_ROWS_WEIGHTS_BYTES
 
 
+def fits_chain_loop(count: int, hidden: int, dtype) -> bool:
+    """Whether :func:`lstm_peepholes_chain_loop` runs ``count`` layers of ``hidden`` units: its
+    ``M`` of at most :data:`_MAX_ROWS_WEIGHTS_BYTES`."""
+    return 2 * count * hidden * 4 * count * hidden * np.dtype(dtype).itemsize <= _MAX_ROWS_WEIGHTS_BYTES
+
+
 def block_diagonal(r_t: np.ndarray, hidden: int) -> np.ndarray:
     """``(D, H, gates * H)`` recurrent weights as ``M`` ``(D * H, gates * D * H)``: direction d's
     rows feed its own columns, gate-major ``(gate, direction, H)``."""

@@ -107,3 +107,8 @@ def test_the_peephole_rows_hold_halved_recurrence_and_diagonal_peepholes():
     np.testing.assert_array_equal(np.diagonal(rows[1, 1, :, 1, 1]), weights.peepholes[1, 1, 0])
     assert not rows[1, :, :, 2:].any()  # c~ and o see no Ct-1 in the product
     assert not rows[:, 0, :, :, 1].any() and not rows[:, 1, :, :, 0].any()  # block-diagonal
+
+
+def test_chains_of_madmom_size_fit_the_chain_loop_and_larger_ones_do_not():
+    assert rows_loops.fits_chain_loop(3, 25, np.float32)  # madmom's beat tracker: 3 layers of 25
+    assert not rows_loops.fits_chain_loop(3, 64, np.float32)
