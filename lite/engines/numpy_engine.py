@@ -311,7 +311,7 @@ class NumpyEngine:
             else:
                 result = step.fn(*args, **kwargs)
         except Exception as err:
-            if type(step.fn) is _MemoGroup:  # it named the failing node itself
+            if type(step.fn) is _MemoGroup or getattr(step.fn, "names_its_node", False):  # it named the node
                 raise
             raise _failure(step, args, err) from err
         if not isinstance(result, tuple):

@@ -26,7 +26,10 @@ step computes what its steps computed, in the same arithmetic:
 - a tanh-approximated GELU written as elementwise nodes, and the exact Gelu node computed from a table
   (:mod:`lite.engines.numpy_gelu`);
 - a MatMul and the reshapes and elementwise updates its result alone goes through
-  (:mod:`lite.engines.numpy_epilogue`).
+  (:mod:`lite.engines.numpy_epilogue`);
+- independent LSTM, GRU or RNN nodes of one cell (a bidirectional layer written as two forward
+  nodes) as one time loop (:mod:`lite.engines.numpy_recurrent_stack`), and forward LSTM layers with
+  peepholes each reading the last one's output as one wavefront loop (:mod:`lite.engines.numpy_recurrent_chain`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm
 from lite.engines.numpy_patterns import Graph, in_turn
 from lite.engines.numpy_pool_fusion import fuse_pad_max_pool
 from lite.engines.numpy_pool_mixer import fuse_pool_mixer
+from lite.engines.numpy_recurrent_chain import chain_recurrences
+from lite.engines.numpy_recurrent_stack import stack_recurrences
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 from lite.engines.numpy_separable_attention import fuse_separable_attention
 
@@ -81,7 +86,9 @@ def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int])
     steps = fuse_erf_gelu(steps, constants, graph_outputs)
     steps = fuse_product_epilogues(steps, constants, graph_outputs)
     steps = group_norm_fusion.fuse_group_norm(steps, constants, graph_outputs)
-    return affine_fusion.fuse_channel_affine(steps, constants, graph_outputs)
+    steps = affine_fusion.fuse_channel_affine(steps, constants, graph_outputs)
+    steps = stack_recurrences(steps, constants, graph_outputs)
+    return chain_recurrences(steps, constants, graph_outputs)
 
 
 def _fuse_bias_adds(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:

@@ -8,7 +8,9 @@ allows:
 - the directions are stacked on a leading axis: the reverse direction's input projection is
   stored reversed in time, so step t reads one ``(directions, batch, k)`` slice and every
   elementwise call covers both directions. Its outputs land reversed too, and are flipped once
-  at the end;
+  at the end. Independent nodes of one cell stack the same way (:func:`run_stacked`,
+  :mod:`lite.ops._rnn_stack`): the numpy engine runs a bidirectional layer written as two
+  forward nodes as one loop;
 - weights are laid out once (transposed, biases summed; by the engine at load, see the
   kernels' ``prepare``), buffers allocated once per call, and every step writes with ``out=``,
   h straight into its slice of Y;
@@ -22,6 +24,8 @@ allows:
 Per step: one stacked matmul for the recurrence of every direction (numpy runs the stack in one
 call, faster than a call per direction), then ten elementwise calls for LSTM and GRU, two for RNN;
 sixteen for LSTM with peepholes, in a loop of its own so that the default one does no extra work.
+With batch 1 and full sequences, RNN and LSTM with peepholes run the loops of
+:mod:`lite.ops._rnn_rows` (a 2-D product per step; twelve elementwise calls for the latter).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import numpy as np
 
 from lite.errors import ModelFormatError
 from lite.ops._rnn_common import TimeMajor
+from lite.ops._rnn_rows import fits_rows_loop, lstm_peepholes_row_loop, rnn_row_loop
+from lite.ops._rnn_stack import Layer, Stack, Steps, gate_major
 
 # The activation lists of the default cells, per direction (compared case-insensitively).
 DEFAULT_ACTIVATIONS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh"), "RNN": ("tanh",)}
@@ -179,92 +185,50 @@ def usable(weights: CellWeights | None, B, dtype, P=None) -> bool:
     )
 
 
-def project(inputs: TimeMajor, weights: CellWeights) -> np.ndarray:
-    """``X @ W^T + bias`` of every step, gate-major: ``(seq, gates, directions, batch, H)``, a
-    reverse direction's reversed in time. GRU with linear_before_reset gets Rbh as a gate between
-    r and the candidate, ``[z, r, Rbh, h]``: added with the recurrence in one call."""
-    X, hidden = inputs.X, inputs.hidden
-    seq_length, batch = X.shape[:2]
-    rows = X.reshape(seq_length * batch, X.shape[2])
-    gates = weights.bias.shape[1] // hidden
-    rbh = weights.recurrent_bias
-    projected = np.empty((seq_length, gates + (rbh is not None), len(inputs.backwards), batch, hidden), X.dtype)
-    products = np.matmul(rows, weights.w_t).reshape(seq_length, batch, len(inputs.backwards), gates, hidden)
-    for d, backwards in enumerate(inputs.backwards):
-        product = products[:, :, d]
-        product = (product[::-1] if backwards else product).transpose(0, 2, 1, 3)
-        bias = weights.bias[d].reshape(gates, 1, hidden)
-        if rbh is None:
-            np.add(product, bias, out=projected[:, :, d])
-        else:
-            np.add(product[:, :2], bias[:2], out=projected[:, :2, d])
-            projected[:, 2, d] = rbh[d]
-            np.add(product[:, 2:], bias[2:], out=projected[:, 3:, d])
-    return projected
-
-
-def _gate_major(out: np.ndarray, hidden: int) -> np.ndarray:
-    """The recurrence's ``(directions, batch, gates * H)`` seen as ``(gates, directions, batch, H)``:
-    the step reads it once, in the call that adds the projection, and works on contiguous gates."""
-    directions, batch, width = out.shape
-    return out.reshape(directions, batch, width // hidden, hidden).transpose(2, 0, 1, 3)
-
-
-class _Steps:
-    """What a loop shares: the outputs buffer (a reverse direction's steps stored reversed), the
-    hidden state, and the masks of sequence_lens (stacked per direction, reversed likewise)."""
-
-    def __init__(self, inputs: TimeMajor):
-        self.inputs = inputs
-        seq_length, batch = inputs.X.shape[:2]
-        self.Y = np.empty((seq_length, len(inputs.backwards), batch, inputs.hidden), inputs.dtype)
-        self.h = inputs.state(0)
-        self.active = self.inactive = None
-        if inputs.masks is not None:
-            masks = inputs.masks
-            self.active = np.stack([masks[::-1] if back else masks for back in inputs.backwards], axis=1)
-            self.inactive = ~self.active
-
-    def emit(self, t: int, output: np.ndarray) -> np.ndarray:
-        """Step t's output, written into Y[t], becomes the hidden state; past an entry's
-        sequence the state stays and the output is 0. Returns the state for step t + 1."""
-        if self.active is None:
-            self.h = output
-        else:
-            np.copyto(self.h, output, where=self.active[t])
-            np.copyto(output, 0, where=self.inactive[t])
-        return self.h
-
-    def keep(self, t: int, new: np.ndarray, old: np.ndarray) -> None:
-        """Another state (LSTM's c) keeps its old value past an entry's sequence."""
-        if self.inactive is not None:
-            np.copyto(new, old, where=self.inactive[t])
-
-    def finish(self, *other_states: np.ndarray) -> tuple:
-        """Y in time order, the final states (copied: the last h may be a slice of Y)."""
-        finals = [np.array(self.h), *other_states]
-        for d, backwards in enumerate(self.inputs.backwards):
-            if backwards:
-                self.Y[:, d] = self.Y[::-1, d].copy()
-        return self.inputs.finish(self.Y, finals)
-
-
 def run_lstm(inputs: TimeMajor, weights: CellWeights) -> tuple:
+    """One LSTM node's outputs (:func:`run_stacked`)."""
+    return run_stacked("LSTM", [Layer(inputs, weights)])
+
+
+def run_gru(inputs: TimeMajor, weights: CellWeights) -> tuple:
+    """One GRU node's outputs (:func:`run_stacked`)."""
+    return run_stacked("GRU", [Layer(inputs, weights)])
+
+
+def run_rnn(inputs: TimeMajor, weights: CellWeights) -> tuple:
+    """One RNN node's outputs (:func:`run_stacked`)."""
+    return run_stacked("RNN", [Layer(inputs, weights)])
+
+
+def run_stacked(op: str, layers: list[Layer]) -> tuple:
+    """The outputs of every layer, one layer's after the other's, from one time loop over all
+    their directions. The layers share the cell (LSTM with or without peepholes, GRU with or
+    without linear_before_reset), the hidden size, dtype, sequence length and batch."""
+    stack = Stack(layers)
+    weights = layers[0].weights
+    if op == "LSTM":
+        if weights.peepholes is None:
+            return _lstm_loop(stack)
+        return lstm_peepholes_row_loop(stack) if fits_rows_loop(stack, 2) else _lstm_peepholes_loop(stack)
+    if op == "GRU":
+        return _gru_reset_first_loop(stack) if weights.recurrent_bias is None else _gru_loop(stack)
+    return rnn_row_loop(stack) if fits_rows_loop(stack) else _rnn_loop(stack)
+
+
+def _lstm_loop(stack: Stack) -> tuple:
     """Ct = f * Ct-1 + i * c~, Ht = o * tanh(Ct)."""
-    if weights.peepholes is not None:
-        return _run_lstm_peepholes(inputs, weights)
-    projected = project(inputs, weights)
-    steps = _Steps(inputs)
-    h, c = steps.h, inputs.state(1)
+    projected = stack.project()
+    steps = Steps(stack)
+    h, c = steps.h, stack.state(1)
     c_next, product = np.empty_like(c), np.empty_like(c)
-    recurrence = np.empty(c.shape[:-1] + (4 * inputs.hidden,), inputs.dtype)
-    recurrence_gates = _gate_major(recurrence, inputs.hidden)
-    z = np.empty(projected.shape[1:], inputs.dtype)  # i, o, f, c~
+    recurrence = np.empty(c.shape[:-1] + (4 * stack.hidden,), stack.dtype)
+    recurrence_gates = gate_major(recurrence, stack.hidden)
+    z = np.empty(projected.shape[1:], stack.dtype)  # i, o, f, c~
     sigmoid_gates = z[:3]
     i, o, f, candidate = z
     half = np.full_like(sigmoid_gates, 0.5)  # numpy multiplies by an array faster than by a scalar
     for t in range(len(projected)):
-        np.matmul(h, weights.r_t, out=recurrence)
+        np.matmul(h, stack.r_t, out=recurrence)
         np.add(recurrence_gates, projected[t], out=z)
         np.tanh(z, out=z)  # tanh(x/2) for i, o, f (their rows are halved), tanh(x) for c~
         _halved_plus_half(sigmoid_gates, half)
@@ -280,24 +244,24 @@ def run_lstm(inputs: TimeMajor, weights: CellWeights) -> tuple:
     return steps.finish(c)
 
 
-def _run_lstm_peepholes(inputs: TimeMajor, weights: CellWeights) -> tuple:
-    """:func:`run_lstm` with Pi * Ct-1 and Pf * Ct-1 added to i and f, Po * Ct to o: o's sigmoid
+def _lstm_peepholes_loop(stack: Stack) -> tuple:
+    """:func:`_lstm_loop` with Pi * Ct-1 and Pf * Ct-1 added to i and f, Po * Ct to o: o's sigmoid
     waits for Ct. Gates in the order i, f, c~, o (:func:`_peephole_lstm_weights`)."""
-    projected = project(inputs, weights)
-    steps = _Steps(inputs)
-    h, c = steps.h, inputs.state(1)
+    projected = stack.project()
+    steps = Steps(stack)
+    h, c = steps.h, stack.state(1)
     c_next, product = np.empty_like(c), np.empty_like(c)
-    recurrence = np.empty(c.shape[:-1] + (4 * inputs.hidden,), inputs.dtype)
-    recurrence_gates = _gate_major(recurrence, inputs.hidden)
-    z = np.empty(projected.shape[1:], inputs.dtype)  # i, f, c~, o
+    recurrence = np.empty(c.shape[:-1] + (4 * stack.hidden,), stack.dtype)
+    recurrence_gates = gate_major(recurrence, stack.hidden)
+    z = np.empty(projected.shape[1:], stack.dtype)  # i, f, c~, o
     input_forget, before_output = z[:2], z[:3]
     i, f, candidate, o = z
-    peepholes_if, peepholes_o = weights.peepholes[:2], weights.peepholes[2]
+    peepholes_if, peepholes_o = stack.peepholes[:2], stack.peepholes[2]
     peeped = np.empty_like(input_forget)
     half = np.full_like(input_forget, 0.5)
     half_o = half[0]
     for t in range(len(projected)):
-        np.matmul(h, weights.r_t, out=recurrence)
+        np.matmul(h, stack.r_t, out=recurrence)
         np.add(recurrence_gates, projected[t], out=z)
         np.multiply(peepholes_if, c, out=peeped)
         np.add(input_forget, peeped, out=input_forget)
@@ -319,24 +283,23 @@ def _run_lstm_peepholes(inputs: TimeMajor, weights: CellWeights) -> tuple:
     return steps.finish(c)
 
 
-def run_gru(inputs: TimeMajor, weights: CellWeights) -> tuple:
-    """Ht = h~ + z * (Ht-1 - h~), i.e. (1 - z) * h~ + z * Ht-1."""
-    if weights.recurrent_bias is None:
-        return _run_gru_reset_first(inputs, weights)
-    hidden = inputs.hidden
-    projected = project(inputs, weights)  # z, r, Rbh, h
-    steps = _Steps(inputs)
+def _gru_loop(stack: Stack) -> tuple:
+    """Ht = h~ + z * (Ht-1 - h~), i.e. (1 - z) * h~ + z * Ht-1; h~ = tanh(x Wh + Wbh + r * (h Rh + Rbh))
+    (linear_before_reset)."""
+    hidden = stack.hidden
+    projected = stack.project()  # z, r, Rbh, h
+    steps = Steps(stack)
     h = steps.h
-    recurrence = np.empty(h.shape[:-1] + (3 * hidden,), inputs.dtype)
-    recurrence_gates = _gate_major(recurrence, hidden)
-    summed = np.empty((3, *h.shape), inputs.dtype)  # z, r (before their sigmoid), h Rh + Rbh
+    recurrence = np.empty(h.shape[:-1] + (3 * hidden,), stack.dtype)
+    recurrence_gates = gate_major(recurrence, hidden)
+    summed = np.empty((3, *h.shape), stack.dtype)  # z, r (before their sigmoid), h Rh + Rbh
     sigmoid_gates = summed[:2]
     z, r, h_rh = summed
     half = np.full_like(sigmoid_gates, 0.5)
     candidate = np.empty_like(h)
     projected_summed, projected_h = projected[:, :3], projected[:, 3]
     for t in range(len(projected)):
-        np.matmul(h, weights.r_t, out=recurrence)
+        np.matmul(h, stack.r_t, out=recurrence)
         np.add(recurrence_gates, projected_summed[t], out=summed)
         np.tanh(sigmoid_gates, out=sigmoid_gates)
         _halved_plus_half(sigmoid_gates, half)
@@ -347,26 +310,26 @@ def run_gru(inputs: TimeMajor, weights: CellWeights) -> tuple:
     return steps.finish()
 
 
-def _run_gru_reset_first(inputs: TimeMajor, weights: CellWeights) -> tuple:
+def _gru_reset_first_loop(stack: Stack) -> tuple:
     """GRU without linear_before_reset: h~ = tanh(x Wh + Wbh + Rbh + (r * h) Rh)."""
-    hidden = inputs.hidden
-    projected = project(inputs, weights)  # z, r, h
-    steps = _Steps(inputs)
+    hidden = stack.hidden
+    projected = stack.project()  # z, r, h
+    steps = Steps(stack)
     h = steps.h
-    recurrence = np.empty(h.shape[:-1] + (2 * hidden,), inputs.dtype)
-    recurrence_gates = _gate_major(recurrence, hidden)
-    gates = np.empty((2, *h.shape), inputs.dtype)
+    recurrence = np.empty(h.shape[:-1] + (2 * hidden,), stack.dtype)
+    recurrence_gates = gate_major(recurrence, hidden)
+    gates = np.empty((2, *h.shape), stack.dtype)
     z, r = gates
     half = np.full_like(gates, 0.5)
     reset_h, candidate = np.empty_like(h), np.empty_like(h)
     projected_gates, projected_h = projected[:, :2], projected[:, 2]
     for t in range(len(projected)):
-        np.matmul(h, weights.r_t, out=recurrence)
+        np.matmul(h, stack.r_t, out=recurrence)
         np.add(recurrence_gates, projected_gates[t], out=gates)
         np.tanh(gates, out=gates)
         _halved_plus_half(gates, half)
         np.multiply(r, h, out=reset_h)
-        np.matmul(reset_h, weights.r_h_t, out=candidate)
+        np.matmul(reset_h, stack.r_h_t, out=candidate)
         np.add(candidate, projected_h[t], out=candidate)
         np.tanh(candidate, out=candidate)
         h = steps.emit(t, _interpolate(h, candidate, z, steps.Y[t]))
@@ -388,15 +351,15 @@ def _interpolate(h: np.ndarray, candidate: np.ndarray, z: np.ndarray, out: np.nd
     return out
 
 
-def run_rnn(inputs: TimeMajor, weights: CellWeights) -> tuple:
+def _rnn_loop(stack: Stack) -> tuple:
     """Ht = tanh(Xt W^T + Ht-1 R^T + Wb + Rb)."""
-    projected = project(inputs, weights)
-    steps = _Steps(inputs)
+    projected = stack.project()
+    steps = Steps(stack)
     h = steps.h
     projected = projected[:, 0]
     for t in range(len(projected)):
         output = steps.Y[t]
-        np.matmul(h, weights.r_t, out=output)
+        np.matmul(h, stack.r_t, out=output)
         np.add(output, projected[t], out=output)
         np.tanh(output, out=output)
         h = steps.emit(t, output)

@@ -157,14 +157,14 @@ def test_peepholes_take_the_default_cells_loop_and_zero_ones_its_plain_loop(monk
         raise AssertionError("LSTM took the per-direction loop")
 
     loops = []
-    with_peepholes = default_cells._run_lstm_peepholes
+    with_peepholes = default_cells._lstm_peepholes_loop
 
     def counted(*args):
         loops.append("peepholes")
         return with_peepholes(*args)
 
     monkeypatch.setattr(lstm_module, "run_directions", refuse)
-    monkeypatch.setattr(default_cells, "_run_lstm_peepholes", counted)
+    monkeypatch.setattr(default_cells, "_lstm_peepholes_loop", counted)
     values = inputs("LSTM", directions=2, initial=True, peepholes=True)
     attributes = {"hidden_size": 6, "direction": "bidirectional"}
     for peepholes in (values[7], np.zeros_like(values[7])):
