@@ -89,6 +89,7 @@ class Server:
                 ("grpc.max_send_message_length", settings.max_message_bytes),
                 ("grpc.so_reuseport", int(self._gate is not None)),
                 *keepalive_options(settings),
+                *CORE_LIMITS,
             ],
         )
         self._servicer = InferenceServicer(self.dataplane, settings.stream_concurrency)
@@ -222,6 +223,20 @@ async def serve(settings: Settings, gate: Callable[[asyncio.Event], Awaitable[bo
         _exit_after(settings.grace_period_s + _HARD_STOP_MARGIN_S)
         await server.stop()
     return 0
+
+
+# gRPC core's own bounds, above its defaults. Calls arrived and not yet taken by the server's loop
+# beyond max_pending_requests (default 1000, 3000 hard) are cancelled by the core: in a burst the
+# client read CANCELLED, which it takes for its own doing and does not retry, where the server's
+# queue would have answered RESOURCE_EXHAUSTED (max_queue_size). A pending call holds its headers
+# and at most a flow-control window of data. Metadata past 8 KiB (16 KiB hard) was refused, at
+# random in between: large JWT bearer tokens.
+CORE_LIMITS = [
+    ("grpc.server.max_pending_requests", 20_000),
+    ("grpc.server.max_pending_requests_hard_limit", 20_000),
+    ("grpc.max_metadata_size", 64 * 1024),
+    ("grpc.absolute_max_metadata_size", 64 * 1024),
+]
 
 
 def keepalive_options(settings: Settings) -> list[tuple[str, int]]:

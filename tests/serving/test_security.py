@@ -203,14 +203,26 @@ def token_server(repository):
     server.stop()
 
 
-@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])
-def test_the_right_bearer_token_is_served(token_server, scheme):
-    """The scheme name is case-insensitive (RFC 7235 section 2.1); the token is not."""
+@pytest.mark.parametrize("value", [f"Bearer {TOKEN}", f"bearer {TOKEN}", f"BEARER {TOKEN}", f"Bearer  {TOKEN}",
+                                   f"Bearer {TOKEN} "],
+                         ids=["Bearer", "bearer", "BEARER", "two-spaces", "trailing-space"])
+def test_the_right_bearer_token_is_served(token_server, value):
+    """The scheme name is case-insensitive (RFC 7235 section 2.1); the token is not. One or more
+    spaces separate them ("Bearer" 1*SP b64token, RFC 6750 section 2.1); a token has no spaces."""
     client = grpcclient.InferenceServerClient(token_server.address)
-    headers = {"authorization": f"{scheme} {TOKEN}"}
+    headers = {"authorization": value}
     np.testing.assert_array_equal(infer_ones(client, headers), np.ones((1, 16), np.float32))
     assert client.is_server_ready(headers=headers, client_timeout=TIMEOUT)
     assert client.get_inference_statistics("identity", headers=headers, client_timeout=TIMEOUT)
+    client.close()
+
+
+def test_metadata_of_tens_of_kib_is_read(token_server):
+    """Large JWTs and trace headers: gRPC's core refused metadata past 8 KiB, at random up to 16."""
+    client = grpcclient.InferenceServerClient(token_server.address)
+    headers = {"authorization": f"Bearer {TOKEN}", "x-trace-context": "t" * 40_000}
+    for _ in range(5):
+        np.testing.assert_array_equal(infer_ones(client, headers), np.ones((1, 16), np.float32))
     client.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import io
 import queue
 import urllib.request
@@ -425,3 +426,40 @@ def test_a_converted_classifiers_labels_and_feature_order_reach_clients(tmp_path
         client.close()
     finally:
         server.stop()
+
+
+BURST = 2500  # concurrent calls: past gRPC core's default of 1000 calls waiting for the server
+
+
+def test_a_burst_of_calls_is_answered_or_refused_never_cancelled(server):
+    """Calls beyond what gRPC's core held for the server were cancelled by the core (CANCELLED,
+    which clients take for their own doing); every call is now answered, or refused by a full
+    queue (the slow model holds 2) with RESOURCE_EXHAUSTED."""
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    def message(model: str, name: str, width: int) -> service_pb2.ModelInferRequest:
+        request = service_pb2.ModelInferRequest(model_name=model)
+        request.inputs.add(name=name, datatype="FP32", shape=[1, width])
+        request.raw_input_contents.append(np.ones((1, width), np.float32).tobytes())
+        return request
+
+    requests = [message("identity", "INPUT0", 16), message("slow", "X", 512)]
+
+    async def burst() -> collections.Counter:
+        counts: collections.Counter = collections.Counter()
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+            async def call(request) -> None:
+                try:
+                    await stub.ModelInfer(request, timeout=60)
+                    counts[request.model_name, "OK"] += 1
+                except grpc.aio.AioRpcError as error:
+                    counts[request.model_name, error.code().name] += 1
+
+            await asyncio.gather(*(call(requests[i % 2]) for i in range(BURST)))
+        return counts
+
+    counts = asyncio.run(burst())
+    assert set(counts) <= {("identity", "OK"), ("slow", "OK"), ("slow", "RESOURCE_EXHAUSTED")}, counts
+    assert counts["identity", "OK"] == BURST // 2, counts
