@@ -47,6 +47,23 @@ def _text(value: object) -> str:
     return json.dumps(shown) if not shown or any(c.isspace() or c in '"=' for c in shown) else shown
 
 
+class ClientGone(logging.Filter):
+    """gRPC's record of an answer it could not send on a stream whose client had cancelled it, the
+    core not having told the server yet: an ERROR with a traceback for what is the client's
+    normal right. It becomes one DEBUG line (dropped below that level), naming the method."""
+
+    PREFIX = "ExecuteBatchError raised in core by servicer method"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (isinstance(record.msg, str) and record.msg.startswith(self.PREFIX)):
+            return True
+        method = record.getMessage()[len(self.PREFIX):].strip(" []")
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        record.msg, record.args = "an answer could not be sent: the client has gone (%s)", (method,)
+        record.exc_info = record.exc_text = None
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
 def configure_logging(level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
@@ -56,3 +73,6 @@ def configure_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    grpc_core = logging.getLogger("grpc._cython.cygrpc")
+    if not any(isinstance(f, ClientGone) for f in grpc_core.filters):
+        grpc_core.addFilter(ClientGone())

@@ -427,3 +427,34 @@ def test_text_logs_keep_the_fields_json_logs_carry():
     assert "serving.model: model loaded model=resnet engine=cpu port=8001 " in text
     assert 'reason="two words"' in text and 'models="[\\"a:1\\", \\"b:1\\"]"' in text
     assert json.loads(JsonFormatter().format(record))["engine"] == "cpu"
+
+
+@pytest.mark.parametrize("level, shown", [("INFO", False), ("DEBUG", True)])
+def test_an_answer_to_a_client_that_has_gone_is_not_logged_as_an_error(level, shown):
+    """gRPC logs an answer it could not send on a stream the client had cancelled as an ERROR with
+    a traceback (grpc-go clients that cancel a stream hit it most runs); it is one DEBUG line."""
+    import logging
+    import sys
+
+    from serving.logs import ClientGone
+
+    try:
+        raise RuntimeError('Failed "execute_batch"')
+    except RuntimeError:
+        failure = sys.exc_info()
+    record = logging.makeLogRecord({
+        "name": "grpc._cython.cygrpc", "levelname": "ERROR", "levelno": logging.ERROR, "exc_info": failure,
+        "msg": "ExecuteBatchError raised in core by servicer method [%s]",
+        "args": ("/inference.GRPCInferenceService/ModelStreamInfer",)})
+    other = logging.makeLogRecord({"name": "grpc._cython.cygrpc", "levelno": logging.ERROR, "msg": "other"})
+    root = logging.getLogger()
+    saved = root.level
+    root.setLevel(level)
+    try:
+        assert ClientGone().filter(record) is shown
+        assert ClientGone().filter(other) is True and other.levelno == logging.ERROR
+    finally:
+        root.setLevel(saved)
+    assert record.levelno == logging.DEBUG and record.exc_info is None
+    assert record.getMessage() == ("an answer could not be sent: the client has gone "
+                                   "(/inference.GRPCInferenceService/ModelStreamInfer)")
