@@ -11,6 +11,10 @@ grpc-js-reflection-client), ``grpc.reflection.v1.ServerReflection`` among them, 
 answers from protobuf's default descriptor pool, where no installed package puts the v1 file: it is
 added there, built from the v1alpha file with the package renamed (:func:`_add_v1_descriptor`),
 unless an installed grpcio-reflection ships the v1 module, whose own file is then used.
+
+A method is a symbol too (``grpcurl describe inference.GRPCInferenceService.ModelInfer`` asks for
+the file containing it), which protobuf's pool does not look up: :class:`_MethodsFound` answers
+it with its service's file.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ def enable_reflection(service_names: Iterable[str], server: grpc.aio.Server) -> 
     """Answer reflection for ``service_names`` (and both reflection services) on ``server``."""
     _add_v1_descriptor(descriptor_pool.Default())
     names = (*service_names, SERVICE_NAME_V1, SERVICE_NAME_V1ALPHA)
-    servicer = reflection.aio.ReflectionServicer(names)
+    servicer = reflection.aio.ReflectionServicer(names, pool=_MethodsFound(descriptor_pool.Default()))
     for service in (SERVICE_NAME_V1, SERVICE_NAME_V1ALPHA):
         handler = grpc.stream_stream_rpc_method_handler(
             servicer.ServerReflectionInfo,
@@ -81,3 +85,26 @@ def _renamed(type_name: str, package: str, new_package: str) -> str:
     """``type_name`` (``.package.Message``) in ``new_package`` when it is in ``package``."""
     prefix = f".{package}."
     return f".{new_package}.{type_name[len(prefix):]}" if type_name.startswith(prefix) else type_name
+
+
+class _MethodsFound:
+    """``pool``, whose FindFileContainingSymbol also finds a service's method (``package.Service.Method``)."""
+
+    def __init__(self, pool: descriptor_pool.DescriptorPool) -> None:
+        self._pool = pool
+
+    def __getattr__(self, name: str):
+        return getattr(self._pool, name)
+
+    def FindFileContainingSymbol(self, symbol: str):  # noqa: N802 (the pool's own name)
+        try:
+            return self._pool.FindFileContainingSymbol(symbol)
+        except KeyError:
+            service_name, _, method = symbol.rpartition(".")
+            try:
+                service = self._pool.FindServiceByName(service_name)
+            except KeyError:
+                service = None
+            if service is None or method not in service.methods_by_name:
+                raise
+            return service.file

@@ -289,6 +289,26 @@ def test_reflection_describes_every_service_it_lists(server, version):
         assert name in declared, f"{name}: the answer declares only {sorted(declared)}"
 
 
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_reflection_finds_the_file_of_a_method(server, version):
+    """grpcurl describe SERVICE.METHOD asks for the file containing the method's full name; an
+    unknown method of a known service, and an unknown service, are still NOT_FOUND."""
+    from google.protobuf import descriptor_pb2
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    symbols = ["inference.GRPCInferenceService.ModelInfer", "grpc.health.v1.Health.Check",
+               "inference.GRPCInferenceService.NoSuchMethod", "inference.NoSuchService.ModelInfer"]
+    with grpc.insecure_channel(server.address) as channel:
+        asks = [reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol) for symbol in symbols]
+        answers = list(_reflection_call(channel, version)(iter(asks), timeout=10))
+    for answer, service in zip(answers[:2], ["GRPCInferenceService", "Health"], strict=True):
+        assert not answer.HasField("error_response"), answer.error_response.error_message
+        files = [descriptor_pb2.FileDescriptorProto.FromString(raw)
+                 for raw in answer.file_descriptor_response.file_descriptor_proto]
+        assert service in {entry.name for entry in files[0].service}
+    assert [answer.error_response.error_code for answer in answers[2:]] == [grpc.StatusCode.NOT_FOUND.value[0]] * 2
+
+
 def test_a_shipped_v1_reflection_module_is_used_instead_of_the_renamed_copy(monkeypatch):
     """Should grpcio-reflection ship the v1 module, its file goes into the pool when it is imported;
     a renamed copy added first would make that import fail, so the module is imported first and
