@@ -441,7 +441,9 @@ def _metadata(imported: ImportedModel, options: dict[str, Any]) -> dict[str, str
         **class_labels_metadata(imported.zipped),
         **feature_names_metadata(imported.vectorized),
         "producer": producer,
-        "source": os.path.basename(imported.source),
+        # A file name need not be UTF-8 (a latin-1 "mod\xe8le.onnx" reads as a surrogate escape)
+        # and metadata is: the name as UTF-8, its undecodable bytes replaced.
+        "source": os.fsencode(os.path.basename(imported.source)).decode("utf-8", "replace"),
         "source_sha256": imported.sha256,
         "source_ir_version": str(model.ir_version),
         "converter": "lite.converter",

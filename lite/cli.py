@@ -121,7 +121,33 @@ def one_line(message: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in flat)
 
 
+def standard_streams() -> None:
+    """Standard streams a command can use whatever its caller left open.
+
+    A closed descriptor 0, 1 or 2 (``<&-``, ``>&-``, a daemonizer) is reopened on /dev/null:
+    otherwise the next file or socket opened takes its number (``lite serve``'s event loop took
+    fd 0, and libuv aborted at exit, 134, closing what it took for standard input), and Python
+    left ``sys.stdout`` None (a traceback after the work was done). An output whose encoding
+    cannot spell a character (a forced ASCII locale) writes it as an escape instead of failing
+    after the work was done."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(os.devnull, mode))  # noqa: SIM115 - the process's own stream
+        elif name != "stdin" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    standard_streams()
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_of(argv)
     parser = build_parser(command)

@@ -39,6 +39,16 @@ class SampleInputError(InvalidInputError):
     inputs: tuple[str, ...] = ()
 
 
+class EngineFallbackWarning(UserWarning):
+    """``device="auto"`` runs the model on the numpy engine because ONNX Runtime refused it (an
+    IR or opset version the installed ONNX Runtime does not load, a kernel it lacks); the message
+    gives ONNX Runtime's reason, ``reason`` alone."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"device='auto' runs this model on the numpy engine: {reason}")
+        self.reason = reason
+
+
 class AutotuneSkippedWarning(UserWarning):
     """``engine="auto"`` measured nothing, as its random inputs do not run the model, and bound
     the engine ``Model.load`` binds by default instead; the message says why and how to give

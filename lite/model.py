@@ -23,6 +23,7 @@ from lite.device_arrays import device_array_spec, is_device_array, torch_cuda_sp
 from lite.engines.base import DEVICES
 from lite.errors import (
     AutotuneSkippedWarning,
+    EngineFallbackWarning,
     InvalidInputError,
     ModelFormatError,
     SampleInputError,
@@ -379,8 +380,10 @@ def _engine_for(model: ir.Model, device: str, threads: int | None, custom_ops: C
 
             try:
                 return _engine_for(model, device, threads, custom_ops, options, identity)
-            except OrtRejected:
+            except OrtRejected as err:
                 # "auto" means the best engine that runs the model: the numpy engine runs them all.
+                # Said, since it may be far slower (an ONNX Runtime too old for the model, say).
+                warnings.warn(EngineFallbackWarning(str(err)), stacklevel=4)
                 return _engine_for(model, "numpy", threads, custom_ops, {}, identity)
     from lite.engines import EngineRequest, create_engine, default_cache_dir
 

@@ -46,7 +46,10 @@ def file_identity(path: str | os.PathLike) -> str:
         stat = os.stat(path)
     except FileNotFoundError as err:
         raise ModelNotFoundError(f"model file not found: {path}; check the path") from err
-    return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+    # A path need not be UTF-8 (a latin-1 file name reads as surrogate escapes, which keys
+    # encoded as UTF-8 refuse): its bytes, undecodable ones as escapes, so distinct paths stay so.
+    real = os.fsencode(os.path.realpath(path)).decode("utf-8", "backslashreplace")
+    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
 
 
 # Model metadata: input shapes the model is known to run on, as the converter records them.

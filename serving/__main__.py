@@ -3,10 +3,13 @@
 import argparse
 import sys
 
+from lite.cli import standard_streams
+
 from .cli import register
 
 
 def main(argv: list[str] | None = None) -> int:
+    standard_streams()
     parser = argparse.ArgumentParser(prog="python -m serving")
     subparsers = parser.add_subparsers(dest="command")
     register(subparsers)

@@ -141,8 +141,11 @@ class _Walker:
                 values[field] = self.default(name, field, kind)
                 continue
             width = kind[1] if kind[0] == "scalar" else 4
-            if field_offset < 4 or field_offset + width > object_size:
-                raise ModelFormatError(f"{here}: field offset {field_offset} lies outside its table")
+            # Within the buffer, as flatbuffers' own verifier checks; not within the object size
+            # the vtable records: flatbuffers' Python builder before 25 recorded 8 bytes for a
+            # table whose 8-byte field sits at offset 4, and flatc reads such files.
+            if field_offset < 4 or pos + field_offset + width > self.size:
+                raise ModelFormatError(f"{here}: field offset {field_offset} lies outside the flatbuffer")
             values[field] = self.field(pos + field_offset, name, field, kind, here)
         return values
 

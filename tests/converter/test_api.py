@@ -288,3 +288,19 @@ def test_outputs_are_not_written_through_symlinks_at_old_temporary_names(tmp_pat
     assert victim.read_text() == "keep me"
     assert not output.is_symlink() and onnx.load(output).graph.node
     assert not report_path.is_symlink() and json.loads(report_path.read_text())["output"] == str(output)
+
+
+def test_a_file_name_that_is_not_utf8_converts(tmp_path):
+    """A latin-1 file name ("mod\\xe8le.onnx") reads as a surrogate escape, which the metadata's
+    UTF-8 could not encode: the conversion failed and wrote nothing."""
+    import lite
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    folder = os.fsencode(tmp_path)
+    source = os.fsdecode(folder + b"/mod\xe8le.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source)
+    output = os.fsdecode(folder + b"/mod\xe8le.lite")
+    converter.convert(source, output)
+    assert lite.Model.load(output).metadata["source"] == "mod\ufffdle.onnx"

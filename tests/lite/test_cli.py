@@ -208,3 +208,25 @@ def test_running_out_of_memory_is_one_error_line(tmp_path, capsys, monkeypatch):
     assert main(["run", str(path), "--input", str(tmp_path / "in.npz")]) == 1
     error = capsys.readouterr().err.strip()
     assert error.startswith("lite run: error: out of memory: Unable to allocate") and "\n" not in error
+
+
+@pytest.mark.parametrize("redirect", ["stdout-closed", "stdin-closed", "ascii-stdout"])
+def test_a_command_runs_whatever_standard_streams_its_caller_left(tmp_path, redirect):
+    """A closed stdout left sys.stdout None (a traceback after the work was done); a closed stdin
+    gave its descriptor to the next file opened (lite serve's event loop, aborting at exit); an
+    ASCII-only stdout could not print the names or the arrows of a report."""
+    path = matmul_model(tmp_path).rename(tmp_path / "m\u00e9t\u00e9o \u2192 1.lite")
+    environment = {**os.environ, "PYTHONPATH": os.getcwd()}
+    if redirect == "ascii-stdout":
+        environment.update(PYTHONUTF8="0", PYTHONCOERCECLOCALE="0", LC_ALL="C", PYTHONIOENCODING="ascii")
+    command = [sys.executable, "-c", "import sys; from lite.cli import main; sys.exit(main())", "inspect", str(path)]
+    if redirect == "ascii-stdout":
+        result = subprocess.run(command, env=environment, capture_output=True)
+        assert result.returncode == 0, result.stderr.decode()
+        assert b"o \\udce2\\udc86\\udc92 1.lite" in result.stdout and b"ops:" in result.stdout  # as escapes
+        return
+    closed = "1" if redirect == "stdout-closed" else "0"
+    shell = " ".join(f"'{part}'" for part in command) + f" {closed}>&-"
+    result = subprocess.run(["bash", "-c", shell], env=environment, capture_output=True)
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"Traceback" not in result.stderr

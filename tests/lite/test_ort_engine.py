@@ -244,3 +244,36 @@ def test_a_cache_folder_that_cannot_be_written_builds_sessions_uncached(tmp_path
     assert any("sessions are not cached" in str(w.message) for w in caught)
     assert not model.engine.segments[0].runner.cached
     assert model(np.ones((1, 3, 16, 16), np.float32)).shape[0] == 1
+
+
+def test_auto_says_when_onnx_runtime_refuses_a_model_and_the_reason_survives(monkeypatch):
+    """An ONNX Runtime too old for the lowered model (its IR version) refused it and device='auto'
+    ran the numpy engine without a word; the reason, at the end of ONNX Runtime's long first line,
+    was cut off after 300 characters."""
+    import onnxruntime as ort
+
+    reason = "Unsupported model IR version: 11, max supported IR version: 10"
+    signature = "onnxruntime::Model::Model(ModelProto&&, const PathString&, " * 8
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"[ONNXRuntimeError] : 1 : FAIL : Load model failed:model.cc:181 {signature}) {reason}")
+
+    monkeypatch.setattr(ort, "InferenceSession", refuse)
+    with pytest.warns(lite.errors.EngineFallbackWarning, match=r"numpy engine: .*IR version: 11, max supported IR"):
+        model = lite.Model.load(cnn("Relu", []), cache_dir=None)
+    assert model.device == "numpy"
+
+
+def test_the_lowered_model_asks_for_the_ir_version_its_opsets_need():
+    """Stamped IR 11 always, an opset-17 model was refused by ONNX Runtime 1.20 to 1.22 (IR 10)."""
+    import onnx
+
+    from lite.format import load
+    from lite.format.onnx.lower import lower_nodes
+
+    model = load(cnn("Relu", []))
+    model.opset_imports[""] = 17
+    nodes = model.main.nodes
+    lowered = lower_nodes(model, nodes, model.main.inputs, model.main.outputs)
+    assert lowered.model.ir_version == 8
+    onnx.checker.check_model(lowered.model)

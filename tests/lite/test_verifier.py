@@ -166,3 +166,17 @@ def test_valid_fused_activations_load():
         extra = {"fused_activation_params": params} if params else {}
         model = load(damaged_model(fused_activation=name, **extra))
         assert bytes(model.main.nodes[0].attributes["fused_activation"].value) == name.encode()
+
+
+def test_a_file_written_by_an_older_flatbuffers_builder_loads():
+    """flatbuffers' Python builder before 25 recorded a table whose 8-byte field sits at offset 4
+    with an object size of 8 (the field runs past it, not past the buffer); flatc and flatbuffers'
+    own verifier read such files, and the verifier refused them. The file is the README's
+    GraphBuilder example (x [N, 4] @ ones [4, 2], then Relu) saved with flatbuffers 25.9.23."""
+    from pathlib import Path
+
+    import lite
+
+    path = Path(__file__).parents[1] / "fixtures" / "flatbuffers" / "written_by_25.9.23.lite"
+    outputs = lite.Model.load(path, device="numpy").predict({"x": np.ones((3, 4), np.float32)})
+    np.testing.assert_array_equal(outputs["y"], np.full((3, 2), 4, np.float32))

@@ -143,8 +143,11 @@ class OrtRejected(UnsupportedOpError):
 
 
 def _first_line(err: Exception) -> str:
+    """The error's first line, its head and tail where long: ONNX Runtime's messages open with a
+    source path and a C++ signature and end with the reason ("Unsupported model IR version: 11,
+    max supported IR version: 10")."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return text[:300]
+    return text if len(text) <= 300 else f"{text[:80]} ... {text[-215:]}"
 
 
 def import_onnxruntime(device: str):

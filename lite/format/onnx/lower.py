@@ -129,11 +129,21 @@ def lower_nodes(model: ir.Model, nodes: Sequence[ir.Node], inputs: Sequence[int]
     opsets = [helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
     if not any(o.domain in ("", "ai.onnx") for o in opsets):
         opsets.append(helper.make_opsetid("", MAX_DEFAULT_OPSET))
-    proto = helper.make_model(graph, opset_imports=opsets, producer_name="lite", ir_version=MAX_IR_VERSION)
+    proto = helper.make_model(graph, opset_imports=opsets, producer_name="lite", ir_version=_ir_version(opsets))
     for key, value in model.metadata.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     return Lowered(make_ort_compatible(proto), lowering.external)
+
+
+def _ir_version(opsets: list[onnx.OperatorSetIdProto]) -> int:
+    """The lowest IR version the opsets need, at most MAX_IR_VERSION: an opset-17 model stamped IR 11
+    was refused by ONNX Runtime before 1.23 (IR 10 at most), which runs it."""
+    try:
+        needed = helper.find_min_ir_version_for(list(opsets), ignore_unknown=True)
+    except (ValueError, KeyError, TypeError):
+        return MAX_IR_VERSION
+    return min(max(needed, 7), MAX_IR_VERSION)
 
 
 class _Lowering:
