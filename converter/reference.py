@@ -18,7 +18,12 @@ def original_proto(imported: ImportedModel, source: ModelSource) -> onnx.ModelPr
     """The source model for ONNX Runtime, its external data (checked at import) read in: given
     only a serialized model, ONNX Runtime would look for the files in the working directory."""
     if isinstance(source, (str, os.PathLike)):
-        proto = onnx.load(os.fspath(source), load_external_data=False)
+        try:
+            proto = onnx.load(os.fspath(source), load_external_data=False)
+        except Exception as err:  # read at import; now short of memory (DecodeError), or changed
+            raise ModelImportError(
+                f"{source}: cannot read it again for verification ({type(err).__name__}: {err}); "
+                "free memory, or pass verify=False (--no-verify) to skip the comparison") from err
     elif isinstance(source, onnx.ModelProto):
         proto = source
     elif isinstance(source, ir.Model):

@@ -74,6 +74,8 @@ def _create_temporary(target: Path) -> tuple[int, Path]:
             return os.open(temporary, _CREATE_FLAGS, 0o666), temporary
         except FileExistsError:
             continue
+        except OSError as err:  # a read-only or missing folder: name the file asked for, not ours
+            raise type(err)(err.errno, err.strerror, str(target)) from err
     raise FileExistsError(
         f"could not create a temporary file beside {target}: {_ATTEMPTS} random names were all taken; "
         "check the folder for planted .tmp files"

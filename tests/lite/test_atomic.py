@@ -74,3 +74,16 @@ def test_a_failed_block_leaves_the_old_file_and_no_temporary(tmp_path):
         raise RuntimeError("disk full")
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["m.lite"]
+
+
+@pytest.mark.parametrize("writer", [atomic_write, atomic_path])
+def test_a_folder_that_cannot_be_written_is_named_with_the_file_asked_for(tmp_path, monkeypatch, writer):
+    """A read-only output folder: the error named the hidden temporary file, not the output."""
+    def refuse(path, *args):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(lite.atomic.os, "open", refuse)
+    target = tmp_path / "out.lite"
+    with pytest.raises(PermissionError) as info, writer(target):
+        pass
+    assert info.value.filename == str(target) and ".tmp" not in str(info.value)
