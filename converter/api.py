@@ -50,7 +50,12 @@ from converter.quantize.report import QuantizedConversionReport
 from converter.quantize.source_opset import prepare_source_opset
 from converter.reference import original_proto
 from converter.report import ConversionReport, GraphStats
-from converter.support import unsupported_domains, unsupported_nodes
+from converter.support import (
+    ONNX_RUNTIME_DOMAINS,
+    onnx_runtime_ops_warning,
+    unsupported_domains,
+    unsupported_nodes,
+)
 from converter.verify import onnxruntime_available
 from converter.verify_output import failure_message, verify_output
 from converter.zipmap import class_labels_metadata
@@ -382,13 +387,10 @@ def _write(
         _write_bytes(temporary, serialize(exported))
         return exported, None
     unsupported = unsupported_nodes(lite_model)
-    if unsupported and not allow_custom and unsupported_domains(lite_model) == {"com.microsoft"}:
+    domains = unsupported_domains(lite_model) if unsupported else set()
+    if unsupported and not allow_custom and domains <= ONNX_RUNTIME_DOMAINS:
         # ONNX Runtime's own ops (its quantizer and optimizer write them): its engines run them.
-        report.warnings.append(
-            f"{len(unsupported)} node(s) of ONNX Runtime's com.microsoft domain "
-            f"({', '.join(sorted({op for _, op, _ in unsupported}))}) have no numpy kernel: the model runs on "
-            "lite's ONNX Runtime engines (device='cpu' or 'cuda'), not on the numpy engine"
-        )
+        report.warnings.append(onnx_runtime_ops_warning(unsupported, domains))
         allow_custom = True
     if unsupported and not allow_custom:
         listing = "\n".join(f"  {name}: {op} — {reason}" for name, op, reason in unsupported)

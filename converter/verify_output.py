@@ -25,6 +25,8 @@ from lite.compare import Tolerance
 from lite.errors import KernelError, LiteError
 from lite.format import ir as lite_ir
 
+_FAILS_TO_RUN = "the converted model fails in"
+
 
 def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, tolerance: Tolerance,
                   input_shapes, verify_data, dynamic_batch: bool = False) -> Verification:
@@ -48,13 +50,9 @@ def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, 
                     raise InputsRejectedError(
                         f"{engine.name} refuses them where ONNX Runtime ran the original: {err}"
                     ) from err
-                raise VerificationError(
-                    f"the converted model fails in {engine.name} on inputs the original runs on ({err})"
-                ) from err
+                raise VerificationError(f"{_FAILS_TO_RUN} {engine.name} on inputs the original runs on ({err})") from err
             except (LiteError, MemoryError) as err:
-                raise VerificationError(
-                    f"the converted model fails in {engine.name} on inputs the original runs on ({err})"
-                ) from err
+                raise VerificationError(f"{_FAILS_TO_RUN} {engine.name} on inputs the original runs on ({err})") from err
     else:
         converted = exported if exported is not None else to_onnx(model)
         name = "onnxruntime (ONNX export of the converted graph)"
@@ -195,6 +193,10 @@ def _a_defect(err: BaseException) -> bool:
 
 
 def failure_message(verification: Verification) -> str:
+    if not verification.outputs and verification.reason and verification.reason.startswith(_FAILS_TO_RUN):
+        # Nothing was compared: no tolerance would change the verdict.
+        return (f"{verification.reason} (inputs: {verification.inputs}); nothing was compared: the converted model "
+                "did not run. Run it on an engine that has kernels for those nodes, or pass verify=False (--no-verify)")
     message = f"converted model differs from the original on {verification.inputs}: {verification.reason}"
     divergence = verification.divergence or {}
     if divergence.get("node"):
@@ -235,7 +237,8 @@ class _LiteRunner:
         try:
             model = lite.Model.load(str(self.path), device="numpy")
         except lite.UnsupportedOpError:
-            model = lite.Model.load(str(self.path), device="cpu", cache_dir=None)
+            # Named first: a failure to load there too is the ONNX Runtime engine's.
             self.name = "lite.Model (ONNX Runtime engine: the numpy engine has no kernel for some nodes)"
+            model = lite.Model.load(str(self.path), device="cpu", cache_dir=None)
         self.model = model.ir
         return model.predict(feeds)

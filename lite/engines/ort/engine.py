@@ -38,7 +38,7 @@ from lite.format.dtypes import DataType, from_numpy
 from lite.format.onnx.graph import lowering_fingerprint, node_name
 from lite.ops.registry import KernelRegistry, normalize_domain
 
-_ORT_DOMAINS = {"", "com.microsoft", "ai.onnx.ml"}
+_ORT_DOMAINS = {"", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.ml"}
 _MAX_REPARTITIONS = 16
 # What this engine does besides lowering (cutting the graph, rewriting the lowered model): a change
 # to them must not reuse a cached session either.
