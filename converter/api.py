@@ -160,7 +160,9 @@ def convert(
       (unless ``allow_custom``), and :class:`VerificationError` when an output differs by more
       than ``rtol`` of its peak (default 1e-4, or 1e-2 with fp16 weights), ``atol`` (default
       1e-6, or 1e-3) and the reference's own spread, naming the first node that diverges; in both
-      cases no output file is left behind. When the check cannot run (ONNX Runtime cannot load or
+      cases no output file is left behind. ``custom_op_libraries`` (paths of shared libraries of
+      custom ops, e.g. onnxruntime-extensions' ``get_library_path()``) are registered with ONNX
+      Runtime for the original and the converted model. When the check cannot run (ONNX Runtime cannot load or
       run the original on any inputs it can make), the output is written and
       ``report.verification`` says ``skipped`` and why.
     - quantization (:class:`~converter.options.QuantizeOptions`, docs/quantization.md): ``quant``
@@ -286,6 +288,7 @@ def _verify(report: ConversionReport, original: onnx.ModelProto | None, imported
     report.verification = verification = verify_output(
         original, imported.model, exported, temporary, suffix, options.graph.fp16_io, tolerance,
         options.graph.input_shapes, options.verification.verify_data, options.graph.dynamic_batch,
+        options.verification.libraries(),
     )
     report.warnings.extend(f"verification: {note}" for note in verification.notes)
     if verification.skipped:
