@@ -77,20 +77,25 @@ _INPUT_DATA_MAX = 1024  # constant integer inputs up to this size are given to O
 
 def infer_contrib_types(model: ir.Model) -> int:
     """Type the untyped outputs of contrib nodes and of the standard nodes that read them, in
-    place; return how many values got a type."""
+    place; return how many values got a type. A standard node is inferred again only when it
+    reads a value typed here: any other ONNX's inference has already seen as it is."""
     opsets = dict(model.opset_imports)
-    typed = 0
+    typed: set[int] = set()  # ids of the values typed here
     for graph in all_graphs(model):
         for node in graph:
-            if all(value.dtype is not None for value in node.outputs):
+            untyped = [value for value in node.outputs if value.dtype is None]
+            if not untyped:
                 continue
             rule = CONTRIB_OUTPUTS.get((node.domain, node.op_type))
-            typed += _apply_rule(node, rule) if rule is not None else _infer_standard(node, opsets)
-    return typed
+            if rule is not None:
+                _apply_rule(node, rule)
+            elif any(value is not None and id(value) in typed for value in node.inputs):
+                _infer_standard(node, opsets)
+            typed.update(id(value) for value in untyped if value.dtype is not None)
+    return len(typed)
 
 
-def _apply_rule(node: ir.Node, rule: ContribOutputs) -> int:
-    typed = 0
+def _apply_rule(node: ir.Node, rule: ContribOutputs) -> None:
     for slot, (value, source) in enumerate(zip(node.outputs, rule.types)):
         if value.dtype is not None:
             continue
@@ -100,20 +105,18 @@ def _apply_rule(node: ir.Node, rule: ContribOutputs) -> int:
             value.dtype = node.inputs[source].dtype
         else:
             continue
-        typed += 1
         first = node.inputs[0] if node.inputs else None
         if slot in rule.same_shape and value.shape is None and first is not None and first.shape is not None:
             value.shape = first.shape
-    return typed
 
 
-def _infer_standard(node: ir.Node, opsets: dict[str, int]) -> int:
+def _infer_standard(node: ir.Node, opsets: dict[str, int]) -> None:
     """ONNX's inference of one standard-domain node whose inputs are all typed."""
     if node.domain not in ("", "ai.onnx") or any(a.type == ir.AttributeType.GRAPH for a in node.attributes.values()):
-        return 0
+        return
     inputs = [value for value in node.inputs if value is not None]
     if any(value.dtype is None or not value.name for value in inputs):
-        return 0
+        return
     try:
         schema = onnx.defs.get_schema(node.op_type, opsets.get("", opsets.get("ai.onnx", 1)), "")
         outputs = onnx.shape_inference.infer_node_outputs(
@@ -122,8 +125,7 @@ def _infer_standard(node: ir.Node, opsets: dict[str, int]) -> int:
             _input_data(inputs),
         )
     except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError):
-        return 0  # a node ONNX cannot infer on its own stays untyped, as ONNX's inference left it
-    typed = 0
+        return  # a node ONNX cannot infer on its own stays untyped, as ONNX's inference left it
     for value in node.outputs:
         inferred = outputs.get(value.name)
         if value.dtype is not None or inferred is None or not inferred.HasField("tensor_type"):
@@ -133,8 +135,6 @@ def _infer_standard(node: ir.Node, opsets: dict[str, int]) -> int:
         value.dtype = ir.DataType(inferred.tensor_type.elem_type)
         if value.shape is None and inferred.tensor_type.HasField("shape"):
             value.shape = ir.serde.deserialize_type_proto_for_shape(inferred)
-        typed += 1
-    return typed
 
 
 def _input_data(inputs: list[ir.Value]) -> dict[str, onnx.TensorProto]:
