@@ -50,7 +50,12 @@ from converter.quantize.report import QuantizedConversionReport
 from converter.quantize.source_opset import prepare_source_opset
 from converter.reference import original_proto
 from converter.report import ConversionReport, GraphStats
-from converter.support import unsupported_domains, unsupported_nodes
+from converter.support import (
+    ONNX_RUNTIME_DOMAINS,
+    onnx_runtime_ops_warning,
+    unsupported_domains,
+    unsupported_nodes,
+)
 from converter.verify import onnxruntime_available
 from converter.verify_output import failure_message, verify_output
 from converter.zipmap import class_labels_metadata
@@ -155,7 +160,9 @@ def convert(
       (unless ``allow_custom``), and :class:`VerificationError` when an output differs by more
       than ``rtol`` of its peak (default 1e-4, or 1e-2 with fp16 weights), ``atol`` (default
       1e-6, or 1e-3) and the reference's own spread, naming the first node that diverges; in both
-      cases no output file is left behind. When the check cannot run (ONNX Runtime cannot load or
+      cases no output file is left behind. ``custom_op_libraries`` (paths of shared libraries of
+      custom ops, e.g. onnxruntime-extensions' ``get_library_path()``) are registered with ONNX
+      Runtime for the original and the converted model. When the check cannot run (ONNX Runtime cannot load or
       run the original on any inputs it can make), the output is written and
       ``report.verification`` says ``skipped`` and why.
     - quantization (:class:`~converter.options.QuantizeOptions`, docs/quantization.md): ``quant``
@@ -281,6 +288,7 @@ def _verify(report: ConversionReport, original: onnx.ModelProto | None, imported
     report.verification = verification = verify_output(
         original, imported.model, exported, temporary, suffix, options.graph.fp16_io, tolerance,
         options.graph.input_shapes, options.verification.verify_data, options.graph.dynamic_batch,
+        options.verification.libraries(),
     )
     report.warnings.extend(f"verification: {note}" for note in verification.notes)
     if verification.skipped:
@@ -382,13 +390,10 @@ def _write(
         _write_bytes(temporary, serialize(exported))
         return exported, None
     unsupported = unsupported_nodes(lite_model)
-    if unsupported and not allow_custom and unsupported_domains(lite_model) == {"com.microsoft"}:
+    domains = unsupported_domains(lite_model) if unsupported else set()
+    if unsupported and not allow_custom and domains <= ONNX_RUNTIME_DOMAINS:
         # ONNX Runtime's own ops (its quantizer and optimizer write them): its engines run them.
-        report.warnings.append(
-            f"{len(unsupported)} node(s) of ONNX Runtime's com.microsoft domain "
-            f"({', '.join(sorted({op for _, op, _ in unsupported}))}) have no numpy kernel: the model runs on "
-            "lite's ONNX Runtime engines (device='cpu' or 'cuda'), not on the numpy engine"
-        )
+        report.warnings.append(onnx_runtime_ops_warning(unsupported, domains))
         allow_custom = True
     if unsupported and not allow_custom:
         listing = "\n".join(f"  {name}: {op} — {reason}" for name, op, reason in unsupported)

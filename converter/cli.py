@@ -62,9 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="verify on these inputs (a .npz of input arrays, or a folder as for --calib) "
                              "instead of inputs synthesized from the graph")
     parser.add_argument("--allow-custom", action="store_true", help="keep unsupported ops as custom nodes instead of failing")
+    parser.add_argument("--custom-op-library", metavar="LIBRARY.so", action="append", default=[],
+                        help="a shared library of custom ops for ONNX Runtime (e.g. onnxruntime-extensions'); "
+                             "verification runs the original and the converted model with it (repeatable)")
     parser.add_argument("--no-optimize", dest="optimize", action="store_false", help="translate only; run no passes")
     parser.add_argument("--report", metavar="REPORT.json", help="write the full conversion report as JSON")
-    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success, but a warning when --quant quantized no node")
     _add_quantization_options(parser)
     parser.set_defaults(handler=run)
     return parser
@@ -164,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             rtol=args.rtol,
             atol=args.atol,
             verify_data=args.verify_data,
+            custom_op_libraries=tuple(args.custom_op_library),
             **_quantization_arguments(args),
             network=args.network,
             network_input_shape=network_shape,
@@ -184,7 +188,20 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if not args.quiet:
         print(report.table())
+    else:
+        _quiet_warnings(report)
     return 0
+
+
+def _quiet_warnings(report) -> None:
+    """The warning --quiet still prints: a quantization that quantized nothing leaves a float
+    model under a name that says int8, and nothing else would tell."""
+    from converter.quantize.pipeline import NOTHING_QUANTIZED
+
+    quantization = getattr(report, "quantization", None)
+    for warning in quantization.warnings if quantization is not None else ():
+        if NOTHING_QUANTIZED in warning:
+            print(f"lite convert: warning: {warning}", file=sys.stderr)
 
 
 def _source(args: argparse.Namespace) -> tuple[str, list[int] | None, list[str]]:

@@ -68,6 +68,19 @@ class VerifyOptions:
     rtol: float | None = None  # None: 1e-4, or 1e-2 with float16 weights
     atol: float | None = None  # None: 1e-6, or 1e-3 with float16 weights
     verify_data: Any = None  # a .npz file, a folder in the calibration format, or input dicts
+    # shared libraries of custom ops (onnxruntime-extensions' get_library_path()) that ONNX Runtime
+    # loads to run the original and the converted model
+    custom_op_libraries: Sequence[str | os.PathLike] | str | os.PathLike = ()
+
+    def libraries(self) -> tuple[str, ...]:
+        """``custom_op_libraries`` as absolute paths (one path alone is a list of one), each a file."""
+        libraries = self.custom_op_libraries
+        libraries = (libraries,) if isinstance(libraries, (str, os.PathLike)) else tuple(libraries)
+        missing = [str(path) for path in libraries if not os.path.isfile(path)]
+        if missing:
+            raise InvalidOptionError(f"custom op library {missing[0]!r} is not a file: give the path of the shared "
+                                     "library, e.g. onnxruntime_extensions.get_library_path()")
+        return tuple(os.path.abspath(path) for path in libraries)
 
     def tolerance(self, fp16: bool) -> Tolerance:
         rtol = self.rtol if self.rtol is not None else (1e-2 if fp16 else 1e-4)

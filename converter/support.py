@@ -15,6 +15,10 @@ from lite.format import ir as lite_ir
 from lite.ops.registry import KERNELS, KernelRegistry
 
 _RUNTIME_ATTRIBUTES = {"fused_activation", "fused_activation_params"}
+# ONNX Runtime's own domains: its quantizer and transformer optimizer write com.microsoft ops, and a
+# model saved at its ALL optimization level holds com.microsoft.nchwc ones (convolutions on its CPU
+# kernels' blocked channel layout). lite's ONNX Runtime engines run them.
+ONNX_RUNTIME_DOMAINS = frozenset({"com.microsoft", "com.microsoft.nchwc"})
 
 
 def unsupported_nodes(model: lite_ir.Model, registry: KernelRegistry | None = None) -> list[tuple[str, str, str]]:
@@ -61,3 +65,19 @@ def _unsupported(model: lite_ir.Model, registry: KernelRegistry | None) -> list[
 
 def _takes_any_keyword(fn) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+
+
+def onnx_runtime_ops_warning(unsupported: list[tuple[str, str, str]], domains: set[str]) -> str:
+    """The warning for a model whose only nodes without a numpy kernel are ONNX Runtime's own
+    (``domains`` within :data:`ONNX_RUNTIME_DOMAINS`): where it runs, and, for the nchwc layout,
+    how to get a model that runs elsewhere."""
+    ops = ", ".join(sorted({op for _, op, _ in unsupported}))
+    where = f"{' and '.join(sorted(domains))} domain{'s' if len(domains) > 1 else ''}"
+    if "com.microsoft.nchwc" not in domains:
+        return (f"{len(unsupported)} node(s) of ONNX Runtime's {where} ({ops}) have no numpy kernel: the model "
+                "runs on lite's ONNX Runtime engines (device='cpu' or 'cuda'), not on the numpy engine")
+    return (f"{len(unsupported)} node(s) of ONNX Runtime's {where} ({ops}) have no numpy kernel; the "
+            "com.microsoft.nchwc ones are ONNX Runtime's CPU-specific blocked layout, written when it saves a model "
+            "at its ALL optimization level: the model runs on ONNX Runtime's CPU kernels (device='cpu'), not on the "
+            "numpy engine. For a model that runs everywhere, save the optimized original at ORT_ENABLE_EXTENDED "
+            "(SessionOptions.graph_optimization_level), or convert it before ONNX Runtime optimized it")

@@ -317,11 +317,32 @@ def _uses(name: str, readers: dict[str, list[tuple[onnx.NodeProto, int]]]) -> It
                         pending.append(output)
 
 
+# Ops of ONNX Runtime that look rows up in their own tables: input slot -> the slot of the table
+# whose rows (axis 0) it indexes. EmbedLayerNormalization (its contrib op spec,
+# https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md): input_ids index
+# word_embedding, segment_ids segment_embedding (BERT's token types: 2 rows), position_ids
+# position_embedding.
+_EMBEDDING_TABLES: dict[tuple[str, str], dict[int, int]] = {
+    ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 4, 8: 3},
+}
+
+
+def _indexed_table(node: onnx.NodeProto, slot: int) -> tuple[str, int] | None:
+    """(table, axis) when input ``slot`` of ``node`` holds indices into a table."""
+    if node.op_type in ("Gather", "GatherElements") and slot == 1:
+        return node.input[0], next((a.i for a in node.attribute if a.name == "axis"), 0)
+    table_slot = _EMBEDDING_TABLES.get((node.domain, node.op_type), {}).get(slot)
+    if table_slot is not None and table_slot < len(node.input) and node.input[table_slot]:
+        return node.input[table_slot], 0
+    return None
+
+
 def _apply_use(hint: _Value, node: onnx.NodeProto, slot: int, dims: dict[str, list[int | None]]) -> None:
     op = node.op_type
-    if op in ("Gather", "GatherElements") and slot == 1:
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        shape = dims.get(node.input[0])
+    table = _indexed_table(node, slot)
+    if table is not None:
+        name, axis = table
+        shape = dims.get(name)
         if shape and -len(shape) <= axis < len(shape) and shape[axis]:
             rows = shape[axis]
             hint.high = rows if hint.high is None else min(hint.high, rows)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,15 +139,18 @@ def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], thread
 
 
 class _Reference:
-    """An ONNX Runtime session of a model; its errors are :class:`VerificationError` naming ``what``."""
+    """An ONNX Runtime session of a model; its errors are :class:`VerificationError` naming ``what``.
+    ``libraries``: shared libraries of custom ops (onnxruntime-extensions) registered with it."""
 
     def __init__(self, proto: onnx.ModelProto, threads: int = 2, what: str = "the original model",
-                 optimize: bool = True) -> None:
+                 optimize: bool = True, libraries: Sequence[str] = ()) -> None:
         import onnxruntime as ort
 
         self.what = what
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
+        for library in libraries:
+            options.register_custom_ops_library(library)
         options.log_severity_level = 4  # fatal only: a failure is reported once, as VerificationError
         if not optimize:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -251,15 +254,17 @@ RunConverted = Callable[[dict[str, np.ndarray]], Mapping[str, Any]]
 def verify_conversion(original: onnx.ModelProto, run_converted: RunConverted, engine: str, tolerance: Tolerance, *,
                       input_shapes: dict[str, list[int | str]] | None = None,
                       verify_data: list[dict[str, np.ndarray]] | None = None,
-                      input_dtypes: dict[str, np.dtype] | None = None) -> Verification:
+                      input_dtypes: dict[str, np.dtype] | None = None,
+                      custom_op_libraries: Sequence[str] = ()) -> Verification:
     """Compare ``run_converted`` with ONNX Runtime on ``original`` (see the module docstring).
 
     ``input_dtypes``: the converted model's input types where they differ from the original's
-    (``fp16_io``); the reference gets the same values in its own types.
+    (``fp16_io``); the reference gets the same values in its own types. ``custom_op_libraries``
+    are registered with ONNX Runtime's sessions of the original.
     """
     verification = Verification(engine, tolerance)
     try:
-        reference = _Reference(original)
+        reference = _Reference(original, libraries=custom_op_libraries)
     except VerificationError as err:
         verification.status, verification.reason = SKIPPED, str(err)
         _run_converted_alone(verification, original, run_converted, input_shapes, verify_data)
@@ -276,7 +281,8 @@ def verify_conversion(original: onnx.ModelProto, run_converted: RunConverted, en
             f"the original's output {', '.join(map(repr, constant))} is constant on {verification.inputs}, so the "
             "comparison shows little there; give real inputs with --verify-data FILE.npz|DIR"
         )
-    verification.tolerance = tolerance = _with_spread(tolerance, original, reference, feeds, expected)
+    verification.tolerance = tolerance = _with_spread(tolerance, original, reference, feeds, expected,
+                                                      custom_op_libraries)
     converted_feeds = {name: value.astype(input_dtypes[name]) if input_dtypes and name in input_dtypes else value
                        for name, value in feeds.items()}
     try:
@@ -412,7 +418,7 @@ def _accepted_inputs(reference: _Reference, original: onnx.ModelProto, input_sha
 
 
 def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: _Reference, feeds,
-                 expected) -> Tolerance:
+                 expected, libraries: Sequence[str] = ()) -> Tolerance:
     """``tolerance`` widened by how far ONNX Runtime moves between its optimization levels and,
     for a model that quantizes activations or picks by ArgMax, ArgMin or TopK, under a tiny nudge
     of the inputs; outputs a run reorders are compared as sets of rows
@@ -421,7 +427,7 @@ def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: _Re
         return tolerance
     movement = Movement(expected, tolerance)
     try:
-        movement.add(LEVELS, _Reference(original, optimize=False).run(feeds))
+        movement.add(LEVELS, _Reference(original, optimize=False, libraries=libraries).run(feeds))
     except VerificationError:
         pass  # no second level to compare with: the nudge alone, if any
     if quantizes_activations(original) or selects_discretely(original):

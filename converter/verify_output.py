@@ -25,18 +25,22 @@ from lite.compare import Tolerance
 from lite.errors import KernelError, LiteError
 from lite.format import ir as lite_ir
 
+_FAILS_TO_RUN = "the converted model fails in"
+
 
 def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, fp16_io: bool, tolerance: Tolerance,
-                  input_shapes, verify_data, dynamic_batch: bool = False) -> Verification:
+                  input_shapes, verify_data, dynamic_batch: bool = False,
+                  custom_op_libraries: tuple[str, ...] = ()) -> Verification:
     """Verify the file just written at ``path`` against ``original`` (see the module docstring);
     with ``dynamic_batch``, also check that the converted model runs one batch larger and that its
-    outputs lead with the batch (:func:`check_batch_axis`)."""
+    outputs lead with the batch (:func:`check_batch_axis`). ``custom_op_libraries`` are registered
+    with ONNX Runtime for both the original and the converted model."""
     signature = exported if exported is not None else ir.to_proto(_interface_only(model))
     input_dtypes = None
     if fp16_io:  # the converted model takes float16 where the original takes float32
         input_dtypes = {value.name: onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
                         for value in signature.graph.input if value.type.HasField("tensor_type")}
-    engine = _LiteRunner(path) if suffix == ".lite" else None
+    engine = _LiteRunner(path, custom_op_libraries) if suffix == ".lite" else None
     if engine is not None:
         name = engine.name
 
@@ -48,13 +52,9 @@ def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, 
                     raise InputsRejectedError(
                         f"{engine.name} refuses them where ONNX Runtime ran the original: {err}"
                     ) from err
-                raise VerificationError(
-                    f"the converted model fails in {engine.name} on inputs the original runs on ({err})"
-                ) from err
+                raise VerificationError(f"{_FAILS_TO_RUN} {engine.name} on inputs the original runs on ({err})") from err
             except (LiteError, MemoryError) as err:
-                raise VerificationError(
-                    f"the converted model fails in {engine.name} on inputs the original runs on ({err})"
-                ) from err
+                raise VerificationError(f"{_FAILS_TO_RUN} {engine.name} on inputs the original runs on ({err})") from err
     else:
         converted = exported if exported is not None else to_onnx(model)
         name = "onnxruntime (ONNX export of the converted graph)"
@@ -64,7 +64,8 @@ def verify_output(original, model: ir.Model, exported, path: Path, suffix: str, 
 
     samples = _verify_samples(verify_data, original) if verify_data is not None else None
     verification = verify_conversion(original, run, name, tolerance, input_shapes=input_shapes,
-                                     verify_data=samples, input_dtypes=input_dtypes)
+                                     verify_data=samples, input_dtypes=input_dtypes,
+                                     custom_op_libraries=custom_op_libraries)
     if engine is not None:
         verification.engine = engine.name
     if verification.status == "failed" and engine is not None and verification.feeds:
@@ -195,6 +196,10 @@ def _a_defect(err: BaseException) -> bool:
 
 
 def failure_message(verification: Verification) -> str:
+    if not verification.outputs and verification.reason and verification.reason.startswith(_FAILS_TO_RUN):
+        # Nothing was compared: no tolerance would change the verdict.
+        return (f"{verification.reason} (inputs: {verification.inputs}); nothing was compared: the converted model "
+                "did not run. Run it on an engine that has kernels for those nodes, or pass verify=False (--no-verify)")
     message = f"converted model differs from the original on {verification.inputs}: {verification.reason}"
     divergence = verification.divergence or {}
     if divergence.get("node"):
@@ -222,10 +227,12 @@ def _interface_only(model: ir.Model) -> ir.Model:
 class _LiteRunner:
     """Runs the written .lite file on lite's numpy engine (the reference every other engine is
     checked against), or on its ONNX Runtime engine when the numpy engine has no kernel for some
-    nodes (ONNX Runtime's own ops kept in the model); ``name`` says which ran it."""
+    nodes (ONNX Runtime's own ops kept in the model, or ops of the custom op ``libraries``);
+    ``name`` says which ran it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, libraries: tuple[str, ...] = ()) -> None:
         self.path = path
+        self.libraries = libraries
         self.name = "lite.Model (numpy engine)"
         self.model: lite_ir.Model | None = None  # the graphs of the last run (a failure's node is theirs)
 
@@ -235,7 +242,8 @@ class _LiteRunner:
         try:
             model = lite.Model.load(str(self.path), device="numpy")
         except lite.UnsupportedOpError:
-            model = lite.Model.load(str(self.path), device="cpu", cache_dir=None)
+            # Named first: a failure to load there too is the ONNX Runtime engine's.
             self.name = "lite.Model (ONNX Runtime engine: the numpy engine has no kernel for some nodes)"
+            model = lite.Model.load(str(self.path), device="cpu", cache_dir=None, custom_op_libraries=self.libraries)
         self.model = model.ir
         return model.predict(feeds)

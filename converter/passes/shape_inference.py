@@ -3,8 +3,10 @@
 Runs ONNX's shape inference (https://onnx.ai/onnx/api/shape_inference.html) through onnx_ir's
 ShapeInferencePass, which leaves large weights out of the proto it hands to ONNX, so models over
 2 GB work. Later passes need the shapes: constant folding of ``Shape`` on static dims, and the
-rank checks of the BatchNormalization folds. When inference fails (e.g. custom ops), the model is
-left as it was and the pass reports why.
+rank checks of the BatchNormalization folds; the int8 quantizers need the element types. ONNX
+does not know ONNX Runtime's contrib ops, so the outputs of those, and what is computed from them,
+are typed afterwards by :mod:`converter.passes.contrib_types`. When inference fails (e.g. custom
+ops), the model is left as it was and the pass reports why.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import onnx_ir.passes.common as ir_passes
 
 from converter.errors import PassError
 from converter.passes.base import PassContext, PassResult, all_graphs, describe
+from converter.passes.contrib_types import infer_contrib_types
 
 
 class _Capture(logging.Handler):
@@ -55,6 +58,7 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
+    contrib_typed = infer_contrib_types(model)
     _refuse_negative_dims(model)
     after = _known(model)
     result.changed = max(0, after - before)
@@ -62,6 +66,9 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     if capture.messages:
         result.declined.append(f"model: strict shape inference failed: {capture.messages[0]}")
     result.details.append(f"{after} values have a known shape ({result.changed} new)")
+    if contrib_typed:
+        result.counts["values_typed_after_contrib_ops"] = contrib_typed
+        result.details.append(f"{contrib_typed} values typed at or after ONNX Runtime's contrib ops, which ONNX's inference skips")
     result.seconds = time.perf_counter() - started
     return result
 

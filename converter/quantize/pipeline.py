@@ -93,6 +93,8 @@ def quantize_model(
     report.declined = quantized.declined
     report.removed_activations = quantized.removed
     report.warnings.extend(w for w in quantized.warnings if w not in report.warnings)
+    if not quantized.quantized and not report.kept_in_float:
+        report.warnings.insert(0, nothing_quantized(config.mode, quantized.declined))
     result = quantized.model
     result.metadata[QUANTIZATION_KEY] = json.dumps(
         {**config.to_dict(), "kept_in_float": report.kept_in_float}, sort_keys=True
@@ -101,6 +103,23 @@ def quantize_model(
         result.metadata[METADATA_KEY] = json.dumps(spec, sort_keys=True)
     report.seconds = time.perf_counter() - started
     return result, report
+
+
+NOTHING_QUANTIZED = "quantized no node"  # the start of the warning below, which the CLI also prints with --quiet
+_REASONS_SHOWN = 3
+
+
+def nothing_quantized(mode: str, declined: list[tuple[str, str, str]]) -> str:
+    """The warning for a quantization that changed nothing: the file would be the float model,
+    as large as without ``--quant``, and only this says so."""
+    head = f"--quant {mode} {NOTHING_QUANTIZED}: the output is the float model, no smaller"
+    if not declined:
+        return f"{head}; the model has no layer this mode quantizes (docs/quantization.md lists them)"
+    first: dict[str, str] = {}
+    for node, op_type, reason in declined:
+        first.setdefault(reason, f"{op_type} {node!r}" if node else f"an unnamed {op_type}")
+    shown = "; ".join(f"{where}: {reason}" for reason, where in list(first.items())[:_REASONS_SHOWN])
+    return f"{head}; {len(declined)} layer(s) stayed float, e.g. {shown} (all in the report's 'declined')"
 
 
 CHECK_SAMPLES = 8  # calibration samples the quantized model is checked on when no --eval is given

@@ -76,7 +76,7 @@ class QuantizationReport:
             lines.append(f"    budget {self.options['max_accuracy_drop']} pp {status}; kept in float: {kept}")
         reasons = {}
         for node, op, reason in self.declined:
-            reasons.setdefault(reason, []).append(node)
+            reasons.setdefault(reason, []).append(node or f"(unnamed {op})")
         for reason, nodes in reasons.items():
             lines.append(f"    float ({len(nodes)}): {reason} — {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}")
         for warning in self.warnings:

@@ -59,6 +59,65 @@ def test_onnx_runtime_contrib_ops_convert_and_run_on_onnx_runtime(tmp_path):
         lite.Model.load(tmp_path / "m.lite", device="numpy")
 
 
+def _saved_at_onnx_runtime_all_level(tmp_path) -> onnx.ModelProto:
+    """Two Convs as ONNX Runtime saves them at its ALL optimization level: com.microsoft.nchwc
+    Conv and ReorderOutput nodes, on CPUs whose kernels use the blocked layout."""
+    import onnxruntime
+
+    shapes = {"w1": (16, 3, 3, 3), "b1": (16,), "w2": (16, 16, 3, 3), "b2": (16,)}
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("Conv", ["r", "w2", "b2"], ["y"], pads=[1, 1, 1, 1])], "two_convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])],
+        [numpy_helper.from_array(rng().normal(size=shape).astype(np.float32), name) for name, shape in shapes.items()],
+    )
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "ortall.onnx")
+    options.log_severity_level = 3  # its warning that the saved model is hardware specific: what is tested
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    saved = onnx.load(tmp_path / "ortall.onnx")
+    if not any(node.domain == "com.microsoft.nchwc" for node in saved.graph.node):
+        pytest.skip("ONNX Runtime wrote no nchwc nodes on this CPU")
+    return saved
+
+
+def test_onnx_runtime_nchwc_layout_converts_and_runs_on_its_cpu_engine(tmp_path):
+    """A model saved by ONNX Runtime at its ALL level holds its CPU-specific nchwc ops: it converts
+    without --allow-custom, is verified on lite's ONNX Runtime engine, runs with device="cpu",
+    and the warning says what those nodes are and how to get a portable model."""
+    import onnxruntime
+
+    model = _saved_at_onnx_runtime_all_level(tmp_path)
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.passed and "ONNX Runtime engine" in report.verification.engine
+    (warning,) = [w for w in report.warnings if "com.microsoft.nchwc" in w and "no numpy kernel" in w]
+    assert "CPU-specific" in warning and "ORT_ENABLE_EXTENDED" in warning
+    x = rng().normal(size=(2, 3, 8, 8)).astype(np.float32)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
+    got = lite.Model.load(tmp_path / "m.lite", device="cpu", cache_dir=None)(x)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_converted_model_that_cannot_run_is_not_called_a_numerical_difference():
+    """When the converted model fails to run, nothing was compared: the message says so and
+    suggests no tolerance."""
+    from converter.verify import FAILED, Verification
+    from converter.verify_output import failure_message
+    from lite.compare import Tolerance
+
+    verification = Verification("lite.Model (numpy engine)", Tolerance(1e-4, 1e-6), status=FAILED,
+                                reason="the converted model fails in lite.Model (numpy engine) on inputs the "
+                                       "original runs on (no kernel for example.custom::Scramble)",
+                                inputs="synthesized: x[1, 4]")
+    message = failure_message(verification)
+    assert "did not run" in message and "Scramble" in message
+    assert "--rtol" not in message and "differs" not in message
+
+
 def test_a_question_mark_names_no_size():
     """paddle2onnx writes [-1, 3, ?, ?]: the two "?" axes are independent unknown sizes."""
     proto = _paddle_like_conv()

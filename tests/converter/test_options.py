@@ -31,7 +31,7 @@ KEYWORDS = {
     "input_shapes", "dynamic_batch", "fp16", "fp16_io", "verify", "allow_custom", "optimize", "report_path", "rtol",
     "atol", "verify_data", "network", "network_input_shape", "dec_key", "dec_mode", "quant", "calibration_data",
     "calibration_method", "calibration_size", "per_channel", "eval_data", "max_accuracy_drop", "preprocessing",
-    "quant_options", "progress", "external_data_dir",
+    "quant_options", "progress", "external_data_dir", "custom_op_libraries",
 }
 
 

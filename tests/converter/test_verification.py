@@ -75,6 +75,32 @@ def test_inputs_are_sized_for_a_reflect_pad_and_indexed_within_the_table(tmp_pat
     assert report.verification.passed, report.verification.to_dict()
 
 
+def test_ids_read_by_embed_layer_normalization_stay_within_its_tables(tmp_path):
+    """ONNX Runtime's fused BERT embedding (com.microsoft EmbedLayerNormalization) looks token ids
+    up in input 2's rows and segment ids in input 4's (2 rows: BERT's token types); ids in
+    [0, 4) made ONNX Runtime refuse every synthesized input, and verification was skipped."""
+    hidden = 8
+    tables = {"word": (50, hidden), "position": (64, hidden), "segment": (2, hidden)}
+    node = helper.make_node("EmbedLayerNormalization", ["ids", "segments", "word", "position", "segment", "gamma",
+                                                        "beta"], ["y", "mask_index"], domain="com.microsoft")
+    initializers = [numpy_helper.from_array(rng().normal(size=shape).astype(np.float32), name)
+                    for name, shape in tables.items()]
+    initializers += [numpy_helper.from_array(np.ones(hidden, np.float32), "gamma"),
+                     numpy_helper.from_array(np.zeros(hidden, np.float32), "beta")]
+    graph = helper.make_graph(
+        [node], "embed",
+        [helper.make_tensor_value_info(name, TensorProto.INT32, ["B", "L"]) for name in ("ids", "segments")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "L", hidden])], initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.passed, report.verification.to_dict()
+    feeds = report.verification.feeds
+    assert feeds["segments"].max() < 2 and feeds["ids"].max() < 50
+    assert feeds["segments"].max() == 1 and feeds["ids"].max() >= 4  # the whole of each table, not [0, 4)
+
+
 def test_verification_is_skipped_not_failed_when_no_input_can_be_synthesized(tmp_path, capsys):
     """A bfloat16 input: the output is written, the command succeeds, and the report says why."""
     graph = helper.make_graph(

@@ -38,7 +38,7 @@ from lite.format.dtypes import DataType, from_numpy
 from lite.format.onnx.graph import lowering_fingerprint, node_name
 from lite.ops.registry import KernelRegistry, normalize_domain
 
-_ORT_DOMAINS = {"", "com.microsoft", "ai.onnx.ml"}
+_ORT_DOMAINS = {"", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.ml"}
 _MAX_REPARTITIONS = 16
 # What this engine does besides lowering (cutting the graph, rewriting the lowered model): a change
 # to them must not reuse a cached session either.
@@ -216,9 +216,10 @@ class OrtEngine:
         domain = normalize_domain(node.domain)
         if self.custom_ops is not None and self.custom_ops.select(node.op_type, domain, 1 << 30) is not None:
             return False
-        # Within ONNX Runtime's domains, a node it cannot run surfaces as MissingKernel when the
-        # session is built, and moves to the numpy engine then.
-        return domain in _ORT_DOMAINS
+        # Within ONNX Runtime's domains (any domain, with custom op libraries registered), a node
+        # it cannot run surfaces as MissingKernel when the session is built, and moves to the
+        # numpy engine then.
+        return domain in _ORT_DOMAINS or bool(self.config.custom_op_libraries)
 
     def _build(self, on_numpy: set[int]) -> list[_Segment]:
         graph = self.model.main

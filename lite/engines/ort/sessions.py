@@ -18,7 +18,7 @@ import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,12 +97,17 @@ class SessionConfig:
     # run wakes the threads; bench/multi_model.py, docs/benchmarks.md). "never": they block whenever
     # idle, during runs too (slower runs, least CPU). Not part of the cache key.
     spinning: str = "run"
+    # Shared libraries of custom ops (onnxruntime-extensions' get_library_path(), a library of one's
+    # own), registered with every session (SessionOptions.register_custom_ops_library); nodes of any
+    # domain are then tried on ONNX Runtime, and those it still has no kernel for run on numpy.
+    custom_op_libraries: tuple[str, ...] = ()
     cache_dir: Path | None = field(default_factory=default_cache_dir)  # None: no cache
     weights_identity: str | None = None  # identity of the weights (file, size, mtime); None: hash them
 
     def __post_init__(self) -> None:
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        object.__setattr__(self, "custom_op_libraries", custom_op_libraries(self.custom_op_libraries))
         if self.device not in _PROVIDERS:
             raise ValueError(f"ONNX Runtime device must be one of {', '.join(_PROVIDERS)}; got {self.device!r}")
         on_gpu = self.device != "cpu"
@@ -127,6 +132,18 @@ class SessionConfig:
         if self.cudnn_conv_algo_search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
             raise ValueError(f"cudnn_conv_algo_search must be EXHAUSTIVE, HEURISTIC or DEFAULT; "
                              f"got {self.cudnn_conv_algo_search!r}")
+
+
+def custom_op_libraries(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[str, ...]:
+    """``paths`` as absolute paths of existing files (one path alone is taken as a list of one)."""
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    resolved = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"custom op library {str(path)!r} is not a file: give the path of the shared library "
+                             "(e.g. onnxruntime_extensions.get_library_path())")
+        resolved.append(str(Path(path).resolve()))
+    return tuple(resolved)
 
 
 class MissingKernel(Exception):
@@ -281,6 +298,8 @@ def session_options(ort, config: SessionConfig, level: str | None = None):
     # line on stderr besides repeats it, and clutters tries that are expected to fail: lite bench's
     # random inputs are tried in rounds of sizes).
     options.log_severity_level = 4
+    for library in config.custom_op_libraries:
+        options.register_custom_ops_library(library)
     return options
 
 
@@ -391,5 +410,6 @@ def _digest(model_key: str, ort, config: SessionConfig) -> str:
     """The cache key: the model's key plus everything about the session and the machine."""
     settings = (model_key, config.device, config.threads, config.optimization, config.precision, config.device_id,
                 config.gpu_mem_limit, config.cudnn_conv_algo_search, config.prefer_nhwc, config.cuda_graph,
-                config.fuse_conv_bias, config.tf32, config.cuda_options, ort.__version__, cpu_signature())
+                config.fuse_conv_bias, config.tf32, config.cuda_options, config.custom_op_libraries, ort.__version__,
+                cpu_signature())
     return hashlib.sha256(repr(settings).encode()).hexdigest()[:32]

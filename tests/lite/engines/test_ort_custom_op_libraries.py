@@ -1,0 +1,49 @@
+"""Custom op libraries registered with the ONNX Runtime engine (``custom_op_libraries=``):
+onnxruntime-extensions' ops (its ai.onnx.contrib domain) run on ONNX Runtime, not on numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import lite
+from lite.engines.ort.sessions import SessionConfig
+
+pytest.importorskip("onnxruntime")
+
+
+def lower_case_model():
+    """One onnxruntime-extensions op: StringLower (ai.onnx.contrib)."""
+    graph = helper.make_graph(
+        [helper.make_node("StringLower", ["text"], ["lower"], name="lower", domain="ai.onnx.contrib")], "lower",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, ["N"])],
+        [helper.make_tensor_value_info("lower", TensorProto.STRING, ["N"])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.contrib", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def test_a_library_that_is_not_a_file_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="is not a file"):
+        SessionConfig(custom_op_libraries=[str(tmp_path / "missing.so")])
+
+
+def test_one_library_path_alone_is_a_list_of_one(tmp_path):
+    library = tmp_path / "ops.so"
+    library.write_bytes(b"")
+    assert SessionConfig(custom_op_libraries=str(library)).custom_op_libraries == (str(library.resolve()),)
+
+
+def test_the_ops_of_a_registered_library_run_on_onnx_runtime(tmp_path):
+    extensions = pytest.importorskip("onnxruntime_extensions", reason="onnxruntime-extensions is not installed")
+    import converter
+
+    path = tmp_path / "lower.lite"
+    converter.convert(lower_case_model(), path, allow_custom=True, verify=False)
+    text = np.array(["Hello World", "ABC"], dtype=object)
+    model = lite.Model.load(path, device="cpu", cache_dir=None, custom_op_libraries=[extensions.get_library_path()])
+    assert model.engine.numpy_nodes == 0
+    assert list(model(text)) == ["hello world", "abc"]
+    with pytest.raises(lite.UnsupportedOpError, match="StringLower"):
+        lite.Model.load(path, device="cpu", cache_dir=None)
