@@ -180,6 +180,7 @@ MODULES: dict[tuple[str, str], str] = {
     ('', 'Shrink'): 'activations',
     ('', 'Sigmoid'): 'activations',
     ('', 'Sign'): 'elementwise_unary',
+    ('', 'SimplifiedLayerNormalization'): 'skip_layer_normalization',
     ('', 'Sin'): 'elementwise_unary',
     ('', 'Sinh'): 'elementwise_unary',
     ('', 'Size'): 'shape',
@@ -229,7 +230,17 @@ MODULES: dict[tuple[str, str], str] = {
     ('ai.onnx.ml', 'TreeEnsembleClassifier'): 'tree_ensemble_classifier',
     ('ai.onnx.ml', 'TreeEnsembleRegressor'): 'tree_ensemble_regressor',
     ('ai.onnx.preview', 'FlexAttention'): 'flex_attention',
+    ('com.microsoft', 'Attention'): 'microsoft_attention',
+    ('com.microsoft', 'BiasGelu'): 'microsoft_activations',
     ('com.microsoft', 'DynamicQuantizeLSTM'): 'dynamic_quantize_lstm',
+    ('com.microsoft', 'EmbedLayerNormalization'): 'embed_layer_normalization',
+    ('com.microsoft', 'FastGelu'): 'microsoft_activations',
+    ('com.microsoft', 'FusedMatMul'): 'fused_mat_mul',
+    ('com.microsoft', 'Gelu'): 'microsoft_activations',
+    ('com.microsoft', 'MultiHeadAttention'): 'microsoft_attention',
+    ('com.microsoft', 'QuickGelu'): 'microsoft_activations',
+    ('com.microsoft', 'SkipLayerNormalization'): 'skip_layer_normalization',
+    ('com.microsoft', 'SkipSimplifiedLayerNormalization'): 'skip_layer_normalization',
 }
 
 KERNELS.load_on_demand(MODULES, package=__name__)
