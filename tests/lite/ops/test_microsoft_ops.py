@@ -349,3 +349,21 @@ def test_a_float16_model_is_verified_with_the_float16_tolerance(tmp_path):
     feeds = {"x": normal(B, 8, 32).astype(np.float16)}
     got = lite.Model.load(tmp_path / "encoder.lite", device="numpy").predict(feeds)["y"]
     assert relative_error(got, onnxruntime_outputs(model, feeds)[0]) < 1e-2
+
+
+def test_layer_normalization_before_opset_17_is_onnxruntimes_and_runs(tmp_path):
+    """ONNX Runtime's optimizer writes LayerNormalization into opset-14 models (its own op there,
+    default domain, version 1): the converter keeps it and the numpy engine runs it as ONNX Runtime."""
+    x = normal(B, S, H, scale=3)
+    node = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y", "mean", "inv_std"], epsilon=1e-5)
+    graph = helper.make_graph([node], "layer_norm", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+                              [onnx.ValueInfoProto(name=name) for name in ("y", "mean", "inv_std")],
+                              [numpy_helper.from_array(normal(H), "scale"), numpy_helper.from_array(normal(H), "bias")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "layer_norm.onnx")
+    report = converter.convert(tmp_path / "layer_norm.onnx", tmp_path / "layer_norm.lite")
+    assert report.verification.status == "passed" and "numpy" in report.verification.engine
+    got = lite.Model.load(tmp_path / "layer_norm.lite", device="numpy").predict({"x": x})
+    for name, expected in zip(("y", "mean", "inv_std"), onnxruntime_outputs(model, {"x": x})):
+        assert got[name].shape == expected.shape and relative_error(got[name], expected) <= 1e-5
