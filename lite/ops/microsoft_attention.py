@@ -115,8 +115,9 @@ def Attention(input, weights, bias=None, mask_index=None, past=None, attention_b
     if len(sizes) != 3 or sum(sizes) != projected.shape[-1] or sizes[0] != sizes[1]:
         raise KernelError(f"Attention: qkv_hidden_sizes {sizes} do not split the weights' "
                           f"{projected.shape[-1]} columns into Q, K (of one size) and V")
-    q, k, v = (_split_heads(part, num_heads, name, "Attention")
-               for part, name in zip(np.split(projected, np.cumsum(sizes[:2]), axis=-1), "QKV"))
+    key_start, value_start = sizes[0], sizes[0] + sizes[1]
+    parts = (projected[..., :key_start], projected[..., key_start:value_start], projected[..., value_start:])
+    q, k, v = (_split_heads(part, num_heads, name, "Attention") for part, name in zip(parts, "QKV"))
     past_length = 0
     if past is not None:
         past = np.asarray(past, np.float32)

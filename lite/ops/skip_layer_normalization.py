@@ -23,6 +23,7 @@ import numpy as np
 
 from lite.errors import KernelError
 from lite.ops._helpers import normalize_axis
+from lite.ops.layer_normalization import _normalize_rows
 from lite.ops.registry import kernel
 
 # ONNX Runtime's schema default for the skip norms (its optimizer writes the model's value).
@@ -43,15 +44,10 @@ def _residual_sum(op_type: str, input, skip, bias) -> np.ndarray:
 
 
 def _layer_norm(total: np.ndarray, gamma, beta, epsilon: float):
-    """(normalized, mean, inv_std_var) of ``total`` over its last axis, all float32."""
-    mean = total.mean(axis=-1, keepdims=True)
-    centered = total - mean
-    inv_std = 1.0 / np.sqrt(np.mean(centered * centered, axis=-1, keepdims=True) + np.float32(epsilon))
-    y = centered * inv_std
-    y *= np.asarray(gamma, np.float32)
-    if beta is not None:
-        y += np.asarray(beta, np.float32)
-    return y, mean, inv_std
+    """(normalized, mean, inv_std_var) of float32 ``total`` over its last axis, all float32: the
+    row statistics of LayerNormalization's kernel (a few numpy calls over all rows at once)."""
+    rows = total.reshape(-1, total.shape[-1])
+    return _normalize_rows(total, rows, total.ndim - 1, gamma, beta, np.float32(epsilon), total.dtype)
 
 
 def _rms_norm(total: np.ndarray, gamma, epsilon: float, axes: tuple[int, ...] = (-1,)):
