@@ -367,3 +367,16 @@ def test_layer_normalization_before_opset_17_is_onnxruntimes_and_runs(tmp_path):
     got = lite.Model.load(tmp_path / "layer_norm.lite", device="numpy").predict({"x": x})
     for name, expected in zip(("y", "mean", "inv_std"), onnxruntime_outputs(model, {"x": x})):
         assert got[name].shape == expected.shape and relative_error(got[name], expected) <= 1e-5
+
+
+@pytest.mark.parametrize(("op_type", "domain"), [("SkipLayerNormalization", MICROSOFT),
+                                                 ("SkipSimplifiedLayerNormalization", MICROSOFT),
+                                                 ("SimplifiedLayerNormalization", "")])
+def test_float16_norms_keep_their_type(op_type, domain):
+    """float16 in, float16 out (statistics float32), within a float16 step of ONNX Runtime's float16
+    kernels, which compute in float32 too."""
+    x, gamma = normal(B, S, H, scale=3).astype(np.float16), normal(H).astype(np.float16)
+    inputs = [("x", x), ("gamma", gamma)] if domain == "" else [("x", x), ("skip", normal(B, S, H).astype(np.float16)),
+                                                               ("gamma", gamma)]
+    outputs = ["y", "inv"] if domain == "" else ["y", "", "inv", "sum"]
+    check(op_type, inputs, outputs, domain=domain, constants=("gamma",), tolerance=1e-3, epsilon=1e-5)
