@@ -380,3 +380,52 @@ def test_float16_norms_keep_their_type(op_type, domain):
                                                                ("gamma", gamma)]
     outputs = ["y", "inv"] if domain == "" else ["y", "", "inv", "sum"]
     check(op_type, inputs, outputs, domain=domain, constants=("gamma",), tolerance=1e-3, epsilon=1e-5)
+
+
+def n_bits_inputs(*, K, N, bits, block_size, zero_points=None, bias=False):
+    """MatMulNBits' inputs: random packed weights (every byte value is a valid packing), scales,
+    and zero points packed as uint8, as float, or omitted (then 2^(bits-1))."""
+    blocks = -(-K // block_size)
+    per_byte = 8 // bits
+    inputs = [("A", normal(B, 3, K)),
+              ("B", rng.integers(0, 256, (N, blocks, block_size // per_byte)).astype(np.uint8)),
+              ("scales", (rng.random(N * blocks) * 0.1 + 0.01).astype(np.float32))]
+    if zero_points == "uint8":
+        inputs.append(("zero_points", rng.integers(0, 256, N * -(-blocks // per_byte)).astype(np.uint8)))
+    elif zero_points == "float":
+        inputs.append(("zero_points", (rng.random((N, blocks)) * (1 << bits)).astype(np.float32)))
+    else:
+        inputs.append(("zero_points", None))
+    inputs += [("g_idx", None), ("bias", normal(N) if bias else None)]
+    return inputs
+
+
+@pytest.mark.parametrize(("K", "N", "bits", "block_size"), [(64, 24, 4, 32), (72, 16, 4, 32), (64, 8, 8, 16),
+                                                           (200, 12, 4, 128)],
+                         ids=["4-bit", "K-padded", "8-bit", "block-128"])
+@pytest.mark.parametrize("zero_points", [None, "uint8", "float"], ids=["symmetric", "uint8-zeros", "float-zeros"])
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+def test_mat_mul_n_bits(K, N, bits, block_size, zero_points, bias):
+    if bits == 8 and zero_points == "float":
+        pytest.skip("ONNX Runtime's CPU kernel refuses 8-bit weights with float zero points")
+    inputs = n_bits_inputs(K=K, N=N, bits=bits, block_size=block_size, zero_points=zero_points, bias=bias)
+    attributes = {"K": K, "N": N, "bits": bits, "block_size": block_size}
+    expected = check("MatMulNBits", inputs, ["y"], constants=("B", "scales", "zero_points", "bias"), **attributes)
+    chosen = KERNELS.select("MatMulNBits", MICROSOFT, 1)
+    values = [value for _, value in inputs]
+    prepared = chosen.prepare([None, *values[1:]], [None] * len(values), **attributes)
+    assert prepared is not None
+    np.testing.assert_array_equal(chosen.fn(*values, **attributes, prepared=prepared), expected[0])
+
+
+def test_a_4_bit_model_converts_and_runs_on_the_numpy_engine(tmp_path):
+    inputs = n_bits_inputs(K=64, N=24, bits=4, block_size=32, bias=True)
+    model = one_node_model("MatMulNBits", inputs, ["y"], constants=("B", "scales", "bias"), K=64, N=24, bits=4,
+                           block_size=32)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [B, 3, 24]))
+    onnx.save(model, tmp_path / "q4.onnx")
+    report = converter.convert(tmp_path / "q4.onnx", tmp_path / "q4.lite")
+    assert report.verification.status == "passed" and "numpy" in report.verification.engine
+    feeds = {"A": inputs[0][1]}
+    got = lite.Model.load(tmp_path / "q4.lite", device="numpy").predict(feeds)["y"]
+    assert relative_error(got, onnxruntime_outputs(model, feeds)[0]) <= 1e-5
