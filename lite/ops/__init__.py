@@ -240,6 +240,7 @@ MODULES: dict[tuple[str, str], str] = {
     ('com.microsoft', 'MatMulNBits'): 'mat_mul_n_bits',
     ('com.microsoft', 'MultiHeadAttention'): 'microsoft_attention',
     ('com.microsoft', 'QuickGelu'): 'microsoft_activations',
+    ('com.microsoft', 'RotaryEmbedding'): 'microsoft_rotary_embedding',
     ('com.microsoft', 'SkipLayerNormalization'): 'skip_layer_normalization',
     ('com.microsoft', 'SkipSimplifiedLayerNormalization'): 'skip_layer_normalization',
 }

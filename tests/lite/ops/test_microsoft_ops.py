@@ -429,3 +429,26 @@ def test_a_4_bit_model_converts_and_runs_on_the_numpy_engine(tmp_path):
     feeds = {"A": inputs[0][1]}
     got = lite.Model.load(tmp_path / "q4.lite", device="numpy").predict(feeds)["y"]
     assert relative_error(got, onnxruntime_outputs(model, feeds)[0]) <= 1e-5
+
+
+MAX_POSITIONS = 32
+
+
+@pytest.mark.parametrize("layout", ["3-D", "4-D"])
+@pytest.mark.parametrize("interleaved", [0, 1], ids=["halves", "interleaved"])
+@pytest.mark.parametrize("positions", ["indices", "offset"])
+@pytest.mark.parametrize("rotary_embedding_dim", [0, 4], ids=["whole-head", "partial"])
+def test_microsoft_rotary_embedding(layout, interleaved, positions, rotary_embedding_dim):
+    head_size = 8
+    rotated = rotary_embedding_dim or head_size
+    x = normal(B, S, N * head_size) if layout == "3-D" else normal(B, N, S, head_size)
+    position_ids = (rng.integers(0, MAX_POSITIONS, (B, S)) if positions == "indices" else np.array([7])).astype(np.int64)
+    angles = rng.random((MAX_POSITIONS, rotated // 2)) * 6
+    inputs = [("x", x), ("position_ids", position_ids), ("cos", np.cos(angles).astype(np.float32)),
+              ("sin", np.sin(angles).astype(np.float32))]
+    attributes = {"interleaved": interleaved}
+    if layout == "3-D":
+        attributes["num_heads"] = N
+    if rotary_embedding_dim:
+        attributes.update(rotary_embedding_dim=rotary_embedding_dim, num_heads=N)
+    check("RotaryEmbedding", inputs, ["y"], constants=("cos", "sin"), **attributes)
