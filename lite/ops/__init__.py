@@ -237,6 +237,7 @@ MODULES: dict[tuple[str, str], str] = {
     ('com.microsoft', 'FastGelu'): 'microsoft_activations',
     ('com.microsoft', 'FusedMatMul'): 'fused_mat_mul',
     ('com.microsoft', 'Gelu'): 'microsoft_activations',
+    ('com.microsoft', 'GroupQueryAttention'): 'group_query_attention',
     ('com.microsoft', 'MatMulNBits'): 'mat_mul_n_bits',
     ('com.microsoft', 'MultiHeadAttention'): 'microsoft_attention',
     ('com.microsoft', 'QuickGelu'): 'microsoft_activations',

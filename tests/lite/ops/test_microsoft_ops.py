@@ -452,3 +452,36 @@ def test_microsoft_rotary_embedding(layout, interleaved, positions, rotary_embed
     if rotary_embedding_dim:
         attributes.update(rotary_embedding_dim=rotary_embedding_dim, num_heads=N)
     check("RotaryEmbedding", inputs, ["y"], constants=("cos", "sin"), **attributes)
+
+
+KV_HEADS = 2
+GQA_CASES = {  # sequence, past buffer rows, each row's total length, head size, attributes
+    "prompt": (5, 0, [5, 5], 8, {}),
+    "padded-prompt": (5, 0, [5, 3], 8, {}),
+    "decoding": (1, 8, [5, 3], 8, {}),
+    "decoding-full-buffer": (1, 4, [5, 5], 8, {}),
+    "subsequent-prompt": (3, 8, [7], 8, {}),
+    "rotary-prompt": (5, 0, [5, 5], 16, {"do_rotary": 1}),
+    "rotary-decoding": (1, 8, [5, 3], 16, {"do_rotary": 1}),
+    "rotary-interleaved": (1, 8, [5, 3], 16, {"do_rotary": 1, "rotary_interleaved": 1}),
+    "window-prompt": (5, 0, [5, 5], 8, {"local_window_size": 2}),
+    "window-decoding": (3, 8, [7], 8, {"local_window_size": 3}),
+    "softcap": (1, 8, [5, 3], 8, {"softcap": 2.0}),
+    "scale": (5, 0, [5, 5], 8, {"scale": 0.3}),
+}
+
+
+@pytest.mark.parametrize("case", list(GQA_CASES))
+def test_group_query_attention(case):
+    sequence, buffer, lengths, head_size, attributes = GQA_CASES[case]
+    batch = len(lengths)
+    inputs = [("query", normal(batch, sequence, N * head_size)), ("key", normal(batch, sequence, KV_HEADS * head_size)),
+              ("value", normal(batch, sequence, KV_HEADS * head_size)),
+              ("past_key", normal(batch, KV_HEADS, buffer, head_size) if buffer else None),
+              ("past_value", normal(batch, KV_HEADS, buffer, head_size) if buffer else None),
+              ("seqlens_k", np.array(lengths, np.int32) - 1), ("total_sequence_length", np.array(max(lengths), np.int32))]
+    if attributes.get("do_rotary"):
+        angles = rng.random((MAX_POSITIONS, head_size // 2)) * 6
+        inputs += [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))]
+    check("GroupQueryAttention", inputs, ["y", "present_key", "present_value"], constants=("cos", "sin"),
+          num_heads=N, kv_num_heads=KV_HEADS, **attributes)
