@@ -235,6 +235,7 @@ MODULES: dict[tuple[str, str], str] = {
     ('com.microsoft', 'DynamicQuantizeLSTM'): 'dynamic_quantize_lstm',
     ('com.microsoft', 'EmbedLayerNormalization'): 'embed_layer_normalization',
     ('com.microsoft', 'FastGelu'): 'microsoft_activations',
+    ('com.microsoft', 'FusedConv'): 'fused_conv',
     ('com.microsoft', 'FusedMatMul'): 'fused_mat_mul',
     ('com.microsoft', 'Gelu'): 'microsoft_activations',
     ('com.microsoft', 'GroupQueryAttention'): 'group_query_attention',

@@ -485,3 +485,16 @@ def test_group_query_attention(case):
         inputs += [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))]
     check("GroupQueryAttention", inputs, ["y", "present_key", "present_value"], constants=("cos", "sin"),
           num_heads=N, kv_num_heads=KV_HEADS, **attributes)
+
+
+@pytest.mark.parametrize(("activation", "params"), [("Relu", None), ("Tanh", None), ("Sigmoid", None),
+                                                    ("LeakyRelu", [0.2]), ("Clip", [-0.5, 1.5]),
+                                                    ("HardSigmoid", [0.3, 0.4])])
+@pytest.mark.parametrize("with_sum", [False, True], ids=["conv", "conv-plus-Z"])
+def test_fused_conv(activation, params, with_sum):
+    x, weight = normal(B, 3, 9, 9), normal(4, 3, 3, 3, scale=0.5)
+    inputs = [("x", x), ("w", weight), ("b", normal(4)), ("z", normal(B, 4, 9, 9) if with_sum else None)]
+    attributes = {"activation": activation, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    if params:
+        attributes["activation_params"] = params
+    check("FusedConv", inputs, ["y"], constants=("w", "b"), **attributes)
