@@ -1,6 +1,6 @@
-"""ONNX Runtime's com.microsoft transformer ops (and its default-domain SimplifiedLayerNormalization)
-against ONNX Runtime, which defines them: one-node graphs built with onnx.helper, random float32
-inputs of several shapes, weights as initializers as its transformer optimizer writes them."""
+"""ONNX Runtime's fused norms, activations, matrix products and convolutions (com.microsoft, and its
+default-domain SimplifiedLayerNormalization and LayerNormalization) against ONNX Runtime, one
+node at a time and through the converter and the numpy engine."""
 
 from __future__ import annotations
 
@@ -12,74 +12,21 @@ from onnx import helper, numpy_helper
 import converter
 import lite
 from lite.ops.registry import KERNELS
-
-rng = np.random.default_rng(11)
-MICROSOFT = "com.microsoft"
-
-
-def normal(*shape, scale=1.0) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def one_node_model(op_type, inputs, outputs, *, domain=MICROSOFT, constants=(), **attributes) -> onnx.ModelProto:
-    """``inputs``: (name, value or None) in the op's order (None: omitted); names in ``constants``
-    become initializers. ``outputs``: names, "" for an output left out."""
-    names = [name if value is not None else "" for name, value in inputs]
-    node = helper.make_node(op_type, names, outputs, domain=domain, **attributes)
-    graph = helper.make_graph(
-        [node], op_type.lower(),
-        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
-         for name, value in inputs if value is not None and name not in constants],
-        [onnx.ValueInfoProto(name=name) for name in outputs if name],
-        [numpy_helper.from_array(value, name) for name, value in inputs if value is not None and name in constants],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MICROSOFT, 1)])
-    model.ir_version = 10
-    return model
-
-
-def onnxruntime_outputs(model: onnx.ModelProto, feeds) -> list[np.ndarray]:
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def kernel_outputs(op_type, inputs, outputs, *, domain=MICROSOFT, **attributes) -> list[np.ndarray]:
-    chosen = KERNELS.select(op_type, domain, 1 if domain else 17)
-    extra = {"output_count": len(outputs)} if chosen.wants_output_count else {}
-    got = chosen.fn(*[value for _, value in inputs], **attributes, **extra)
-    got = list(got) if isinstance(got, tuple) else [got]
-    return [value for value, name in zip(got, outputs) if name]
-
-
-def relative_error(actual, expected) -> float:
-    expected = np.asarray(expected, np.float64)
-    scale = max(float(np.abs(expected).max()), 1.0) if expected.size else 1.0
-    return float(np.abs(np.asarray(actual, np.float64) - expected).max()) / scale if expected.size else 0.0
-
-
-def check(op_type, inputs, outputs, *, domain=MICROSOFT, constants=(), tolerance=1e-5, **attributes):
-    """The kernel's outputs against ONNX Runtime's: same shapes and dtypes, within ``tolerance``
-    of the largest reference value."""
-    model = one_node_model(op_type, inputs, outputs, domain=domain, constants=constants, **attributes)
-    feeds = {name: value for name, value in inputs if value is not None and name not in constants}
-    expected = onnxruntime_outputs(model, feeds)
-    got = kernel_outputs(op_type, inputs, outputs, domain=domain, **attributes)
-    assert len(got) == len(expected)
-    for index, (actual, reference) in enumerate(zip(got, expected)):
-        assert actual.shape == reference.shape, (index, actual.shape, reference.shape)
-        assert actual.dtype == reference.dtype, (index, actual.dtype, reference.dtype)
-        assert relative_error(actual, reference) <= tolerance, (index, relative_error(actual, reference))
-    return got
-
-
-B, S, H = 2, 5, 16
-LENGTHS = np.array([5, 3], np.int32)
-
-
-def padding_mask(lengths, width) -> np.ndarray:
-    return (np.arange(width)[None] < np.asarray(lengths)[:, None]).astype(np.int32)
+from tests.lite.ops._microsoft import (
+    LENGTHS,
+    MICROSOFT,
+    B,
+    H,
+    N,
+    S,
+    check,
+    normal,
+    one_node_model,
+    onnxruntime_outputs,
+    padding_mask,
+    relative_error,
+    rng,
+)
 
 
 @pytest.mark.parametrize("skip_shape", [(B, S, H), (1, S, H), (S, H)], ids=["full", "broadcast-batch", "2-D"])
@@ -160,83 +107,6 @@ def test_embed_layer_normalization(form):
     got = check("EmbedLayerNormalization", inputs, ["y", "mask_index", "sum"],
                 constants=("word", "position", "segment", "gamma", "beta"), epsilon=1e-12)
     assert got[1].tolist() == ([0, 0] if form == "distilbert" else LENGTHS.tolist())
-
-
-N, DIN = 4, 12
-MASKS = {
-    "none": None,
-    "lengths": LENGTHS,
-    "a-row-masked-whole": np.array([5, 0], np.int32),
-    "end-start": np.array([5, 3, 0, 1], np.int32),
-    "placeholder": np.ones((B, 1), np.int32),
-    "key-padding": padding_mask(LENGTHS, S),
-    "3-D": (rng.random((B, S, S)) > 0.3).astype(np.int32),
-}
-
-
-@pytest.mark.parametrize("mask", list(MASKS))
-@pytest.mark.parametrize("unidirectional", [0, 1], ids=["bidirectional", "causal"])
-def test_attention_masks(mask, unidirectional):
-    inputs = [("x", normal(B, S, DIN)), ("weights", normal(DIN, 3 * H, scale=0.3)), ("bias", normal(3 * H)),
-              ("mask_index", MASKS[mask])]
-    check("Attention", inputs, ["y"], constants=("weights", "bias"), num_heads=N, unidirectional=unidirectional)
-
-
-def test_attention_bias_scale_and_hidden_sizes():
-    inputs = [("x", normal(B, S, DIN)), ("weights", normal(DIN, 2 * H + 8, scale=0.3)), ("bias", normal(2 * H + 8)),
-              ("mask_index", None), ("past", None), ("attention_bias", normal(B, N, S, S))]
-    check("Attention", inputs, ["y"], constants=("weights", "bias"), num_heads=N, qkv_hidden_sizes=[H, H, 8],
-          scale=0.3)
-
-
-def test_attention_past_and_present():
-    inputs = [("x", normal(B, S, DIN)), ("weights", normal(DIN, 3 * H, scale=0.3)), ("bias", normal(3 * H)),
-              ("mask_index", padding_mask([S + 3, S + 1], S + 3)), ("past", normal(2, B, N, 3, H // N))]
-    check("Attention", inputs, ["y", "present"], constants=("weights", "bias"), num_heads=N, unidirectional=1)
-
-
-KEYS = 7
-
-
-@pytest.mark.parametrize("mask", ["none", "lengths", "key-padding"])
-@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
-def test_multi_head_attention(mask, bias):
-    masks = {"none": None, "lengths": np.array([KEYS, 4], np.int32), "key-padding": padding_mask([KEYS, 4], KEYS)}
-    inputs = [("q", normal(B, S, H)), ("k", normal(B, KEYS, H)), ("v", normal(B, KEYS, H)),
-              ("bias", normal(3 * H) if bias else None), ("key_padding_mask", masks[mask])]
-    check("MultiHeadAttention", inputs, ["y"], constants=("bias",), num_heads=N)
-
-
-def test_multi_head_attention_bias_and_scale():
-    inputs = [("q", normal(B, S, H)), ("k", normal(B, KEYS, H)), ("v", normal(B, KEYS, H)), ("bias", None),
-              ("key_padding_mask", None), ("attention_bias", normal(1, N, S, KEYS))]
-    check("MultiHeadAttention", inputs, ["y"], num_heads=N, scale=0.2)
-
-
-@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
-def test_multi_head_attention_keys_split_into_heads(bias):
-    inputs = [("q", normal(B, S, H)), ("k", normal(B, N, KEYS, H // N)), ("v", normal(B, N, KEYS, H // N)),
-              ("bias", normal(3 * H) if bias else None)]
-    check("MultiHeadAttention", inputs, ["y"], num_heads=N)
-
-
-@pytest.mark.parametrize("unidirectional", [0, 1], ids=["bidirectional", "causal"])
-def test_multi_head_attention_past_and_present(unidirectional):
-    inputs = [("q", normal(B, S, H)), ("k", normal(B, S, H)), ("v", normal(B, S, H)), ("bias", normal(3 * H)),
-              ("key_padding_mask", None), ("attention_bias", None), ("past_key", normal(B, N, 3, H // N)),
-              ("past_value", normal(B, N, 3, H // N))]
-    check("MultiHeadAttention", inputs, ["y", "present_key", "present_value"], num_heads=N,
-          unidirectional=unidirectional)
-
-
-def test_packed_forms_onnxruntime_cpu_refuses_are_named():
-    from lite.errors import UnsupportedOpError
-
-    chosen = KERNELS.select("MultiHeadAttention", MICROSOFT, 1)
-    with pytest.raises(UnsupportedOpError, match="packed QKV"):
-        chosen.fn(normal(B, S, N, 3, H // N), num_heads=N)
-    with pytest.raises(UnsupportedOpError, match="packed KV"):
-        chosen.fn(normal(B, S, H), normal(B, KEYS, N, 2, H // N), num_heads=N)
 
 
 def encoder_block_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -429,62 +299,6 @@ def test_a_4_bit_model_converts_and_runs_on_the_numpy_engine(tmp_path):
     feeds = {"A": inputs[0][1]}
     got = lite.Model.load(tmp_path / "q4.lite", device="numpy").predict(feeds)["y"]
     assert relative_error(got, onnxruntime_outputs(model, feeds)[0]) <= 1e-5
-
-
-MAX_POSITIONS = 32
-
-
-@pytest.mark.parametrize("layout", ["3-D", "4-D"])
-@pytest.mark.parametrize("interleaved", [0, 1], ids=["halves", "interleaved"])
-@pytest.mark.parametrize("positions", ["indices", "offset"])
-@pytest.mark.parametrize("rotary_embedding_dim", [0, 4], ids=["whole-head", "partial"])
-def test_microsoft_rotary_embedding(layout, interleaved, positions, rotary_embedding_dim):
-    head_size = 8
-    rotated = rotary_embedding_dim or head_size
-    x = normal(B, S, N * head_size) if layout == "3-D" else normal(B, N, S, head_size)
-    position_ids = (rng.integers(0, MAX_POSITIONS, (B, S)) if positions == "indices" else np.array([7])).astype(np.int64)
-    angles = rng.random((MAX_POSITIONS, rotated // 2)) * 6
-    inputs = [("x", x), ("position_ids", position_ids), ("cos", np.cos(angles).astype(np.float32)),
-              ("sin", np.sin(angles).astype(np.float32))]
-    attributes = {"interleaved": interleaved}
-    if layout == "3-D":
-        attributes["num_heads"] = N
-    if rotary_embedding_dim:
-        attributes.update(rotary_embedding_dim=rotary_embedding_dim, num_heads=N)
-    check("RotaryEmbedding", inputs, ["y"], constants=("cos", "sin"), **attributes)
-
-
-KV_HEADS = 2
-GQA_CASES = {  # sequence, past buffer rows, each row's total length, head size, attributes
-    "prompt": (5, 0, [5, 5], 8, {}),
-    "padded-prompt": (5, 0, [5, 3], 8, {}),
-    "decoding": (1, 8, [5, 3], 8, {}),
-    "decoding-full-buffer": (1, 4, [5, 5], 8, {}),
-    "subsequent-prompt": (3, 8, [7], 8, {}),
-    "rotary-prompt": (5, 0, [5, 5], 16, {"do_rotary": 1}),
-    "rotary-decoding": (1, 8, [5, 3], 16, {"do_rotary": 1}),
-    "rotary-interleaved": (1, 8, [5, 3], 16, {"do_rotary": 1, "rotary_interleaved": 1}),
-    "window-prompt": (5, 0, [5, 5], 8, {"local_window_size": 2}),
-    "window-decoding": (3, 8, [7], 8, {"local_window_size": 3}),
-    "softcap": (1, 8, [5, 3], 8, {"softcap": 2.0}),
-    "scale": (5, 0, [5, 5], 8, {"scale": 0.3}),
-}
-
-
-@pytest.mark.parametrize("case", list(GQA_CASES))
-def test_group_query_attention(case):
-    sequence, buffer, lengths, head_size, attributes = GQA_CASES[case]
-    batch = len(lengths)
-    inputs = [("query", normal(batch, sequence, N * head_size)), ("key", normal(batch, sequence, KV_HEADS * head_size)),
-              ("value", normal(batch, sequence, KV_HEADS * head_size)),
-              ("past_key", normal(batch, KV_HEADS, buffer, head_size) if buffer else None),
-              ("past_value", normal(batch, KV_HEADS, buffer, head_size) if buffer else None),
-              ("seqlens_k", np.array(lengths, np.int32) - 1), ("total_sequence_length", np.array(max(lengths), np.int32))]
-    if attributes.get("do_rotary"):
-        angles = rng.random((MAX_POSITIONS, head_size // 2)) * 6
-        inputs += [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))]
-    check("GroupQueryAttention", inputs, ["y", "present_key", "present_value"], constants=("cos", "sin"),
-          num_heads=N, kv_num_heads=KV_HEADS, **attributes)
 
 
 @pytest.mark.parametrize(("activation", "params"), [("Relu", None), ("Tanh", None), ("Sigmoid", None),
