@@ -54,6 +54,8 @@ Observer = Callable[[ir.Node, float, list[Any]], None]
 _ENGINE_ATTRIBUTES = {fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE}
 # Attributes of old opsets that never change results (consumed_inputs was a memory hint before opset 6).
 _IGNORED_ATTRIBUTES = {"consumed_inputs"}
+# ONNX Runtime's own operators: lite's ONNX Runtime engines run those the numpy engine cannot.
+_ONNXRUNTIME_DOMAIN = "com.microsoft"
 
 
 class _GraphPlan:
@@ -88,13 +90,11 @@ class NumpyEngine:
         self._constant = functools.partial(_engine_constant, widen=self.float16_in_float32)
         self._outer = OuterConstants(model, self._constant)
         problems: list[str] = []
+        # Labels of the nodes among them that are ONNX Runtime's own ops (its engines run them).
+        self._onnxruntime_nodes: list[str] = []
         self.plans = [self._plan(graph, index, problems) for index, graph in enumerate(model.graphs)]
         if problems:
-            listed = "\n  ".join(problems)
-            raise UnsupportedOpError(
-                f"the numpy engine cannot run {len(problems)} node(s) of this model:\n  {listed}\n"
-                "For custom ops, pass their kernels: lite.Model.load(path, custom_ops=lite.CustomOps(...))."
-            )
+            raise UnsupportedOpError(_unsupported_message(problems, self._onnxruntime_nodes))
 
     # -- planning ------------------------------------------------------------------------------
     def _plan(self, graph: ir.Graph, graph_index: int, problems: list[str]) -> _GraphPlan:
@@ -169,6 +169,8 @@ class NumpyEngine:
                                     f"from opset {available[0]}")
                 else:
                     problems.append(f"{label}: no kernel for this op type")
+                if domain == _ONNXRUNTIME_DOMAIN:
+                    self._onnxruntime_nodes.append(label)
                 return None
         attributes: dict[str, Any] = {}
         graph_attributes: dict[str, Any] = {}
@@ -363,6 +365,24 @@ class NumpyEngine:
 
 
 _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
+
+
+def _unsupported_message(problems: list[str], onnxruntime_nodes: list[str]) -> str:
+    """What the numpy engine cannot run, and the way to run it: ONNX Runtime's own ops on lite's
+    ONNX Runtime engine, other custom ops with the user's kernels."""
+    listed = "\n  ".join(problems)
+    message = f"the numpy engine cannot run {len(problems)} node(s) of this model:\n  {listed}\n"
+    if onnxruntime_nodes:
+        shown = ", ".join(onnxruntime_nodes[:5]) + (", ..." if len(onnxruntime_nodes) > 5 else "")
+        message += (
+            f"{len(onnxruntime_nodes)} of them are ONNX Runtime's own ops ({shown}): load the model with "
+            "device='cpu' (or 'auto', which picks ONNX Runtime when it is installed) to run them with ONNX "
+            "Runtime (pip install onnxruntime), or write numpy kernels for them: "
+            "lite.Model.load(path, custom_ops=lite.CustomOps(...))."
+        )
+    else:
+        message += "For custom ops, pass their kernels: lite.Model.load(path, custom_ops=lite.CustomOps(...))."
+    return message
 
 
 def _engine_constant(value: Any, widen: bool) -> Any:

@@ -4,6 +4,10 @@ https://onnx.ai/onnx/operators/onnx__LayerNormalization.html
 
 Statistics are computed in the ``stash_type`` precision (1 = float32); the optional Mean and
 InvStdDev outputs keep the normalized axes as size 1.
+
+Before opset 17 the op is ONNX Runtime's own, registered in the default domain from version 1
+with the same inputs, attributes and outputs: its transformer optimizer writes it into models of
+any opset, so the kernel serves those opsets too.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from lite.ops.registry import kernel
 _STASH_TYPES = {1: np.float32, 11: np.float64}
 
 
+@kernel("LayerNormalization", since=1)
 @kernel("LayerNormalization", since=17)
 def LayerNormalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, output_count=3):
     if stash_type not in _STASH_TYPES:

@@ -37,25 +37,25 @@ def test_minus_one_dimensions_are_unknown_sizes(tmp_path):
 
 
 def test_onnx_runtime_contrib_ops_convert_and_run_on_onnx_runtime(tmp_path):
-    """ONNX Runtime's own ops (com.microsoft, as its quantizer and optimizer write them) have no
-    numpy kernel: the model converts by default, is verified on lite's ONNX Runtime engine, and
-    says where it runs."""
+    """ONNX Runtime's own ops (com.microsoft, as its quantizer and optimizer write them) that have
+    no numpy kernel (Inverse here): the model converts by default, is verified on lite's ONNX
+    Runtime engine, and says where it runs."""
     graph = helper.make_graph(
-        [helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", alpha=0.5, transB=1)],
+        [helper.make_node("MatMul", ["a", "b"], ["h"]),
+         helper.make_node("Inverse", ["h"], ["y"], domain="com.microsoft")],
         "contrib",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-        [numpy_helper.from_array(rng().normal(size=(3, 4)).astype(np.float32), "b")],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 3])],
+        [numpy_helper.from_array((2 * np.eye(3)).astype(np.float32), "b")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     report = converter.convert(model, tmp_path / "m.lite")
     assert report.verification.passed and "ONNX Runtime engine" in report.verification.engine
-    assert any("com.microsoft" in warning and "FusedMatMul" in warning for warning in report.warnings)
-    x = rng().normal(size=(2, 4)).astype(np.float32)
+    assert any("com.microsoft" in warning and "Inverse" in warning for warning in report.warnings)
+    x = (np.eye(3) + 0.1 * rng().normal(size=(2, 3, 3))).astype(np.float32)
     got = lite.Model.load(tmp_path / "m.lite", device="cpu", cache_dir=None)(x)
-    weight = numpy_helper.to_array(graph.initializer[0])
-    np.testing.assert_allclose(got, 0.5 * x @ weight.T, rtol=1e-5)
-    with pytest.raises(lite.UnsupportedOpError, match="FusedMatMul"):
+    np.testing.assert_allclose(got, np.linalg.inv(2 * x), rtol=1e-4)
+    with pytest.raises(lite.UnsupportedOpError, match="Inverse(.|\n)*device='cpu'"):
         lite.Model.load(tmp_path / "m.lite", device="numpy")
 
 

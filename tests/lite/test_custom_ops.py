@@ -128,3 +128,33 @@ def test_a_cuda_kernel_is_kept_for_the_gpu_engines_and_refused_where_no_gpu_runs
         model = lite.Model.load(network("ScaledAdd"), device="numpy", custom_ops=ops)
         with pytest.raises(lite.EngineUnavailableError, match="is a CUDA kernel"):
             model(x)
+
+
+def onnxruntime_network() -> bytes:
+    """MatMul -> com.microsoft Inverse: an op of ONNX Runtime's own that the numpy engine has no
+    kernel for."""
+    b = GraphBuilder("net")
+    x = b.input("x", np.float32, [3, 3])
+    h = b.node("MatMul", [x, b.constant("w", np.eye(3, dtype=np.float32) * 2)])
+    y = b.node("Inverse", [h], domain="com.microsoft", outputs=["y"])
+    b.output(y, np.float32, [3, 3])
+    model = b.build()
+    model.opset_imports["com.microsoft"] = 1
+    return to_bytes(model)
+
+
+def test_an_onnxruntime_op_without_a_kernel_points_to_the_onnxruntime_engine():
+    with pytest.raises(lite.UnsupportedOpError) as raised:
+        lite.Model.load(onnxruntime_network(), device="numpy")
+    message = str(raised.value)
+    assert "com.microsoft::Inverse): no kernel" in message
+    assert "1 of them are ONNX Runtime's own ops" in message and "device='cpu'" in message
+    x = np.array([[2, 1, 0], [0, 1, 0], [1, 0, 3]], np.float32)
+    y = lite.Model.load(onnxruntime_network(), device="cpu").predict({"x": x})["y"]
+    np.testing.assert_allclose(y, np.linalg.inv(2 * x), rtol=1e-5)
+
+
+def test_a_custom_op_without_a_kernel_points_to_custom_kernels_alone():
+    with pytest.raises(lite.UnsupportedOpError) as raised:
+        lite.Model.load(network("ScaledAdd"), device="numpy")
+    assert "custom_ops=lite.CustomOps" in str(raised.value) and "device='cpu'" not in str(raised.value)
