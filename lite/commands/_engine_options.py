@@ -1,4 +1,4 @@
-"""The --device and --engine options that lite run and lite bench share."""
+"""The --device, --engine and --custom-op-library options that lite run and lite bench share."""
 
 from __future__ import annotations
 
@@ -17,3 +17,16 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                         help=f"run on this engine ({', '.join(ENGINES)}; auto: the fastest measured, as lite bench "
                              "--autotune records it); default: the engine --device names")
+    parser.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                        help="a shared library of custom ops for ONNX Runtime (onnxruntime-extensions' "
+                             "get_library_path()), registered with every session; repeatable")
+
+
+def library_options(args: argparse.Namespace) -> dict:
+    """Model.load's keyword for the custom op libraries given, if any."""
+    if not args.custom_op_library:
+        return {}
+    if args.device == "numpy":
+        raise ValueError("--custom-op-library registers libraries with ONNX Runtime; the numpy engine runs custom "
+                         "ops from lite.CustomOps kernels: use --device cpu, cuda or auto")
+    return {"custom_op_libraries": list(args.custom_op_library)}

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from lite.atomic import atomic_write
-from lite.commands._engine_options import add_engine_options
+from lite.commands._engine_options import add_engine_options, library_options
 from lite.commands._inputs import (
     describe_inputs,
     named_shapes,
@@ -93,9 +93,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--loops and --batch must be >= 1 and --warmup >= 0")
     load_checked(args.model)  # refuses what the engines would fail on with a traceback
     if args.autotune is not None:
+        if args.custom_op_library:
+            raise ValueError("--autotune measures every engine, --custom-op-library is ONNX Runtime's alone: "
+                             "bench one --device without --autotune")
         model = autotune(args)
     else:
         options = {"precision": args.precision} if args.engine is not None and args.precision else {}
+        options.update(library_options(args))
         model = Model.load(args.model, device=args.device, threads=args.threads, engine=args.engine, **options)
     feeds = _inputs(model, args)
     batch = next(iter(feeds.values())).shape[0] if feeds and next(iter(feeds.values())).ndim else 1
@@ -127,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         results["profile"] = profile(model, feeds, max(1, min(args.loops, 20)))
         print_profile(results["profile"])
     if args.compare:
-        other = Model.load(args.model, device=args.compare, threads=args.threads)
+        libraries = {} if args.compare == "numpy" else library_options(args)
+        other = Model.load(args.model, device=args.compare, threads=args.threads, **libraries)
         results["compare"] = compare(model.predict(feeds), other.predict(feeds))
         results["compare"]["against"] = other.device
         for name, stats in results["compare"]["outputs"].items():

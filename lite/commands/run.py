@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from lite.atomic import atomic_write
-from lite.commands._engine_options import add_engine_options
+from lite.commands._engine_options import add_engine_options, library_options
 from lite.commands._inputs import read_inputs
 from lite.commands._model_file import load_checked
 from lite.model import Model
@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     load_checked(args.model)  # refuses what the engines would fail on with a traceback
-    model = Model.load(args.model, device=args.device, engine=args.engine)
+    model = Model.load(args.model, device=args.device, engine=args.engine, **library_options(args))
     outputs = model.predict(read_inputs(model, args.input))
     if args.output_dir:
         folder = Path(args.output_dir)

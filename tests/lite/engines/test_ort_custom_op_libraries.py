@@ -47,3 +47,33 @@ def test_the_ops_of_a_registered_library_run_on_onnx_runtime(tmp_path):
     assert list(model(text)) == ["hello world", "abc"]
     with pytest.raises(lite.UnsupportedOpError, match="StringLower"):
         lite.Model.load(path, device="cpu", cache_dir=None)
+
+
+def test_lite_run_and_bench_register_a_library(tmp_path):
+    """lite run and lite bench take --custom-op-library as lite convert does; the numpy device,
+    which runs custom ops from lite.CustomOps kernels, refuses it by name."""
+    import json
+    import subprocess
+    import sys
+
+    extensions = pytest.importorskip("onnxruntime_extensions", reason="onnxruntime-extensions is not installed")
+    import converter
+
+    path = tmp_path / "lower.lite"
+    converter.convert(lower_case_model(), path, allow_custom=True, verify=False)
+    np.save(tmp_path / "text.npy", np.array(["Hello World"]))  # fixed-width text: no pickle
+    library = extensions.get_library_path()
+
+    def lite_cli(*args):
+        return subprocess.run([sys.executable, "-m", "lite.cli", *args], capture_output=True, text=True, check=False)
+
+    ran = lite_cli("run", str(path), "--device", "cpu", "--custom-op-library", library,
+                   "--input", f"text={tmp_path / 'text.npy'}")
+    assert ran.returncode == 0 and "lower: object[1]" in ran.stdout, ran.stderr
+    benched = lite_cli("bench", str(path), "--device", "cpu", "--custom-op-library", library, "--loops", "2",
+                       "--input", f"text={tmp_path / 'text.npy'}", "--json", str(tmp_path / "bench.json"))
+    assert benched.returncode == 0, benched.stderr
+    assert json.loads((tmp_path / "bench.json").read_text())["device"] == "cpu"
+    refused = lite_cli("run", str(path), "--device", "numpy", "--custom-op-library", library,
+                       "--input", f"text={tmp_path / 'text.npy'}")
+    assert refused.returncode == 1 and "use --device cpu, cuda or auto" in refused.stderr
