@@ -12,3 +12,12 @@ def _isolated_cache(tmp_path_factory):
     patcher.setenv("XDG_CACHE_HOME", str(folder))
     yield folder
     patcher.undo()
+
+
+@pytest.fixture()
+def onnxruntime_extensions(monkeypatch):
+    """onnxruntime-extensions, or a skip. Importing it sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python
+    in the process's environment (its cvt module), so every later subprocess of the suite parsed
+    protobuf in pure Python: undone after the test."""
+    monkeypatch.delenv("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", raising=False)
+    return pytest.importorskip("onnxruntime_extensions", reason="onnxruntime-extensions is not installed")

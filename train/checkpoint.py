@@ -189,7 +189,7 @@ def parse(content: bytes, source: str = "<bytes>", crc_check: bool = False) -> O
     message = checkpoint_pb2.Checkpoint()
     try:
         message.ParseFromString(content)
-    except DecodeError as err:
+    except (DecodeError, UnicodeDecodeError) as err:  # protobuf's pure-Python decoder: the latter for bad text
         raise CheckpointError(
             f"{source}: not a MindSpore checkpoint (protobuf decode failed: {err})"
         ) from err

@@ -19,8 +19,8 @@ def test_a_library_that_is_not_a_file_is_an_option_error(tmp_path):
                           custom_op_libraries=[str(tmp_path / "missing.so")])
 
 
-def test_verification_runs_the_original_and_the_converted_model_with_the_library(tmp_path):
-    extensions = pytest.importorskip("onnxruntime_extensions", reason="onnxruntime-extensions is not installed")
+def test_verification_runs_the_original_and_the_converted_model_with_the_library(onnxruntime_extensions, tmp_path):
+    extensions = onnxruntime_extensions
     samples = [{"text": np.array(["Hello World", "ABC"], dtype=object)}]
     report = converter.convert(lower_case_model(), tmp_path / "m.lite", allow_custom=True, verify_data=samples,
                                custom_op_libraries=[extensions.get_library_path()])
@@ -28,8 +28,8 @@ def test_verification_runs_the_original_and_the_converted_model_with_the_library
     assert "ONNX Runtime engine" in report.verification.engine
 
 
-def test_the_cli_passes_the_library_to_verification(tmp_path):
-    extensions = pytest.importorskip("onnxruntime_extensions", reason="onnxruntime-extensions is not installed")
+def test_the_cli_passes_the_library_to_verification(onnxruntime_extensions, tmp_path):
+    extensions = onnxruntime_extensions
     from converter import cli
 
     source = tmp_path / "m.onnx"

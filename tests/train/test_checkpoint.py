@@ -187,3 +187,28 @@ def test_no_pickle_in_the_package():
     for source in root.rglob("*.py"):
         text = source.read_text()
         assert "import pickle" not in text and "allow_pickle=True" not in text, source
+
+
+def test_a_name_that_is_not_utf8_is_a_checkpoint_error_with_either_protobuf_decoder(tmp_path):
+    """protobuf's pure-Python decoder (PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python, which
+    importing onnxruntime-extensions sets for the whole process) raises UnicodeDecodeError for a
+    string field that is not UTF-8: it escaped untyped."""
+    import os
+    import subprocess
+    import sys
+
+    content = serialize([("abcd", np.ones(3, np.float32))])
+    assert content.count(b"abcd") == 1
+    path = tmp_path / "bad.ckpt"
+    path.write_bytes(content.replace(b"abcd", b"\xff\xfe\xfd\xfc"))
+    script = ("import sys\nfrom train import CheckpointError\nfrom train.checkpoint import read_checkpoint\n"
+              "try:\n    read_checkpoint(sys.argv[1])\n    print('read')\n"
+              "except CheckpointError as err:\n    print('typed:', err)\n")
+    for implementation in ("python", "upb"):
+        environment = {**os.environ, "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": implementation,
+                       "PYTHONPATH": str(Path(__file__).parents[2])}
+        result = subprocess.run([sys.executable, "-c", script, str(path)], env=environment, capture_output=True,
+                                text=True, check=False)
+        # The C decoder does not check a proto2 string's UTF-8: it reads the file.
+        expected = "typed:" if implementation == "python" else ("typed:", "read")
+        assert result.returncode == 0 and result.stdout.startswith(expected), (implementation, result.stderr[-500:])

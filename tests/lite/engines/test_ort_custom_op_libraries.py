@@ -35,8 +35,8 @@ def test_one_library_path_alone_is_a_list_of_one(tmp_path):
     assert SessionConfig(custom_op_libraries=str(library)).custom_op_libraries == (str(library.resolve()),)
 
 
-def test_the_ops_of_a_registered_library_run_on_onnx_runtime(tmp_path):
-    extensions = pytest.importorskip("onnxruntime_extensions", reason="onnxruntime-extensions is not installed")
+def test_the_ops_of_a_registered_library_run_on_onnx_runtime(onnxruntime_extensions, tmp_path):
+    extensions = onnxruntime_extensions
     import converter
 
     path = tmp_path / "lower.lite"
@@ -49,14 +49,14 @@ def test_the_ops_of_a_registered_library_run_on_onnx_runtime(tmp_path):
         lite.Model.load(path, device="cpu", cache_dir=None)
 
 
-def test_lite_run_and_bench_register_a_library(tmp_path):
+def test_lite_run_and_bench_register_a_library(onnxruntime_extensions, tmp_path):
     """lite run and lite bench take --custom-op-library as lite convert does; the numpy device,
     which runs custom ops from lite.CustomOps kernels, refuses it by name."""
     import json
     import subprocess
     import sys
 
-    extensions = pytest.importorskip("onnxruntime_extensions", reason="onnxruntime-extensions is not installed")
+    extensions = onnxruntime_extensions
     import converter
 
     path = tmp_path / "lower.lite"
