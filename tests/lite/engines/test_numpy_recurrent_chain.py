@@ -12,6 +12,7 @@ from lite.engines.numpy_recurrent_chain import ChainedRecurrence
 from lite.errors import LiteError
 from lite.format import GraphBuilder, load, to_bytes
 from tests.lite.engines.fusion_tools import node_by_node
+from tests.lite.engines.test_numpy_recurrent_stack import assert_same_outputs
 
 rng = np.random.default_rng(8)
 HIDDEN, SIZE = 6, 5
@@ -65,12 +66,6 @@ def feeds(model, seq=8, batch=1):
 
 def chained(engine):
     return [step for step in engine.plans[0].steps if isinstance(step.fn, ChainedRecurrence)]
-
-
-def assert_same_outputs(got, expected):
-    assert got.keys() == expected.keys()
-    for name in expected:
-        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("layers", [2, 3])
