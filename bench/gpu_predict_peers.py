@@ -17,7 +17,8 @@ can run while other work goes on (device time is scarce):
   (each from its artifact in the cache); ``torch.compile``
   on the original network fed the same kinds of input (mode reduce-overhead at batch 1;
   max-autotune at 256 with ``--max-autotune-peer``); ``device="cuda"`` (the ONNX Runtime
-  engine) with the same inputs; ONNX Runtime's best configuration (NHWC, CUDA graph, IOBinding),
+  engine) with the same inputs and through ``Model.bind`` (replaying its buffers, and with a new
+  input copied in); ONNX Runtime's best configuration (NHWC, CUDA graph, IOBinding),
   with ``fuse_conv_bias`` replaying its fixed buffers, as a caller with a new tensor each call
   uses it (copied in, output cloned; host-ordered or on a PyTorch stream), and with numpy in / out.
 
@@ -208,6 +209,17 @@ def ort_engine_runners(report: dict, lite_ort, x, x_numpy, x_cupy, batch: int) -
         report[f"ort_engine_max_abs_diff_cupy_vs_torch_b{batch}"] = float((got - got_cupy).abs().max().item())
         runners["lite device=cuda (ORT), CuPy in"] = lambda: lite_ort.predict({"input": x_cupy})
     runners["lite device=cuda (ORT), numpy in / out"] = lambda: lite_ort.predict({"input": x_numpy})
+    binding = lite_ort.bind({"input": x})
+    bound = binding.inputs["input"]
+    report[f"ort_engine_bound_max_abs_diff_b{batch}"] = float(
+        (binding.run()["logits"].float() - got).abs().max().item())
+    runners["lite device=cuda (ORT), Model.bind: replaying its buffers"] = binding.run
+
+    def bound_new_input():
+        bound.copy_(x)
+        return binding.run()
+
+    runners["lite device=cuda (ORT), Model.bind: a new input copied in"] = bound_new_input
     return runners
 
 

@@ -8,6 +8,7 @@ The base install needs only numpy and flatbuffers; importing ``lite`` never impo
 onnxruntime or grpc.
 """
 
+from lite.binding import Binding
 from lite.custom_ops import CustomOps
 from lite.device_arrays import DeviceArray, pinned_empty
 from lite.errors import (
@@ -25,6 +26,7 @@ from lite.model import Model, TensorSpec
 from lite.version import __version__
 
 __all__ = [
+    "Binding",
     "CustomOps",
     "DeviceArray",
     "EngineUnavailableError",

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from lite.binding import Binding, PredictBinding
 from lite.custom_ops import CustomOps
 from lite.device_arrays import device_array_spec, is_device_array, torch_cuda_spec
 from lite.engines.base import DEVICES
@@ -146,6 +147,16 @@ class Model:
                 raise
             raise InvalidInputError(f"{err}; the inputs disagree on a dimension the model names alike: "
                                     f"{disagreement}") from err
+
+    def bind(self, inputs: Mapping[str, Any]) -> Binding:
+        """Fixed buffers for repeated calls with these inputs' shapes and types (as ONNX Runtime's
+        IOBinding): write each call's values into ``binding.inputs``, call ``binding.run()``, read
+        ``binding.outputs`` (overwritten by the next run). On CUDA with CUDA graphs a run is the
+        graph's replay alone; elsewhere it is ``predict`` on the buffers. See lite/binding.py."""
+        feeds = self._validate(inputs)
+        engine_bind = getattr(self.engine, "bind", None)
+        binding = engine_bind(feeds) if engine_bind is not None else None
+        return binding if binding is not None else PredictBinding(feeds, self.predict)
 
     def __call__(self, x: Any) -> np.ndarray | dict[str, np.ndarray]:
         """Run a single-input model on ``x``; returns the output (or a dict when there are several)."""

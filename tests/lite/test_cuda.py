@@ -231,3 +231,46 @@ def test_threads_passing_pytorch_tensors_get_graph_replays_in_order():
     assert model.engine.gpu.worker is not None and len(model.engine.gpu.buckets) == 3
     np.testing.assert_allclose(model(np.ones((2, 3, 64, 64), np.float32)),  # through the worker now
                                reference(np.ones((2, 3, 64, 64), np.float32)), rtol=1e-3, atol=1e-3)
+
+
+def test_a_bound_run_replays_the_graph_on_the_callers_buffers():
+    """``Model.bind`` on CUDA: the inputs are the graph's own buffers (PyTorch views), a run is the
+    replay queued after the caller's stream (a late write into the buffer is still seen), the
+    outputs are the same buffers every run, and predict's buckets never touch them."""
+    data = cnn()
+    reference = lite.Model.load(data, device="numpy")
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    binding = model.bind({"x": torch.randn(2, 3, 16, 16, device="cuda")})
+    assert type(binding).__name__ == "GraphBinding" and isinstance(binding.inputs["x"], torch.Tensor)
+    out = binding.outputs["features"]
+    for k in range(4):
+        x = torch.randn(2, 3, 16, 16, device="cuda") * (k + 1)
+        torch.cuda._sleep(20_000_000)  # the write below lands long after run() has returned
+        binding.inputs["x"].copy_(x)
+        result = binding.run()["features"]
+        assert result is out
+        model.predict({"x": torch.randn(2, 3, 16, 16, device="cuda")})  # other buffers, same shapes
+        np.testing.assert_allclose(result.cpu().numpy(), reference(x.cpu().numpy()), rtol=1e-3, atol=1e-4)
+    x = np.random.default_rng(3).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    binding.inputs["x"] = x  # assigned, not written: copied into the buffer, which goes back
+    np.testing.assert_allclose(binding.run()["features"].cpu().numpy(), reference(x), rtol=1e-3, atol=1e-4)
+    assert binding.inputs["x"].is_cuda
+    binding.inputs["x"] = torch.zeros(3, 3, 16, 16, device="cuda")
+    with pytest.raises(lite.InvalidInputError, match=r"bound input 'x' is now float32\[3, 3, 16, 16\]"):
+        binding.run()
+
+
+def test_a_bound_run_after_another_thread_called_goes_through_the_worker():
+    data = cnn()
+    reference = lite.Model.load(data, device="numpy")
+    model = lite.Model.load(data, device="cuda", cache_dir=None)
+    binding = model.bind({"x": torch.zeros(1, 3, 16, 16, device="cuda")})
+    thread = threading.Thread(target=model.predict, args=({"x": np.ones((1, 3, 16, 16), np.float32)},))
+    thread.start()
+    thread.join()
+    assert model.engine.gpu.worker is not None
+    x = torch.randn(1, 3, 16, 16, device="cuda")
+    binding.inputs["x"].copy_(x)
+    got = binding.run()["features"]
+    assert got is binding.outputs["features"]
+    np.testing.assert_allclose(got.cpu().numpy(), reference(x.cpu().numpy()), rtol=1e-3, atol=1e-4)

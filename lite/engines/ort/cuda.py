@@ -157,7 +157,21 @@ class CudaRunner:
             return {name: DeviceArray(value) for name, value in zip(self.output_names, outputs)}
         return {name: value.numpy() for name, value in zip(self.output_names, outputs)}
 
-    def _capture(self, key: tuple, feeds: dict[str, Any]) -> _Bucket:
+    def bind(self, feeds: dict[str, Any]):
+        """Bound buffers on a CUDA graph of their own (``Model.bind``, cuda_binding.py); None where
+        graphs are off or declined, or the sessions already moved to a worker thread."""
+        if self.graphed is None:
+            return None
+        from lite.engines.ort.cuda_binding import GraphBinding
+
+        with self.lock:
+            if self.worker is not None or threading.get_ident() != self.session_thread:
+                return None
+            bucket = self._capture(None, feeds)
+        return GraphBinding(self, bucket)
+
+    def _capture(self, key: tuple | None, feeds: dict[str, Any]) -> _Bucket:
+        """A bucket for these inputs' shapes, kept under ``key`` for later calls (None: a binding's own)."""
         # Output shapes come from one ordinary run; then buffers are fixed and the graph captured.
         probe = self._run_bound(feeds, on_device=False)
         graph_id = next(self.graph_ids)
@@ -166,7 +180,8 @@ class CudaRunner:
             if self.uploader is None:
                 self.uploader = HostUploader(bucket.torch.torch, bucket.torch.device)
             bucket.uploader = self.uploader
-        self.buckets[key] = bucket
+        if key is not None:
+            self.buckets[key] = bucket
         return bucket
 
 
@@ -226,7 +241,7 @@ class _Bucket:
         if copied_on_device:
             # A device-to-device copy returns before it is done, on a stream the replay's stream
             # is not ordered after: wait for it (host-to-device copies from numpy are synchronous).
-            _synchronize(self.device_id)
+            synchronize_device(self.device_id)
         self.session.session.run_with_iobinding(self.binding, self.options)
         if not on_device:
             return {name: value.numpy() for name, value in self.outputs.items()}
@@ -236,7 +251,7 @@ class _Bucket:
                                                                   self.device_id)
             copy.update_inplace(value)  # the bucket's buffer is overwritten by the next replay
             results[name] = DeviceArray(copy)
-        _synchronize(self.device_id)  # those copies, too, return before they are done
+        synchronize_device(self.device_id)  # those copies, too, return before they are done
         return results
 
 
@@ -376,7 +391,7 @@ def caller_stream(feeds: dict[str, Any]):
     return None
 
 
-def _synchronize(device_id: int) -> None:
+def synchronize_device(device_id: int) -> None:
     """Wait for the device's queued work, through whichever array library the caller uses."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():

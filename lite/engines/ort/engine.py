@@ -360,6 +360,10 @@ class OrtEngine:
         return CudaRunner(self.ort, plain, graphed, self.config.device_id, stream if graphed is not None else None,
                           rebuild=lambda: make(fresh=True))
 
+    def bind(self, feeds: Mapping[str, Any]):
+        """Fixed buffers on a CUDA graph (``Model.bind``); None: the generic binding serves."""
+        return self.gpu.bind(dict(feeds)) if self.gpu is not None else None
+
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         direct = self.direct
         if (direct is not None and len(feeds) == len(direct.input_names)
