@@ -9,6 +9,11 @@ gathered into an ``(out, in)`` matrix applied by one matrix product. Neighbours 
 repeat the edge sample; ``exclude_outside`` drops them and renormalizes. ``antialias``
 (opset 18) widens the linear/cubic filter by ``1 / scale`` when downsampling.
 
+Integer inputs resized linearly are computed as ONNX Runtime computes them, because
+verification compares integer outputs exactly: 4-D images over their two spatial axes by
+:func:`_integer_bilinear`, other linear resizes cut toward zero as a C cast does. Cubic integer
+resizes, which ONNX Runtime does not run, are rounded as the spec's reference does.
+
 Opset 10 has only ``mode``: its coordinates are asymmetric (``x / scale``) and nearest rounds
 down when upsampling and up when downsampling, as ONNX Runtime does.
 """
@@ -20,18 +25,10 @@ import math
 import numpy as np
 
 from lite.errors import UnsupportedOpError
+from lite.ops._resize_coordinates import coordinates_f32, source_coordinates
 from lite.ops.registry import kernel
 
 _MODES = ("nearest", "linear", "cubic")
-_COORDINATE_MODES = (
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-    "tf_half_pixel_for_nn",
-    "tf_crop_and_resize",
-)
 
 
 def _optional(values):
@@ -72,40 +69,6 @@ def _target(x, scales, sizes, axes, policy):
     else:
         raise UnsupportedOpError("Resize: one of scales or sizes must be given")
     return axes, scale, size
-
-
-def _source_coordinates(mode, out_size, in_size, scale, roi):
-    """Input coordinate of every output index along one axis; plus the out-of-range mask (crop mode)."""
-    y = np.arange(out_size, dtype=np.float64)
-    virtual = scale * in_size  # the output length before flooring, as the spec's formulas use it
-    outside = None
-    if mode == "half_pixel":
-        x = (y + 0.5) / scale - 0.5
-    elif mode == "half_pixel_symmetric":
-        adjustment = out_size / virtual
-        offset = in_size / 2 * (1 - adjustment)
-        x = offset + (y + 0.5) / scale - 0.5
-    elif mode == "pytorch_half_pixel":
-        x = (y + 0.5) / scale - 0.5 if virtual != 1 else np.full(out_size, -0.5)
-    elif mode == "align_corners":
-        x = y * (in_size - 1) / (virtual - 1) if virtual != 1 else np.zeros(out_size)
-    elif mode == "asymmetric":
-        x = y / scale
-    elif mode == "tf_half_pixel_for_nn":
-        x = (y + 0.5) / scale
-    elif mode == "tf_crop_and_resize":
-        start, end = roi
-        if virtual != 1:
-            x = y * (end - start) * (in_size - 1) / (virtual - 1)
-        else:
-            x = np.full(out_size, (end - start) * (in_size - 1) / 2)
-        x = x + start * (in_size - 1)
-        outside = (x < 0) | (x > in_size - 1)
-    else:
-        raise UnsupportedOpError(
-            f"Resize: coordinate_transformation_mode must be one of {', '.join(_COORDINATE_MODES)}, got {mode!r}"
-        )
-    return x, outside
 
 
 def _nearest_indices(x, nearest_mode, in_size):
@@ -166,7 +129,7 @@ def _weights(x, in_size, mode, scale, cubic_coeff_a, exclude_outside, antialias)
 
 def _resize_axis(data, axis, out_size, scale, roi, options):
     in_size = data.shape[axis]
-    x, outside = _source_coordinates(
+    x, outside = source_coordinates(
         options["coordinate_transformation_mode"], out_size, in_size, scale, roi
     )
     if options["mode"] == "nearest":
@@ -232,18 +195,68 @@ def resize(
         "antialias": antialias,
     }
     integer = x.dtype.kind in "iub"
+    resized = [axis for axis in axes if not (
+        size[axis] == x.shape[axis] and math.isclose(scale[axis], 1.0)
+        and (full_roi is None or full_roi[axis] == (0.0, 1.0)))]
+    if mode == "linear" and not antialias and integer and x.ndim == 4 and resized in ([1, 2], [2, 3]):
+        return _integer_bilinear(x, resized, size, scale, full_roi, options)
     data = x if mode == "nearest" or x.dtype in (np.float32, np.float64) else x.astype(np.float32)
-    for axis in axes:
+    for axis in resized:
         axis_roi = None if full_roi is None else full_roi[axis]
-        if size[axis] == data.shape[axis] and math.isclose(scale[axis], 1.0) and (
-            axis_roi is None or axis_roi == (0.0, 1.0)
-        ):
-            continue
         data = _resize_axis(data, axis, size[axis], scale[axis], axis_roi, options)
     if integer and data.dtype != x.dtype:
+        # Linear: cut toward zero, as ONNX Runtime's kernels cast (verification compares integer
+        # outputs exactly); cubic, which ONNX Runtime does not run on integers: rounded, as the
+        # spec's reference does.
         info = np.iinfo(x.dtype)
-        data = np.clip(np.rint(data), info.min, info.max)
+        data = np.clip(np.trunc(data) if mode == "linear" else np.rint(data), info.min, info.max)
     return data.astype(x.dtype, copy=False)
+
+
+def _integer_bilinear(x, axes, size, scale, full_roi, options):
+    """Integer images (N, C, H, W or N, H, W, C) resized linearly over their two spatial axes,
+    computed as ONNX Runtime computes them, so that integer outputs agree exactly (verification
+    compares them exactly; the spec's reference rounds instead): coordinates in float32, clamped
+    to the input; 8-bit channels-last images in fixed point (each coordinate cut to 1/1024 of a
+    pixel, the four taps' weights products of those, 2^20 in all), everything else as float32
+    weights times samples; the sum cut toward zero as a C cast does. Cropping
+    (tf_crop_and_resize) puts the extrapolation value outside the input."""
+    fixed = axes == [1, 2] and x.dtype in (np.uint8, np.int8)
+    taps, outside = [], []
+    for axis in axes:
+        in_size = x.shape[axis]
+        roi = None if full_roi is None else full_roi[axis]
+        coordinate, out = coordinates_f32(options["coordinate_transformation_mode"], size[axis], in_size,
+                                           scale[axis], roi)
+        coordinate = np.clip(coordinate, np.float32(0), np.float32(in_size - 1))
+        low = np.minimum(coordinate.astype(np.int64), in_size - 1)
+        high = np.minimum(low + 1, in_size - 1)
+        if fixed:
+            toward_high = np.abs((coordinate * np.float32(1024)).astype(np.int64) - low * 1024)
+            weights = (1024 - toward_high, toward_high)
+            weights = tuple(np.where(low == high, 512, w) for w in weights)
+        else:
+            weights = (np.abs(coordinate - high.astype(np.float32)), np.abs(coordinate - low.astype(np.float32)))
+            weights = tuple(np.where(low == high, np.float32(0.5), w).astype(np.float32) for w in weights)
+        shape = [1] * x.ndim
+        shape[axis] = size[axis]
+        taps.append((low, high, *(w.reshape(shape) for w in weights)))
+        outside.append(None if out is None else out.reshape(shape))
+    (y1, y2, wy1, wy2), (x1, x2, wx1, wx2) = taps
+    h_axis, w_axis = axes
+    data = x.astype(np.int64 if fixed else np.float32)
+    top, bottom = np.take(data, y1, axis=h_axis), np.take(data, y2, axis=h_axis)
+    a, b = np.take(top, x1, axis=w_axis), np.take(top, x2, axis=w_axis)
+    c, d = np.take(bottom, x1, axis=w_axis), np.take(bottom, x2, axis=w_axis)
+    if fixed:
+        total = (wx1 * wy1) * a + (wx2 * wy1) * b + (wx1 * wy2) * c + (wx2 * wy2) * d
+        result = np.sign(total) * (np.abs(total) >> 20)
+    else:
+        result = np.trunc(wx1 * wy1 * a + wx2 * wy1 * b + wx1 * wy2 * c + wx2 * wy2 * d)
+    if outside[0] is not None:
+        result = np.where(outside[0] | outside[1], np.trunc(np.float32(options["extrapolation_value"])), result)
+    info = np.iinfo(x.dtype)
+    return np.clip(result, info.min, info.max).astype(x.dtype)
 
 
 def resize_opset10(X, scales, mode):
@@ -269,7 +282,7 @@ def resize_opset10(X, scales, mode):
             data = np.moveaxis(np.tensordot(matrix.astype(data.dtype), data, axes=([1], [axis])), 0, axis)
     if x.dtype.kind in "iub" and data.dtype != x.dtype:
         info = np.iinfo(x.dtype)
-        data = np.clip(np.rint(data), info.min, info.max)
+        data = np.clip(np.trunc(data), info.min, info.max)
     return data.astype(x.dtype, copy=False)
 
 
