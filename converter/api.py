@@ -49,8 +49,8 @@ from converter.quantize.pipeline import quantize_model
 from converter.quantize.report import QuantizedConversionReport
 from converter.quantize.source_opset import prepare_source_opset
 from converter.reference import original_proto
+from converter.reference_session import onnxruntime_available
 from converter.report import ConversionReport, GraphStats
-from converter.verify import onnxruntime_available
 from converter.verify_output import failure_message, verify_output
 from lite.atomic import atomic_path
 from lite.compare import Tolerance
