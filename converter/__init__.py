@@ -17,7 +17,7 @@ from converter.errors import (
 
 # The pipeline imports onnx and onnx_ir (with sympy): loaded on first use, so that the `lite`
 # command and code that only needs the errors do not pay for it.
-_LAZY = {"convert": "converter.api", "convert_model": "converter.api", "converter_version": "converter.api",
+_LAZY = {"convert": "converter.api", "convert_model": "converter.api", "converter_version": "converter.output",
          "optimize_model": "converter.api", "ConversionReport": "converter.report",
          "ConvertOptions": "converter.options", "GraphOptions": "converter.options",
          "QuantizeOptions": "converter.options", "SourceOptions": "converter.options",
@@ -26,7 +26,7 @@ _LAZY = {"convert": "converter.api", "convert_model": "converter.api", "converte
 
 def __getattr__(name: str):
     if name == "__version__":
-        from converter.api import converter_version
+        from converter.output import converter_version
 
         return converter_version()
     if name in _LAZY:

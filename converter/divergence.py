@@ -26,8 +26,9 @@ def first_divergence(original: onnx.ModelProto, converted: lite_ir.Model, feeds:
                      tolerance: Tolerance) -> dict[str, Any]:
     """The first node of ``original`` whose output differs in ``converted`` (see the module
     docstring); ``{"node": None, ...}`` with a note when no shared tensor differs."""
+    from converter.errors import VerificationError
     from converter.quantize.runner import with_outputs
-    from converter.verify import VerificationError, _Reference
+    from converter.reference_session import ReferenceSession
     from lite.engines.numpy_engine import NumpyEngine
 
     graph = converted.main
@@ -51,7 +52,7 @@ def first_divergence(original: onnx.ModelProto, converted: lite_ir.Model, feeds:
         return {"node": None, "note": "no intermediate tensor of the original kept its name in the converted model"}
     names = list(dict.fromkeys(name for _, name in shared))
     try:
-        expected = _Reference(_with_outputs(original, names, converted_names), what="the original model",
+        expected = ReferenceSession(_with_outputs(original, names, converted_names), what="the original model",
                               optimize=False).run(feeds)
         actual = NumpyEngine(with_outputs(converted, names)).run(feeds)
     except (VerificationError, LiteError, MemoryError, ValueError) as err:

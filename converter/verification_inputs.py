@@ -23,12 +23,10 @@ indices below the table's two rows). So the inputs are planned from the graph:
   or Conv's weights take, followed through Unsqueeze, Squeeze, Transpose and element-wise ops
   (:mod:`converter.verification_features`), and a first axis a Conv convolves over is a length
   or an image side, not a batch;
-- **values**: integers that reach a Gather's indices (through Cast, Unsqueeze, Reshape...) lie
-  in ``[0, rows)`` of what they index; divisors, OneHot depths and Resize scales or sizes are
-  positive (OneHot's float indices and depths whole numbers); masks are ones; lengths are the sequence's size;
-  a value the graph only compares (``Equal``) with a constant, such as a sample rate checked
-  against 16000, is that constant; other integers lie in [0, 4),
-  floats are standard normal, booleans random, strings short words.
+- **values**: what the graph says of them (:mod:`converter.verification_values`: indices below
+  the rows they index, positive divisors and sizes, masks of ones, lengths equal to the
+  sequence's size, a compared constant); other integers lie in [0, 4), floats are standard
+  normal, booleans random, strings short words.
 
 :func:`plans` yields the rounds; :func:`feeds` makes one round's arrays.
 """
@@ -45,12 +43,8 @@ import onnx
 
 from converter.verification_axes import axis_sizes
 from converter.verification_features import LENGTH, SIDE, feature_sizes
-from lite.sample_inputs import INDEX_CARRYING_OPS
+from converter.verification_values import ValueHint, value_hints
 
-# Ops whose output carries the same indices as their first input (values, possibly reshaped or
-# some of them picked: Slice, Gather's data, as torch.export writes a scalar's ``sr[0]``); the
-# runtime plans its benchmark inputs through the same ones.
-_PASS_THROUGH = INDEX_CARRYING_OPS
 _WORDS = ("the", "model", "reads", "short", "words", "and", "numbers", "like", "these")
 _SIZES = (  # per round: image side, sequence length, cached (past) length, audio samples, anything else
     {"image": 64, "sequence": 8, "past": 5, "audio": 512, "other": 8},
@@ -72,25 +66,12 @@ class UnsynthesizableInputError(ValueError):
 
 
 @dataclass
-class _Value:
-    """What the graph says about one input's values."""
-
-    low: int = 0
-    high: int | None = None  # exclusive; None: no bound from the graph
-    positive: bool = False
-    ones: bool = False
-    length_of: str | None = None  # a symbolic dimension whose size this input holds
-    equals: float | None = None  # the constant the graph compares it with (Equal)
-    whole: bool = False  # float-typed but read as an integer (OneHot's indices and depth)
-
-
-@dataclass
 class InputPlan:
     """Shapes (with sizes) for every input, and what their values must satisfy."""
 
     shapes: dict[str, list[int]]
     dtypes: dict[str, np.dtype]
-    values: dict[str, _Value] = field(default_factory=dict)
+    values: dict[str, ValueHint] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)  # symbolic dimension -> size
     description: str = ""
 
@@ -103,7 +84,7 @@ def plans(proto: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | Non
     inputs = [value for value in graph.input if value.name not in initializers]
     dtypes = {value.name: _dtype(value) for value in inputs}
     names = [value.name for value in inputs]
-    values = _value_hints(proto, names)
+    values = value_hints(proto, names)
     given = _given_sizes(inputs, input_shapes or {})
     # The image side read from a patch embedding's position table first, then the sizes by role.
     # Axes a layer's weights fix (a feature axis left unknown) under those.
@@ -143,7 +124,7 @@ def feeds(plan: InputPlan, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = {}
     for name, shape in plan.shapes.items():
-        dtype, hint = plan.dtypes[name], plan.values.get(name, _Value())
+        dtype, hint = plan.dtypes[name], plan.values.get(name, ValueHint())
         arrays[name] = _array(rng, dtype, shape, hint, plan.sizes)
     return arrays
 
@@ -255,7 +236,7 @@ def _size(param: str, axis: int, rank: int, dtype: np.dtype, round_sizes: dict[s
     return round_sizes["other"]
 
 
-def _array(rng: np.random.Generator, dtype: np.dtype, shape: list[int], hint: _Value,
+def _array(rng: np.random.Generator, dtype: np.dtype, shape: list[int], hint: ValueHint,
            sizes: dict[str, int]) -> np.ndarray:
     if dtype.kind == "O":
         return rng.choice(np.array(_WORDS, dtype=object), size=shape)
@@ -277,141 +258,3 @@ def _array(rng: np.random.Generator, dtype: np.dtype, shape: list[int], hint: _V
     if dtype.kind == "u":
         low = max(low, 0)
     return rng.integers(low, high, size=shape).astype(dtype)
-
-
-def _value_hints(proto: onnx.ModelProto, names: list[str]) -> dict[str, _Value]:
-    graph = proto.graph
-    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for node in graph.node:
-        for slot, value in enumerate(node.input):
-            readers.setdefault(value, []).append((node, slot))
-    dims = _known_dims(proto)
-    constants = _scalar_constants(proto)
-    hints = {}
-    for name in names:
-        hint = _Value()
-        lowered = name.lower()
-        if "mask" in lowered:
-            hint.ones = True
-        uses = list(_uses(name, readers))
-        for node, slot in uses:
-            _apply_use(hint, node, slot, dims)
-        hint.equals = _compared_constant(uses, constants)
-        if re.search(r"(^|_)(len|lens|length|lengths)$", lowered):
-            hint.length_of = _first_symbolic(graph, exclude=name)
-        hints[name] = hint
-    return hints
-
-
-def _uses(name: str, readers: dict[str, list[tuple[onnx.NodeProto, int]]]) -> Iterator[tuple[onnx.NodeProto, int]]:
-    """The nodes that read ``name``'s values, looking through ops that only move them."""
-    pending, visited = [name], {name}
-    while pending:
-        value = pending.pop()
-        for node, slot in readers.get(value, []):
-            yield node, slot
-            if node.op_type in _PASS_THROUGH and slot == 0 and node.domain in ("", "ai.onnx"):
-                for output in node.output:
-                    if output and output not in visited and len(visited) < 64:
-                        visited.add(output)
-                        pending.append(output)
-
-
-# Ops of ONNX Runtime that look rows up in their own tables: input slot -> the slot of the table
-# whose rows (axis 0) it indexes. EmbedLayerNormalization (its contrib op spec,
-# https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md): input_ids index
-# word_embedding, segment_ids segment_embedding (BERT's token types: 2 rows), position_ids
-# position_embedding.
-_EMBEDDING_TABLES: dict[tuple[str, str], dict[int, int]] = {
-    ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 4, 8: 3},
-}
-
-
-def _indexed_table(node: onnx.NodeProto, slot: int) -> tuple[str, int] | None:
-    """(table, axis) when input ``slot`` of ``node`` holds indices into a table."""
-    if node.op_type in ("Gather", "GatherElements") and slot == 1:
-        return node.input[0], next((a.i for a in node.attribute if a.name == "axis"), 0)
-    table_slot = _EMBEDDING_TABLES.get((node.domain, node.op_type), {}).get(slot)
-    if table_slot is not None and table_slot < len(node.input) and node.input[table_slot]:
-        return node.input[table_slot], 0
-    return None
-
-
-def _apply_use(hint: _Value, node: onnx.NodeProto, slot: int, dims: dict[str, list[int | None]]) -> None:
-    op = node.op_type
-    table = _indexed_table(node, slot)
-    if table is not None:
-        name, axis = table
-        shape = dims.get(name)
-        if shape and -len(shape) <= axis < len(shape) and shape[axis]:
-            rows = shape[axis]
-            hint.high = rows if hint.high is None else min(hint.high, rows)
-        elif hint.high is None:
-            hint.high = 2  # an unknown table: its smallest plausible size
-    elif op == "OneHot" and slot in (0, 1):
-        # Float indices and depth are truncated to integers, and runtimes have disagreed on
-        # fractions (ONNX Runtime 1.30 against 1.32): whole numbers leave nothing to round.
-        hint.whole = True
-        hint.positive = hint.positive or slot == 1
-    elif op in ("Mod", "Div") and slot == 1:
-        hint.positive = True
-    elif op == "Resize" and slot in (2, 3):
-        hint.positive = True
-    elif op in ("Range", "ConstantOfShape", "Tile") or (op in ("Reshape", "Expand") and slot == 1):
-        hint.positive = True
-
-
-def _compared_constant(uses: list[tuple[onnx.NodeProto, int]], constants: dict[str, float]) -> float | None:
-    """The constant a value is compared with, when every use of it is an ``Equal`` with the same
-    scalar constant (sample rates, modes); None otherwise."""
-    seen = set()
-    for node, slot in uses:
-        if node.op_type in _PASS_THROUGH and slot == 0:
-            continue  # the values reach the uses after it unchanged
-        if node.op_type != "Equal" or len(node.input) != 2 or node.input[1 - slot] not in constants:
-            return None
-        seen.add(constants[node.input[1 - slot]])
-    return seen.pop() if len(seen) == 1 else None
-
-
-def _scalar_constants(proto: onnx.ModelProto) -> dict[str, float]:
-    """Initializers and Constant outputs of one element, by name."""
-    tensors = {init.name: init for init in proto.graph.initializer}
-    for node in proto.graph.node:
-        if node.op_type == "Constant" and node.output:
-            for attribute in node.attribute:
-                if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
-                    tensors[node.output[0]] = attribute.t
-    scalars = {}
-    for name, tensor in tensors.items():
-        if int(np.prod(tensor.dims)) == 1 and tensor.data_type != onnx.TensorProto.STRING:
-            try:
-                scalars[name] = onnx.numpy_helper.to_array(tensor).reshape(-1)[0].item()
-            except (ValueError, TypeError):  # external or malformed data: no hint
-                continue
-    return scalars
-
-
-def _known_dims(proto: onnx.ModelProto) -> dict[str, list[int | None]]:
-    """Static shapes of initializers, Constant outputs and declared values."""
-    dims: dict[str, list[int | None]] = {init.name: list(init.dims) for init in proto.graph.initializer}
-    for node in proto.graph.node:
-        if node.op_type == "Constant" and node.output:
-            for attribute in node.attribute:
-                if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
-                    dims[node.output[0]] = list(attribute.t.dims)
-    for value in (*proto.graph.value_info, *proto.graph.input):
-        if value.name not in dims and value.type.HasField("tensor_type"):
-            dims[value.name] = [d.dim_value if d.HasField("dim_value") else None
-                                for d in value.type.tensor_type.shape.dim]
-    return dims
-
-
-def _first_symbolic(graph: onnx.GraphProto, exclude: str) -> str | None:
-    for value in graph.input:
-        if value.name == exclude or not value.type.HasField("tensor_type"):
-            continue
-        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
-            if axis > 0 and dim.HasField("dim_param") and dim.dim_param:
-                return dim.dim_param
-    return None

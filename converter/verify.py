@@ -18,13 +18,13 @@ conversion stands. A converted model that fails where the original ran, or diffe
 tolerance, *fails* it: then :mod:`converter.divergence` names the first node whose output
 differs.
 
-onnxruntime is imported only here, and only when verification runs.
+The original runs in ONNX Runtime through :mod:`converter.reference_session`, which alone imports
+onnxruntime, and only when verification runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,8 +34,7 @@ import numpy as np
 import onnx
 
 from converter.errors import InvalidOptionError, VerificationError
-from converter.onnx_export import make_ort_compatible
-from converter.passes.output_size import predicted_elements
+from converter.reference_session import ReferenceSession, first_line
 from converter.verification_inputs import UnsynthesizableInputError, plans
 from converter.verification_inputs import feeds as planned_feeds
 from converter.verify_spread import (
@@ -97,14 +96,6 @@ class Verification:
         }
 
 
-def onnxruntime_available() -> bool:
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def random_inputs(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     initializers = {i.name for i in proto.graph.initializer}
@@ -131,118 +122,6 @@ def random_inputs(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return feeds
 
 
-def run_onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2,
-                    what: str = "the original model", optimize: bool = True) -> dict[str, np.ndarray]:
-    """Run ``proto`` in ONNX Runtime (CPU); raise :class:`VerificationError` naming ``what`` if it
-    cannot be loaded or run (e.g. a node asks for more memory than there is)."""
-    return _Reference(proto, threads, what, optimize).run(feeds)
-
-
-class _Reference:
-    """An ONNX Runtime session of a model; its errors are :class:`VerificationError` naming ``what``.
-    ``libraries``: shared libraries of custom ops (onnxruntime-extensions) registered with it."""
-
-    def __init__(self, proto: onnx.ModelProto, threads: int = 2, what: str = "the original model",
-                 optimize: bool = True, libraries: Sequence[str] = ()) -> None:
-        import onnxruntime as ort
-
-        self.what = what
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        for library in libraries:
-            options.register_custom_ops_library(library)
-        options.log_severity_level = 4  # fatal only: a failure is reported once, as VerificationError
-        if not optimize:
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        oversized = _oversized_constant_tensor(proto)
-        if oversized:
-            raise VerificationError(f"{what} {oversized}: too large to run for the check")
-        try:
-            compatible = make_ort_compatible(_copy(proto))
-            _unique_node_names(compatible.graph)
-            self.session = ort.InferenceSession(compatible.SerializeToString(), options,
-                                                providers=["CPUExecutionProvider"])
-        # onnxruntime's errors (Fail, InvalidArgument, InvalidGraph, ...) derive from Exception only.
-        except Exception as err:  # includes MemoryError
-            raise VerificationError(f"ONNX Runtime cannot load {what} ({_first_line(err)})") from err
-        self.names = [o.name for o in self.session.get_outputs()]
-        self.wanted = {i.name for i in self.session.get_inputs()}
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        try:
-            results = self.session.run(self.names, {k: v for k, v in feeds.items() if k in self.wanted})
-        except Exception as err:  # noqa: BLE001 - see __init__
-            raise VerificationError(f"ONNX Runtime cannot run {self.what} on these inputs ({_first_line(err)})") from err
-        return dict(zip(self.names, results))
-
-
-# A tensor the reference would build from the model's constants alone (Range(0, 1e10) wants 80 GB).
-# ONNX Runtime tries: on a machine with less memory it fails at once, on a larger one it fills the
-# memory for minutes. Over this size the check does not run, on every machine alike.
-_REFERENCE_MAX_ELEMENTS = 1 << 30
-_SIZED_BY_VALUES = {"Range", "ConstantOfShape", "Expand", "Tile", "Pad", "OneHot", "Resize", "Upsample"}
-
-
-def _oversized_constant_tensor(proto: onnx.ModelProto) -> str | None:
-    """What in the main graph would make a tensor over :data:`_REFERENCE_MAX_ELEMENTS` elements
-    from constants alone (sizes computed, nothing evaluated), or None."""
-    graph = proto.graph
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
-    constants: dict[str, onnx.TensorProto] = {init.name: init for init in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-            value = next((a.t for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR), None)
-            if value is not None:
-                constants[node.output[0]] = value
-            continue
-        if node.domain not in ("", "ai.onnx") or node.op_type not in _SIZED_BY_VALUES:
-            continue
-        names = [name for name in node.input if name]
-        if not names or any(name not in constants for name in names):
-            continue
-        try:
-            feeds = {name: _array_for_size(constants[name]) for name in names}
-            sizes, _ = predicted_elements(node, feeds, opset)
-        except Exception:  # noqa: BLE001 - a malformed constant: ONNX Runtime will say what is wrong
-            continue
-        if sizes and sum(sizes) > _REFERENCE_MAX_ELEMENTS:
-            label = f"{node.op_type} node {node.name!r}" if node.name else f"a {node.op_type} node"
-            return f"builds a tensor of {sum(sizes):,} elements from its constants ({label})"
-    return None
-
-
-def _array_for_size(tensor: onnx.TensorProto) -> np.ndarray:
-    """The constant's values if small (shapes, pads, scales), else an array of its shape and type
-    that holds no memory: sizes need only those."""
-    dims = [int(d) for d in tensor.dims]
-    if math.prod(dims) <= 1 << 16 and tensor.data_location != onnx.TensorProto.EXTERNAL:
-        return onnx.numpy_helper.to_array(tensor)
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
-    return np.broadcast_to(np.zeros((), dtype), dims)
-
-
-def _unique_node_names(graph: onnx.GraphProto, taken: set[str] | None = None) -> None:
-    """Rename repeated node names (ONNX allows them, ONNX Runtime refuses to load them; names
-    change nothing a node computes), in subgraphs too."""
-    taken = set() if taken is None else taken
-    for node in graph.node:
-        if node.name:
-            name, suffix = node.name, 1
-            while name in taken:
-                name, suffix = f"{node.name}__{suffix}", suffix + 1
-            node.name = name
-            taken.add(name)
-        for attribute in node.attribute:
-            for subgraph in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs):
-                _unique_node_names(subgraph, taken)
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    text = lines[0] if lines else type(err).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
 class InputsRejectedError(VerificationError):
     """The converted model's kernel refused the inputs themselves (a node reading a model input
     directly): on synthesized inputs that says nothing about the conversion."""
@@ -264,7 +143,7 @@ def verify_conversion(original: onnx.ModelProto, run_converted: RunConverted, en
     """
     verification = Verification(engine, tolerance)
     try:
-        reference = _Reference(original, libraries=custom_op_libraries)
+        reference = ReferenceSession(original, libraries=custom_op_libraries)
     except VerificationError as err:
         verification.status, verification.reason = SKIPPED, str(err)
         _run_converted_alone(verification, original, run_converted, input_shapes, verify_data)
@@ -329,7 +208,7 @@ def _run_converted_alone(verification: Verification, original: onnx.ModelProto, 
         run_converted(feeds)
     except Exception as err:  # noqa: BLE001 - whatever stops it, the user needs to know
         verification.notes.append(
-            f"the converted model fails on {what} too ({_first_line(err.__cause__ or err)}); with no reference to "
+            f"the converted model fails on {what} too ({first_line(err.__cause__ or err)}); with no reference to "
             "compare, check "
             "that it runs on real inputs (lite run MODEL --input ...)"
         )
@@ -356,17 +235,17 @@ def _second_opinion(verification: Verification, original: onnx.ModelProto, feeds
             results = evaluator.run(None, {k: v for k, v in feeds.items() if k in wanted})
     except (NotImplementedError, ImportError, TypeError, AttributeError) as err:
         # The reference implementation lacks an op (or fails in itself): no second opinion, the failure stands.
-        verification.notes.append(f"onnx's reference implementation cannot run the original ({_first_line(err)})")
+        verification.notes.append(f"onnx's reference implementation cannot run the original ({first_line(err)})")
         return
     except Exception as err:  # noqa: BLE001 - it refuses inputs outside an op's domain in any way
         if not synthesized:  # the caller's own samples: the failure stands
-            verification.notes.append(f"onnx's reference implementation cannot run the original ({_first_line(err)})")
+            verification.notes.append(f"onnx's reference implementation cannot run the original ({first_line(err)})")
             return
         converted = "rejects them too" if actual is None else "differs from ONNX Runtime on them"
         verification.status = SKIPPED
         verification.reason = (
             f"the synthesized inputs are outside what the model accepts: ONNX Runtime ran it, but the ONNX reference "
-            f"implementation rejects them ({_first_line(err)}), and the converted model {converted} "
+            f"implementation rejects them ({first_line(err)}), and the converted model {converted} "
             f"({verification.reason}). Give real inputs with --verify-data FILE.npz|DIR"
         )
         return
@@ -395,7 +274,7 @@ def _small_enough_for_the_reference_implementation(proto: onnx.ModelProto) -> bo
     return len(proto.graph.node) <= _REFERENCE_MAX_NODES and weights <= _REFERENCE_MAX_WEIGHTS
 
 
-def _accepted_inputs(reference: _Reference, original: onnx.ModelProto, input_shapes, verify_data):
+def _accepted_inputs(reference: ReferenceSession, original: onnx.ModelProto, input_shapes, verify_data):
     """Inputs the original runs on, its outputs, and a description; VerificationError when none."""
     if verify_data:
         feeds = verify_data[0]
@@ -417,7 +296,7 @@ def _accepted_inputs(reference: _Reference, original: onnx.ModelProto, input_sha
     )
 
 
-def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: _Reference, feeds,
+def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: ReferenceSession, feeds,
                  expected, libraries: Sequence[str] = ()) -> Tolerance:
     """``tolerance`` widened by how far ONNX Runtime moves between its optimization levels and,
     for a model that quantizes activations or picks by ArgMax, ArgMin or TopK, under a tiny nudge
@@ -427,7 +306,7 @@ def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: _Re
         return tolerance
     movement = Movement(expected, tolerance)
     try:
-        movement.add(LEVELS, _Reference(original, optimize=False, libraries=libraries).run(feeds))
+        movement.add(LEVELS, ReferenceSession(original, optimize=False, libraries=libraries).run(feeds))
     except VerificationError:
         pass  # no second level to compare with: the nudge alone, if any
     if quantizes_activations(original) or selects_discretely(original):
@@ -440,9 +319,3 @@ def _with_spread(tolerance: Tolerance, original: onnx.ModelProto, reference: _Re
         return tolerance
     spread, source = combined(measured)
     return dataclasses.replace(tolerance, spread=spread, spread_source=source, unordered=movement.reordered())
-
-
-def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    return copy

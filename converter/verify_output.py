@@ -20,7 +20,8 @@ import onnx_ir as ir
 from converter.errors import InvalidOptionError, VerificationError
 from converter.importer import batch_sizes_differ
 from converter.onnx_export import to_onnx
-from converter.verify import InputsRejectedError, Verification, run_onnxruntime, verify_conversion
+from converter.reference_session import run_onnxruntime
+from converter.verify import InputsRejectedError, Verification, verify_conversion
 from lite.compare import Tolerance
 from lite.errors import KernelError, LiteError
 from lite.format import ir as lite_ir

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import operator
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -20,7 +19,6 @@ import numpy as np
 
 from lite.binding import Binding, PredictBinding
 from lite.custom_ops import CustomOps
-from lite.device_arrays import device_array_spec, is_device_array, torch_cuda_spec
 from lite.engines.base import DEVICES
 from lite.errors import (
     AutotuneSkippedWarning,
@@ -33,6 +31,7 @@ from lite.errors import (
 from lite.format import ir
 from lite.format import load as load_model
 from lite.format.dtypes import DataType
+from lite.input_checks import check_input, is_plain, plain_checks, symbol_disagreement
 from lite.signature import TensorSpec, file_identity
 
 
@@ -47,7 +46,7 @@ class Model:
         kinds = _value_kinds(model)
         self.inputs = [TensorSpec.of(graph.tensors[i], kinds.get(graph.tensors[i].name, "tensor")) for i in graph.inputs]
         self.outputs = [TensorSpec.of(graph.tensors[i], kinds.get(graph.tensors[i].name, "tensor")) for i in graph.outputs]
-        self._plain_checks = _plain_checks(self.inputs)
+        self._plain_checks = plain_checks(self.inputs)
 
     @classmethod
     def load(cls, source: str | os.PathLike | bytes | bytearray | memoryview, device: str = "auto",
@@ -142,7 +141,7 @@ class Model:
         try:
             return self.engine.run(feeds)
         except Exception as err:
-            disagreement = _symbol_disagreement(self.inputs, feeds)
+            disagreement = symbol_disagreement(self.inputs, feeds)
             if disagreement is None or isinstance(err, InvalidInputError):
                 raise
             raise InvalidInputError(f"{err}; the inputs disagree on a dimension the model names alike: "
@@ -174,7 +173,7 @@ class Model:
 
     def _validate(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         checks = self._plain_checks
-        if checks is not None and type(inputs) is dict and _plain(checks, inputs):
+        if checks is not None and type(inputs) is dict and is_plain(checks, inputs):
             # The common call (numpy arrays of the declared types and shapes) in a few comparisons;
             # ONNX Runtime runs small models in 0.1-0.2 ms, where each microsecond here is 1%.
             # Anything else, errors included, takes the full path below.
@@ -197,58 +196,7 @@ class Model:
                 parts.append(f"unknown {', '.join(map(repr, extra))}")
             raise InvalidInputError(f"inputs do not match the model: {'; '.join(parts)} "
                                     f"(the model takes {', '.join(map(repr, [s.name for s in specs]))})")
-        return {spec.name: _check_input(spec, inputs[spec.name]) for spec in specs}
-
-
-
-
-def _plain_checks(specs: list[TensorSpec]) -> tuple[tuple[Any, ...], ...] | None:
-    """Per input: name, dtype, rank, and a getter of its fixed dimensions and their sizes (None,
-    None when none are fixed); for :func:`_plain`. None where those checks would not be the whole
-    check: an input of unknown type or rank, a sequence or optional."""
-    checks = []
-    for spec in specs:
-        if spec.kind != "tensor" or spec.dtype is None or spec.shape is None:
-            return None
-        axes = [axis for axis, dim in enumerate(spec.shape) if isinstance(dim, int)]
-        getter = operator.itemgetter(*axes) if axes else None
-        checks.append((spec.name, spec.dtype, len(spec.shape), getter, getter(spec.shape) if axes else None))
-    return tuple(checks)
-
-
-def _plain(checks: tuple[tuple[Any, ...], ...], inputs: dict[str, Any]) -> bool:
-    """Whether ``inputs`` are exactly the model's inputs, as numpy arrays of the declared dtypes,
-    ranks and fixed sizes."""
-    if len(inputs) != len(checks):
-        return False
-    for name, dtype, rank, fixed_sizes, sizes in checks:
-        value = inputs.get(name)
-        if type(value) is not np.ndarray or value.dtype != dtype:
-            return False
-        shape = value.shape
-        if len(shape) != rank or fixed_sizes is not None and fixed_sizes(shape) != sizes:
-            return False
-    return True
-
-
-def _symbol_disagreement(specs: list[TensorSpec], feeds: dict[str, Any]) -> str | None:
-    """The first symbolic dimension that ``feeds`` give two sizes, as text; None where they agree.
-
-    Inputs that name a dimension alike usually share its size, but ONNX Runtime does not require
-    it, and exporters rely on that: Hugging Face optimum's merged decoders take a cache of length 0
-    on their first step, beside an attention mask of the real length, under one name. So a
-    disagreement is not refused; it is named when the run then fails."""
-    seen: dict[str, tuple[int, str]] = {}
-    for spec in specs:
-        shape = getattr(feeds.get(spec.name), "shape", None)
-        if spec.shape is None or shape is None or len(shape) != len(spec.shape):
-            continue
-        for axis, (dim, size) in enumerate(zip(spec.shape, shape)):
-            if isinstance(dim, str):
-                first = seen.setdefault(dim, (size, f"{spec.name!r} axis {axis}"))
-                if first[0] != size:
-                    return f"dimension {dim!r} is {size} on input {spec.name!r} axis {axis} but {first[0]} on {first[1]}"
-    return None
+        return {spec.name: check_input(spec, inputs[spec.name]) for spec in specs}
 
 
 def _value_kinds(model: ir.Model) -> dict[str, str]:
@@ -262,76 +210,6 @@ def _value_kinds(model: ir.Model) -> dict[str, str]:
         if isinstance(text, str):
             kinds[name] = "sequence" if text.startswith("seq(") else "optional" if text.startswith("optional(") else "tensor"
     return kinds
-
-
-_OBJECT = np.dtype(object)
-
-
-def _check_input(spec: TensorSpec, value: Any) -> Any:
-    if type(value) is np.ndarray and spec.kind == "tensor" and spec.dtype is not None and value.dtype == spec.dtype:
-        _check_shape(spec, value.shape)  # the common case first: every request of a server
-        return value
-    cuda = torch_cuda_spec(value)
-    if cuda is not None and spec.kind == "tensor":  # the common GPU call, without DLPack calls
-        shape, dtype = cuda
-        if spec.dtype is not None and dtype != spec.dtype:
-            raise InvalidInputError(f"input {spec.name!r} (on the GPU) has dtype {dtype}, the model expects {spec.dtype}")
-        _check_shape(spec, shape)
-        return value
-    if spec.kind == "sequence":
-        if not isinstance(value, (list, tuple)):
-            raise InvalidInputError(f"input {spec.name!r} is a sequence: pass a list of arrays, got {type(value).__name__}")
-        return [np.asarray(item) for item in value]
-    if spec.kind == "optional" and (value is None or isinstance(value, (list, tuple))):
-        return None if value is None else [np.asarray(item) for item in value]  # empty, or a sequence
-    if spec.dtype is None and spec.shape is None and (value is None or isinstance(value, (list, tuple))):
-        # Undeclared type: a list stays a list (a sequence), None stays None (an empty optional).
-        return list(value) if value is not None else None
-    if is_device_array(value):
-        shape, dtype = device_array_spec(value)
-        if spec.dtype is not None and dtype != spec.dtype:
-            raise InvalidInputError(f"input {spec.name!r} (on the GPU) has dtype {dtype}, the model expects {spec.dtype}")
-        _check_shape(spec, shape)
-        return value
-    if isinstance(value, np.ndarray):
-        array = value
-        if spec.dtype == _OBJECT and array.dtype.kind in "SU":
-            array = array.astype(object)  # fixed-width bytes/str arrays hold the same strings
-        if spec.dtype == _OBJECT and array.dtype != _OBJECT:
-            # .astype(object) of numbers keeps numbers: the hint is to pass text.
-            raise InvalidInputError(
-                f"input {spec.name!r} has dtype {array.dtype}, the model expects strings: "
-                "pass an array of str (e.g. np.array(['a', 'b']))"
-            )
-        if spec.dtype is not None and array.dtype != spec.dtype:
-            raise InvalidInputError(
-                f"input {spec.name!r} has dtype {array.dtype}, the model expects {spec.dtype} "
-                f"(convert with .astype(np.{spec.dtype.name}))"
-            )
-    else:
-        try:
-            array = np.asarray(value, dtype=spec.dtype)
-        except (TypeError, ValueError) as err:
-            raise InvalidInputError(f"input {spec.name!r} cannot be converted to {spec.dtype}: {err}") from err
-    _check_shape(spec, array.shape)
-    return array
-
-
-def _check_shape(spec: TensorSpec, shape: tuple[int, ...]) -> None:
-    """Rank and fixed dimensions as declared (symbolic ones: :func:`_symbol_disagreement`)."""
-    if spec.shape is None:
-        return
-    if len(shape) != len(spec.shape):
-        raise InvalidInputError(
-            f"input {spec.name!r} has rank {len(shape)} (shape {list(shape)}), "
-            f"the model expects rank {len(spec.shape)} (shape {list(spec.shape)})"
-        )
-    for axis, (dim, size) in enumerate(zip(spec.shape, shape)):
-        if isinstance(dim, int) and dim != size:
-            raise InvalidInputError(
-                f"input {spec.name!r} has size {size} on axis {axis} (shape {list(shape)}), "
-                f"the model expects {dim} (shape {list(spec.shape)})"
-            )
 
 
 def _named_engine(model: ir.Model, engine: str, source: Any, device: str, threads: int | None,

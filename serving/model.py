@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 
 import lite
-from lite.signature import batch_names, concrete_shape, sample_shapes, sample_values
 
 from .batch_merge import pinned_allocator
 from .batching import DirectScheduler, DynamicBatcher, Scheduled, Tensors
@@ -32,6 +31,7 @@ from .metrics import Metrics, no_pending
 from .processing import ImagePreprocessing, classify, labels_of, tensor_metadata
 from .statistics import ExecutionTimes, ModelStatistics
 from .types import InferenceRequest, InferenceResponse, RequestedOutput, TensorInfo
+from .warmup import check_batch_axis, complete_outputs, unknown_sizes, zero_inputs
 
 log = logging.getLogger("serving.model")
 PLATFORM = "lite"
@@ -69,7 +69,8 @@ class ServedModel:
         served_names = {**{m: s for s, m in self._served_to_model.items()}, **self._model_to_served}
         self.tensor_metadata = tensor_metadata(model.metadata, served_names)  # for ModelConfig's parameters
         self.inputs = [self._input_info(spec) for spec in model.inputs]
-        self.outputs = [self._info(self._model_to_served[s.name], s) for s in self._complete_outputs()]
+        self.outputs = [self._info(self._model_to_served[s.name], s)
+                        for s in complete_outputs(model, config.max_batch_size > 0)]
         self._input_by_name = {info.name: info for info in self.inputs}
         self._output_names = {info.name for info in self.outputs}
         self._check_batching()
@@ -147,45 +148,6 @@ class ServedModel:
             raise
         return served
 
-    def _zero_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
-        """Zeros of each input's shape: symbolic sizes beyond the batch as the model file records
-        them (lite.signature.sample_shapes), else 1; one-element integer inputs hold the value it records."""
-        samples, values = sample_shapes(self._model.ir), sample_values(self._model.ir)
-        batch_dims = batch_names(self._model.inputs)  # a state's [2, batch, 128] follows the batch
-        batch = batch_size if self.config.max_batch_size > 0 else 1
-        feed = {}
-        for spec in self._model.inputs:
-            shape = ([] if spec.shape is None
-                     else list(concrete_shape(spec, batch, samples.get(spec.name), batch_dims)))
-            if self.config.max_batch_size > 0 and shape:
-                shape[0] = batch_size
-            # A recorded sample rate or flag, as the graph compares it: zero may take a branch that fails.
-            feed[spec.name] = np.full(shape, values.get(spec.name, 0), dtype=spec.dtype or np.float32)
-        return feed
-
-    def _unknown_sizes(self) -> list[str]:
-        """Inputs with symbolic sizes beyond the batch that the model file gives no sample of."""
-        samples = sample_shapes(self._model.ir)
-        return [spec.name for spec in self._model.inputs if spec.name not in samples
-                and spec.shape is not None and any(not isinstance(d, int) for d in spec.shape[1:])]
-
-    def _complete_outputs(self) -> list[lite.TensorSpec]:
-        """Output specs with dtype and rank; a model that leaves them open is run once on zeros
-        to learn them (every dimension is then variable)."""
-        specs = list(self._model.outputs)
-        if all(s.dtype is not None and s.shape is not None for s in specs):
-            return specs
-        try:
-            probe = self._model.predict(self._zero_inputs(1))
-        except Exception as err:  # any engine failure: the model cannot be described
-            raise ConfigError(f"outputs have no declared dtype/shape and a probe run failed: {err}") from err
-        completed = []
-        for spec in specs:
-            array = probe[spec.name]
-            shape = spec.shape if spec.shape is not None else tuple(None for _ in array.shape)
-            completed.append(lite.TensorSpec(spec.name, spec.dtype or array.dtype, shape))
-        return completed
-
     def warmup(self) -> None:
         """Run the configured warmup requests on zero inputs (blocking); with padded batches, the
         merge buffers are made and one run at each padded size goes first, so that an engine's
@@ -199,7 +161,7 @@ class ServedModel:
         if self.config.max_batch_size > 0:
             sizes.update(self.config.batch_sizes())
         runs = [(size, 1) for size in sorted(sizes)]
-        unknown = self._unknown_sizes()
+        unknown = unknown_sizes(self._model)
         if unknown and runs:
             # Sizes of 1 are no shape requests bring, and a detector's layers reject a 1x1 image.
             log.info("model %s version %s: input(s) %s have sizes only requests give and the file records no "
@@ -208,13 +170,13 @@ class ServedModel:
                      ", ".join(unknown), extra={"model": self.name})
             runs = []
         if self.pad_to and not unknown and isinstance(self._scheduler, DynamicBatcher):
-            self._scheduler.preallocate(self._zero_inputs(1))
+            self._scheduler.preallocate(zero_inputs(self._model, 1, self.config.max_batch_size > 0))
         if self.config.warmup is not None:
             runs.append((self.config.warmup.batch_size, self.config.warmup.count))
         for batch_size, count in runs:
             outputs: dict[str, np.ndarray] = {}
             try:
-                feed = self._zero_inputs(batch_size)
+                feed = zero_inputs(self._model, batch_size, self.config.max_batch_size > 0)
                 for _ in range(count):
                     outputs = self._model.predict(feed)
             except Exception as err:  # an engine may fail in any way (MemoryError too); say which model and why
@@ -224,21 +186,8 @@ class ServedModel:
                     f"model {self.name} version {self.version}: warmup at batch size {batch_size} failed: "
                     f"{type(err).__name__}: {err}{hint}"
                 ) from err
-            self._check_batch_axis(outputs, batch_size)
-
-    def _check_batch_axis(self, outputs: dict[str, np.ndarray], batch_size: int) -> None:
-        """Merged requests are split along the outputs' first axis: a model whose outputs do not
-        lead with the batch (an OCR model's [sequence, batch, classes] declared [batch, sequence])
-        is refused at load, not in every merged request."""
-        if batch_size < 2 or not isinstance(self._scheduler, DynamicBatcher):
-            return
-        for name, array in outputs.items():
-            shape = getattr(array, "shape", ())
-            if not shape or shape[0] != batch_size:
-                raise ModelLoadError(
-                    f"model {self.name} version {self.version}: at batch size {batch_size} output {name!r} has "
-                    f"shape {list(shape)}, not the batch first; the model cannot be batched (set max_batch_size 0)"
-                )
+            if isinstance(self._scheduler, DynamicBatcher):  # merged requests are split along the first axis
+                check_batch_axis(outputs, batch_size, f"model {self.name} version {self.version}")
 
     def start(self) -> None:
         self._drained = asyncio.Event()

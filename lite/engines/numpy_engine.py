@@ -1,8 +1,8 @@
 """The numpy engine: runs a .lite graph node by node with the kernels of :mod:`lite.ops`.
 
 Planning happens once, at load: each node gets its kernel (newest version not above the model's
-opset for the node's domain), its attributes converted to the Python values kernels take, and
-the list of tensors whose last reader it is. Running is then a flat loop. Intermediate values
+opset for the node's domain) and its attributes converted to the Python values kernels take
+(:mod:`lite.engines.numpy_binding`), and the list of tensors whose last reader it is. Running is then a flat loop. Intermediate values
 are dropped right after their last use, so the live set at any moment is what the dataflow
 needs (the lifetime bound that ``lite bench --memory`` reports against).
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from lite.engines import numpy_float16, numpy_fusions
 from lite.engines.arena import BufferPool
+from lite.engines.numpy_binding import KernelBinder
 from lite.engines.numpy_scopes import OuterConstants, Scope
 from lite.engines.numpy_steps import (
     _FOLDABLE_DOMAINS,
@@ -41,21 +42,15 @@ from lite.engines.numpy_steps import (
     prepare,
     run_program,
 )
-from lite.errors import LiteError, ModelFormatError, UnsupportedOpError
+from lite.errors import LiteError, ModelFormatError
 from lite.format import ir
-from lite.format.values import attribute_value, tensor_value
-from lite.ops import KERNELS, KernelRegistry, fused_activation
+from lite.format.values import tensor_value
+from lite.ops import KernelRegistry, fused_activation
 from lite.ops._blas import ONE_BLAS_THREAD
 from lite.ops.registry import normalize_domain
 
 # observer(node, seconds, values alive while the node ran): see NumpyEngine.run.
 Observer = Callable[[ir.Node, float, list[Any]], None]
-
-_ENGINE_ATTRIBUTES = {fused_activation.ATTRIBUTE, fused_activation.PARAMS_ATTRIBUTE}
-# Attributes of old opsets that never change results (consumed_inputs was a memory hint before opset 6).
-_IGNORED_ATTRIBUTES = {"consumed_inputs"}
-# ONNX Runtime's own operators: lite's ONNX Runtime engines run those the numpy engine cannot.
-_ONNXRUNTIME_DOMAIN = "com.microsoft"
 
 
 class _GraphPlan:
@@ -89,22 +84,20 @@ class NumpyEngine:
         # and a deleted model's weights stayed in memory until the next full garbage collection.
         self._constant = functools.partial(_engine_constant, widen=self.float16_in_float32)
         self._outer = OuterConstants(model, self._constant)
-        problems: list[str] = []
-        # Labels of the nodes among them that are ONNX Runtime's own ops (its engines run them).
-        self._onnxruntime_nodes: list[str] = []
-        self.plans = [self._plan(graph, index, problems) for index, graph in enumerate(model.graphs)]
-        if problems:
-            raise UnsupportedOpError(_unsupported_message(problems, self._onnxruntime_nodes))
+        binder = KernelBinder(model, self.opsets, custom_ops, self.float16_in_float32)
+        self.plans = [self._plan(graph, index, binder) for index, graph in enumerate(model.graphs)]
+        if binder.problems:
+            raise binder.error()
 
     # -- planning ------------------------------------------------------------------------------
-    def _plan(self, graph: ir.Graph, graph_index: int, problems: list[str]) -> _GraphPlan:
+    def _plan(self, graph: ir.Graph, graph_index: int, binder: KernelBinder) -> _GraphPlan:
         steps = []
         for node in graph.nodes:
-            step = self._plan_node(node, graph_index, problems)
+            step = binder.bind(node, graph_index)
             if step is not None:
                 steps.append(step)
         constants = {i: self._constant(tensor_value(t)) for i, t in enumerate(graph.tensors) if t.is_constant}
-        if not problems:  # every node has its kernel: fold what depends on weights alone
+        if not binder.problems:  # every node has its kernel: fold what depends on weights alone
             steps = self._fold_constants(steps, constants, len(graph.tensors))
             # A body's weights are often the enclosing graph's (captured by name): prepared too.
             known = {**constants, **self._outer.captured(graph_index)} if graph_index else constants
@@ -120,7 +113,7 @@ class NumpyEngine:
         index_of = {t.name: i for i, t in enumerate(graph.tensors)}
         for step in steps:
             step.slots = [index if index >= 0 else len(graph.tensors) for index in step.inputs]
-        if not problems:
+        if not binder.problems:
             _plan_shape_memos(steps, constants, set(graph.outputs))
         last_use: dict[int, int] = {}
         for position, step in enumerate(steps):
@@ -146,65 +139,6 @@ class NumpyEngine:
             if index not in keep:
                 steps[position].release.append(index)
         return _GraphPlan(graph, steps, constants, index_of)
-
-    def _plan_node(self, node: ir.Node, graph_index: int, problems: list[str]) -> _Step | None:
-        label = f"node {node.name!r} ({node.domain + '::' if node.domain else ''}{node.op_type})"
-        if graph_index:
-            label += f" in subgraph {graph_index}"
-        domain = normalize_domain(node.domain)
-        kernel = None
-        if self.custom_ops is not None:
-            kernel = self.custom_ops.select(node.op_type, domain, 1 << 30)
-        custom = kernel is not None
-        if kernel is None:
-            version = self.opsets.get(domain)
-            if version is None and domain == "":
-                version = 1
-            if version is not None:
-                kernel = KERNELS.select(node.op_type, domain, version)
-            if kernel is None:
-                available = KERNELS.versions(node.op_type, domain)
-                if available:
-                    problems.append(f"{label}: opset {version} of domain {domain or 'ai.onnx'!r}; kernels exist "
-                                    f"from opset {available[0]}")
-                else:
-                    problems.append(f"{label}: no kernel for this op type")
-                if domain == _ONNXRUNTIME_DOMAIN:
-                    self._onnxruntime_nodes.append(label)
-                return None
-        attributes: dict[str, Any] = {}
-        graph_attributes: dict[str, Any] = {}
-        activation = None
-        for name, attribute in node.attributes.items():
-            if name in _ENGINE_ATTRIBUTES or (name in _IGNORED_ATTRIBUTES and not kernel.accepts(name)):
-                continue
-            if not kernel.accepts(name):
-                problems.append(f"{label}: attribute {name!r} is not supported by the {node.op_type} kernel")
-                continue
-            if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-                graph_attributes[name] = attribute.value
-            else:
-                attributes[name] = attribute_value(attribute)
-        if fused_activation.ATTRIBUTE in node.attributes:
-            kind = attribute_value(node.attributes[fused_activation.ATTRIBUTE])
-            params_attribute = node.attributes.get(fused_activation.PARAMS_ATTRIBUTE)
-            params = tuple(attribute_value(params_attribute)) if params_attribute else ()
-            reason = fused_activation.check(kind, params)
-            if reason:
-                problems.append(f"{label}: {reason}")
-            activation = (kind, params)
-        # Trailing omitted inputs are dropped so the kernel's defaults apply.
-        inputs = list(node.inputs)
-        while inputs and inputs[-1] < 0:
-            inputs.pop()
-        fn = kernel.fn
-        if self.float16_in_float32:
-            fn = numpy_float16.typed_output(node, self.model.graphs[graph_index], fn)
-        return _Step(node, fn, inputs, list(node.outputs), attributes, graph_attributes,
-                     len(node.outputs) if kernel.wants_output_count else None, activation,
-                     kernel_applies_activation=activation is not None and kernel.wants_fused_activation,
-                     wants_allocate=kernel.wants_allocate, custom=custom,
-                     prepare=None if custom else kernel.prepare)
 
     def describe(self) -> dict[str, Any]:
         return {"engine": "numpy", "nodes": len(self.model.main.nodes)}
@@ -365,24 +299,6 @@ class NumpyEngine:
 
 
 _NO_BODIES: dict[str, Any] = {}  # the subgraph bodies of a node without any (read only)
-
-
-def _unsupported_message(problems: list[str], onnxruntime_nodes: list[str]) -> str:
-    """What the numpy engine cannot run, and the way to run it: ONNX Runtime's own ops on lite's
-    ONNX Runtime engine, other custom ops with the user's kernels."""
-    listed = "\n  ".join(problems)
-    message = f"the numpy engine cannot run {len(problems)} node(s) of this model:\n  {listed}\n"
-    if onnxruntime_nodes:
-        shown = ", ".join(onnxruntime_nodes[:5]) + (", ..." if len(onnxruntime_nodes) > 5 else "")
-        message += (
-            f"{len(onnxruntime_nodes)} of them are ONNX Runtime's own ops ({shown}): load the model with "
-            "device='cpu' (or 'auto', which picks ONNX Runtime when it is installed) to run them with ONNX "
-            "Runtime (pip install onnxruntime), or write numpy kernels for them: "
-            "lite.Model.load(path, custom_ops=lite.CustomOps(...))."
-        )
-    else:
-        message += "For custom ops, pass their kernels: lite.Model.load(path, custom_ops=lite.CustomOps(...))."
-    return message
 
 
 def _engine_constant(value: Any, widen: bool) -> Any:

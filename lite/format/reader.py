@@ -1,7 +1,7 @@
 """Reading a .lite file into :class:`lite.format.ir.Model`, verified, without copying weights.
 
-A path is memory-mapped read-only and each constant becomes a read-only ``np.frombuffer`` view
-of the map, so loading costs the same for a 1 MB and a 1 GB model and the pages are shared
+A path is memory-mapped read-only (:mod:`lite.format.file_buffer`) and each constant becomes a
+read-only ``np.frombuffer`` view of the map, so loading costs the same for a 1 MB and a 1 GB model and the pages are shared
 between processes (or, with ``memory_map=False``, read once into private memory, for files that
 may be rewritten in place while loaded). Everything is checked before use: the structure by
 :mod:`lite.format.verifier`, then the semantics here, in :mod:`lite.format.graph_checks` and in
@@ -19,18 +19,17 @@ explicit, and its integer weights are still views of the file. Implied bias scal
 
 from __future__ import annotations
 
-import mmap
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lite.errors import ModelFormatError, ModelNotFoundError
+from lite.errors import ModelFormatError
 from lite.format import fused_activation, graph_checks, implied_scale, ir
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
+from lite.format.file_buffer import file_buffer
 from lite.format.qdq import ImpliedQdq, expand, implied_problem
 from lite.format.quant_params import quant_params
 from lite.format.verifier import verify_flatbuffer
@@ -64,48 +63,7 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, memory_m
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _Reader(memoryview(source).cast("B"), "<bytes>", check_weights).model()
     path = Path(source)
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError as err:
-        raise ModelNotFoundError(f"model file not found: {path}; check the path") from err
-    except IsADirectoryError as err:
-        raise ModelFormatError(f"{path} is a directory, not a .lite model file") from err
-    before = os.fstat(descriptor)
-    if not stat.S_ISREG(before.st_mode):
-        os.close(descriptor)
-        if stat.S_ISDIR(before.st_mode):
-            raise ModelFormatError(f"{path} is a directory, not a .lite model file")
-        raise ModelFormatError(f"{path} is not a regular file (a pipe, socket or device): give a .lite file")
-    with os.fdopen(descriptor, "rb", buffering=0) as handle:
-        if before.st_size == 0:
-            raise ModelFormatError(f"{path}: the file is empty, not a .lite model")
-        if memory_map:
-            buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        else:
-            buffer = _read_private(handle, path, before)
-    return _Reader(memoryview(buffer), str(path), check_weights).model()
-
-
-def _read_private(handle: Any, path: Path, before: os.stat_result) -> mmap.mmap:
-    """The whole file in anonymous memory (page-aligned, like a mapping), checked unchanged."""
-    buffer = mmap.mmap(-1, before.st_size)
-    view, filled = memoryview(buffer), 0
-    while filled < before.st_size:
-        count = handle.readinto(view[filled:])
-        if not count:
-            break
-        filled += count
-    view.release()
-    after = os.fstat(handle.fileno())
-    changed = (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns)
-    if filled != before.st_size or changed:
-        buffer.close()
-        raise ModelFormatError(
-            f"{path} changed while it was read ({before.st_size:,} bytes, then {after.st_size:,}): "
-            "it is being written; load it again once the writer is done (write to another name and rename)"
-        )
-    return buffer
+    return _Reader(memoryview(file_buffer(path, memory_map)), str(path), check_weights).model()
 
 
 class _Reader:

@@ -29,6 +29,7 @@ from lite.errors import ModelFormatError
 from lite.format import implied_scale, ir, qdq
 from lite.format._generated import model_generated as fb
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
+from lite.format.shared_fields import attribute_key, attribute_value_cost, vector_cost
 from lite.format.verifier import SHARED_WALK_COST
 
 ALIGNMENT = 64
@@ -121,7 +122,7 @@ class _Encoder:
     def string(self, value: str | bytes) -> int:
         size = len(value.encode("utf-8") if isinstance(value, str) else value)
         return self.shared(("string", type(value), value), lambda: self.builder.CreateString(value),
-                           _vector_cost(size))
+                           vector_cost(size))
 
     def cost_of(self, offsets: list[int]) -> int:
         """The verifier's steps to walk these items (unknown items count as too many to share)."""
@@ -134,7 +135,7 @@ class _Encoder:
     def vector(self, values: Iterable, dtype: str) -> int:
         array = np.asarray(values, dtype=dtype).reshape(-1)
         return self.shared(("vector", dtype, array.tobytes()), lambda: self.builder.CreateNumpyVector(array),
-                           _vector_cost(array.size))
+                           vector_cost(array.size))
 
     def optional_vector(self, values: Iterable, dtype: str) -> int | None:
         """None for an empty vector in format 2.0 (absent reads as empty)."""
@@ -284,7 +285,7 @@ class _Encoder:
                 fb.DimAddValue(b, int(dim))
             return fb.DimEnd(b)
 
-        cost = 1 + (_vector_cost(len(dim.encode("utf-8"))) if isinstance(dim, str) else 0)
+        cost = 1 + (vector_cost(len(dim.encode("utf-8"))) if isinstance(dim, str) else 0)
         return self.shared(("dim", type(dim), dim), make, cost)
 
     def quant(self, quant: ir.QuantParams, scale_implied: bool = False) -> int:
@@ -316,8 +317,8 @@ class _Encoder:
         key = ("quant", granularity, quant.axis, quant.block_size, quant.bits, quant.signed, quant.symmetric,
                None if scale_implied else quant.scale.astype("<f4").tobytes(),
                None if omit_zero_points else quant.zero_point.tobytes())
-        cost = (1 + (0 if scale_implied else _vector_cost(quant.scale.size))
-                + (0 if omit_zero_points else _vector_cost(quant.zero_point.size)))
+        cost = (1 + (0 if scale_implied else vector_cost(quant.scale.size))
+                + (0 if omit_zero_points else vector_cost(quant.zero_point.size)))
         return self.shared(key, make, cost)
 
     def node(self, node: ir.Node) -> int:
@@ -343,10 +344,10 @@ class _Encoder:
 
     def attribute(self, name: str, attribute: ir.Attribute, node: ir.Node) -> int:
         kind = ir.AttributeType(attribute.type)
-        key = _attribute_key(kind, attribute.value)
+        key = attribute_key(kind, attribute.value)
         if key is None:  # tensors: each has its own buffer
             return self.new_attribute(name, attribute, node)
-        cost = 1 + _vector_cost(len(name.encode("utf-8"))) + _attribute_value_cost(kind, attribute.value)
+        cost = 1 + vector_cost(len(name.encode("utf-8"))) + attribute_value_cost(kind, attribute.value)
         return self.shared(("attribute", name, kind, key), lambda: self.new_attribute(name, attribute, node), cost)
 
     def new_attribute(self, name: str, attribute: ir.Attribute, node: ir.Node) -> int:
@@ -394,44 +395,6 @@ def _add(adder: Callable[[flatbuffers.Builder, int], None], builder: flatbuffers
     """Add an optional field (absent when None)."""
     if offset is not None:
         adder(builder, offset)
-
-
-def _vector_cost(count: int) -> int:
-    """The verifier's steps for a string of ``count`` bytes or a scalar vector of ``count`` elements."""
-    return 1 + count // 8
-
-
-def _attribute_value_cost(kind: ir.AttributeType, value: object) -> int:
-    T = ir.AttributeType
-    if kind in (T.FLOATS, T.INTS, T.GRAPHS):
-        return _vector_cost(len(value))
-    if kind == T.STRING:
-        return _vector_cost(len(value.encode("utf-8") if isinstance(value, str) else value))
-    if kind == T.STRINGS:
-        return sum(_vector_cost(len(v.encode("utf-8") if isinstance(v, str) else v)) for v in value)
-    return 0
-
-
-def _attribute_key(kind: ir.AttributeType, value: object) -> tuple | None:
-    """What makes two attribute values equal on disk (None: never share). Floats compare by
-    their bits, so -0.0 and 0.0 stay apart."""
-    T = ir.AttributeType
-    try:
-        if kind in (T.FLOAT, T.FLOATS):
-            return (np.asarray(value, "<f4").tobytes(), np.ndim(value))
-        if kind in (T.INT, T.GRAPH):
-            return (int(value),)
-        if kind in (T.INTS, T.GRAPHS):
-            return tuple(int(v) for v in value)
-        if kind == T.STRING:
-            return (type(value), value) if isinstance(value, (bytes, str)) else None
-        if kind == T.STRINGS:
-            key = tuple((type(v), v) for v in value)
-            hash(key)
-            return key
-    except (TypeError, ValueError, OverflowError):
-        return None  # written unshared; new_attribute reports what is wrong
-    return None
 
 
 def _checked_data(tensor: ir.Tensor, where: str) -> np.ndarray:

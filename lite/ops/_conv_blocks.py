@@ -16,7 +16,7 @@ from lite.ops import _wide_im2col as wide_im2col
 from lite.ops import _winograd as winograd
 from lite.ops import fused_activation as activations
 from lite.ops._conv_common import pad_input, windows
-from lite.ops._depthwise import depthwise_taps
+from lite.ops._depthwise_taps import depthwise_taps
 from lite.ops._layout import channels_last_order, is_channels_last
 
 # im2col columns per GEMM: at most this many bytes (the scratch stays bounded on big images),

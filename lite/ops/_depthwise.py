@@ -21,9 +21,7 @@ both paths below are sums of shifted elementwise products:
   elements (the *merged* exact form, used for every stride-1 layer). Bands of output rows keep the scratch (the band's phase
   buffers and accumulator) bounded and in cache. The output is returned channels-last (see
   :mod:`lite.ops._layout`): a pointwise convolution after it reads it as it is.
-- :func:`depthwise_taps` (any rank, channel multipliers): channels-first; each tap is one
-  contiguous slice of a stride-phase buffer (``TapPlan``) multiplied and added over a block of
-  channels.
+- :func:`lite.ops._depthwise_taps.depthwise_taps` (any rank, channel multipliers): channels-first.
 """
 
 from __future__ import annotations
@@ -36,9 +34,9 @@ import weakref
 import numpy as np
 
 from lite.ops import fused_activation as activations
-from lite.ops._conv_common import PlanesToRows, TapPlan, transposes_through_pitch
+from lite.ops._conv_common import PlanesToRows, transposes_through_pitch
+from lite.ops._depthwise_one_band import OneBandScratch, one_band_runner
 from lite.ops._helpers import einsum, full_operand
-from lite.ops._layout import is_channels_last
 from lite.ops.registry import SMALL_ARRAY_BYTES
 
 # Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
@@ -53,7 +51,8 @@ _EXACT_MIN_CHANNELS = 192
 _EXACT_MAX_OUT_WIDTH = 4
 _EXACT_NARROW_MIN_CHANNELS = 64
 # One-band layers whose scratch is at most this big keep one per thread and geometry (see
-# _Scratch): zeroed once instead of on every call (a third of a 32x32 map's stride-2 layer).
+# lite.ops._depthwise_one_band): zeroed once instead of on every call (a third of a 32x32
+# map's stride-2 layer).
 _KEPT_SCRATCH_BYTES = 512 * 1024
 # Weight arrays whose layout one geometry remembers (see _Geometry.weights).
 _REMEMBERED_WEIGHTS = 32
@@ -143,13 +142,13 @@ class _Geometry:
         self.bands = [_Band(self, first, min(rows, self.out_h - first)) for first in range(0, self.out_h, rows)]
         self._local = threading.local()
 
-    def scratch(self, dtype) -> _Scratch:
+    def scratch(self, dtype) -> OneBandScratch:
         """This thread's scratch for one-band layers of this geometry: shared by all of them
         (a model's layers of one shape then reuse the same cache lines, and memory grows with
         the shapes, not the layers)."""
         scratch = getattr(self._local, "scratch", None)
         if scratch is None or scratch.dtype != dtype:
-            scratch = self._local.scratch = _Scratch(self, dtype)
+            scratch = self._local.scratch = OneBandScratch(self, dtype)
         return scratch
 
     def input_rows(self, rows: int) -> int:
@@ -277,7 +276,7 @@ class DepthwiseChannelsLast:
         if self.keeps_scratch:
             run = getattr(self._local, "run", None)
             if run is None or run.dtype != x.dtype:
-                run = self._local.run = _runner(self, self.geometry.scratch(x.dtype))
+                run = self._local.run = one_band_runner(self, self.geometry.scratch(x.dtype))
             run(x, storage.reshape(self.rows_shape) if self.geometry.merged else storage)
         else:
             self._run_bands(x, storage.reshape(self.rows_shape) if self.geometry.merged else storage, allocate)
@@ -334,90 +333,6 @@ class DepthwiseChannelsLast:
         del buffers, accumulator, spare, planes, rows_image
 
 
-class _Scratch:
-    """One thread's scratch for the one-band layers of a :class:`_Geometry`: the phase buffers
-    (zero but for the image cells each call copies in: the same cells for every layer of the
-    geometry), the accumulators, and the views of them a call uses."""
-
-    def __init__(self, geometry: _Geometry, dtype):
-        band = geometry.bands[0]
-        self.dtype = dtype
-        self.exact = geometry.exact
-        self.buffers = np.zeros((len(geometry.phases), geometry.buffer_rows, geometry.grid_w, geometry.channels),
-                                dtype)
-        self.fills = self.all_fills = [(self.buffers[cells], source) for cells, source in band.filled]
-        self.views = [np.ndarray(shape, dtype, self.buffers, offset, strides) for shape, strides, offset in band.views]
-        for view in self.views:
-            view.flags.writeable = False
-        exact = geometry.exact
-        band_shape = (band.rows, *geometry.exact_row) if exact else (band.rows, geometry.row)
-        self.total = None if exact else np.empty(band_shape, dtype)
-        self.cropped = None if exact else self.total.reshape(band.rows, geometry.grid_w, geometry.channels)[
-            :, : geometry.out_w]
-        self.spare = np.empty(band_shape, dtype) if len(geometry.phases) > 1 else None
-        self.to_rows = self.planes = self.rows = None
-        if transposes_through_pitch(geometry.channels, geometry.height, geometry.width, geometry.itemsize):
-            self.to_rows = PlanesToRows(geometry.channels, geometry.height, geometry.width)
-            self.planes = self.to_rows.buffer(dtype)
-            self.rows = np.empty((geometry.height, geometry.width, geometry.channels), dtype)
-            # One fill of the whole image (stride 1): transposed straight into it.
-            if len(self.fills) == 1 and self.fills[0][0].shape == self.rows.shape:
-                self.rows = self.fills[0][0]
-                self.fills = []
-
-
-def _runner(layer: DepthwiseChannelsLast, scratch: _Scratch):
-    """``run(x, storage)``: a one-band layer on ``x`` into ``storage`` ``(N, out_h, out_w, C)``
-    (``(N, out_h, out_w * C)`` for the merged exact form)
-    with this thread's scratch, everything but the data looked up once (a small map's
-    convolution is a handful of numpy calls, and the Python between them was a third of its
-    time); ``run.dtype`` is the scratch's."""
-    exact = scratch.exact
-    # The pitched transpose may fill the only phase buffer itself (then ``fills`` is empty).
-    fills, all_fills, views, weights = scratch.fills, scratch.all_fills, scratch.views, layer.weights
-    first_view, first_weights = views[0], weights[0]
-    more = list(zip(views[1:], weights[1:]))
-    subscripts, bias, spare, accumulator = layer.subscripts, layer.bias, scratch.spare, scratch.total
-    # The wide rows are cropped to the output on the way through the activation.
-    result = None if exact else scratch.cropped
-    finish = None if layer.activation is None else activations.into(*layer.activation, scratch.dtype)
-    to_rows, rows, planes = scratch.to_rows, scratch.rows, scratch.planes
-    add, copyto = np.add, np.copyto
-
-    def run(x: np.ndarray, storage: np.ndarray) -> None:
-        # A channels-first image with many channels: transposed once through pitched planes
-        # (see PlanesToRows), the phase buffers then filled from its channels-last copy (or
-        # the only one being that copy).
-        pitched = to_rows is not None and x.flags.c_contiguous
-        image = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view; filling copies (and transposes) it
-        for n in range(x.shape[0]):
-            if pitched:
-                to_rows(x[n], rows, planes)
-                source_image = rows
-                for cells, source in fills:
-                    copyto(cells, source_image[source])
-            else:
-                source_image = image[n]
-                for cells, source in all_fills:
-                    copyto(cells, source_image[source])
-            target = storage[n]
-            total = target if exact else accumulator
-            einsum(subscripts, first_view, first_weights, out=total)
-            for view, weight in more:
-                einsum(subscripts, view, weight, out=spare)
-                add(total, spare, out=total)
-            if bias is not None:
-                add(total, bias, out=total)
-            source = total if exact else result
-            if finish is not None:
-                finish(source, target)
-            elif source is not target:
-                copyto(target, source)
-
-    run.dtype = scratch.dtype
-    return run
-
-
 def depthwise_layer(x_shape, w, bias, activation, begin, end, strides, dilations, out_shape, dtype):
     """A :class:`DepthwiseChannelsLast` for inputs of ``x_shape`` (2-D, one output per input
     channel, ``w`` of shape ``(C, 1, kh, kw)`` in ``dtype``). The weights' layout is remembered
@@ -426,41 +341,3 @@ def depthwise_layer(x_shape, w, bias, activation, begin, end, strides, dilations
     geometry = _geometry(tuple(x_shape), tuple(w.shape[2:]), tuple(begin), tuple(end), tuple(strides),
                          tuple(dilations), tuple(out_shape), _DEPTHWISE_SCRATCH_ELEMENTS, np.dtype(dtype).itemsize)
     return DepthwiseChannelsLast(geometry, geometry.weights(w), bias, activation)
-
-
-def depthwise_taps(x, w, begin, end, strides, dilations, out_shape, allocate, finish=None):
-    """Blocks of channels; in each, every tap is one contiguous slice (``TapPlan``) and costs a
-    multiply and an add over the whole block. Each finished block is cropped into the output and
-    gets its bias and activation (``finish(block, first channel, stop channel)``) while still in
-    cache."""
-    if is_channels_last(x):
-        x = np.ascontiguousarray(x)
-    batch, channels = x.shape[:2]
-    multiplier = w.shape[0] // channels
-    taps = math.prod(w.shape[2:])
-    y = allocate((batch, channels * multiplier, math.prod(out_shape)), x.dtype)
-    # (taps, C, multiplier, 1): one broadcastable weight column per tap.
-    weights = np.ascontiguousarray(w.reshape(channels, multiplier, taps).transpose(2, 0, 1))[..., None]
-    # The grid length depends only on the geometry: one channel's plan sizes the blocks.
-    length = TapPlan(x[:1, :1], begin, end, w.shape[2:], strides, dilations, out_shape, 0).length
-    phases = math.prod(min(s, (k - 1) * d + 1) for s, k, d in zip(strides, w.shape[2:], dilations))
-    block = max(1, min(channels, _DEPTHWISE_SCRATCH_ELEMENTS // ((phases + 2) * length * multiplier)))
-    for start in range(0, channels, block):
-        stop = min(start + block, channels)
-        plan = TapPlan(x[:, start:stop], begin, end, w.shape[2:], strides, dilations, out_shape, 0, allocate)
-        acc = allocate((stop - start, multiplier, plan.length), x.dtype)
-        spare = allocate((stop - start, multiplier, plan.length), x.dtype)
-        for n in range(batch):
-            for index, region in enumerate(plan.regions()):
-                source = region[n, :, None, :]
-                if index == 0:
-                    np.multiply(source, weights[index, start:stop], out=acc)
-                else:
-                    np.multiply(source, weights[index, start:stop], out=spare)
-                    acc += spare
-            target = y[n, start * multiplier : stop * multiplier]
-            np.copyto(target.reshape((-1,) + tuple(out_shape)), plan.crop(acc.reshape(-1, plan.length)))
-            if finish is not None:
-                finish(target, start * multiplier, stop * multiplier)
-        del plan, acc, spare
-    return y

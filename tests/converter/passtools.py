@@ -9,7 +9,8 @@ from onnx import numpy_helper
 
 from converter.onnx_export import to_onnx
 from converter.passes import PassResult, infer_shapes, run_passes
-from converter.verify import random_inputs, run_onnxruntime
+from converter.reference_session import run_onnxruntime
+from converter.verify import random_inputs
 
 
 def make_model(text: str, **weights: np.ndarray) -> onnx.ModelProto:

@@ -12,7 +12,7 @@ import pytest
 from models import BUILDERS, STYLES
 
 import converter
-from converter.verify import onnxruntime_available
+from converter.reference_session import onnxruntime_available
 
 pytestmark = pytest.mark.skipif(not onnxruntime_available(), reason="needs onnxruntime for the reference outputs")
 

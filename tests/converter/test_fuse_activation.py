@@ -63,7 +63,8 @@ def test_activation_after_conv_is_fused(name, tmp_path):
 
 def _assert_lite_matches(model, graph, tmp_path):
     lite = pytest.importorskip("lite")
-    from converter.verify import random_inputs, run_onnxruntime
+    from converter.reference_session import run_onnxruntime
+    from converter.verify import random_inputs
     from lite.format import save
 
     path = tmp_path / "fused.lite"

@@ -167,7 +167,8 @@ def test_fp16_weights_keep_the_graph_valid(fp16_io):
     assert result.counts["weights"] == 2
     assert all(v.dtype == ir.DataType.FLOAT16 for v in graph.graph.initializers.values())
     from converter.onnx_export import to_onnx
-    from converter.verify import random_inputs, run_onnxruntime
+    from converter.reference_session import run_onnxruntime
+    from converter.verify import random_inputs
 
     exported = to_onnx(graph)
     feeds = random_inputs(model)
@@ -207,7 +208,7 @@ def test_fp16_weights_keep_quantization_scales_in_float32():
     assert result.counts["weights"] == 1 and result.counts["quantization parameters kept"] == 1
     assert graph.graph.initializers["s"].dtype == ir.DataType.FLOAT
     from converter.onnx_export import to_onnx
-    from converter.verify import run_onnxruntime
+    from converter.reference_session import run_onnxruntime
 
     x = {"x": np.linspace(0, 2.4, 4000, dtype=np.float32)[None]}  # every step's edge, crossed
     expected = run_onnxruntime(model, x)["y"]

@@ -18,7 +18,8 @@ from converter import api, cli
 from converter.errors import VerificationError
 from converter.passes import DEFAULT_PASSES
 from converter.passes.base import PassResult
-from converter.verify import _Reference, verify_conversion
+from converter.reference_session import ReferenceSession
+from converter.verify import verify_conversion
 from converter.verify_spread import LEVELS, NUDGED, nudged, quantizes_activations, selects_discretely
 from lite.compare import Tolerance
 
@@ -75,8 +76,8 @@ def test_a_reordered_sum_passes_within_the_originals_movement_under_a_nudge():
     over rtol 1e-4 and over ONNX Runtime's own spread between its optimization levels (none
     here), but within what the original moves under a 1e-6 nudge of its inputs."""
     original, feeds = _quantized(), _sample()
-    reordered = _Reference(_reordered(), what="the reordered model")
-    expected = _Reference(original).run(feeds)["output"]
+    reordered = ReferenceSession(_reordered(), what="the reordered model")
+    expected = ReferenceSession(original).run(feeds)["output"]
     moved = np.abs(reordered.run(feeds)["output"] - expected).max()
     assert moved > 1e-4 * np.abs(expected).max()  # the premise: a flip, well over rtol
 
@@ -92,7 +93,7 @@ def test_a_genuinely_wrong_quantized_model_still_fails():
     original, feeds = _quantized(), _sample()
     w1, common = _weights()
     common["w2"] = common["w2"] * 1.03
-    wrong = _Reference(make_model(_QUANTIZED, w1=w1, **common), what="the wrong model")
+    wrong = ReferenceSession(make_model(_QUANTIZED, w1=w1, **common), what="the wrong model")
     verification = verify_conversion(original, wrong.run, "wrong", Tolerance(), verify_data=[feeds])
     assert verification.status == "failed" and "allowed" in verification.reason
     assert verification.tolerance.spread_source == {"output": NUDGED}
@@ -217,9 +218,9 @@ def test_a_near_tie_an_argmax_flips_is_within_the_nudge_spread():
     original = make_model(_HEATMAP, w=w)
     assert selects_discretely(original)
     halves = np.array([32, 32], np.int64)
-    reordered = _Reference(make_model(_HEATMAP_REORDERED, wa=w[:32], wb=w[32:], halves=halves), what="the reordered model")
+    reordered = ReferenceSession(make_model(_HEATMAP_REORDERED, wa=w[:32], wb=w[32:], halves=halves), what="the reordered model")
     feeds = {"input": r.normal(size=(1, 512, 64)).astype(np.float32)}
-    expected = _Reference(original).run(feeds)["peak"]
+    expected = ReferenceSession(original).run(feeds)["peak"]
     flips = int(np.count_nonzero(reordered.run(feeds)["peak"] != expected))
     assert flips > 0  # the premise: the order of the sums flips some near ties
     verification = verify_conversion(original, reordered.run, "reordered", Tolerance(), verify_data=[feeds])

@@ -37,9 +37,9 @@ from lite.engines.torch.compiler import (
     AotCompiled,
     check_inductor_options,
     compile_module,
-    configure_cache,
     uses_cuda_graphs,
 )
+from lite.engines.torch.inductor_cache import configure_cache
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
 from lite.engines.torch.precompiled import Package
 from lite.errors import EngineUnavailableError, KernelError, LiteError, UnsupportedOpError

@@ -9,6 +9,7 @@ from lite.engines.numpy_engine import NumpyEngine
 from lite.format import GraphBuilder, load, to_bytes
 from lite.format.values import attribute_value, tensor_value
 from lite.ops import _depthwise
+from tests.lite.engines.fusion_tools import bind_node
 
 
 def depthwise_model():
@@ -116,7 +117,7 @@ def expected_squeeze_excite(engine, x):
     values = dict(plan.constants)
     values[plan.graph.inputs[0]] = x
     for node in engine.model.main.nodes:
-        step = engine._plan_node(node, 0, [])
+        step = bind_node(engine, node)
         args = [values.get(i) if i >= 0 else None for i in step.inputs]
         result = step.fn(*args, **step.keywords)
         values[node.outputs[0]] = result[0] if type(result) is tuple else result

@@ -11,6 +11,7 @@ from lite.engines.numpy_engine import NumpyEngine
 from lite.engines.numpy_layer_norm_fold import UnitLayerNorm
 from lite.format import GraphBuilder, load, to_bytes
 from lite.format.values import tensor_value
+from tests.lite.engines.fusion_tools import bind_node
 
 WIDTH = 12
 
@@ -52,7 +53,7 @@ def node_by_node(model, inputs: dict) -> dict:
     values = {index: tensor_value(tensor) for index, tensor in enumerate(graph.tensors) if tensor.is_constant}
     values.update((index, inputs[graph.tensors[index].name]) for index in graph.inputs)
     for node in model.main.nodes:
-        step = engine._plan_node(node, 0, [])
+        step = bind_node(engine, node)
         result = step.fn(*[values.get(i) if i >= 0 else None for i in step.inputs], **step.keywords)
         values.update(zip(node.outputs, result if type(result) is tuple else (result,)))
     return {graph.tensors[i].name: values[i] for i in graph.outputs}

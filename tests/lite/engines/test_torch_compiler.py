@@ -176,7 +176,7 @@ def test_cache_dir_wins_over_torchs_own_default_but_not_over_a_users_variable(tm
     engine's cache_dir replaces that, but never a folder the user chose."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from lite.engines.torch.compiler import CACHE_VARIABLE, configure_cache
+    from lite.engines.torch.inductor_cache import CACHE_VARIABLE, configure_cache
 
     monkeypatch.setenv(CACHE_VARIABLE, default_cache_dir())
     assert configure_cache(tmp_path / "lite") == tmp_path / "lite" / "torch"
