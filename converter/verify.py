@@ -47,6 +47,7 @@ from converter.verify_spread import (
     selects_discretely,
 )
 from lite.compare import OutputError, Tolerance, compare_outputs
+from lite.engines.ort import thread_pools
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -148,7 +149,10 @@ class _Reference:
 
         self.what = what
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
+        if thread_pools.sharing():  # ONNX Runtime then refuses sessions with a pool of their own
+            options.use_per_session_threads = False
+        else:
+            options.intra_op_num_threads = threads
         for library in libraries:
             options.register_custom_ops_library(library)
         options.log_severity_level = 4  # fatal only: a failure is reported once, as VerificationError
