@@ -54,6 +54,8 @@ def share_threads(threads: int | None = None) -> None:
     pools in its Python API)."""
     from lite.engines.ort.sessions import import_onnxruntime
 
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer or None (ONNX Runtime's default); got {threads!r}")
     ort = import_onnxruntime("cpu")
     if not hasattr(ort, "set_global_thread_pool_sizes") or not hasattr(ort.SessionOptions(), "use_per_session_threads"):
         raise EngineUnavailableError(f"ONNX Runtime {ort.__version__} offers no shared thread pool to Python (1.23 and "
@@ -63,7 +65,7 @@ def share_threads(threads: int | None = None) -> None:
             _check_size(threads)
             return
         try:
-            ort.set_global_thread_pool_sizes(threads or 0, 1)
+            ort.set_global_thread_pool_sizes(threads or 0, 1)  # 0: ONNX Runtime's default
         except Exception as err:  # noqa: BLE001 - ONNX Runtime's untyped Fail: the pools exist already
             if "already been created" not in str(err):
                 raise

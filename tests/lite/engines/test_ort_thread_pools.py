@@ -119,6 +119,13 @@ def test_share_threads_needs_onnxruntime_1_23(monkeypatch):
     assert not thread_pools.sharing()
 
 
+@pytest.mark.parametrize("threads", [0, -2, 1.5])
+def test_share_threads_takes_a_positive_count(threads):
+    with pytest.raises(ValueError, match="threads must be a positive integer or None"):
+        thread_pools.share_threads(threads)
+    assert not thread_pools.sharing()
+
+
 def test_the_thread_choice_leaves_shared_sessions_alone(monkeypatch):
     # The shared pool's size is the process's: no pools of other sizes are timed against it (ONNX
     # Runtime would refuse to build them).
