@@ -22,6 +22,7 @@ import onnx
 from converter.errors import VerificationError
 from converter.onnx_export import make_ort_compatible
 from converter.passes.output_size import predicted_elements
+from lite.engines.ort import thread_pools
 
 
 def onnxruntime_available() -> bool:
@@ -48,7 +49,10 @@ class ReferenceSession:
 
         self.what = what
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
+        if thread_pools.sharing():  # ONNX Runtime then refuses sessions with a pool of their own
+            options.use_per_session_threads = False
+        else:
+            options.intra_op_num_threads = threads
         for library in libraries:
             options.register_custom_ops_library(library)
         options.log_severity_level = 4  # fatal only: a failure is reported once, as VerificationError

@@ -9,8 +9,12 @@ versions are closed only after they drained. Unloading removes the model from th
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 from collections.abc import Awaitable, Callable
+
+from lite.engines.ort import thread_pools
+from lite.errors import EngineUnavailableError
 
 from .errors import InvalidRequestError, ModelLoadError, ModelNotFoundError, ServingError
 from .metrics import Metrics
@@ -166,6 +170,10 @@ class ModelManager:
 
     def _load_version(self, source: ModelSource, version: int, path, stamp: tuple) -> ServedModel:
         config = source.config
+        if config.threads is not None and thread_pools.sharing():
+            log.warning("model %s: threads=%d of its config.json does not apply: the models share ONNX Runtime's "
+                        "thread pool of the process (--ort-thread-pools session gives each model a pool of its own)",
+                        source.name, config.threads)
         return ServedModel.load(
             source.name, version, path, config,
             device=config.device or self.settings.device,
@@ -182,6 +190,7 @@ class ModelManager:
 
     async def load_startup_models(self) -> list[str]:
         """Load the configured models (default: all); the names that failed."""
+        self._share_onnxruntime_threads()
         names = list(self.settings.models) or self.repository.model_names()
         failed = []
         for name in names:
@@ -192,6 +201,17 @@ class ModelManager:
                 if name not in self._failures:  # refused before loading began (a bad name, no folder)
                     log.error("model %s: not loaded at startup: %s", name, err)
         return failed
+
+    def _share_onnxruntime_threads(self) -> None:
+        """With ``ort_thread_pools`` "shared", before any model loads: every ONNX Runtime session
+        of the process runs on ONNX Runtime's one pool (lite.engines.ort.thread_pools), instead of
+        a pool per model's session, its worker threads idle between requests."""
+        if self.settings.ort_thread_pools != "shared" or importlib.util.find_spec("onnxruntime") is None:
+            return
+        try:
+            thread_pools.share_threads(self.settings.threads or None)
+        except EngineUnavailableError as err:
+            log.warning("ONNX Runtime's thread pools stay one per model: %s", err)
 
     def start_polling(self) -> None:
         if self.settings.poll_interval_s > 0:

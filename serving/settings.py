@@ -23,6 +23,7 @@ from .errors import ConfigError
 from .eventloop import CHOICES as EVENT_LOOPS
 
 ENV_PREFIX = "LITE_"
+ORT_THREAD_POOLS = ("session", "shared")
 MIB = 1024 * 1024
 
 
@@ -50,10 +51,20 @@ class Settings:
     max_tensor_elements: int = 0
     max_queue_size: int = 1024  # per model version, unless its config says otherwise
     instance_count: int = 1  # default model instances, unless a config says otherwise
-    # Intra-op threads of each model's ONNX Runtime session, unless a config says otherwise.
+    # Intra-op threads of each model's ONNX Runtime session, unless a config says otherwise (of
+    # the one shared pool with ort_thread_pools "shared").
     # 0: ONNX Runtime's default (one per core). 1 suits small models and many instances: no
     # thread pool whose spinning workers compete with the gRPC threads for the cores.
     threads: int = 0
+    # Whose threads the models' ONNX Runtime sessions run on: "session", a pool per session, whose
+    # workers block between runs; "shared", ONNX Runtime's one pool of the process, of ``threads``
+    # threads (config.json's threads then does not apply: ONNX Runtime builds no session with a
+    # pool of its own once the shared one exists). The shared pool's workers spin on after every
+    # run, which Python cannot stop: 300 models took 314 threads instead of 614, but a small CNN's
+    # requests took 1.3-1.6x as long and 1.5-1.6x the CPU on a 2-core machine
+    # (bench/serving_many_models.py). So "shared" is for repositories whose thread count is the
+    # limit (a container's pids limit).
+    ort_thread_pools: str = "session"
     # Executions shorter than this (moving average of CPU time on the loop) run on the event loop:
     # cheaper than a thread hop. 0: always use the instance threads. At 200 µs the identity model
     # of bench/serving.py runs inline on a busy 2-core machine (at 50 µs it did not), which took
@@ -114,6 +125,8 @@ class Settings:
         _check_keepalive(self)
         if self.threads < 0:
             raise ConfigError(f"setting threads must be >= 0 (0: ONNX Runtime's default), got {self.threads}")
+        if self.ort_thread_pools not in ORT_THREAD_POOLS:
+            raise ConfigError(f"ort_thread_pools {self.ort_thread_pools!r}: expected one of {', '.join(ORT_THREAD_POOLS)}")
         if not 0 <= self.port < 65536 or not 0 <= self.metrics_port < 65536:
             raise ConfigError(f"port {self.port} / metrics_port {self.metrics_port} out of range 0..65535")
         if self.metrics_port and self.metrics_port + self.workers - 1 > 65535:
@@ -188,7 +201,11 @@ HELP = {
                            "--max-message-bytes)",
     "max_queue_size": "requests queued per model version before RESOURCE_EXHAUSTED (config.json may override)",
     "instance_count": "executions of one model version at once (config.json may override)",
-    "threads": "intra-op threads of each ONNX Runtime session (0: ONNX Runtime's default)",
+    "threads": "intra-op threads of each ONNX Runtime session's pool, or of the one shared pool with "
+               "--ort-thread-pools shared (0: ONNX Runtime's default)",
+    "ort_thread_pools": "session (a thread pool per ONNX Runtime session, sized by config.json's threads where it "
+                        "sets them) or shared (one pool for every model: fewer threads, but its workers spin after "
+                        "each run)",
     "inline_execution_us": "run executions shorter than this on the event loop instead of a thread (0: never)",
     "workers": "server processes sharing the port, each with its own copy of every model",
     "event_loop": "auto (uvloop when installed), uvloop or asyncio",

@@ -27,6 +27,7 @@ import numpy as np
 
 from lite.cpu import signature as cpu_signature
 from lite.engines.base import default_cache_dir
+from lite.engines.ort import thread_pools
 from lite.errors import EngineUnavailableError, InputValueError, KernelError, UnsupportedOpError
 
 if TYPE_CHECKING:  # lowering imports onnx; a warm start from the cache never needs it
@@ -41,14 +42,6 @@ _MISSING_KERNEL = re.compile(
     r"|Failed to find kernel for (\w+)\(\d+\) \(node:'([^']*)'"
 )
 _UNKNOWN_OP = re.compile(r"[\w.]*:(\w+)\(-?\d+\) is not a registered function/op")
-
-
-# SessionConfig.spinning -> ONNX Runtime's session config entries (onnxruntime_session_options_config_keys.h).
-_SPINNING = {
-    "run": {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "1"},
-    "always": {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "0"},
-    "never": {"session.intra_op.allow_spinning": "0", "session.force_spinning_stop": "1"},
-}
 
 
 @dataclass(frozen=True)
@@ -95,7 +88,8 @@ class SessionConfig:
     # turns in one process (an OCR pipeline, a server with several models) took about 2.2x as long as
     # with "run"; one sub-millisecond model called back to back runs a few % slower with it (its next
     # run wakes the threads; bench/multi_model.py, docs/benchmarks.md). "never": they block whenever
-    # idle, during runs too (slower runs, least CPU). Not part of the cache key.
+    # idle, during runs too (slower runs, least CPU). Not part of the cache key. It only
+    # applies to sessions with pools of their own (not after thread_pools.share_threads()).
     spinning: str = "run"
     # Shared libraries of custom ops (onnxruntime-extensions' get_library_path(), a library of one's
     # own), registered with every session (SessionOptions.register_custom_ops_library); nodes of any
@@ -125,8 +119,8 @@ class SessionConfig:
             object.__setattr__(self, "fuse_conv_bias", on_gpu and threading.current_thread() is threading.main_thread())
         if self.int8_compute not in ("auto", "int8", "float"):
             raise ValueError(f"int8_compute must be 'auto', 'int8' or 'float'; got {self.int8_compute!r}")
-        if self.spinning not in _SPINNING:
-            raise ValueError(f"spinning must be one of {', '.join(_SPINNING)}; got {self.spinning!r}")
+        if self.spinning not in thread_pools.SPINNING:
+            raise ValueError(f"spinning must be one of {', '.join(thread_pools.SPINNING)}; got {self.spinning!r}")
         if self.optimization not in _OPTIMIZATION_LEVELS:
             raise ValueError(f"optimization must be one of {', '.join(_OPTIMIZATION_LEVELS)}; got {self.optimization!r}")
         if self.cudnn_conv_algo_search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
@@ -289,11 +283,7 @@ def providers(config: SessionConfig) -> list[Any]:
 def session_options(ort, config: SessionConfig, level: str | None = None):
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPTIMIZATION_LEVELS[level or config.optimization])
-    if config.threads is not None:
-        options.intra_op_num_threads = config.threads
-    options.inter_op_num_threads = 1
-    for key, value in _SPINNING[config.spinning].items():
-        options.add_session_config_entry(key, value)
+    thread_pools.configure(options, config.threads, config.spinning)
     # Fatal only: a failing run raises, and our KernelError carries ONNX Runtime's message (an error
     # line on stderr besides repeats it, and clutters tries that are expected to fail: lite bench's
     # random inputs are tried in rounds of sizes).
@@ -370,7 +360,8 @@ def create(ort, lower: Callable[[], Lowered], config: SessionConfig, identity: s
         unknown = _UNKNOWN_OP.search(str(err))
         if unknown:  # an op type ONNX Runtime does not know at all: every node of it
             raise MissingKernel(str(err), unknown.group(1), None) from err
-        raise OrtRejected(f"ONNX Runtime {ort.__version__} cannot load this model: {_first_line(err)}") from err
+        raise thread_pools.refused(err) or OrtRejected(
+            f"ONNX Runtime {ort.__version__} cannot load this model: {_first_line(err)}") from err
     try:
         _check_provider(session, config)
     except EngineUnavailableError:

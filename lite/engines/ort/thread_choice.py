@@ -14,7 +14,7 @@ the one it timed (inputs of at most as many elements); larger calls keep the def
 where more threads pay. The choice is a small JSON record under ``<cache_dir>/ort/threads/`` (for
 this model file, CPU, core count and ONNX Runtime), reused by later loads without timing; a
 choice the rounds disagree on is used for that load only. ``threads=N`` sets the count and
-measures nothing.
+measures nothing, and so do sessions on the process's shared pool (thread_pools.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lite.engines.ort import int8_choice
+from lite.engines.ort import int8_choice, thread_pools
 from lite.ops._parallel import threads as usable_cores
 
 if TYPE_CHECKING:
@@ -60,9 +60,10 @@ class SizedSessions:
 
 def counts(engine: OrtEngine) -> tuple[int, ...]:
     """The smaller thread counts this engine's small calls may run on: () where the choice does not
-    apply (another device, a thread count the caller set, too few cores)."""
+    apply (another device, a thread count the caller set, too few cores, sessions on the process's
+    shared pool, whose size is the process's and not a session's to choose)."""
     cores = usable_cores()
-    if engine.name != "cpu" or engine.config.threads is not None or cores < MIN_CORES:
+    if engine.name != "cpu" or engine.config.threads is not None or cores < MIN_CORES or thread_pools.sharing():
         return ()
     return tuple(n for n in FEW if n < cores)
 
