@@ -56,7 +56,7 @@ class PassContext:
     max_folded_bytes: int = 1 << 20  # constant folding never materializes a larger new weight...
     max_folded_growth: float = 2.0  # ...that is also this many times larger than its inputs
     max_folded_elements: int = 64 << 20  # nor evaluates a node whose outputs would hold more
-    names: set[str] = field(default_factory=set)  # value names in use (see model_names)
+    names: set[str] = field(default_factory=set)  # value and node names in use (see model_names)
 
     def unique_name(self, base: str) -> str:
         return fresh_name(base, self.names)
@@ -211,13 +211,17 @@ def add_initializer(graph: ir.Graph, array: np.ndarray, name: str) -> ir.Value:
 
 
 def model_names(model: ir.Model) -> set[str]:
-    """Every value name in the model; ONNX names are unique across a graph and its subgraphs."""
+    """Every value and node name in the model; ONNX names are unique across a graph and its
+    subgraphs. Node names too: passes name new nodes from the same set, and ONNX Runtime refuses
+    a graph that names two nodes alike."""
     names: set[str] = set()
     for graph in all_graphs(model):
         names.update(v.name for v in graph.inputs if v.name)
         names.update(graph.initializers)
         for node in graph:
             names.update(v.name for v in node.outputs if v.name)
+            if node.name:
+                names.add(node.name)
     return names
 
 

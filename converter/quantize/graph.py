@@ -33,6 +33,9 @@ class GraphEditor:
         self.outputs = list(main.outputs)
         self.captures = list(main.captures)
         self.names = {tensor.name for tensor in self.tensors}
+        # Node names are a namespace of their own, and ONNX Runtime refuses a graph that names two
+        # nodes alike: ONNX Runtime's own quantizer names its nodes '<tensor>_QuantizeLinear' too.
+        self.node_names = {node.name for node in self.nodes if node.name}
         self.removed: set[int] = set()  # ids of nodes taken out of the graph
         self._after: dict[int, list[lite_ir.Node]] = defaultdict(list)  # id(node) -> nodes placed after it
         self._before: dict[int, list[lite_ir.Node]] = defaultdict(list)
@@ -78,6 +81,7 @@ class GraphEditor:
 
     # --- edits ----------------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
+        """A tensor name no tensor of the graph has (``base`` when free)."""
         return fresh_name(base, self.names)
 
     def add_tensor(self, base: str, dtype: DataType, shape, data: np.ndarray | None = None,
@@ -94,8 +98,9 @@ class GraphEditor:
 
     def new_node(self, op_type: str, inputs: list[int], outputs: list[int], name: str,
                  attributes: dict[str, lite_ir.Attribute] | None = None) -> lite_ir.Node:
+        """A node named ``name``, or ``name_1``... when a node of the graph has that name."""
         return lite_ir.Node(op_type=op_type, inputs=list(inputs), outputs=list(outputs),
-                            attributes=dict(attributes or {}), name=self.unique_name(name))
+                            attributes=dict(attributes or {}), name=fresh_name(name, self.node_names))
 
     def place_after_producer(self, index: int, nodes: list[lite_ir.Node]) -> None:
         """Run ``nodes`` right after the node producing tensor ``index`` (first, for graph inputs)."""

@@ -211,3 +211,20 @@ def test_scale_shift_declines_without_rank():
     [result] = run_passes(ir.serde.deserialize_model(model), (batchnorm_to_scale_shift,))
     assert result.changed == 0
     assert "rank" in result.declined[0]
+
+
+def test_scale_shift_nodes_avoid_the_names_of_the_models_nodes():
+    """ONNX Runtime refuses a graph that names two nodes alike: the new Mul is not 'bn_mul' here."""
+    model = make_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 4, 6, 6] a, float[2, 4, 6, 6] b) => (float[2, 4, 6, 6] y) {
+            [bn_mul] h = Add (a, b)
+            [bn] y = BatchNormalization (h, gamma, beta, mean, var)
+        }""",
+        **bn_params(4),
+    )
+    rewritten, [result] = apply(model, batchnorm_to_scale_shift)
+    assert result.changed == 1
+    names = [node.name for node in rewritten.graph.node]
+    assert names[0] == "bn_mul" and len(set(names)) == len(names) == 3, names
+    assert_same_outputs(model, rewritten)
