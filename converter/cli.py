@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         epilog="exit status: 0 written (also when verification could not run: the report says why); "
         "1 the model or a file could not be read or written; 2 an option or argument is wrong; "
         "3 the model has ops lite cannot run (--allow-custom keeps them as custom ops); "
-        "4 verification found an output that differs from the original's. "
+        "4 verification found an output that differs from the original's, or ONNX Runtime refuses the "
+        "int8 model where it runs the float one. "
         "The output file exists only after status 0.",
     )
     parser.add_argument("model", nargs="?", help="source model: .onnx or MindSpore .mindir")

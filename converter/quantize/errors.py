@@ -5,7 +5,7 @@ Messages name the option, file, node or tensor involved and say what to do.
 
 from __future__ import annotations
 
-from converter.errors import ConverterError, InvalidOptionError
+from converter.errors import ConverterError, InvalidOptionError, VerificationError
 
 
 class QuantizationOptionError(InvalidOptionError):
@@ -23,3 +23,9 @@ class QuantizationError(ConverterError, RuntimeError):
 class AccuracyBudgetError(QuantizationOptionError):
     """``max_accuracy_drop`` needs evaluation data (``--eval``) to be checked: an option error
     (the CLI exits 2 for it, as for every bad option)."""
+
+
+class QuantizedModelRejectedError(VerificationError):
+    """ONNX Runtime refuses to load the quantized model though it runs the float one: a defect of
+    the quantization, not of the model, so the file is not written (the CLI exits 4, as for a
+    failed verification)."""

@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from converter.quantize.data import Batch
+from converter.quantize.errors import QuantizedModelRejectedError
 from converter.quantize.runner import Runner
+from lite.engines.ort.sessions import OrtRejected
 from lite.format import ir as lite_ir
 
 
@@ -76,9 +78,25 @@ class EvalSet:
         self.labels = None
         if batches and all(b.labels is not None for b in batches):
             self.labels = np.concatenate([b.labels for b in batches])
-        self.float_outputs = self.run(float_model)
+        self.float_outputs = self._outputs(float_model)
 
     def run(self, model: lite_ir.Model, limit: int | None = None) -> dict[str, np.ndarray]:
+        """The outputs of ``model``, a quantized variant of the float model, on the held batches.
+
+        ONNX Runtime ran the float model, so its refusing to load this one is the quantization's
+        fault (two nodes named alike, say): the file would fail on device='cpu'. That is raised as
+        :class:`QuantizedModelRejectedError`, never left as a note.
+        """
+        try:
+            return self._outputs(model, limit)
+        except OrtRejected as err:
+            raise QuantizedModelRejectedError(
+                f"ONNX Runtime runs the float model but refuses the quantized one ({err}): a defect of lite's "
+                "quantization, which would make the file fail on device='cpu'. Please report "
+                "it with the model; --quant int8-dynamic or int8-weight may avoid it"
+            ) from err
+
+    def _outputs(self, model: lite_ir.Model, limit: int | None = None) -> dict[str, np.ndarray]:
         runner = Runner(model, engine=self.engine)
         collected: dict[str, list[np.ndarray]] = {name: [] for name in runner.output_names}
         seen = 0

@@ -18,7 +18,12 @@ import numpy as np
 from converter.quantize.calibrate import collect_stats, ranges
 from converter.quantize.config import QuantConfig
 from converter.quantize.data import DataSource, batches, is_image_folder
-from converter.quantize.errors import AccuracyBudgetError, CalibrationDataError, QuantizationOptionError
+from converter.quantize.errors import (
+    AccuracyBudgetError,
+    CalibrationDataError,
+    QuantizationOptionError,
+    QuantizedModelRejectedError,
+)
 from converter.quantize.evaluate import EvalSet, compare, cosine
 from converter.quantize.preprocessing import METADATA_KEY, bind_spec, read_spec
 from converter.quantize.progress import ProgressCallback, resolve
@@ -86,6 +91,8 @@ def quantize_model(
     elif config.mode == "int8" and isinstance(calibration_data, (str, os.PathLike, list, tuple)):
         try:
             _check_on_calibration(model, quantized.model, calibration_data, inputs, config, spec, engine, report)
+        except QuantizedModelRejectedError:
+            raise
         except Exception as err:  # an advisory check: the quantized model is written either way
             report.warnings.append(f"the int8 model could not be checked against the float one on calibration "
                                    f"samples ({type(err).__name__}: {str(err)[:200]}); give --eval DATA to measure it")

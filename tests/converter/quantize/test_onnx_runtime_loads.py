@@ -1,8 +1,10 @@
 """Static int8 files that ONNX Runtime (device='cpu') loads: node names unique against the
-source's own (ONNX Runtime's quantizer names its nodes '<tensor>_QuantizeLinear' too)."""
+source's own (ONNX Runtime's quantizer names its nodes '<tensor>_QuantizeLinear' too), and a
+quantized model ONNX Runtime refuses where it runs the float one fails the conversion."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -11,6 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import converter
 import lite
+from converter.quantize import pipeline
+from converter.quantize.errors import QuantizedModelRejectedError
 from lite.format import load
 
 ort = pytest.importorskip("onnxruntime")
@@ -44,3 +48,40 @@ def test_qdq_nodes_avoid_the_names_of_the_sources_nodes(tmp_path):
     expected = ort.InferenceSession(_conv_relu_conv().SerializeToString()).run(None, {"x": x})[0]
     got = lite.Model.load(out, device="cpu", cache_dir=None).predict({"x": x})["y"]
     assert np.corrcoef(got.reshape(-1), expected.reshape(-1))[0, 1] > 0.99
+
+
+def _duplicating_a_node_name(quantize_static):
+    """quantize_static whose result names its last node as its first: ONNX Runtime refuses that."""
+
+    def quantize(*args, **keywords):
+        result = quantize_static(*args, **keywords)
+        main = result.model.main
+        nodes = [*main.nodes[:-1], dataclasses.replace(main.nodes[-1], name=main.nodes[0].name)]
+        graphs = [dataclasses.replace(main, nodes=nodes), *result.model.graphs[1:]]
+        result.model = dataclasses.replace(result.model, graphs=graphs)
+        return result
+
+    return quantize
+
+
+def test_a_quantized_model_onnx_runtime_refuses_fails_the_conversion(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "quantize_static", _duplicating_a_node_name(pipeline.quantize_static))
+    out = tmp_path / "q.lite"
+    with pytest.raises(QuantizedModelRejectedError, match="refuses the quantized one.*two nodes with same node name"):
+        converter.convert(_conv_relu_conv(), out, quant="int8", calibration_data=_samples())
+    assert not out.exists()
+
+
+def test_the_cli_exits_4_when_onnx_runtime_refuses_the_quantized_model(tmp_path, monkeypatch):
+    """In process (the defect is simulated): the exit status of a failed verification."""
+    from converter.cli import main
+
+    monkeypatch.setattr(pipeline, "quantize_static", _duplicating_a_node_name(pipeline.quantize_static))
+    source, calibration = tmp_path / "m.onnx", tmp_path / "calib"
+    source.write_bytes(_conv_relu_conv().SerializeToString())
+    calibration.mkdir()
+    for index, sample in enumerate(_samples()):
+        np.save(calibration / f"{index}.npy", sample)
+    status = main(["convert", str(source), "-o", str(tmp_path / "q.lite"), "--quant", "int8", "--calib",
+                   str(calibration), "-q"])
+    assert status == 4
