@@ -42,8 +42,11 @@ def collect_stats(model: lite_ir.Model, source: DataSource, config: QuantConfig,
                   engine: str = "auto", warnings: list[str] | None = None) -> tuple[dict[str, TensorStats], int]:
     """Observe every activation of ``model`` over at most ``config.calibration_size`` samples;
     return the statistics and the number of samples seen. Notes for the user (a model that
-    rejected batches) go to ``warnings``."""
+    rejected batches) go to ``warnings``. A model that computes no float32 value (a tree
+    ensemble reading float64 features) has nothing to observe: no statistics, no sample read."""
     names = activation_names(model)
+    if not names:  # ONNX Runtime refuses a run that requests no output
+        return {}, 0
     runner = Runner(with_outputs(model, names), engine=engine)
     histogram = needs_histogram(config.calibration_method)
     stats = {name: TensorStats(histogram=StreamingHistogram() if histogram else None) for name in names}

@@ -88,7 +88,8 @@ def quantize_model(
             )
             report.budget_met = evaluation.drop <= config.max_accuracy_drop
         report.evaluation = evaluation
-    elif config.mode == "int8" and isinstance(calibration_data, (str, os.PathLike, list, tuple)):
+    elif (config.mode == "int8" and quantized.quantized
+          and isinstance(calibration_data, (str, os.PathLike, list, tuple))):
         try:
             _check_on_calibration(model, quantized.model, calibration_data, inputs, config, spec, engine, report)
         except QuantizedModelRejectedError:

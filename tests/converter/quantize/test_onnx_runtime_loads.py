@@ -1,10 +1,13 @@
 """Static int8 files that ONNX Runtime (device='cpu') loads: node names unique against the
 source's own (ONNX Runtime's quantizer names its nodes '<tensor>_QuantizeLinear' too), and a
-quantized model ONNX Runtime refuses where it runs the float one fails the conversion."""
+quantized model ONNX Runtime refuses where it runs the float one fails the conversion. A model with
+no float32 value (float64 features) has nothing to calibrate: the float model is written, with a warning."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -85,3 +88,39 @@ def test_the_cli_exits_4_when_onnx_runtime_refuses_the_quantized_model(tmp_path,
     status = main(["convert", str(source), "-o", str(tmp_path / "q.lite"), "--quant", "int8", "--calib",
                    str(calibration), "-q"])
     assert status == 4
+
+
+def _float64_affine():
+    """Y = X * w + b in float64 (as tree ensembles exported from LightGBM read their features):
+    no float32 value to calibrate or quantize."""
+    nodes = [helper.make_node("Mul", ["X", "w"], ["m"], name="scale"), helper.make_node("Add", ["m", "b"], ["Y"], name="shift")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.DOUBLE, ["N", 3])],
+                              [helper.make_tensor_value_info("Y", TensorProto.DOUBLE, ["N", 3])],
+                              [numpy_helper.from_array(np.array([1.0, 2.0, 3.0]), "w"),
+                               numpy_helper.from_array(np.array([0.5, 0.5, 0.5]), "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_int8_of_a_model_with_no_float32_value_writes_the_float_model_with_a_warning(tmp_path):
+    out = tmp_path / "q.lite"
+    x = np.random.default_rng(0).random((4, 3))
+    report = converter.convert(_float64_affine(), out, quant="int8", calibration_data=[x])
+    (warning,) = [w for w in report.quantization.warnings if "quantized no node" in w]
+    assert "--quant int8 quantized no node" in warning and "DOUBLE, not float32" in warning
+    assert report.quantization.calibration_samples == 0 and report.quantization.evaluation is None
+    got = lite.Model.load(out, device="cpu", cache_dir=None).predict({"X": x})["Y"]
+    np.testing.assert_allclose(got, x * [1.0, 2.0, 3.0] + 0.5)
+
+
+def test_the_cli_writes_the_float_model_for_int8_of_a_float64_model(tmp_path):
+    source, calibration = tmp_path / "m.onnx", tmp_path / "calib"
+    source.write_bytes(_float64_affine().SerializeToString())
+    calibration.mkdir()
+    np.savez(calibration / "0.npz", X=np.random.default_rng(0).random((4, 3)))
+    completed = subprocess.run(
+        [sys.executable, "-m", "lite.cli", "convert", str(source), "-o", str(tmp_path / "q.lite"),
+         "--quant", "int8", "--calib", str(calibration), "-q"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "lite convert: warning: --quant int8 quantized no node" in completed.stderr
