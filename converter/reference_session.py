@@ -23,6 +23,7 @@ from converter.errors import VerificationError
 from converter.onnx_export import make_ort_compatible
 from converter.passes.output_size import predicted_elements
 from lite.engines.ort import thread_pools
+from lite.format.onnx.lower import unique_node_names
 
 
 def onnxruntime_available() -> bool:
@@ -63,7 +64,7 @@ class ReferenceSession:
             raise VerificationError(f"{what} {oversized}: too large to run for the check")
         try:
             compatible = make_ort_compatible(_copy(proto))
-            _unique_node_names(compatible.graph)
+            unique_node_names(compatible.graph)
             self.session = ort.InferenceSession(compatible.SerializeToString(), options,
                                                 providers=["CPUExecutionProvider"])
         # onnxruntime's errors (Fail, InvalidArgument, InvalidGraph, ...) derive from Exception only.
@@ -123,22 +124,6 @@ def _array_for_size(tensor: onnx.TensorProto) -> np.ndarray:
         return onnx.numpy_helper.to_array(tensor)
     dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
     return np.broadcast_to(np.zeros((), dtype), dims)
-
-
-def _unique_node_names(graph: onnx.GraphProto, taken: set[str] | None = None) -> None:
-    """Rename repeated node names (ONNX allows them, ONNX Runtime refuses to load them; names
-    change nothing a node computes), in subgraphs too."""
-    taken = set() if taken is None else taken
-    for node in graph.node:
-        if node.name:
-            name, suffix = node.name, 1
-            while name in taken:
-                name, suffix = f"{node.name}__{suffix}", suffix + 1
-            node.name = name
-            taken.add(name)
-        for attribute in node.attribute:
-            for subgraph in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs):
-                _unique_node_names(subgraph, taken)
 
 
 def first_line(err: BaseException) -> str:

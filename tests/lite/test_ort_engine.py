@@ -277,3 +277,16 @@ def test_the_lowered_model_asks_for_the_ir_version_its_opsets_need():
     lowered = lower_nodes(model, nodes, model.main.inputs, model.main.outputs)
     assert lowered.model.ir_version == 8
     onnx.checker.check_model(lowered.model)
+
+
+def test_repeated_node_names_load_on_onnx_runtime():
+    """ONNX allows two nodes of one name (files of earlier converters, models of other tools), ONNX
+    Runtime refuses them: lowering renames repeats, in subgraphs too."""
+    b = GraphBuilder("dup", opset=17)
+    x = b.input("x", np.float32, ["N", 4])
+    y = b.node("Relu", [x], name="same")
+    y = b.node("Neg", [y], name="same", outputs=["y"])
+    b.output(y, np.float32, ["N", 4])
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    got = lite.Model.load(to_bytes(b.build()), device="cpu", cache_dir=None).predict({"x": x})["y"]
+    np.testing.assert_array_equal(got, -np.maximum(x, 0))

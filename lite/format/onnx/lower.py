@@ -78,6 +78,22 @@ def make_ort_compatible(proto: onnx.ModelProto) -> onnx.ModelProto:
     return converted
 
 
+def unique_node_names(graph: onnx.GraphProto, taken: set[str] | None = None) -> None:
+    """Rename repeated node names (ONNX allows them, ONNX Runtime refuses to load them; names
+    change nothing a node computes), in subgraphs too."""
+    taken = set() if taken is None else taken
+    for node in graph.node:
+        if node.name:
+            name, suffix = node.name, 1
+            while name in taken:
+                name, suffix = f"{node.name}__{suffix}", suffix + 1
+            node.name = name
+            taken.add(name)
+        for attribute in node.attribute:
+            for subgraph in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs):
+                unique_node_names(subgraph, taken)
+
+
 def _default_opset(proto: onnx.ModelProto) -> int:
     for entry in proto.opset_import:
         if entry.domain in ("", "ai.onnx"):
@@ -133,6 +149,7 @@ def lower_nodes(model: ir.Model, nodes: Sequence[ir.Node], inputs: Sequence[int]
     for key, value in model.metadata.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
+    unique_node_names(proto.graph)  # a file may repeat names (ONNX allows it): ONNX Runtime refuses them
     return Lowered(make_ort_compatible(proto), lowering.external)
 
 
