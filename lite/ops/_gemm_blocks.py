@@ -22,6 +22,8 @@ goes through :func:`product`, so a model's steps agree with their node-by-node r
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 # Products of more than BLOCK_MULTIPLY_ADDS multiply-adds, on at most MAX_ROWS rows, run in
@@ -84,8 +86,16 @@ def blocked_matmul(x: np.ndarray, stack: np.ndarray, out: np.ndarray) -> np.ndar
     return out
 
 
-# (weights, input shape) -> (the weights, their stack of column blocks or None, the rows of a row block or 0).
-_plans: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray, np.ndarray | None, int]] = {}
+# (id of the weights, input shape) -> (their stack of column blocks or None, the rows of a row
+# block or 0); id of the weights -> their one stack, in the most blocks any input shape asked for
+# (fewer rows would take fewer, but more blocks are as fast: (2 x 768) @ (768 x 3072) in 6 or 48
+# blocks of columns alike), so each weight matrix is copied once (a stack per shape grew a 4-layer
+# BERT by 99 MB per new sequence length, to 2 GB). Entries hold no reference to the weights, which
+# may be views of a model's memory-mapped file: they go when the weights do (a weak reference
+# each), so a deleted model leaves nothing mapped.
+_plans: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray | None, int]] = {}
+_stacks: dict[int, np.ndarray] = {}
+_watched: dict[int, weakref.ref] = {}
 
 
 def product(a: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -94,21 +104,14 @@ def product(a: np.ndarray, weights: np.ndarray) -> np.ndarray:
     (module docstring, :func:`row_block`). numpy multiplies each (rows, K) matrix of ``a`` on
     its own: the regime is that of one.
 
-    The plan is made once per weights and input shape and kept with a reference to the
-    weights, so their id stays theirs while the entry lives."""
+    The plan is made once per weights and input shape; the weights are stacked once."""
     if a.size * weights.shape[1] <= BLOCK_MULTIPLY_ADDS:  # most of a small model's: no plan to look up
         return np.matmul(a, weights)
     key = (id(weights), a.shape)
     plan = _plans.get(key)
     if plan is None:
-        rows, (depth, columns) = a.shape[-2], weights.shape
-        # Measured for float32 (sgemm): float64 keeps numpy's product.
-        count = blocks(rows, depth, columns) if weights.dtype == np.float32 else 1
-        rows_each = row_block(rows, depth, columns) if count == 1 and weights.dtype == np.float32 else 0
-        if len(_plans) >= _KEPT:
-            _plans.clear()
-        plan = _plans[key] = (weights, None if count == 1 else stacked(weights, count), rows_each)
-    stack, rows_each = plan[1], plan[2]
+        plan = _plan(weights, a.shape)
+    stack, rows_each = plan
     if stack is not None:
         rows, depth = a.shape[-2:]
         out = np.empty(a.shape[:-1] + (weights.shape[1],), a.dtype)
@@ -117,6 +120,38 @@ def product(a: np.ndarray, weights: np.ndarray) -> np.ndarray:
     if rows_each:
         return np.matmul(a.reshape(-1, rows_each, a.shape[-1]), weights).reshape(a.shape[:-1] + (weights.shape[1],))
     return np.matmul(a, weights)
+
+
+def _plan(weights: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray | None, int]:
+    rows, (depth, columns) = shape[-2], weights.shape
+    # Measured for float32 (sgemm): float64 keeps numpy's product.
+    count = blocks(rows, depth, columns) if weights.dtype == np.float32 else 1
+    rows_each = row_block(rows, depth, columns) if count == 1 and weights.dtype == np.float32 else 0
+    owner = id(weights)
+    if owner not in _watched:
+        _watched[owner] = weakref.ref(weights, lambda _, owner=owner: _forget(owner))
+    stack = None
+    if count > 1:
+        stack = _stacks.get(owner)
+        if stack is None or len(stack) < count:
+            if stack is not None:  # plans of fewer blocks go with the smaller stack
+                for key in [key for key in list(_plans) if key[0] == owner]:
+                    _plans.pop(key, None)
+            if len(_stacks) >= _KEPT:
+                _stacks.clear()
+            stack = _stacks[owner] = stacked(weights, count)
+    if len(_plans) >= _KEPT:
+        _plans.clear()
+    plan = _plans[(owner, shape)] = (stack, rows_each)
+    return plan
+
+
+def _forget(owner: int) -> None:
+    """The weights of these entries are gone (their id may be reused): drop the entries."""
+    _watched.pop(owner, None)
+    _stacks.pop(owner, None)
+    for key in [key for key in list(_plans) if key[0] == owner]:
+        _plans.pop(key, None)
 
 
 def suits(a: object, weights: np.ndarray) -> bool:
