@@ -161,3 +161,20 @@ class OneBlasThread:
 
 
 ONE_BLAS_THREAD = OneBlasThread()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread was inside a run (a multiprocessing pool, gunicorn's
+    workers, a DataLoader) inherits the lock held and the count of runs inside: its first run
+    waited forever. The child has no run in progress: a fresh lock, and BLAS's count restored."""
+    blas = ONE_BLAS_THREAD
+    blas._lock = threading.Lock()
+    blas._inside = 0
+    blas.split = False
+    if blas._lowered and blas._library is not None:
+        blas._library[0](blas._previous)
+    blas._lowered = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -41,6 +41,17 @@ def threads() -> int:
         return os.cpu_count() or 1
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's threads: a pool it inherited would take work and
+    never run it. The child makes its own on first use."""
+    global _lock, _pool
+    _lock, _pool = threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _executor(workers: int) -> ThreadPoolExecutor:
     global _pool
     with _lock:
