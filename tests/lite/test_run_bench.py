@@ -92,6 +92,17 @@ def test_bench_rejects_bad_arguments(cnn, capsys):
     assert "--loops" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("target", ["/", ".", "folder", "missing/bench.json"])
+def test_bench_refuses_a_json_path_it_cannot_write_before_measuring(cnn, tmp_path, capsys, monkeypatch, target):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    measured = []
+    monkeypatch.setattr("lite.commands.bench.time_runs", lambda *args: measured.append(args))
+    assert main(["bench", str(cnn), "--device", "numpy", "--loops", "1", "--json", target]) == 1
+    assert "lite bench: error:" in capsys.readouterr().err
+    assert not measured and sorted(p.name for p in tmp_path.iterdir()) == ["cnn.lite", "folder"]
+
+
 def test_bench_header_says_which_shapes_ran(tmp_path, capsys):
     model = _cnn(tmp_path / "open.lite", ["H", "W"])
     assert main(["bench", str(model), "--device", "numpy", "--loops", "1", "--warmup", "0"]) == 0
