@@ -110,6 +110,20 @@ def convert_model(
     return lower_model(imported.model, model_metadata(imported, graph.recorded()))
 
 
+def _check_not_the_source(model: ModelSource, output: Path) -> None:
+    """InvalidOptionError when ``output`` is the model's own file (by another name or link too):
+    the atomic write would replace the source with its conversion, and the original is gone."""
+    if not isinstance(model, (str, os.PathLike)) or not output.exists():
+        return
+    try:
+        same = os.path.samefile(model, output)
+    except OSError:  # the source is missing: its import says so
+        return
+    if same:
+        raise InvalidOptionError(f"output {output} is the model file {os.fspath(model)} itself: the conversion would "
+                                 "replace the original; name another output path")
+
+
 def convert(
     model: ModelSource,
     output_path: str | os.PathLike,
@@ -172,6 +186,7 @@ def convert(
         # Said before the conversion, not after it, where the write fails on a temporary name.
         what = "is not a folder" if folder.exists() else "does not exist"
         raise InvalidOptionError(f"output {output}: the folder {folder} {what}; create it or name another output path")
+    _check_not_the_source(model, output)
     quant_config = options.quantization.config()
     options = options.settled()
     graph, quantization = options.graph, options.quantization

@@ -66,6 +66,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     _fsync_directory(target.parent)
 
 
+def check_writable(path: str | os.PathLike, what: str) -> None:
+    """Raise what :func:`atomic_write` would raise for ``path`` (``what`` names it: "--json"), so
+    that a command can refuse a destination before a long computation instead of after it: a path
+    that names no file ("/", "."), a folder, a missing or read-only parent folder."""
+    target = Path(path)
+    if not target.name or target.name in (".", "..") or target.is_dir():
+        raise IsADirectoryError(f"{what} {os.fspath(path)!r} is a folder, not a file to write; name a file in it")
+    descriptor, temporary = _create_temporary(target)
+    os.close(descriptor)
+    temporary.unlink(missing_ok=True)
+
+
 def _create_temporary(target: Path) -> tuple[int, Path]:
     """(descriptor, path) of a new file ``.NAME.<random>.tmp`` beside ``target``, created exclusively."""
     for _ in range(_ATTEMPTS):

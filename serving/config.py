@@ -33,6 +33,8 @@ in the same cache, as ``lite bench --autotune`` and ``lite.Model.load(engine="au
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from typing import Any
 from lite.engines import ENGINES
 from lite.engines.base import DEVICES
 
+from .engine_options import EngineOptionPolicy, check_engine_options
 from .errors import ConfigError
 
 CONFIG_FILE = "config.json"
@@ -131,19 +134,16 @@ _MAX_WARMUP_BATCH = 4096
 _MAX_WARMUP_COUNT = 1000
 
 
-def read_config(model_dir: Path) -> ModelConfig:
-    """The model's config file, or defaults when it has none."""
+def read_config(model_dir: Path, policy: EngineOptionPolicy = EngineOptionPolicy()) -> ModelConfig:
+    """The model's config file, or defaults when it has none; ``policy``: the engine options the
+    server's operator allows it (serving.engine_options)."""
     path = model_dir / CONFIG_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return ModelConfig()
     if path.resolve().parent != model_dir.resolve():
         # Read nothing through it: its errors would show another file's content.
         raise ConfigError(f"{path}: a link to a file outside the model's folder; copy the file instead")
-    try:
-        with path.open("rb") as handle:
-            text = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from err
+    text = _read_regular_file(path)
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a model config is a few lines of JSON")
     try:
@@ -152,10 +152,28 @@ def read_config(model_dir: Path) -> ModelConfig:
         raise ConfigError(f"{path}: JSON nested too deeply to be a model config") from err
     except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError, and integers of thousands of digits
         raise ConfigError(f"{path}: not readable JSON ({str(err)[:200]})") from err
-    return parse_config(raw, str(path))
+    return parse_config(raw, str(path), policy)
 
 
-def parse_config(raw: Any, where: str) -> ModelConfig:
+def _read_regular_file(path: Path) -> bytes:
+    """Up to MAX_CONFIG_BYTES + 1 bytes of ``path``, which must be a regular file: a directory, a
+    FIFO (whose open would wait for a writer) or a socket named config.json is an error, never a
+    model served with default settings. Opened without blocking, and checked on the open file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from err
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise ConfigError(f"{path}: not a regular file; make {CONFIG_FILE} a JSON file, or remove it")
+    with os.fdopen(descriptor, "rb") as handle:
+        try:
+            return handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from err
+
+
+def parse_config(raw: Any, where: str, policy: EngineOptionPolicy = EngineOptionPolicy()) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     unknown = sorted(set(raw) - _KEYS)
@@ -192,6 +210,8 @@ def parse_config(raw: Any, where: str) -> ModelConfig:
     reserved = sorted(set(engine_options) & {"engine", "device", "threads", "precision", "batch_sizes"})
     if reserved:
         raise ConfigError(f"{where}: engine_options {reserved} are keys of the config itself; set them there")
+    if engine_options:
+        check_engine_options(engine, engine_options, policy, where)
     preprocessing = raw.get("preprocessing", "")
     if preprocessing not in ("", "image"):
         raise ConfigError(f"{where}: preprocessing {preprocessing!r}; expected \"image\"")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import CONFIG_FILE, ModelConfig, read_config
+from .engine_options import EngineOptionPolicy
 from .errors import ConfigError, InvalidRequestError, ModelNotFoundError
 from .versions import parse_version, shown
 
@@ -43,8 +44,10 @@ class ModelSource:
 
 
 class ModelRepository:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, policy: EngineOptionPolicy = EngineOptionPolicy()) -> None:
+        """``policy``: the engine options the server's operator allows the configs."""
         self.root = Path(root).resolve()
+        self.policy = policy
         if not self.root.is_dir():
             raise ModelNotFoundError(f"model repository {root} is not a directory")
         self._skipped: set[str] = set()  # folders already logged as no model name
@@ -74,7 +77,7 @@ class ModelRepository:
     def source(self, name: str) -> ModelSource:
         """Config and the versions its policy selects; ModelNotFoundError when none exists."""
         directory = self.model_dir(name)
-        config = read_config(directory)
+        config = read_config(directory, self.policy)
         available, passed_over = self._versions(directory)
         selected = config.version_policy.select(sorted(available))
         if not selected:

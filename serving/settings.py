@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lite.engines.base import DEVICES
 
+from .engine_options import EngineOptionPolicy
 from .errors import ConfigError
 from .eventloop import CHOICES as EVENT_LOOPS
 
@@ -44,6 +45,12 @@ class Settings:
     # for repositories whose files are only ever replaced by rename or mounted read-only.
     map_model_files: bool = False
     repository_control: bool = True  # RepositoryModelLoad / Unload allowed
+    # Shared libraries of custom ops that a model's config.json may name in its engine_options
+    # (custom_op_libraries); a config naming any other is refused (serving.engine_options).
+    custom_op_libraries: tuple[str, ...] = ()
+    # config.json may set every engine option, files and folders included, as Triton lets
+    # config.pbtxt: only for repositories that only those trusted with the server's account can write.
+    trust_engine_options: bool = False
     max_message_bytes: int = 64 * MIB
     # The most elements a request's tensor may claim (the product of its non-zero dimensions: an
     # empty [2**28, 0] claims 2**28) and an output may be predicted to have (serving.limits).
@@ -145,6 +152,7 @@ class Settings:
             raise ConfigError(f"log_format {self.log_format!r}: expected json or text")
         # Read the token now: a blank or unreadable one must stop the server before it listens.
         _ = self.token
+        object.__setattr__(self, "custom_op_libraries", _libraries(self.custom_op_libraries))
 
     @property
     def token(self) -> str:
@@ -157,6 +165,11 @@ class Settings:
         if self.auth_token_file is not None:
             return read_token_file(self.auth_token_file)
         return ""
+
+    @property
+    def engine_option_policy(self) -> EngineOptionPolicy:
+        """The engine options models' config.json may set beyond the tuning ones."""
+        return EngineOptionPolicy(self.custom_op_libraries, self.trust_engine_options)
 
     @property
     def tensor_elements_limit(self) -> int:
@@ -196,6 +209,10 @@ HELP = {
     "map_model_files": "memory-map model files instead of reading them into memory; only for repositories whose "
                        "files are replaced by rename or mounted read-only",
     "repository_control": "allow the RepositoryModelLoad/Unload calls",
+    "custom_op_libraries": "a shared library of custom ops that models' config.json may name in engine_options "
+                           "custom_op_libraries (repeatable); configs may name no other",
+    "trust_engine_options": "let config.json set every engine option, files, folders and libraries included (only "
+                            "for repositories that only users trusted with this server's account can write)",
     "max_message_bytes": "largest gRPC message, request or answer, in bytes",
     "max_tensor_elements": "most elements one request's input or output may hold (0: derived from "
                            "--max-message-bytes)",
@@ -239,6 +256,10 @@ HELP = {
 }
 
 
+# Settings of several values: one flag per value.
+_REPEATABLE = {"models": "--model", "custom_op_libraries": "--custom-op-library"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per field; every default is None so that unset flags leave env/defaults alone."""
     for f in fields(Settings):
@@ -251,9 +272,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
                 help=f"{HELP[f.name]}; env {env}{shown}",
             )
-        elif f.name == "models":
+        elif f.name in _REPEATABLE:
             parser.add_argument(
-                "--model", dest="models", action="append", default=None,
+                _REPEATABLE[f.name], dest=f.name, action="append", default=None,
                 help=f"{HELP[f.name]}; env {env} (comma-separated)",
             )
         else:
@@ -344,6 +365,17 @@ def _checked_token(token: str, source: str) -> str:
             "digits and punctuation on one line"
         )
     return token
+
+
+def _libraries(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """``paths`` resolved, each an existing file: a library the operator allows must be there at startup."""
+    resolved = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise ConfigError(f"custom_op_libraries {str(path)!r}: no such file; give the path of the shared library "
+                              "(e.g. onnxruntime_extensions.get_library_path())")
+        resolved.append(str(Path(path).resolve()))
+    return tuple(resolved)
 
 
 def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from lite.atomic import atomic_write
+from lite.atomic import atomic_write, check_writable
 from lite.commands._engine_options import add_engine_options, library_options
 from lite.commands._inputs import (
     describe_inputs,
@@ -82,6 +82,8 @@ BENCH_BACKENDS = {"grpc": "serve"}
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_writable(args.json, "--json")  # now, not after the measurements
     if args.grpc is not None:
         if args.model is not None:
             raise ValueError(f"give a .lite file or --grpc ADDR, not both (got {args.model!r} and --grpc)")

@@ -65,7 +65,7 @@ class Server:
         self.settings = settings
         self._gate = gate
         self.metrics = Metrics()
-        self.manager = ModelManager(ModelRepository(settings.repository), settings, self.metrics)
+        self.manager = ModelManager(ModelRepository(settings.repository, settings.engine_option_policy), settings, self.metrics)
         self.dataplane = DataPlane(self.manager, settings)
         self.health = health_aio.HealthServicer()
         self.manager.on_change = self._model_health

@@ -139,6 +139,22 @@ def test_an_output_folder_that_is_missing_is_named_before_converting(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
+def test_an_output_that_is_the_source_file_is_refused(tmp_path, capsys):
+    """``lite convert m.onnx -o m.onnx`` (or through a link, or another spelling of the path)
+    would replace the original with its conversion: refused, the source left as it was."""
+    source = tmp_path / "m.onnx"
+    onnx.save(_small(), source)
+    original = source.read_bytes()
+    (tmp_path / "link.onnx").symlink_to(source)
+    for output in (source, tmp_path / "." / "m.onnx", tmp_path / "link.onnx"):
+        with pytest.raises(InvalidOptionError, match="is the model file .* itself"):
+            converter.convert(source, output, verify=False)
+    assert _cli(str(source), "-o", str(source)) == 2
+    assert "would replace the original" in capsys.readouterr().err
+    assert source.read_bytes() == original
+    converter.convert(source, tmp_path / "m2.onnx", verify=False)
+
+
 def _custom_model() -> onnx.ModelProto:
     nodes = [
         helper.make_node("Swish2", ["x"], ["a"], name="first", domain="com.example"),

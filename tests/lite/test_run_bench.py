@@ -36,6 +36,25 @@ def test_run_writes_outputs(cnn, tmp_path, capsys):
     assert np.load(tmp_path / "out" / "logits.npy").shape == (2, 4)
 
 
+def test_run_gives_outputs_whose_names_share_a_file_name_files_of_their_own(tmp_path, capsys):
+    """Outputs 'a/b' and 'a_b' both map to a_b.npy: the second is written to a_b-2.npy, not over
+    the first, and the line printed for each says where."""
+    b = GraphBuilder("two", opset=17)
+    x = b.input("x", np.float32, [3])
+    b.output(b.node("Neg", [x], outputs=["a/b"]), np.float32, [3])
+    b.output(b.node("Relu", [x], outputs=["a_b"]), np.float32, [3])
+    save(b.build(), tmp_path / "two.lite")
+    x = np.array([-1.0, 2.0, -3.0], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "two.lite"), "--input", str(tmp_path / "x.npy"), "-o", str(out),
+                 "--device", "numpy"]) == 0
+    printed = capsys.readouterr().out
+    assert f"-> {out / 'a_b.npy'}" in printed and f"-> {out / 'a_b-2.npy'}" in printed
+    np.testing.assert_array_equal(np.load(out / "a_b.npy"), -x)
+    np.testing.assert_array_equal(np.load(out / "a_b-2.npy"), np.maximum(x, 0))
+
+
 def test_run_bare_file_and_npz(cnn, tmp_path):
     x = np.zeros((1, 3, 8, 8), np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -71,6 +90,17 @@ def test_bench_reports_latency_memory_profile_and_comparison(cnn, tmp_path, caps
 def test_bench_rejects_bad_arguments(cnn, capsys):
     assert main(["bench", str(cnn), "--loops", "0"]) == 1
     assert "--loops" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["/", ".", "folder", "missing/bench.json"])
+def test_bench_refuses_a_json_path_it_cannot_write_before_measuring(cnn, tmp_path, capsys, monkeypatch, target):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    measured = []
+    monkeypatch.setattr("lite.commands.bench.time_runs", lambda *args: measured.append(args))
+    assert main(["bench", str(cnn), "--device", "numpy", "--loops", "1", "--json", target]) == 1
+    assert "lite bench: error:" in capsys.readouterr().err
+    assert not measured and sorted(p.name for p in tmp_path.iterdir()) == ["cnn.lite", "folder"]
 
 
 def test_bench_header_says_which_shapes_ran(tmp_path, capsys):

@@ -86,6 +86,37 @@ def test_missing_external_data_is_a_clear_error(tmp_path):
         converter.convert_model(copy)
 
 
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_external_data_linked_out_of_the_models_folder_is_refused(tmp_path, linked):
+    """A data file (or the whole variables folder) that is a symlink to a file outside the model's
+    folder, even one with MindSpore's data header, is refused as ONNX external data is: its bytes
+    would be copied into the written model."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(FIXTURES / "ops_conv_split", model_dir)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    data = bytearray((model_dir / "ops_conv_variables" / "data_0").read_bytes())
+    data[64:] = b"A" * (len(data) - 64)
+    (outside / "data_0").write_bytes(data)
+    if linked == "file":
+        (model_dir / "ops_conv_variables" / "data_0").unlink()
+        (model_dir / "ops_conv_variables" / "data_0").symlink_to(outside / "data_0")
+    else:
+        shutil.rmtree(model_dir / "ops_conv_variables")
+        (model_dir / "ops_conv_variables").symlink_to(outside)
+    with pytest.raises(converter.ModelImportError, match="resolves to .*outside the model's folder"):
+        converter.convert_model(model_dir / "ops_conv_graph.mindir")
+
+
+def test_external_data_that_is_not_a_regular_file_is_refused(tmp_path):
+    model_dir = tmp_path / "model"
+    shutil.copytree(FIXTURES / "ops_conv_split", model_dir)
+    (model_dir / "ops_conv_variables" / "data_0").unlink()
+    (model_dir / "ops_conv_variables" / "data_0").mkdir()
+    with pytest.raises(converter.ModelImportError, match="is not a regular file"):
+        converter.convert_model(model_dir / "ops_conv_graph.mindir")
+
+
 @pytest.mark.parametrize("mode", ["gcm", "cbc"])
 def test_encrypted_mindir_with_key(mode, tmp_path):
     x, outputs = expected("ops_conv")
