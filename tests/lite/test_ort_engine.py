@@ -290,3 +290,35 @@ def test_repeated_node_names_load_on_onnx_runtime():
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     got = lite.Model.load(to_bytes(b.build()), device="cpu", cache_dir=None).predict({"x": x})["y"]
     np.testing.assert_array_equal(got, -np.maximum(x, 0))
+
+
+EMPTY_RECURRENT = """
+import numpy as np, lite
+from lite.format import GraphBuilder, to_bytes
+rng = np.random.default_rng(0)
+for op, gates in (("LSTM", 4), ("GRU", 3)):
+    b = GraphBuilder("rnn", opset=17)
+    x = b.input("x", np.float32, ["T", "N", 4])
+    w = b.constant("w", rng.standard_normal((1, gates * 5, 4)).astype(np.float32))
+    r = b.constant("r", rng.standard_normal((1, gates * 5, 5)).astype(np.float32))
+    outputs = b.node(op, [x, w, r], hidden_size=5, outputs=["y", "h"] + (["c"] if op == "LSTM" else []))
+    b.output(outputs[0], np.float32, ["T", 1, "N", 5])
+    b.output(outputs[1], np.float32, [1, "N", 5])
+    model = lite.Model.load(to_bytes(b.build()), device="cpu", cache_dir=None)
+    for shape in ((3, 0, 4), (0, 2, 4)):
+        got = model.predict({"x": np.zeros(shape, np.float32)})
+        print(op, shape, got["y"].shape, got["h"].shape, float(np.abs(got["h"]).max(initial=0)))
+"""
+
+
+def test_an_empty_batch_or_sequence_on_a_recurrent_model_answers_instead_of_ending_the_process():
+    """ONNX Runtime's LSTM and GRU kernels end the process (std::terminate) on a batch of 0 or 0
+    time steps; such calls run on the numpy engine (in a subprocess here: the failure is an abort)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", EMPTY_RECURRENT], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:4] == [
+        "LSTM (3, 0, 4) (3, 1, 0, 5) (1, 0, 5) 0.0", "LSTM (0, 2, 4) (0, 1, 2, 5) (1, 2, 5) 0.0",
+        "GRU (3, 0, 4) (3, 1, 0, 5) (1, 0, 5) 0.0", "GRU (0, 2, 4) (0, 1, 2, 5) (1, 2, 5) 0.0"]

@@ -31,6 +31,7 @@ from lite.engines.base import has_half_weights
 from lite.engines.ort import int8_choice, sessions, thread_choice
 from lite.engines.ort.cuda import CudaRunner, caller_stream, torch_stream
 from lite.engines.ort.device_kernels import CudaStream, KernelSteps, run_bound
+from lite.engines.ort.empty_inputs import has_empty_axis, has_recurrent_layers
 from lite.engines.partition import Part, numpy_part, split
 from lite.errors import EngineUnavailableError, InvalidInputError, LiteError, UnsupportedOpError
 from lite.format import ir
@@ -124,6 +125,8 @@ class OrtEngine:
                 self.int8_form = _FLOAT_FORM if self.decision["chosen"] == "float" else "as stored"
         on_numpy = {id(n) for n in model.main.nodes if not self._supported(n)}
         self._on_numpy = on_numpy
+        self.recurrent = has_recurrent_layers(model)
+        self._empty_runner: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
         self._rebuild_lock = threading.Lock()
         for _ in range(_MAX_REPARTITIONS):
             try:
@@ -180,6 +183,11 @@ class OrtEngine:
     def _outputs_of(self, session: sessions.Session) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
         names = self.output_names
         return lambda feeds: dict(zip(names, session.run_arrays(names, feeds, quiet=True)))
+
+    def _on_empty(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if self._empty_runner is None:
+            self._empty_runner = self._numpy_reference()
+        return self._empty_runner({name: _host(value) for name, value in feeds.items()})
 
     def _numpy_reference(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
         from lite.engines.numpy_engine import NumpyEngine
@@ -365,6 +373,8 @@ class OrtEngine:
         return self.gpu.bind(dict(feeds)) if self.gpu is not None else None
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        if self.recurrent and has_empty_axis(feeds):  # ONNX Runtime would end the process (empty_inputs.py)
+            return self._on_empty(feeds)
         direct = self.direct
         if (direct is not None and len(feeds) == len(direct.input_names)
                 and all(type(value) is np.ndarray for value in feeds.values())):
