@@ -8,9 +8,19 @@ the check is linear in the file) and refuses the model, naming the function, whe
 add more than :data:`MAX_INLINED_NODES` nodes or calls nest deeper than :data:`MAX_NESTING`.
 Functions the main graph never calls are dropped first: conversion never needs them, and
 onnx_ir's InlinePass would otherwise expand their bodies too.
+
+The node count alone does not bound the time: onnx_ir's inliner names each copied node and value
+by probing ``name``, ``name_2``, ``name_3``, ... until one is free, so ``k`` copies of one name cost
+``k**2 / 2`` probes (longer names cost more per probe). 2,048 copies of one function body (a 1 KB
+file) took 12 s to inline, 4,096 over a minute. Real exports name nodes apart and call a function
+tens or hundreds of times, so their copies share few names. The probes are counted before
+inlining, per function and memoized, and a model needing more than :data:`MAX_NAME_PROBES` is
+refused.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import onnx_ir as ir
 import onnx_ir.passes.common as ir_passes
@@ -20,6 +30,11 @@ from converter.errors import ModelImportError
 
 MAX_INLINED_NODES = 1_000_000  # nodes inlining may add; conversion time grows with it
 MAX_NESTING = 64  # calls within calls; exporters nest a few levels (module -> submodule)
+# Name probes inlining may make (see above), 0.25 to 0.6 µs each: 3 to 7 s. About a node and a
+# value name per node, each copied as often as its function is called: a 30,000-node model whose
+# functions are called 100 times each needs about 3 M (48 Transformer layers exported as functions,
+# 3,936 nodes: 0.2 M).
+MAX_NAME_PROBES = 12_000_000
 
 
 def inline_functions(model: ir.Model, what: str) -> None:
@@ -42,6 +57,7 @@ def inline_functions(model: ir.Model, what: str) -> None:
         )
     for key in [key for key in model.functions if key not in sizes.reached]:
         del model.functions[key]
+    _check_name_probes(model, what)
     try:
         ir_passes.InlinePass()(model)
     except (ir.passes.PreconditionError, ValueError, KeyError) as err:
@@ -91,3 +107,48 @@ class _ExpandedSizes:
             )
         self.sizes[key] = size
         return size
+
+
+def _check_name_probes(model: ir.Model, what: str) -> None:
+    """Refuse a model whose copies share names so much that naming them is quadratic (see above)."""
+    names = _InlinedNames(model.functions)
+    copies: Counter[tuple[str, str]] = Counter()
+    for node in RecursiveGraphIterator(model.graph):
+        key = node.op_identifier()
+        if key in model.functions:
+            copies.update(names.of_function(key))
+    # A probe formats and hashes the name: 0.4 µs, twice that at 1,000 characters.
+    probes = sum(count * (count + 1) // 2 * (1 + len(name) // 512) for (_, name), count in copies.items())
+    if probes <= MAX_NAME_PROBES:
+        return
+    (kind, name), count = copies.most_common(1)[0]
+    raise ModelImportError(
+        f"{what}: inlining the model-local functions would copy the {kind} name {name!r} {count:,} times; "
+        f"naming the copies apart takes {probes:,} steps, more than the limit of {MAX_NAME_PROBES:,} "
+        "(the functions are called too often with the same names); the model is damaged or hostile"
+    )
+
+
+class _InlinedNames:
+    """How many copies of each node and value name inlining a function makes, calls included.
+
+    The inliner names an unnamed node ``node`` and an unnamed value ``val``; a call inside a
+    function is copied (and named) before its own body is."""
+
+    def __init__(self, functions: dict[ir.OperatorIdentifier, ir.Function]) -> None:
+        self.functions = functions
+        self.copies: dict[ir.OperatorIdentifier, Counter[tuple[str, str]]] = {}
+
+    def of_function(self, key: ir.OperatorIdentifier) -> Counter[tuple[str, str]]:
+        if key in self.copies:
+            return self.copies[key]
+        copies: Counter[tuple[str, str]] = Counter()
+        for node in RecursiveGraphIterator(self.functions[key]):
+            copies[("node", node.name or "node")] += 1
+            for output in node.outputs:
+                copies[("value", output.name or "val")] += 1
+            callee = node.op_identifier()
+            if callee in self.functions:
+                copies.update(self.of_function(callee))
+        self.copies[key] = copies
+        return copies

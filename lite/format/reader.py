@@ -7,7 +7,7 @@ may be rewritten in place while loaded). Everything is checked before use: the s
 :mod:`lite.format.verifier`, then the semantics here, in :mod:`lite.format.graph_checks` and in
 :mod:`lite.format.quant_params` (indices in range, sizes equal to shape ×
 dtype, quantization parameters consistent with the quantized axis, one producer per tensor,
-nodes in execution order, no cycles between graphs, opset versions that are version numbers,
+nodes in execution order, no cycles between graphs nor bodies nested or shared past a limit, opset versions that are version numbers,
 fused activations the engines know with the right parameters). Any violation is a
 :class:`~lite.errors.ModelFormatError` naming the graph, node or tensor.
 

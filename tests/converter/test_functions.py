@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 import converter
 from converter import cli
 from converter.errors import ModelImportError
-from converter.functions import MAX_NESTING
+from converter.functions import MAX_NAME_PROBES, MAX_NESTING
 
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
 
@@ -79,3 +79,37 @@ def test_nested_functions_within_the_budget_inline_and_verify(tmp_path):
     report = converter.convert(_nested(4, 3), tmp_path / "m.lite")
     assert report.before.ops == {"Relu": 27} and report.verification.passed
     assert np.isclose(report.verification.outputs[0].max_rel, 0)
+
+
+def _fanned(levels: int) -> onnx.ModelProto:
+    """f(k) calls f(k+1) twice in a chain, the last is Relu: 2**(levels-1) Relu nodes, every copy
+    of a function body with the same (empty) node names and value names."""
+    functions = []
+    for level in range(levels):
+        nodes = [helper.make_node("Relu", ["a"], ["b"])]
+        if level + 1 < levels:
+            nodes = [helper.make_node(f"f{level + 1}", ["a"], ["t"], domain="local"),
+                     helper.make_node(f"f{level + 1}", ["t"], ["b"], domain="local")]
+        functions.append(helper.make_function("local", f"f{level}", ["a"], ["b"], nodes, OPSETS))
+    graph = helper.make_graph(
+        [helper.make_node("f0", ["x"], ["y"], domain="local")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(graph, opset_imports=OPSETS, functions=functions)
+
+
+@pytest.mark.timeout(30)
+def test_copies_sharing_names_are_refused_before_the_quadratic_naming():
+    # 4,096 Relu nodes, far under the node limit, but naming the copies apart takes onnx_ir's
+    # inliner ~117 million probes (over a minute).
+    bomb = _fanned(13)
+    assert len(bomb.SerializeToString()) < 1100
+    with pytest.raises(ModelImportError, match=rf"copy the node name 'node' 12,286 times; naming the copies apart "
+                                               rf"takes 117,415,937 steps, more than the limit of {MAX_NAME_PROBES:,}"):
+        converter.convert_model(bomb)
+
+
+def test_a_function_called_hundreds_of_times_is_within_the_naming_budget():
+    lite_model = converter.convert_model(_nested(2, 300))
+    assert [node.op_type for node in lite_model.main.nodes] == ["Relu"] * 300
