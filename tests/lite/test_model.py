@@ -284,3 +284,17 @@ def test_an_arena_too_large_to_allocate_does_not_fail_a_finished_run(monkeypatch
     model.engine.pool = arena.BufferPool()  # a fresh plan to make: the next run records, then plans
     for _ in range(3):
         np.testing.assert_allclose(model(data), expected, rtol=1e-6)
+
+
+def test_numpy_engine_outputs_never_alias_the_callers_inputs():
+    """An output passed through (Identity, Reshape) is a copy: refilling the input buffer for the
+    next call does not change an answer already returned, as on ONNX Runtime."""
+    b = GraphBuilder("pass", opset=17)
+    x = b.input("x", np.float32, ["N", 4])
+    b.output(b.node("Identity", [x], outputs=["y"]), np.float32, ["N", 4])
+    b.output(b.node("Reshape", [x, b.constant("s", np.array([-1], np.int64))], outputs=["z"]), np.float32, ["M"])
+    model = lite.Model.load(to_bytes(b.build()), device="numpy")
+    frame = np.ones((2, 4), np.float32)
+    out = model.predict({"x": frame})
+    frame[...] = 5
+    assert out["y"].max() == 1 and out["z"].max() == 1
