@@ -12,6 +12,7 @@ that then fails).
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,7 @@ def symbol_disagreement(specs: list[TensorSpec], feeds: dict[str, Any]) -> str |
 
 
 _OBJECT = np.dtype(object)
+_NUMBERS = "biufc"  # numpy dtype kinds: bool, signed and unsigned integers, floats, complex
 
 
 def check_input(spec: TensorSpec, value: Any) -> Any:
@@ -101,28 +103,116 @@ def check_input(spec: TensorSpec, value: Any) -> Any:
             raise InvalidInputError(f"input {spec.name!r} (on the GPU) has dtype {dtype}, the model expects {spec.dtype}")
         _check_shape(spec, shape)
         return value
-    if isinstance(value, np.ndarray):
-        array = value
-        if spec.dtype == _OBJECT and array.dtype.kind in "SU":
-            array = array.astype(object)  # fixed-width bytes/str arrays hold the same strings
-        if spec.dtype == _OBJECT and array.dtype != _OBJECT:
-            # .astype(object) of numbers keeps numbers: the hint is to pass text.
-            raise InvalidInputError(
-                f"input {spec.name!r} has dtype {array.dtype}, the model expects strings: "
-                "pass an array of str (e.g. np.array(['a', 'b']))"
-            )
-        if spec.dtype is not None and array.dtype != spec.dtype:
-            raise InvalidInputError(
-                f"input {spec.name!r} has dtype {array.dtype}, the model expects {spec.dtype} "
-                f"(convert with .astype(np.{spec.dtype.name}))"
-            )
+    if isinstance(value, np.ndarray) and not _is_number_scalar(spec, value):
+        array = _declared_array(spec, value)
     else:
-        try:
-            array = np.asarray(value, dtype=spec.dtype)
-        except (TypeError, ValueError) as err:
-            raise InvalidInputError(f"input {spec.name!r} cannot be converted to {spec.dtype}: {err}") from err
+        array = _converted(spec, _host_value(spec, value))
     _check_shape(spec, array.shape)
     return array
+
+
+def _is_number_scalar(spec: TensorSpec, array: np.ndarray) -> bool:
+    """Whether ``array`` is a 0-d array of numbers for a number input: converted as a numpy scalar
+    is (numpy makes one from the other freely), where arrays are held to the declared dtype."""
+    return array.ndim == 0 and array.dtype.kind in _NUMBERS and spec.dtype is not None and spec.dtype.kind in _NUMBERS
+
+
+def _declared_array(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
+    """A numpy array as given, which must have the declared dtype: an array of another dtype is
+    more often a preprocessing slip than a wish to convert, and converting it would cost a copy
+    on every call."""
+    if spec.dtype == _OBJECT and array.dtype.kind in "SU":
+        array = array.astype(object)  # fixed-width bytes/str arrays hold the same strings
+    if spec.dtype == _OBJECT and array.dtype != _OBJECT:
+        # .astype(object) of numbers keeps numbers: the hint is to pass text.
+        raise InvalidInputError(
+            f"input {spec.name!r} has dtype {array.dtype}, the model expects strings: "
+            "pass an array of str (e.g. np.array(['a', 'b']))"
+        )
+    if spec.dtype is not None and array.dtype != spec.dtype:
+        raise InvalidInputError(
+            f"input {spec.name!r} has dtype {array.dtype}, the model expects {spec.dtype} "
+            f"(convert with .astype(np.{spec.dtype.name}))"
+        )
+    return array
+
+
+def _host_value(spec: TensorSpec, value: Any) -> Any:
+    """A PyTorch tensor in host memory as a numpy array sharing its memory (detached: numpy
+    cannot take a tensor that requires grad); anything else as given."""
+    torch = sys.modules.get("torch")  # a caller passing a tensor has imported it; never imported here
+    if torch is None or not isinstance(value, torch.Tensor):
+        return value
+    try:
+        return value.detach().numpy()
+    except (TypeError, RuntimeError) as err:  # bfloat16, a conjugate view, a sparse or meta tensor
+        kind = "float32" if spec.dtype is None else spec.dtype.name
+        raise InvalidInputError(
+            f"input {spec.name!r} is a PyTorch tensor numpy cannot read ({err}); pass a numpy array "
+            f"(e.g. tensor.detach().to(torch.{kind}).numpy())"
+        ) from err
+
+
+def _as_array(spec: TensorSpec, value: Any, dtype: np.dtype | None) -> np.ndarray:
+    try:
+        return np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError, RuntimeError) as err:  # RuntimeError: a list of tensors requiring grad
+        raise InvalidInputError(f"input {spec.name!r} cannot be converted to {spec.dtype}: {err}") from err
+
+
+def _converted(spec: TensorSpec, value: Any) -> np.ndarray:
+    """A list, scalar, 0-d array or host tensor as an array of the declared dtype, where that
+    changes no value: integers within the dtype's range, floats into float inputs (rounded to
+    their precision), floats without a fractional part into integer inputs. Anything else is an
+    :class:`InvalidInputError` naming the first value that would change: numpy's own conversion
+    truncates 1.7 into 1 and wraps or raises on integers out of range."""
+    if spec.dtype is None or spec.dtype.kind not in _NUMBERS:
+        return _as_array(spec, value, spec.dtype)  # undeclared, or strings: as numpy reads them
+    given = _as_array(spec, value, None)
+    if given.dtype == spec.dtype:
+        return given
+    if given.dtype.kind not in _NUMBERS or given.dtype.kind == "c" and spec.dtype.kind != "c":
+        raise InvalidInputError(
+            f"input {spec.name!r} cannot be converted to {spec.dtype}: it holds {_first_odd_value(given)}; "
+            f"pass numbers"
+        )
+    with np.errstate(all="ignore"):  # what the cast loses is found below
+        array = given.astype(spec.dtype)
+        lost = (np.isfinite(given) & ~np.isfinite(array) if spec.dtype.kind in "fc"
+                else array.astype(given.dtype) != given)
+    if lost.any():
+        raise InvalidInputError(_loss_message(spec, given.flat[np.flatnonzero(lost)[0]].item()))
+    return array
+
+
+def _first_odd_value(given: np.ndarray) -> str:
+    """What makes ``given`` no array of numbers: its dtype, or its first value that is no number."""
+    if given.dtype.kind in "SU" and given.size:
+        return f"text ({given.flat[0].item()!r})"
+    if given.dtype != _OBJECT:
+        return f"{given.dtype} values"
+    for item in given.flat:
+        if item is None:
+            return "None"
+        if not isinstance(item, (int, float, np.number)):
+            return f"{type(item).__name__} values ({item!r})"
+    return "integers beyond 64 bits"
+
+
+def _loss_message(spec: TensorSpec, value: Any) -> str:
+    """Why ``value`` does not fit the declared dtype, and what to do."""
+    where = f"input {spec.name!r} holds {value!r}"
+    if spec.dtype.kind in "fc":
+        return f"{where}, out of the range of {spec.dtype} (±{np.finfo(spec.dtype).max}): scale the values"
+    if isinstance(value, float) and not np.isfinite(value):
+        return f"{where}, which {spec.dtype} cannot represent: replace it with a number"
+    if isinstance(value, float) and not value.is_integer():
+        return (f"{where}, which has a fractional part, the model expects {spec.dtype}: round the values "
+                f"(e.g. np.rint(x).astype(np.{spec.dtype.name})) or check that this is the right input")
+    if spec.dtype.kind == "b":
+        return f"{where}, the model expects bool: pass True/False (or 0/1)"
+    info = np.iinfo(spec.dtype)
+    return f"{where}, out of the range of {spec.dtype} ([{info.min}, {info.max}])"
 
 
 def _check_shape(spec: TensorSpec, shape: tuple[int, ...]) -> None:

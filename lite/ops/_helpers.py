@@ -7,6 +7,7 @@ them without wrapping.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -79,8 +80,10 @@ class ReadOnlyInputs:
     """What a kernel derives from small read-only inputs (constants, values the engine remembers
     from shapes: both never change) and a data shape, kept by the inputs' identities: Slice's
     windows from its starts, ends, axes and steps cost more to work out than to apply. An entry
-    holds its inputs, so their ids are not reused while it is kept; writeable inputs are never
-    kept (``key`` is None for them)."""
+    holds weak references to its inputs: they tell a reused id from the same array, and keep no
+    input alive, for a model's constants are views of its memory-mapped file, which would stay
+    mapped (a file descriptor, and a replaced file's disk space) after the model is deleted.
+    Writeable inputs are never kept (``key`` is None for them)."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
@@ -98,14 +101,20 @@ class ReadOnlyInputs:
         if entry is None:
             return None
         for kept, value in zip(entry[0], inputs):
-            if kept is not value:
+            if kept() is not value:
                 return None
         return entry[1]
 
     def put(self, key: tuple, inputs: tuple, result: Any) -> None:
+        """Keep ``result``, which must hold no view of ``inputs`` (it would keep them alive)."""
         if len(self.entries) >= self.size:
             self.entries.clear()
-        self.entries[key] = (inputs, result)
+        self.entries[key] = (tuple(_absent if value is None else weakref.ref(value) for value in inputs), result)
+
+
+def _absent() -> None:
+    """The weak reference kept for an input that is not given (None): it always reads None."""
+    return None
 
 
 def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -3,9 +3,14 @@ the same results as from writeable copies, for every data shape and every other 
 
 from __future__ import annotations
 
+import gc
+import os
+
 import numpy as np
 import pytest
 
+import lite
+from lite.format import GraphBuilder, save
 from lite.ops.gather_nd import GatherND
 from lite.ops.reduce import ReduceMean, _mean, _reduce
 from lite.ops.slice import Slice
@@ -44,6 +49,34 @@ def test_gather_nd_positions_follow_the_indices_and_the_data_shape():
             expected = GatherND(data, np.array(values, np.int64))
             for _ in range(2):
                 np.testing.assert_array_equal(GatherND(data, indices), expected)
+
+
+def mappings_of(path) -> int:
+    with open("/proc/self/maps") as maps:
+        return sum(str(path) in line for line in maps)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's mappings from /proc")
+def test_a_deleted_model_is_unmapped(tmp_path):
+    """A mapped model's constants are views of its file: kept by a kernel's cache, they kept the
+    file mapped (a file descriptor, and the disk space of a file renamed over) after the model
+    was deleted."""
+    b = GraphBuilder("slice_gather")
+    x = b.input("x", np.float32, ["N", 8])
+    window = [b.constant(name, np.array([value], np.int64)) for name, value in [("starts", 2), ("ends", 6), ("axes", 1)]]
+    sliced = b.node("Slice", [x, *window])
+    y = b.node("GatherND", [sliced, b.constant("indices", np.array([[0, 3], [1, 0]], np.int64))], outputs=["y"])
+    b.output(y, np.float32, [2])
+    path = tmp_path / "slice_gather.lite"
+    save(b.build(), path)
+    model = lite.Model.load(path, device="numpy")
+    data = np.arange(16, dtype=np.float32).reshape(2, 8)
+    for _ in range(2):  # the second run reads what the kernels kept
+        assert model.predict({"x": data})["y"].tolist() == [5.0, 10.0]
+    assert mappings_of(path) > 0
+    del model
+    gc.collect()
+    assert mappings_of(path) == 0
 
 
 @pytest.mark.parametrize("shape", [(1, 16, 64), (3, 5), (7,), (2, 1, 3)])
