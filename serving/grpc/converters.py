@@ -55,6 +55,8 @@ def to_request(msg: pb.ModelInferRequest, time_remaining: float | None,
             f"raw_input_contents has {len(raw)} entries for {len(tensors)} inputs{in_memory}; give one per input "
             "not in shared memory, in order"
         )
+    if shared:
+        shared_memory.check_request_bytes(shared.values(), sum(len(contents) for contents in raw))
     inputs: dict[str, np.ndarray] = {}
     next_raw = 0
     for index, tensor in enumerate(tensors):
