@@ -36,6 +36,7 @@ import numpy as np
 from .batch_merge import Allocate, MergeBuffers, Merged, merge
 from .config import DynamicBatching
 from .errors import DeadlineExceededError, InferenceFailedError, ResourceExhaustedError
+from .limits import wire_bytes
 from .statistics import ExecutionTimes
 
 log = logging.getLogger("serving.batching")
@@ -108,7 +109,10 @@ class DirectScheduler:
         self._pending += 1
         try:
             enqueued = time.perf_counter_ns()
-            size = sum(array.nbytes for array in inputs.values())
+            # BYTES inputs by their payload: an object array's nbytes is 8 per element whatever the
+            # element holds, so a request of large images would pass for one of small ones and have its
+            # decoding run on the loop.
+            size = sum(wire_bytes(array) for array in inputs.values())
             inline = self._inline(size)
             if inline != _THREAD:
                 # Settled inline runs read their CPU time (two system calls) every _SAMPLE_EVERY-th

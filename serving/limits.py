@@ -163,7 +163,7 @@ class RequestLimits:
                     "send smaller inputs, or raise --max-tensor-elements (LITE_MAX_TENSOR_ELEMENTS) on the server"
                 )
         in_memory = {o.name for o in wanted if o.shared_memory is not None}
-        sizes = {name: _wire_bytes(array) for name, array in answer.outputs if name not in in_memory}
+        sizes = {name: wire_bytes(array) for name, array in answer.outputs if name not in in_memory}
         framing = _FIELD_OVERHEAD * 4 + len(answer.model_name) + len(answer.model_version) + len(answer.id)
         for name, array in answer.outputs:
             framing += _FIELD_OVERHEAD * 4 + 2 * len(name) + _DIMENSION_OVERHEAD * array.ndim
@@ -180,7 +180,7 @@ class RequestLimits:
             )
 
 
-def _wire_bytes(array: np.ndarray) -> int:
+def wire_bytes(array: np.ndarray) -> int:
     """The bytes ``array`` takes in ``raw_output_contents``: BYTES elements with their length prefix."""
     if array.dtype.kind in ("O", "U", "S"):
         return sum(_BYTES_ELEMENT + len(item.encode("utf-8") if isinstance(item, str) else bytes(item))

@@ -9,9 +9,12 @@ mutual TLS, a client certificate from the same CA. Without either it answers any
 
 from __future__ import annotations
 
+import io
 import socket
 import ssl
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -24,10 +27,17 @@ from .bearer import carries_token
 # Each connection is served by a thread of its own, which waits for the request as long as the
 # client keeps the connection open: without bounds, a client that opens connections and sends
 # nothing (or a byte now and then) made the process start a thread for each, until it could start
-# none, for the models' executions either. A connection gets CONNECTION_TIMEOUT_S for each read,
-# and connections beyond MAX_CONNECTIONS at once are closed unanswered.
+# none, for the models' executions either. So connections beyond MAX_CONNECTIONS at once are closed
+# unanswered, and each read gets CONNECTION_TIMEOUT_S. A bound per read alone let a client without
+# credentials hold every slot by sending a header line every few seconds (the token is checked once
+# the request is read): the whole request, TLS handshake included, must now arrive within
+# REQUEST_DEADLINE_S of the connection, and one client address holds at most
+# MAX_CONNECTIONS_PER_ADDRESS slots, so that one host reconnecting as fast as it is dropped cannot
+# take them all from the scraper (a scraper uses one connection at a time).
 CONNECTION_TIMEOUT_S = 10.0
+REQUEST_DEADLINE_S = 5.0
 MAX_CONNECTIONS = 32
+MAX_CONNECTIONS_PER_ADDRESS = 4
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -35,23 +45,57 @@ class _Server(ThreadingMixIn, WSGIServer):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._slots_lock = threading.Lock()
+        self._slots: Counter[str] = Counter()  # client address -> connections being served
 
-    def process_request(self, request: socket.socket, client_address: object) -> None:
-        if not self._connections.acquire(blocking=False):
+    def process_request(self, request: socket.socket, client_address: tuple) -> None:
+        if not self._take_slot(client_address[0]):
             self.shutdown_request(request)  # as many threads as it may have: this one gets none
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._connections.release()
+            self._give_back_slot(client_address[0])
             raise
 
-    def process_request_thread(self, request: socket.socket, client_address: object) -> None:
+    def process_request_thread(self, request: socket.socket, client_address: tuple) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._connections.release()
+            self._give_back_slot(client_address[0])
+
+    def _take_slot(self, address: str) -> bool:
+        with self._slots_lock:
+            if self._slots.total() >= MAX_CONNECTIONS or self._slots[address] >= MAX_CONNECTIONS_PER_ADDRESS:
+                return False
+            self._slots[address] += 1
+            return True
+
+    def _give_back_slot(self, address: str) -> None:
+        with self._slots_lock:
+            self._slots[address] -= 1
+            if not self._slots[address]:
+                del self._slots[address]
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's bytes, each read given only the time left until ``deadline``
+    (``time.monotonic``): a request trickled in a byte at a time ends at the deadline all the same."""
+
+    def __init__(self, connection: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._connection = connection
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the request did not arrive within {REQUEST_DEADLINE_S} s")
+        self._connection.settimeout(left)
+        return self._connection.recv_into(buffer)
 
 
 class _Server6(_Server):
@@ -59,7 +103,17 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    timeout = CONNECTION_TIMEOUT_S  # for each read of the connection, the TLS handshake's too
+    timeout = CONNECTION_TIMEOUT_S  # for each write of the answer
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + REQUEST_DEADLINE_S))
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self.connection.settimeout(self.timeout)  # the request is in: the answer gets the usual time
+        return parsed
 
     def log_message(self, format: str, *args: object) -> None:  # scrapes are not worth a log line each
         pass

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import ssl
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -25,7 +27,14 @@ from .eventloop import CHOICES as EVENT_LOOPS
 
 ENV_PREFIX = "LITE_"
 ORT_THREAD_POOLS = ("session", "shared")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 MIB = 1024 * 1024
+# A token is a line of text; a file much larger than this is the wrong file (or /dev/zero), which
+# would otherwise be read whole into memory before the server could say so.
+MAX_TOKEN_FILE_BYTES = 64 * 1024
+# The longest a poll interval or grace period may be: a day. Longer is a mistake (a unit slip), and
+# far longer overflows the timers that apply them (threading.Timer refuses more than ~2**63 ns).
+MAX_SECONDS = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,8 @@ class Settings:
     def __post_init__(self) -> None:
         _check_positive(self, ("max_message_bytes", "max_queue_size", "instance_count", "stream_concurrency",
                                "workers", "max_shared_memory_regions", "max_shared_memory_bytes"))
+        _check_int_range(self, "max_message_bytes", 1, _GRPC_INT_MAX)  # gRPC reads it as a C int
+        _check_seconds(self, ("poll_interval_s", "grace_period_s"))
         if self.max_tensor_elements < 0:
             raise ConfigError(f"setting max_tensor_elements must be >= 0 (0: max_message_bytes), got "
                               f"{self.max_tensor_elements}")
@@ -148,6 +159,9 @@ class Settings:
         check_tls_files(self.tls_cert, self.tls_key, self.tls_client_ca)
         if self.event_loop not in EVENT_LOOPS:
             raise ConfigError(f"event_loop {self.event_loop!r}: expected one of {', '.join(EVENT_LOOPS)}")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ConfigError(f"log_level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)} "
+                              f"({_flag_and_variable('log_level')})")
         if self.log_format not in ("json", "text"):
             raise ConfigError(f"log_format {self.log_format!r}: expected json or text")
         # Read the token now: a blank or unreadable one must stop the server before it listens.
@@ -309,9 +323,12 @@ def _parse(f: dataclasses.Field, raw: object) -> object:
 
 
 def read_token_file(path: Path) -> str:
-    """The bearer token in ``path`` (surrounding whitespace and the final newline removed)."""
+    """The bearer token in ``path`` (surrounding whitespace and the final newline removed).
+
+    Only a regular file of at most ``MAX_TOKEN_FILE_BYTES`` is read: a device (/dev/zero) would be
+    read until memory ran out, and a FIFO without a writer would block startup for good."""
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        token = _read_small_regular_file(path, MAX_TOKEN_FILE_BYTES).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise ConfigError(
@@ -319,6 +336,19 @@ def read_token_file(path: Path) -> str:
             "can read, holding the token"
         ) from err
     return _checked_token(token, f"auth_token_file {str(path)!r}")
+
+
+def _read_small_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``; OSError when it is not a regular file or holds more than ``limit``."""
+    # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(0, "not a regular file")
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(0, f"larger than {limit} bytes, more than a token")
+    return data
 
 
 def check_tls_files(cert: Path | None, key: Path | None, client_ca: Path | None) -> None:
@@ -387,13 +417,31 @@ def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
 _GRPC_INT_MAX = 2**31 - 1
 
 
+def _flag_and_variable(name: str) -> str:
+    return f"--{name.replace('_', '-')}, {ENV_PREFIX}{name.upper()}"
+
+
+def _check_int_range(settings: Settings, name: str, least: int, most: int) -> None:
+    value = getattr(settings, name)
+    if not least <= value <= most:
+        raise ConfigError(f"setting {name} must be an integer from {least} to {most}, got {value} "
+                          f"({_flag_and_variable(name)})")
+
+
+def _check_seconds(settings: Settings, names: tuple[str, ...]) -> None:
+    """Durations: finite (NaN compares false with everything, so it would pass every later check and
+    skip what it times) and from 0 to ``MAX_SECONDS``."""
+    for name in names:
+        value = getattr(settings, name)
+        if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+            raise ConfigError(f"setting {name} must be a number of seconds from 0 to {MAX_SECONDS:.0f}, got {value} "
+                              f"({_flag_and_variable(name)})")
+
+
 def _check_keepalive(settings: Settings) -> None:
     """The keepalive settings, as gRPC takes them: times positive, counts and the interval >= 0, all
     within a C int (gRPC reads channel arguments as such)."""
     for name, least in (("grpc_keepalive_time", 1), ("grpc_keepalive_timeout", 1),
                         ("grpc_http2_min_recv_ping_interval_without_data", 0), ("grpc_http2_max_ping_strikes", 0),
                         ("grpc_http2_max_pings_without_data", 0)):
-        value = getattr(settings, name)
-        if not least <= value <= _GRPC_INT_MAX:
-            raise ConfigError(f"setting {name} must be an integer from {least} to {_GRPC_INT_MAX}, got {value} "
-                              f"(--{name.replace('_', '-')}, {ENV_PREFIX}{name.upper()})")
+        _check_int_range(settings, name, least, _GRPC_INT_MAX)

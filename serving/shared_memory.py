@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -278,6 +279,20 @@ class SharedMemoryRegistry:
                 "(SystemSharedMemoryRegister)"
             )
         return region
+
+    def check_request_bytes(self, slices: Iterable[RegionSlice], in_message: int) -> None:
+        """A request's inputs in memory and in its message may hold ``max_message_bytes`` together,
+        checked before a byte is read: the message limit bounds what a request costs the server,
+        and otherwise a request of a few hundred bytes could name gigabytes (every input up to
+        ``max_tensor_elements`` elements of 8 bytes, each read from the same region)."""
+        in_memory = sum(where.byte_size for where in slices)
+        if in_memory + in_message > self.max_message_bytes:
+            raise ResourceExhaustedError(
+                f"the request's inputs hold {in_memory + in_message} bytes ({in_memory} of them in shared memory), "
+                f"more than the server's limit of {self.max_message_bytes} bytes per request (--max-message-bytes, "
+                f"LITE_MAX_MESSAGE_BYTES), in shared memory as in a message; send smaller or fewer inputs per "
+                "request, or raise the limit"
+            )
 
     def read_tensor(self, where: RegionSlice, datatype: str, shape: tuple[int, ...], what: str) -> np.ndarray:
         """An input's raw bytes, read once its shape and size are checked against the server's limits:

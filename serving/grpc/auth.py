@@ -35,20 +35,21 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _deny(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` that only answers UNAUTHENTICATED."""
+    """A handler that only answers UNAUTHENTICATED, for a call to ``handler``'s method.
+
+    It always takes the request as a stream, and reads none of it: gRPC runs a unary handler only
+    once its request message is received whole (up to max_message_bytes), so every call without
+    the token could make the server hold a full message until answered. The wire format is the
+    same for both kinds, so the client sees no difference but the early answer."""
     code = status_of(UnauthenticatedError(message))
 
-    async def abort(request, context):
+    async def abort(requests, context):
         await context.abort(code, message)
 
-    async def abort_stream(request, context):
+    async def abort_stream(requests, context):
         await context.abort(code, message)
         yield  # pragma: no cover - makes this an async generator
 
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort_stream)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort_stream)
-    return grpc.unary_unary_rpc_method_handler(abort)
+        return grpc.stream_stream_rpc_method_handler(abort_stream)
+    return grpc.stream_unary_rpc_method_handler(abort)

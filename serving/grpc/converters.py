@@ -17,7 +17,7 @@ import numpy as np
 
 from .._generated import inference_pb2 as pb
 from ..datatypes import CONFIG_TYPE, datatype_of, decode_raw, element_count, encode_raw, numpy_dtype
-from ..errors import InvalidRequestError, UnsupportedError
+from ..errors import InvalidRequestError, ResourceExhaustedError, UnsupportedError
 from ..model import ServedModel
 from ..shared_memory import Region, RegionSlice, SharedMemoryRegistry
 from ..statistics import Duration, StatisticsSnapshot
@@ -36,6 +36,10 @@ _TYPED_FIELD = {
 }
 _SHARED_MEMORY = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 _NOT_ECHOED = ("headers",)
+# The most inputs, requested outputs and parameters a request may carry, each: they are decoded on
+# the event loop before the model is consulted, and a request of a million empty inputs (20 MB, well
+# within the message limit) held every other client for 15 s. No model served here has this many.
+MAX_REQUEST_ENTRIES = 4096
 _GPU = pb.ModelInstanceGroup.KIND_GPU
 
 
@@ -48,6 +52,7 @@ def to_request(msg: pb.ModelInferRequest, time_remaining: float | None,
     # fields and maps are skipped without building containers from them.
     raw = msg.raw_input_contents
     tensors = msg.inputs
+    _check_entry_counts(msg)
     shared = _shared_inputs(tensors, shared_memory)
     if raw and len(raw) != len(tensors) - len(shared or ()):
         in_memory = f" ({len(shared)} of them in shared memory)" if shared else ""
@@ -55,6 +60,8 @@ def to_request(msg: pb.ModelInferRequest, time_remaining: float | None,
             f"raw_input_contents has {len(raw)} entries for {len(tensors)} inputs{in_memory}; give one per input "
             "not in shared memory, in order"
         )
+    if shared:
+        shared_memory.check_request_bytes(shared.values(), sum(len(contents) for contents in raw))
     inputs: dict[str, np.ndarray] = {}
     next_raw = 0
     for index, tensor in enumerate(tensors):
@@ -85,6 +92,16 @@ def to_request(msg: pb.ModelInferRequest, time_remaining: float | None,
             queue_deadline = time.monotonic() + timeout_us / 1e6
             deadline = queue_deadline if deadline is None else min(deadline, queue_deadline)
     return InferenceRequest(msg.model_name, inputs, msg.model_version, msg.id, outputs, parameters, deadline)
+
+
+def _check_entry_counts(msg: pb.ModelInferRequest) -> None:
+    for what, count in (("inputs", len(msg.inputs)), ("requested outputs", len(msg.outputs)),
+                        ("parameters", len(msg.parameters))):
+        if count > MAX_REQUEST_ENTRIES:
+            raise ResourceExhaustedError(
+                f"the request has {count} {what}, more than the server takes ({MAX_REQUEST_ENTRIES}); a model's "
+                "inputs and outputs are listed by ModelMetadata"
+            )
 
 
 def _is_count(value: ParameterValue) -> bool:

@@ -192,6 +192,20 @@ def _start_once(repository: Path, *extra: str, env: dict | None, timeout: float,
     return server
 
 
+def refusal_to_start(repository: Path, *flags: str, env: dict | None = None) -> str:
+    """What ``python -m serving`` says on stderr when it refuses to start (it must exit, with status 2)."""
+    command = [sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
+               "--port", str(free_port()), "--metrics-port", "0", *flags]
+    try:
+        done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=20, cwd=REPO_ROOT,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the server started with {flags} instead of refusing to")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stderr
+
+
 @pytest.fixture(scope="module")
 def server(repository):
     process = start_server(repository)

@@ -362,6 +362,33 @@ def test_cheap_executions_move_onto_the_event_loop_and_slow_ones_never_do():
     assert not any(slow)
 
 
+def test_a_request_of_large_bytes_elements_runs_on_a_thread_after_small_ones_settled_inline():
+    """BYTES inputs were sized at 8 bytes an element (an object array's nbytes), so a request of
+    large images passed for one of the small ones that had settled on the loop, and decoding them
+    stalled every client of the server."""
+    import threading
+
+    on_loop = []
+
+    def execute(inputs):
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return inputs
+
+    def images(size: int) -> dict:
+        return {"image": np.array([b"\x89PNG" + bytes(size)] * 8, dtype=object)}
+
+    async def main():
+        with ThreadPoolExecutor(1) as executor:
+            scheduler = DirectScheduler(execute, lambda times, n: None, executor, 1, 16, "m", inline_ns=200_000)
+            for _ in range(200):
+                await scheduler.submit(images(100), 8, None)
+            assert on_loop[-1], "the small requests should have settled on the loop"
+            await scheduler.submit(images(1_000_000), 8, None)
+
+    asyncio.run(main())
+    assert not on_loop[-1]
+
+
 def test_pinned_merge_buffers_fall_back_to_ordinary_memory_without_a_gpu(caplog):
     pytest.importorskip("torch", reason="the pinned allocation goes through PyTorch or CuPy")
     import torch

@@ -10,12 +10,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
-import os
 import queue
 import socket
 import ssl
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -33,7 +30,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from .conftest import REPO_ROOT, free_port, identity_model, start_server
+from .conftest import identity_model, refusal_to_start, start_server
 
 TOKEN = "s3cret-token"
 TIMEOUT = 10.0  # seconds for each client call: a refused handshake must not hang the test
@@ -277,20 +274,6 @@ def test_health_checks_need_no_token(token_server):
 
 
 # ----- token files --------------------------------------------------------------------------------
-
-
-def refusal_to_start(repository: Path, *flags: str, env: dict | None = None) -> str:
-    """What ``python -m serving`` says on stderr when it refuses to start (it must exit, with status 2)."""
-    command = [sys.executable, "-m", "serving", "--repository", str(repository), "--host", "127.0.0.1",
-               "--port", str(free_port()), "--metrics-port", "0", *flags]
-    try:
-        done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=20, cwd=REPO_ROOT,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the server started with {flags} instead of refusing to")
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    return done.stderr
 
 
 @pytest.mark.parametrize("content", ["", "\n", "  \t \n\n"], ids=["empty", "newline", "whitespace"])
