@@ -53,4 +53,5 @@ def test_large_calls_without_the_token_are_refused_without_being_received_whole(
             channel.close()
     assert codes == {grpc.StatusCode.UNAUTHENTICATED}
     grown = _peak_rss_mib(token_server.process.pid) - before
-    assert grown < calls * size // MIB // 2, f"the server grew by {grown} MiB"  # held whole: 384 MiB or more
+    # Held whole, the calls take 384 MiB or more; refused unread, tens (gRPC's flow-control windows).
+    assert grown < calls * size // MIB * 3 // 4, f"the server grew by {grown} MiB"
