@@ -19,23 +19,23 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lite.cpu import int8_products_saturate
-from lite.device_arrays import DeviceArray, is_device_array, numpy_dtype_of_ortvalue
+from lite.device_arrays import is_device_array, numpy_dtype_of_ortvalue
 from lite.engines.base import has_half_weights
 from lite.engines.ort import int8_choice, sessions, thread_choice
 from lite.engines.ort.cuda import CudaRunner, caller_stream, torch_stream
 from lite.engines.ort.device_kernels import CudaStream, KernelSteps, run_bound
 from lite.engines.ort.empty_inputs import has_empty_axis, has_recurrent_layers
+from lite.engines.ort.segments import Segment, TypedOnFirstRun, as_text, from_device, host_array, to_device
 from lite.engines.partition import Part, numpy_part, split
-from lite.errors import EngineUnavailableError, InvalidInputError, LiteError, UnsupportedOpError
+from lite.errors import EngineUnavailableError, LiteError, UnsupportedOpError
 from lite.format import ir
-from lite.format.dtypes import DataType, from_numpy
+from lite.format.dtypes import DataType
 from lite.format.onnx.graph import lowering_fingerprint, node_name
 from lite.ops.registry import KernelRegistry, normalize_domain
 
@@ -47,48 +47,6 @@ _HERE = Path(__file__).resolve().parent
 _REWRITES = (_HERE / "half.py", _HERE / "unsigned.py", _HERE / "rewrites.py", _HERE / "dequantized.py",
              _HERE / "int8_choice.py", _HERE.parent / "partition.py")
 _FLOAT_FORM = "float form"  # the form of an int8 model run on dequantized weights (see int8_choice.py)
-
-
-@dataclass
-class _Segment:
-    on_ort: bool
-    nodes: list[ir.Node]
-    inputs: list[int]
-    outputs: list[int]
-    runner: Any = None
-    input_names: tuple[str, ...] = ()
-    output_names: tuple[str, ...] = ()
-    on_device_kernels: bool = False  # custom nodes whose CUDA kernels run on device memory
-
-    def run(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        feeds = {name: values[name] for name in self.input_names}
-        if self.on_ort:
-            results = self.runner.run(list(self.output_names), feeds)
-            return dict(zip(self.output_names, results))
-        return self.runner.run(feeds)
-
-
-class _TypedOnFirstRun:
-    """A session for a segment whose inputs have no declared type (they come from a custom op):
-    built on the first call, typed from the arrays it receives, one session per input dtypes."""
-
-    def __init__(self, build: Callable[[dict[str, DataType]], sessions.Session]) -> None:
-        self.build = build
-        self.sessions: dict[tuple, sessions.Session] = {}
-        self.lock = threading.Lock()
-
-    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session_for({name: array.dtype for name, array in feeds.items()}).run(output_names, feeds)
-
-    def session_for(self, dtypes: dict[str, np.dtype]) -> sessions.Session:
-        key = tuple((name, dtype.str) for name, dtype in dtypes.items())
-        session = self.sessions.get(key)
-        if session is None:
-            with self.lock:
-                session = self.sessions.get(key)
-                if session is None:
-                    session = self.sessions[key] = self.build({name: from_numpy(d) for name, d in dtypes.items()})
-        return session
 
 
 class OrtEngine:
@@ -187,7 +145,7 @@ class OrtEngine:
     def _on_empty(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if self._empty_runner is None:
             self._empty_runner = self._numpy_reference()
-        return self._empty_runner({name: _host(value) for name, value in feeds.items()})
+        return self._empty_runner({name: host_array(value) for name, value in feeds.items()})
 
     def _numpy_reference(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
         from lite.engines.numpy_engine import NumpyEngine
@@ -229,11 +187,11 @@ class OrtEngine:
         # numpy engine then.
         return domain in _ORT_DOMAINS or bool(self.config.custom_op_libraries)
 
-    def _build(self, on_numpy: set[int]) -> list[_Segment]:
+    def _build(self, on_numpy: set[int]) -> list[Segment]:
         graph = self.model.main
         segments = []
         for part in split(self.model, lambda node: id(node) not in on_numpy):
-            segment = _Segment(part.on_engine, part.nodes, part.inputs, part.outputs)
+            segment = Segment(part.on_engine, part.nodes, part.inputs, part.outputs)
             segment.input_names = tuple(graph.tensors[i].name for i in segment.inputs)
             segment.output_names = tuple(graph.tensors[i].name for i in segment.outputs)
             segments.append(segment)
@@ -254,7 +212,7 @@ class OrtEngine:
                 segment.runner = self._runner(segment, index, len(segments), config)
         return segments
 
-    def _on_device(self, segments: list[_Segment]) -> bool:
+    def _on_device(self, segments: list[Segment]) -> bool:
         """Whether values may stay on the GPU between segments: on a GPU device, with no text
         tensor crossing from one segment to the next (ONNX Runtime keeps strings on the host)."""
         if self.name == "cpu" or len(segments) == 1 and segments[0].on_ort:
@@ -267,7 +225,7 @@ class OrtEngine:
 
         return device_kernels(self.custom_ops, nodes)
 
-    def _runner(self, segment: _Segment, index: int, count: int, config: sessions.SessionConfig | None = None):
+    def _runner(self, segment: Segment, index: int, count: int, config: sessions.SessionConfig | None = None):
         graph = self.model.main
         config = config or self.plain_config
         if segment.on_ort:
@@ -285,7 +243,7 @@ class OrtEngine:
                                        config, self.identity(f"{part}|{typed}", self.int8_form))
 
             if any(graph.tensors[i].dtype == DataType.UNDEFINED for i in inputs):
-                return _TypedOnFirstRun(build)
+                return TypedOnFirstRun(build)
             return build()
         return numpy_part(self.model, Part(False, segment.nodes, segment.inputs, segment.outputs), index,
                           self.custom_ops)
@@ -383,8 +341,8 @@ class OrtEngine:
             return self.gpu.run(dict(feeds))
         if any(s.on_device_kernels for s in self.segments):  # no text tensors then (see _on_device)
             return self._run_on_device(feeds)
-        feeds = {name: _host(value) for name, value in feeds.items()}
-        feeds = {name: _as_text(name, value) if getattr(value, "dtype", None) == object else value
+        feeds = {name: host_array(value) for name, value in feeds.items()}
+        feeds = {name: as_text(name, value) if getattr(value, "dtype", None) == object else value
                  for name, value in feeds.items()}
         if len(self.segments) == 1:
             return self.segments[0].run(feeds)
@@ -425,7 +383,7 @@ class OrtEngine:
                     values.update(zip(segment.output_names, run_bound(session.session, inputs, segment.output_names,
                                                                       self.config.device_id)))
                 else:
-                    values.update(segment.runner.run({name: _from_device(value) for name, value in inputs.items()}))
+                    values.update(segment.runner.run({name: from_device(value) for name, value in inputs.items()}))
             if queued:
                 self.stream.synchronize()
         except sessions.MissingKernel as missing:
@@ -433,12 +391,12 @@ class OrtEngine:
             self._move_to_numpy(missing)
             return self.run(feeds)
         if on_device:
-            return {name: _to_device(ort_value, values[name], self.config.device_id) for name in self.output_names}
-        return {name: _from_device(values[name]) for name in self.output_names}
+            return {name: to_device(ort_value, values[name], self.config.device_id) for name in self.output_names}
+        return {name: from_device(values[name]) for name in self.output_names}
 
-    def _session(self, segment: _Segment, feeds: Mapping[str, Any]) -> sessions.Session:
+    def _session(self, segment: Segment, feeds: Mapping[str, Any]) -> sessions.Session:
         runner = segment.runner
-        if isinstance(runner, _TypedOnFirstRun):
+        if isinstance(runner, TypedOnFirstRun):
             return runner.session_for({name: value.dtype if isinstance(value, np.ndarray)
                                        else numpy_dtype_of_ortvalue(value) for name, value in feeds.items()})
         return runner
@@ -458,43 +416,6 @@ class OrtEngine:
         return [{"engine": "onnxruntime" if s.on_ort else "cuda-kernel" if s.on_device_kernels else "numpy",
                  "nodes": len(s.nodes),
                  "ops": sorted({n.op_type for n in s.nodes})} for s in self.segments]
-
-
-def _host(value: Any) -> np.ndarray:
-    """numpy arrays as they are; device arrays copied to the host (partitioned or CPU graphs)."""
-    if is_device_array(value):
-        from onnxruntime import OrtValue
-
-        return OrtValue.from_dlpack(value).numpy()
-    return value
-
-
-def _from_device(value: Any) -> Any:
-    """A host array of an OrtValue on the device; numpy arrays as they are."""
-    return value if isinstance(value, np.ndarray) else value.numpy()
-
-
-def _to_device(ort_value, value: Any, device_id: int) -> DeviceArray:
-    """An output for a caller that passed device arrays: on the device, whichever segment made it."""
-    if isinstance(value, np.ndarray):
-        value = ort_value.ortvalue_from_numpy(np.ascontiguousarray(value), "cuda", device_id)
-    return DeviceArray(value)
-
-
-def _as_text(name: str, array: np.ndarray) -> np.ndarray:
-    """ONNX Runtime's Python binding holds string elements as text: decode bytes as UTF-8."""
-    def decode(item):
-        if isinstance(item, bytes):
-            try:
-                return item.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise InvalidInputError(
-                    f"input {name!r}: ONNX Runtime carries strings as UTF-8 text and {item[:16]!r} is not UTF-8 "
-                    "(use device='numpy' for arbitrary bytes)"
-                ) from err
-        return item
-
-    return np.asarray(np.frompyfunc(decode, 1, 1)(array), dtype=object) if array.size else array
 
 
 def available_devices() -> list[str]:
