@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import tracemalloc
@@ -82,6 +83,9 @@ BENCH_BACKENDS = {"grpc": "serve"}
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.concurrency < 1 or not math.isfinite(args.duration) or args.duration <= 0:
+        raise ValueError(f"--concurrency must be >= 1 and --duration a number of seconds > 0 "
+                         f"(got {args.concurrency} and {args.duration})")
     if args.json:
         check_writable(args.json, "--json")  # now, not after the measurements
     if args.grpc is not None:

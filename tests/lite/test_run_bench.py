@@ -136,3 +136,9 @@ def test_bench_refuses_a_batch_that_contradicts_the_given_shape(cnn, tmp_path, c
     assert "--batch 4 and" in err and "disagree" in err
     assert main(["bench", str(cnn), "--device", "numpy", "--loops", "1", "--warmup", "0", "--batch", "1",
                  *given]) == 0
+
+
+@pytest.mark.parametrize("option", [["--duration", "nan"], ["--duration", "-1"], ["--concurrency", "0"]])
+def test_bench_refuses_a_duration_or_concurrency_that_cannot_be(cnn, capsys, option):
+    assert main(["bench", str(cnn), *option]) == 1
+    assert "--concurrency must be >= 1 and --duration a number of seconds > 0" in capsys.readouterr().err
