@@ -5,7 +5,8 @@ ShapeInferencePass, which leaves large weights out of the proto it hands to ONNX
 2 GB work. Later passes need the shapes: constant folding of ``Shape`` on static dims, and the
 rank checks of the BatchNormalization folds; the int8 quantizers need the element types. ONNX
 does not know ONNX Runtime's contrib ops, so the outputs of those, and what is computed from them,
-are typed afterwards by :mod:`converter.passes.contrib_types`. When inference fails (e.g. custom
+are typed afterwards by :mod:`converter.passes.contrib_types`. An output's declared shape that
+the graph contradicts gives way to the inferred one (:mod:`converter.passes.declared_outputs`). When inference fails (e.g. custom
 ops), the model is left as it was and the pass reports why.
 """
 
@@ -20,6 +21,7 @@ import onnx_ir.passes.common as ir_passes
 from converter.errors import PassError
 from converter.passes.base import PassContext, PassResult, all_graphs, describe
 from converter.passes.contrib_types import infer_contrib_types
+from converter.passes.declared_outputs import restore_declared_output_shapes, set_aside_declared_output_shapes
 
 
 class _Capture(logging.Handler):
@@ -40,6 +42,7 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     capture = _Capture()
     logger.addHandler(capture)
     propagate, logger.propagate = logger.propagate, False
+    declared = set_aside_declared_output_shapes(model)
     try:
         long_vector = _long_vector(model)
         if long_vector is None:
@@ -58,6 +61,9 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
+        contradicted = restore_declared_output_shapes(declared)
+    context.warnings.extend(contradicted)
+    result.details.extend(contradicted)
     contrib_typed = infer_contrib_types(model)
     _refuse_negative_dims(model)
     after = _known(model)

@@ -350,7 +350,8 @@ class Im2col:
             else:
                 np.matmul(self.matrix, columns, out=y[n])
         del padded, columns, windows, view, planes
-        y = y.reshape(self.y_shape[0], self.y_shape[1], -1)
+        # The pixel count spelled out: numpy cannot infer -1 for a batch of 0.
+        y = y.reshape(self.y_shape[0], self.y_shape[1], math.prod(self.y_shape[2:]))
         if self.bias is not None:
             np.add(y, self.bias, out=y)
         if self.activate is not None:

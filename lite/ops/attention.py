@@ -153,7 +153,8 @@ def _attention(Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, sc
 
     output = np.matmul(probabilities, value)
     if merge_heads:
-        output = output.transpose(0, 2, 1, 3).reshape(output.shape[0], output.shape[2], -1)
+        batch, heads, length, width = output.shape  # all four named: -1 cannot be inferred for a batch of 0
+        output = output.transpose(0, 2, 1, 3).reshape(batch, length, heads * width)
     debug = {_OUTPUT_RAW: raw_scores, _OUTPUT_SOFTCAPPED: scores, _OUTPUT_WITH_BIAS: biased,
              _OUTPUT_SOFTMAX: probabilities}.get(qk_matmul_output_mode)
     if debug is None:

@@ -7,6 +7,8 @@ https://onnx.ai/onnx/operators/onnx__GlobalLpPool.html
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from lite.ops._conv_common import compute_dtype
@@ -36,7 +38,8 @@ def GlobalAveragePool(X):
         total = np.matmul(x.reshape(-1, pixels), ones(pixels, x.dtype))
         np.divide(total, x.dtype.type(pixels), out=total)
         return total.reshape(x.shape[:2] + (1,) * (x.ndim - 2))
-    flat = x.reshape(x.shape[0], x.shape[1], -1).astype(compute_dtype(x), copy=False)
+    # The pixel count spelled out: numpy cannot infer -1 for a batch of 0.
+    flat = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),)).astype(compute_dtype(x), copy=False)
     mean = flat.mean(axis=-1)
     return mean.reshape(mean.shape + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)
 

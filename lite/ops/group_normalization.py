@@ -8,6 +8,8 @@ Opset 18 takes ``scale``/``bias`` per group (shape ``(num_groups,)``); opset 21 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from lite.errors import UnsupportedOpError
@@ -21,7 +23,8 @@ def _normalized(X, num_groups, epsilon, dtype):
         raise UnsupportedOpError(
             f"GroupNormalization: {channels} channels do not split into num_groups={num_groups}"
         )
-    grouped = x.reshape(batch, num_groups, -1)
+    # The group's width spelled out: numpy cannot infer -1 for a batch of 0.
+    grouped = x.reshape(batch, num_groups, channels // num_groups * math.prod(x.shape[2:]))
     mean = grouped.mean(axis=-1, keepdims=True)
     var = grouped.var(axis=-1, keepdims=True)
     return ((grouped - mean) / np.sqrt(var + dtype.type(epsilon))).reshape(x.shape)

@@ -125,7 +125,9 @@ def _indices(X, padded, geometry, storage_order):
     view = windows(padded, geometry.kernel, geometry.strides, geometry.dilations, geometry.out_shape)
     # (N, C, *out, *kernel) -> flat kernel axis, first maximum wins ties.
     order = (0, 1) + tuple(range(2 + rank, 2 + 2 * rank)) + tuple(range(2, 2 + rank))
-    flat = np.ascontiguousarray(view.transpose(order)).reshape(*view.shape[:2], *geometry.out_shape, -1)
+    # The tap count spelled out: numpy cannot infer -1 for a batch of 0.
+    taps = math.prod(geometry.kernel)
+    flat = np.ascontiguousarray(view.transpose(order)).reshape(*view.shape[:2], *geometry.out_shape, taps)
     tap = np.unravel_index(np.argmax(flat, axis=-1), geometry.kernel)
     spatial = X.shape[2:]
     coords = []

@@ -49,7 +49,8 @@ def _target(x, scales, sizes, axes, policy):
             raise UnsupportedOpError(f"Resize: sizes has {len(sizes)} entries for {len(axes)} axes")
         for axis, value in zip(axes, sizes.tolist()):
             size[axis] = int(value)
-            scale[axis] = int(value) / x.shape[axis]
+            # An empty axis (a batch of 0) has no scale to speak of; it stays empty.
+            scale[axis] = int(value) / x.shape[axis] if x.shape[axis] else 1.0
         if policy != "stretch":
             if policy not in ("not_larger", "not_smaller"):
                 raise UnsupportedOpError(

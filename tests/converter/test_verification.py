@@ -317,7 +317,10 @@ def test_the_report_line_says_which_bound_a_passing_output_met():
     assert ": ok " in line and "over rtol 0.0001; within the reference's own spread" in line
     assert "moves by 0.02" in line and "2 x that = 0.04 allowed on 'output0'" in line
     close = OutputError("output0", 5e-5, 5e-5, 1.0, magnitude=1.0, dtype=np.dtype(np.float32))
-    assert "(within rtol 0.0001, atol 1e-06)" in _report_with([close], spread)
+    assert "max rel 5e-05 (within rtol 0.0001)" in _report_with([close], spread)
+    small = OutputError("output0", 3.2e-7, 0.0164, 1.0, magnitude=1.95e-5, dtype=np.dtype(np.float32))
+    line = _report_with([small], spread)
+    assert ": ok " in line and "max rel 0.0164 (over rtol 0.0001, max abs within atol 1e-06: the output's peak is only 1.95e-05)" in line
     half = OutputError("output0", 2e-3, 2e-3, 1.0, magnitude=1.0, dtype=np.dtype(np.float16))
     assert "within float16 rounding of its peak 1" in _report_with([half], Tolerance(1e-4, 1e-6))
     failed = OutputError("output0", 0.05, 0.05, 0.99, magnitude=1.0, dtype=np.dtype(np.float32))
