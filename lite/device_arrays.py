@@ -151,3 +151,15 @@ def pinned_empty(shape: tuple[int, ...] | list[int], dtype: Any = np.float32) ->
         "pinned host memory needs PyTorch or CuPy with a CUDA driver (pip install torch, or cupy-cuda12x): "
         + "; ".join(errors)
     )
+
+
+def synchronize_device(device_id: int) -> None:
+    """Wait for the device's queued work, through whichever array library the caller uses."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.synchronize(device_id)
+        return
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        with cupy.cuda.Device(device_id):
+            cupy.cuda.runtime.deviceSynchronize()

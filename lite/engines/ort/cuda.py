@@ -34,7 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from lite.device_arrays import DeviceArray, device_array_spec, is_device_array, numpy_dtype_of_ortvalue
+from lite.device_arrays import (
+    DeviceArray,
+    device_array_spec,
+    is_device_array,
+    numpy_dtype_of_ortvalue,
+    synchronize_device,
+)
 from lite.engines.host_upload import STAGED_MIN_BYTES, HostUploader
 from lite.engines.ort.sessions import Session
 
@@ -389,15 +395,3 @@ def caller_stream(feeds: dict[str, Any]):
         if isinstance(value, torch.Tensor) and value.is_cuda:
             return torch.cuda.current_stream(value.device)
     return None
-
-
-def synchronize_device(device_id: int) -> None:
-    """Wait for the device's queued work, through whichever array library the caller uses."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        torch.cuda.synchronize(device_id)
-        return
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        with cupy.cuda.Device(device_id):
-            cupy.cuda.runtime.deviceSynchronize()

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from lite.binding import Binding, check_same_kind
-from lite.device_arrays import DeviceArray, is_device_array
-from lite.engines.ort.cuda import synchronize_device
+from lite.device_arrays import DeviceArray, is_device_array, synchronize_device
 
 
 class GraphBinding(Binding):

@@ -46,17 +46,24 @@ class ThreadPoolError(LiteError, RuntimeError):
     a pool of its own."""
 
 
+def _onnxruntime():
+    """ONNX Runtime's module, imported here: sessions.py, which imports this module, is not."""
+    try:
+        import onnxruntime
+    except ImportError as err:
+        raise EngineUnavailableError("shared thread pools are ONNX Runtime's: pip install 'lite-toolchain[ort]'") from err
+    return onnxruntime
+
+
 def share_threads(threads: int | None = None) -> None:
     """From now on, every ONNX Runtime session lite builds in this process runs on ONNX Runtime's
     shared pool of ``threads`` intra-op threads (None: ONNX Runtime's default, one per physical
     core). Asking again for the same size does nothing; for another, raises :class:`ThreadPoolError`.
     Raises :class:`lite.EngineUnavailableError` where ONNX Runtime is older than 1.23 (no shared
     pools in its Python API)."""
-    from lite.engines.ort.sessions import import_onnxruntime
-
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None (ONNX Runtime's default); got {threads!r}")
-    ort = import_onnxruntime("cpu")
+    ort = _onnxruntime()
     if not hasattr(ort, "set_global_thread_pool_sizes") or not hasattr(ort.SessionOptions(), "use_per_session_threads"):
         raise EngineUnavailableError(f"ONNX Runtime {ort.__version__} offers no shared thread pool to Python (1.23 and "
                                      "later do): pip install 'onnxruntime>=1.23', or keep a pool per session")

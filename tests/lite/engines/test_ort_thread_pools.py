@@ -19,7 +19,7 @@ from tests.lite.engines.models import cnn
 ort = pytest.importorskip("onnxruntime", reason="the ONNX Runtime engine needs onnxruntime (the ort extra)")
 pytest.importorskip("onnx", reason="lowering to ONNX needs onnx (the ort extra)")
 
-from lite.engines.ort import sessions, thread_choice, thread_pools  # noqa: E402
+from lite.engines.ort import thread_choice, thread_pools  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARED_POOL = hasattr(ort, "set_global_thread_pool_sizes")
@@ -113,7 +113,7 @@ def test_share_threads_needs_onnxruntime_1_23(monkeypatch):
         pass
 
     old = SimpleNamespace(__version__="1.20.1", SessionOptions=Options)
-    monkeypatch.setattr(sessions, "import_onnxruntime", lambda device: old)
+    monkeypatch.setattr(thread_pools, "_onnxruntime", lambda: old)
     with pytest.raises(lite.EngineUnavailableError, match=r"ONNX Runtime 1\.20\.1 .*onnxruntime>=1\.23"):
         thread_pools.share_threads(2)
     assert not thread_pools.sharing()
