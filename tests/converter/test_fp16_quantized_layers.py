@@ -44,7 +44,7 @@ def _quantized_lstm_then_scale() -> ir.Model:
         "w_zero": np.zeros(1, np.int8),
         "r_scale": rng.uniform(0.01, 0.02, (1, 4 * HIDDEN)).astype(np.float32),
         "r_zero": np.zeros((1, 4 * HIDDEN), np.int8),
-        "gain": rng.normal(size=HIDDEN).astype(np.float32),
+        "gain": rng.normal(size=(5, 1, 1, HIDDEN)).astype(np.float32),  # > 16 elements: halved
     }
     return _model([lstm, scale], [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [5, 1, 3])],
                   [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)], initializers)
@@ -72,10 +72,10 @@ def test_qlinear_matmul_keeps_its_scales_and_nothing_else_is_taken_for_one():
     mul = helper.make_node("Mul", ["d", "mul_scale"], ["out"])
     initializers = {
         "a_scale": np.array(0.02, np.float32), "a_zero": np.array(128, np.uint8),
-        "b": rng.integers(-127, 128, (6, 2)).astype(np.int8),
+        "b": rng.integers(-127, 128, (6, 8)).astype(np.int8),
         "b_scale": np.array(0.0097, np.float32), "b_zero": np.array(0, np.int8),
         "y_scale": np.array(0.051, np.float32), "y_zero": np.array(120, np.uint8),
-        "mul_scale": np.array([0.3, 0.7], np.float32),
+        "mul_scale": rng.uniform(0.3, 0.7, (3, 8)).astype(np.float32),  # > 16 elements: halved
     }
     model = _model([matmul, dequantize, mul], [helper.make_tensor_value_info("a", onnx.TensorProto.UINT8, [3, 6])],
                    [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)], initializers)
