@@ -18,6 +18,7 @@ import numpy as np
 
 from lite.binding import Binding, check_same_kind
 from lite.device_arrays import DeviceArray, is_device_array, synchronize_device
+from lite.errors import InvalidInputError
 
 
 class GraphBinding(Binding):
@@ -66,7 +67,8 @@ class GraphBinding(Binding):
     def _copy_in(self, name: str, value: Any, buffer: Any) -> None:
         """An input replaced by assignment: its value goes into the buffer, which goes back in place."""
         if value is None:
-            raise KeyError(f"bound input {name!r} was removed from binding.inputs; write into its buffer instead")
+            raise InvalidInputError(f"bound input {name!r} was removed from binding.inputs; write into its buffer "
+                                    "instead, or bind again")
         if not hasattr(value, "shape"):
             value = np.asarray(value)
         check_same_kind(name, value, tuple(buffer.shape), buffer.dtype)
