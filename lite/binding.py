@@ -58,8 +58,12 @@ class PredictBinding(Binding):
         self.predict = predict
 
     def run(self) -> dict[str, Any]:
-        for name, value in self.inputs.items():
-            check_same_kind(name, value, *self.shapes[name])
+        for name, (shape, dtype) in self.shapes.items():
+            value = self.inputs.get(name)
+            if value is None:
+                raise InvalidInputError(f"bound input {name!r} was removed from binding.inputs; write into its "
+                                        "buffer instead, or bind again")
+            check_same_kind(name, value, shape, dtype)
         results = self.predict(dict(self.inputs))
         self.outputs.clear()
         self.outputs.update(results)

@@ -68,3 +68,14 @@ def test_binding_checks_the_examples_as_predict_does():
     binding = model.bind({"x": [[1.0, 2.0, 3.0, 4.0]]})  # a list becomes a buffer of the input's type
     assert binding.inputs["x"].dtype == np.float32 and binding.inputs["x"].shape == (1, 4)
     assert isinstance(binding, lite.Binding) and "x: (1, 4)" in repr(binding)
+
+
+def test_inputs_removed_or_added_are_named():
+    model = lite.Model.load(affine(), device="numpy")
+    binding = model.bind({"x": np.zeros((2, 4), np.float32)})
+    binding.inputs["extra"] = np.zeros(3, np.float32)
+    with pytest.raises(lite.InvalidInputError, match="unknown 'extra'"):
+        binding.run()
+    del binding.inputs["extra"], binding.inputs["x"]
+    with pytest.raises(lite.InvalidInputError, match="bound input 'x' was removed"):
+        binding.run()
