@@ -20,12 +20,12 @@ Each refusal is a :class:`ModelImportError` naming the tensor and its location.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import onnx_ir as ir
 
+from converter.contained_files import contained_file
 from converter.errors import ModelImportError
 
 
@@ -177,29 +177,20 @@ def _check_tensor(tensor: ir.ExternalTensor, folder: Path, label: str) -> None:
 
 def _resolve(folder: Path, location: str, label: str) -> Path:
     """``folder / location`` if it names a regular file inside ``folder`` (symlinks resolved)."""
-    parts = location.replace("\\", "/").split("/")
-    if not location or os.path.isabs(location) or Path(location).drive or ".." in parts:
-        raise ModelImportError(
-            f"{label}: the location must be a relative path inside the model's folder, without '..'; "
-            "the model is damaged or hostile"
-        )
-    path = folder / location
-    try:
-        real, real_folder = path.resolve(strict=True), folder.resolve(strict=True)
-    except FileNotFoundError as err:
-        raise ModelImportError(
-            f"{label}: {path} does not exist; keep the model's data files next to it"
-        ) from err
-    except (OSError, RuntimeError) as err:  # a symlink loop, an unreadable folder
-        raise ModelImportError(f"{label}: cannot resolve {path} ({err})") from err
-    if not real.is_relative_to(real_folder):
-        raise ModelImportError(
-            f"{label}: {path} resolves to {real}, outside the model's folder {real_folder}; "
-            "external data must stay inside the model's folder (or, in a Hugging Face hub cache, in the "
-            "blobs/ folder its snapshot links into); copy the model's folder with the links followed "
-            "(cp -rL MODEL_DIR DIR) and convert DIR's model"
-        )
-    mode = real.stat().st_mode
-    if not stat.S_ISREG(mode):
-        raise ModelImportError(f"{label}: {path} is not a regular file (a folder, pipe or device)")
-    return real
+    found = contained_file(folder, location)
+    if found.problem:
+        raise ModelImportError(f"{label}: " + _REFUSALS[found.problem].format(path=found.path, real=found.real,
+                                                                            detail=found.detail))
+    return found.real
+
+
+_REFUSALS = {
+    "location": "the location must be a relative path inside the model's folder, without '..'; the model is "
+                "damaged or hostile",
+    "missing": "{path} does not exist; keep the model's data files next to it",
+    "unresolved": "cannot resolve {path} ({detail})",
+    "outside": "{path} resolves to {real}, outside the model's folder {detail}; external data must stay inside the "
+               "model's folder (or, in a Hugging Face hub cache, in the blobs/ folder its snapshot links into); copy "
+               "the model's folder with the links followed (cp -rL MODEL_DIR DIR) and convert DIR's model",
+    "special": "{path} is not a regular file (a folder, pipe or device)",
+}

@@ -9,11 +9,11 @@ byte 0 is 1 on little-endian hosts (the other bytes are 0); tensors follow, each
 
 from __future__ import annotations
 
-import stat
 import sys
 from pathlib import Path
 from typing import Any
 
+from converter.contained_files import contained_file
 from converter.mindspore.errors import MindIRFormatError
 
 HEADER_BYTES = 64
@@ -50,31 +50,24 @@ def read_external(external: Any, base_dir: Path | None, expected: int, what: str
 
 def _resolve(base_dir: Path, location: str, what: str) -> Path:
     """``base_dir / location`` resolved, if it is a regular file inside ``base_dir``: as for ONNX
-    external data (converter.external_data), a symlink out of the model's folder is refused, since
+    external data (converter.contained_files), a symlink out of the model's folder is refused, since
     its bytes would be copied into the written model's weights."""
-    relative = Path(location)
-    if not location or relative.is_absolute() or ".." in relative.parts:
-        raise MindIRFormatError(
-            f"{what}: external data location {location!r} must be a relative path inside the model's folder"
-        )
-    path = base_dir / relative
-    try:
-        real, real_folder = path.resolve(strict=True), base_dir.resolve(strict=True)
-    except FileNotFoundError as err:
-        raise MindIRFormatError(
-            f"{what}: external data file {path} is missing; keep the <name>_variables folder next to the .mindir"
-        ) from err
-    except (OSError, RuntimeError) as err:  # a symlink loop, an unreadable folder
-        raise MindIRFormatError(f"{what}: cannot resolve external data file {path} ({err})") from err
-    if not real.is_relative_to(real_folder):
-        raise MindIRFormatError(
-            f"{what}: external data file {path} resolves to {real}, outside the model's folder {real_folder}; "
-            "external data must stay inside it: copy the model's folder with the links followed "
-            "(cp -rL MODEL_DIR DIR) and convert DIR's .mindir"
-        )
-    if not stat.S_ISREG(real.stat().st_mode):
-        raise MindIRFormatError(f"{what}: external data file {path} is not a regular file (a folder, pipe or device)")
-    return real
+    found = contained_file(base_dir, location)
+    if found.problem:
+        raise MindIRFormatError(f"{what}: " + _REFUSALS[found.problem].format(
+            location=location, path=found.path, real=found.real, detail=found.detail))
+    return found.real
+
+
+_REFUSALS = {
+    "location": "external data location {location!r} must be a relative path inside the model's folder",
+    "missing": "external data file {path} is missing; keep the <name>_variables folder next to the .mindir",
+    "unresolved": "cannot resolve external data file {path} ({detail})",
+    "outside": "external data file {path} resolves to {real}, outside the model's folder {detail}; external data "
+               "must stay inside it: copy the model's folder with the links followed (cp -rL MODEL_DIR DIR) and "
+               "convert DIR's .mindir",
+    "special": "external data file {path} is not a regular file (a folder, pipe or device)",
+}
 
 
 def _check_header(header: bytes, path: Path, what: str) -> None:
