@@ -81,7 +81,7 @@ class Server:
         interceptors = []
         token = settings.token
         if token:
-            interceptors.append(BearerTokenInterceptor(token, settings.auth_exempt_health))
+            interceptors.append(BearerTokenInterceptor(token, settings.auth_exempt_health, frozenset(("", SERVICE))))
         self._grpc = grpc.aio.server(
             interceptors=interceptors,
             options=[

@@ -273,6 +273,26 @@ def test_health_checks_need_no_token(token_server):
     assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
+@pytest.mark.parametrize("service", ["identity", "no-such-model"])
+def test_a_models_health_needs_the_token_so_probes_cannot_list_models(token_server, service):
+    """Without the token, a model's name and an unknown name get the same answer: the health
+    service would otherwise tell which models the server holds (SERVING against NOT_FOUND)."""
+    with grpc.insecure_channel(token_server.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        with pytest.raises(grpc.RpcError) as check:
+            stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT)
+        with pytest.raises(grpc.RpcError) as watch:
+            next(stub.Watch(health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT))
+        authorized = stub.Check(health_pb2.HealthCheckRequest(service="identity"), timeout=TIMEOUT,
+                                metadata=(("authorization", f"Bearer {TOKEN}"),))
+        first = next(stub.Watch(health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService"),
+                                timeout=TIMEOUT))
+    for refused in (check.value, watch.value):
+        assert refused.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "health of a model needs the bearer token" in refused.details()
+    assert authorized.status == first.status == health_pb2.HealthCheckResponse.SERVING
+
+
 # ----- token files --------------------------------------------------------------------------------
 
 
