@@ -62,6 +62,27 @@ def test_external_weights_are_converted_consistently():
     assert dict((e.key, e.value) for e in declared.external_data)["length"] == str(32 * 32 * 2)
 
 
+def test_constants_float16_cannot_hold_are_clamped_not_flushed():
+    """A decomposed LayerNorm's 1e-12 epsilon flushed to 0 gives NaN on a constant row, and an
+    attention mask's -3.4e38 become -inf gives NaN on a fully masked row."""
+    b = GraphBuilder("clamp", opset=17)
+    x = b.input("x", np.float32, [2, 4])
+    centred = b.node("Sub", [x, b.node("ReduceMean", [x], axes=[-1], keepdims=1)])
+    variance = b.node("ReduceMean", [b.node("Mul", [centred, centred])], axes=[-1], keepdims=1)
+    epsilon = b.constant("epsilon", np.array(1e-12, np.float32))
+    normed = b.node("Div", [centred, b.node("Sqrt", [b.node("Add", [variance, epsilon])])])
+    mask = b.constant("mask", np.full((2, 4), np.finfo(np.float32).min, np.float32))
+    y = b.node("Softmax", [b.node("Add", [normed, mask])], outputs=["y"], axis=-1)
+    b.output(y, np.float32, [2, 4])
+    half = to_half_compute(lower_model(load(to_bytes(b.build())), external_weights=False))
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in half.model.graph.initializer}
+    assert values["epsilon"] == np.float16(2.0 ** -24)
+    assert (values["mask"] == -np.finfo(np.float16).max).all()
+    x = np.array([[1, 1, 1, 1], [0, 1, 2, 3]], np.float32)
+    y = ReferenceEvaluator(half.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, np.full((2, 4), 0.25), atol=2e-3)
+
+
 def test_fp16_precision_is_refused_on_the_cpu():
     pytest.importorskip("onnxruntime")
     import lite

@@ -9,7 +9,12 @@ faster, so the CUDA engine (``precision="auto"`` or ``"fp16"``) rewrites the low
   removes) and declared value types, in subgraphs too;
 - the interface keeps its types: a float32 input is cast to float16 once, a float32 output is
   computed in float16 and cast back, so callers see the model they converted;
-- inputs that ONNX requires to be float32 (Resize/Upsample scales) keep float32.
+- inputs that ONNX requires to be float32 (Resize/Upsample scales) keep float32;
+- constants float16 cannot hold are clamped, not flushed: a nonzero value under float16's
+  smallest subnormal (a decomposed LayerNorm's epsilon of 1e-12) becomes that subnormal with its
+  sign, not 0 (a zero variance plus a zero epsilon divides by zero: NaN); a finite value past
+  65504 (an attention mask's -3.4e38) becomes ±65504, not an infinity (a fully masked row then
+  sums to 0 instead of NaN), as ONNX Runtime's own float16 converter clamps its constants.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ def to_half_compute(lowered: Lowered) -> Lowered:
     model.CopyFrom(lowered.model)
     graph = model.graph
     keep_float = _float32_only_sources(graph)
-    external = {name: (array.astype(np.float16) if array.dtype == np.float32 and name not in keep_float else array)
+    external = {name: (half_values(array) if array.dtype == np.float32 and name not in keep_float else array)
                 for name, array in lowered.external.items()}
     for initializer in graph.initializer:
         if initializer.name in keep_float:
@@ -46,6 +51,23 @@ def to_half_compute(lowered: Lowered) -> Lowered:
     _half_graph_body(graph, keep_float)
     _keep_interface(graph)
     return Lowered(model, external)
+
+
+_SMALLEST = np.float16(2.0 ** -24)  # float16's smallest subnormal
+_LARGEST = np.finfo(np.float16).max
+
+
+def half_values(array: np.ndarray) -> np.ndarray:
+    """``array`` in float16, its values float16 cannot hold clamped to the nearest it can (the
+    module's docstring says why): NaN and infinities are kept, zero stays zero."""
+    with np.errstate(over="ignore"):
+        half = array.astype(np.float16)
+    flushed = (half == 0) & (array != 0)
+    overflowed = np.isinf(half) & np.isfinite(array)
+    if flushed.any() or overflowed.any():
+        half[flushed] = np.copysign(_SMALLEST, array[flushed])
+        half[overflowed] = np.copysign(_LARGEST, array[overflowed])
+    return half
 
 
 def _float32_only_sources(graph: onnx.GraphProto) -> set[str]:
@@ -62,7 +84,7 @@ def _half_tensor(tensor: TensorProto) -> None:
             if entry.key == "length":
                 entry.value = str(int(entry.value) // 2)
         return
-    half = numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float16), tensor.name)
+    half = numpy_helper.from_array(half_values(numpy_helper.to_array(tensor)), tensor.name)
     tensor.CopyFrom(half)
 
 
