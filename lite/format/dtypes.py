@@ -183,3 +183,24 @@ def float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
     nan = np.isnan(np.asarray(values, dtype=np.float32))
     words[nan] = 0x7FC0
     return words
+
+
+_SMALLEST_HALF = np.float16(2.0 ** -24)  # float16's smallest subnormal
+_LARGEST_HALF = np.finfo(np.float16).max
+
+
+def float32_to_float16_clamped(values: np.ndarray) -> np.ndarray:
+    """``values`` in float16 for half-precision compute on a GPU, those float16 cannot hold
+    clamped to the nearest it can instead of flushed: a nonzero value under the smallest
+    subnormal (a decomposed LayerNorm's 1e-12 epsilon) keeps that subnormal with its sign, not 0
+    (a zero variance plus a zero epsilon is a division by zero), and a finite value past 65504
+    (an attention mask's -3.4e38) becomes ±65504, not an infinity (a fully masked row would give
+    NaN), as ONNX Runtime's own float16 converter clamps constants. NaN and infinities stay."""
+    with np.errstate(over="ignore"):
+        half = values.astype(np.float16)
+    flushed = (half == 0) & (values != 0)
+    overflowed = np.isinf(half) & np.isfinite(values)
+    if flushed.any() or overflowed.any():
+        half[flushed] = np.copysign(_SMALLEST_HALF, values[flushed])
+        half[overflowed] = np.copysign(_LARGEST_HALF, values[overflowed])
+    return half

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from lite.format.dtypes import float32_to_float16_clamped
 from lite.format.onnx.lower import Lowered
 
 FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -42,7 +43,7 @@ def to_half_compute(lowered: Lowered) -> Lowered:
     model.CopyFrom(lowered.model)
     graph = model.graph
     keep_float = _float32_only_sources(graph)
-    external = {name: (half_values(array) if array.dtype == np.float32 and name not in keep_float else array)
+    external = {name: (float32_to_float16_clamped(array) if array.dtype == np.float32 and name not in keep_float else array)
                 for name, array in lowered.external.items()}
     for initializer in graph.initializer:
         if initializer.name in keep_float:
@@ -51,23 +52,6 @@ def to_half_compute(lowered: Lowered) -> Lowered:
     _half_graph_body(graph, keep_float)
     _keep_interface(graph)
     return Lowered(model, external)
-
-
-_SMALLEST = np.float16(2.0 ** -24)  # float16's smallest subnormal
-_LARGEST = np.finfo(np.float16).max
-
-
-def half_values(array: np.ndarray) -> np.ndarray:
-    """``array`` in float16, its values float16 cannot hold clamped to the nearest it can (the
-    module's docstring says why): NaN and infinities are kept, zero stays zero."""
-    with np.errstate(over="ignore"):
-        half = array.astype(np.float16)
-    flushed = (half == 0) & (array != 0)
-    overflowed = np.isinf(half) & np.isfinite(array)
-    if flushed.any() or overflowed.any():
-        half[flushed] = np.copysign(_SMALLEST, array[flushed])
-        half[overflowed] = np.copysign(_LARGEST, array[overflowed])
-    return half
 
 
 def _float32_only_sources(graph: onnx.GraphProto) -> set[str]:
@@ -84,7 +68,7 @@ def _half_tensor(tensor: TensorProto) -> None:
             if entry.key == "length":
                 entry.value = str(int(entry.value) // 2)
         return
-    half = numpy_helper.from_array(half_values(numpy_helper.to_array(tensor)), tensor.name)
+    half = numpy_helper.from_array(float32_to_float16_clamped(numpy_helper.to_array(tensor)), tensor.name)
     tensor.CopyFrom(half)
 
 

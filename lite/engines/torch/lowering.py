@@ -28,7 +28,7 @@ from lite.engines.torch.ops import LOWERINGS, Lowering, apply_activation
 from lite.engines.torch.ops._values import ArrayAttribute
 from lite.engines.torch.ops.dtypes import COMPUTE_TYPES, torch_dtype
 from lite.format import fused_activation, ir
-from lite.format.dtypes import DataType
+from lite.format.dtypes import DataType, float32_to_float16_clamped
 from lite.format.values import attribute_value, tensor_value
 from lite.ops.registry import KernelRegistry, normalize_domain
 
@@ -145,6 +145,8 @@ class _Builder:
     def to_torch(self, array: np.ndarray) -> torch.Tensor:
         if array.dtype == np.float32:
             dtype = self.policy.float_type
+            if dtype == torch.float16:
+                array = float32_to_float16_clamped(array)
         else:
             dtype = torch.from_numpy(np.empty(0, array.dtype)).dtype
         with warnings.catch_warnings():

@@ -1,0 +1,42 @@
+"""Half-precision compute on CUDA keeps constants float16 cannot hold usable (skips without a GPU):
+a decomposed LayerNorm's 1e-12 epsilon and an attention mask's -3.4e38, both engines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lite
+from lite.format import GraphBuilder, to_bytes
+
+torch = pytest.importorskip("torch", reason="the check runs on a CUDA GPU through PyTorch's driver")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+pytestmark = pytest.mark.gpu
+
+
+def norm_then_masked_softmax() -> bytes:
+    b = GraphBuilder("clamp", opset=17)
+    x = b.input("x", np.float32, [2, 4])
+    centred = b.node("Sub", [x, b.node("ReduceMean", [x], axes=[-1], keepdims=1)])
+    variance = b.node("ReduceMean", [b.node("Mul", [centred, centred])], axes=[-1], keepdims=1)
+    epsilon = b.constant("epsilon", np.array(1e-12, np.float32))
+    normed = b.node("Div", [centred, b.node("Sqrt", [b.node("Add", [variance, epsilon])])])
+    mask = b.constant("mask", np.full((2, 4), np.finfo(np.float32).min, np.float32))
+    y = b.node("Softmax", [b.node("Add", [normed, mask])], outputs=["y"], axis=-1)
+    b.output(y, np.float32, [2, 4])
+    return to_bytes(b.build())
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "torch"])
+def test_fp16_compute_gives_no_nan_from_flushed_constants(engine):
+    if engine == "onnxruntime":
+        ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime-gpu")
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            pytest.skip("needs onnxruntime-gpu")
+    model = lite.Model.load(norm_then_masked_softmax(), device="cuda", engine=engine, precision="fp16")
+    x = np.array([[1, 1, 1, 1], [0, 1, 2, 3]], np.float32)
+    y = model.predict({"x": x})["y"]
+    y = y.cpu().numpy() if hasattr(y, "cpu") else np.asarray(y)
+    np.testing.assert_allclose(y, np.full((2, 4), 0.25), atol=2e-3)
