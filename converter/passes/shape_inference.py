@@ -58,6 +58,10 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
                 "inference ran without data propagation (ONNX's propagation holds such vectors element by element)"
             )
         _infer(model, capture, data_prop=data_prop)
+        for _ in range(_RANK_ROUNDS):
+            if not _complete_reshape_ranks(model):
+                break
+            _infer(model, capture, data_prop=data_prop, strict=False)
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
@@ -79,16 +83,45 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     return result
 
 
-def _infer(model: ir.Model, capture: _Capture, *, data_prop: bool) -> None:
+def _infer(model: ir.Model, capture: _Capture, *, data_prop: bool, strict: bool = True) -> None:
     renamed = _distinct_names(model)
     try:
-        outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=data_prop)(model)
-        if not outcome.modified and capture.messages:
+        outcome = None
+        if strict:
+            outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=data_prop)(model)
+        if outcome is None or not outcome.modified and capture.messages:
             # Strict mode stops at the first node it cannot infer; non-strict infers the rest.
             ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=data_prop)(model)
     finally:
         for value, name in renamed:
             value.name = name
+
+
+_RANK_ROUNDS = 3  # a completed rank can reveal another Reshape's shape length, rarely more than once
+
+
+def _complete_reshape_ranks(model: ir.Model) -> int:
+    """Give each Reshape whose output ONNX's inference left without a shape, but whose target
+    shape is a vector of known length, that many unknown dimensions; return how many.
+
+    A Reshape's output has as many dimensions as its shape input has elements, whatever their
+    values. ONNX's inference (opset 11 and 13 models, the onnx release here) infers nothing when
+    those values are computed (a Concat of Shape slices, as paddle2onnx writes), so every value
+    after it had no rank: PP-OCRv5's recognizer, a Reshape 40 nodes before the end, kept its
+    output declared as a scalar while it computes [N, T, 18385]. With the rank, the next round
+    of inference reaches the end."""
+    completed = 0
+    for graph in all_graphs(model):
+        for node in graph:
+            if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+                continue
+            output, target = node.outputs[0], node.inputs[1]
+            if output.shape is not None or target is None or target.shape is None:
+                continue
+            if len(target.shape) == 1 and isinstance(target.shape[0], int):
+                output.shape = ir.Shape([None] * target.shape[0])
+                completed += 1
+    return completed
 
 
 def _distinct_names(model: ir.Model) -> list[tuple[ir.Value, str]]:

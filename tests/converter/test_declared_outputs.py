@@ -55,3 +55,24 @@ def test_an_output_inference_cannot_reach_keeps_its_declaration(tmp_path):
     report, converted = _convert(model, tmp_path)
     assert converted.outputs[0].shape == ("N", 3)
     assert not any("declared with shape" in warning for warning in report.warnings)
+
+
+def test_a_reshape_to_a_computed_shape_keeps_its_rank_so_a_wrong_declaration_is_found(tmp_path):
+    """paddle2onnx's form: Reshape to Concat(batch from Shape, a computed size, 4); ONNX's
+    inference gives the Reshape no shape at all, so the outputs after it had none either and
+    the scalar declared for the recognizer's 3-D output stood. The target's length gives the rank."""
+    four = numpy_helper.from_array(np.array([4], np.int64), "four")
+    start, end = numpy_helper.from_array(np.array([0], np.int64), "start"), numpy_helper.from_array(np.array([1], np.int64), "end")
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "start", "end"], ["n"]),
+             helper.make_node("Neg", ["four"], ["minus_four"]), helper.make_node("Abs", ["minus_four"], ["length"]),
+             helper.make_node("Concat", ["n", "length", "four"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=2)]
+    graph = helper.make_graph(nodes, "paddle", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [four, start, end])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    report, converted = _convert(model, tmp_path)
+    assert len(converted.outputs[0].shape) == 3
+    assert any("output 'y' is declared with shape [] but its node (Softmax) makes shape" in warning
+               for warning in report.warnings), report.warnings
+    assert converted.predict({"x": np.zeros((2, 16), np.float32)})["y"].shape == (2, 4, 4)
