@@ -47,6 +47,34 @@ def _answer_errors(method: Callable[..., Awaitable]) -> Callable[..., Awaitable]
     return wrapper
 
 
+# Work on a request's or answer's bytes above this size runs in a worker thread, not on the event
+# loop that serves every client: a copy out of a shared-memory region, BYTES elements split one by
+# one, an output copied into its message or region. Below it the thread hop (about 50 µs) would
+# cost more than the work.
+_OFF_LOOP_BYTES = 1 << 20
+
+
+async def _request_of(request: pb.ModelInferRequest, time_remaining: float | None, dataplane: DataPlane):
+    """converters.to_request, in a worker thread where the request reads shared memory or holds
+    BYTES inputs (or more inputs than the server takes, which are counted there and refused)."""
+    inputs = request.inputs
+    if len(inputs) > converters.MAX_REQUEST_ENTRIES or any(t.datatype == "BYTES" or t.parameters for t in inputs):
+        return await asyncio.to_thread(converters.to_request, request, time_remaining, dataplane.shared_memory)
+    return converters.to_request(request, time_remaining, dataplane.shared_memory)
+
+
+async def _answer_of(response, parameters, requested) -> pb.ModelInferResponse:
+    """converters.from_response, in a worker thread where outputs go to shared memory or the
+    outputs' bytes are many or BYTES."""
+    heavy = any(o.shared_memory is not None for o in requested) if requested else False
+    if not heavy:
+        heavy = sum(array.nbytes for _, array in response.outputs) > _OFF_LOOP_BYTES or any(
+            array.dtype.kind == "O" for _, array in response.outputs)
+    if heavy:
+        return await asyncio.to_thread(converters.from_response, response, parameters, requested)
+    return converters.from_response(response, parameters, requested)
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, dataplane: DataPlane, stream_concurrency: int) -> None:
         self._dataplane = dataplane
@@ -87,9 +115,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_answer_errors
     async def ModelInfer(self, request, context):
-        inference = converters.to_request(request, context.time_remaining(), self._dataplane.shared_memory)
+        inference = await _request_of(request, context.time_remaining(), self._dataplane)
         response = await self._dataplane.infer(inference)
-        return converters.from_response(response, request.parameters, inference.outputs)
+        return await _answer_of(response, request.parameters, inference.outputs)
 
     async def ModelStreamInfer(self, request_iterator, context) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id, so the
@@ -248,9 +276,9 @@ class InferStream:
 
     async def _answer(self, request: pb.ModelInferRequest) -> None:
         try:
-            inference = converters.to_request(request, self._context.time_remaining(), self._dataplane.shared_memory)
+            inference = await _request_of(request, self._context.time_remaining(), self._dataplane)
             response = await self._dataplane.infer(inference)
-            answer = converters.from_response(response, request.parameters, inference.outputs)
+            answer = await _answer_of(response, request.parameters, inference.outputs)
             out = pb.ModelStreamInferResponse(infer_response=answer)
         except ServingError as err:
             out = _stream_error(request, self._dataplane.client_text(str(err)))
