@@ -84,7 +84,8 @@ class TorchEngine:
     the lowering already stores weights in their final dtype and layout, and where a frozen graph
     misses Inductor's FX graph cache, so a restart took 14.2 s to full speed instead of 11.9 s
     (ResNet-50, H200, bench/gpu_engines.py; same throughput). ``cache_dir``: the cache root (Inductor's caches go to
-    ``<cache_dir>/torch``); None leaves torch's default. ``aot``: compile each segment ahead of
+    ``<cache_dir>/torch`` when this is the process's first engine to name one: Inductor reads one
+    folder per process); None leaves torch's default. ``aot``: compile each segment ahead of
     time instead of through ``torch.compile`` (:class:`~lite.engines.torch.compiler.AotCompiled`:
     Inductor's standalone compilation of the lowered graph, no Dynamo), one artifact per input
     shape kept under ``<cache_dir>/torch/compiled``, so a later process loads the artifacts
@@ -150,8 +151,11 @@ class TorchEngine:
         self.compute_precision = "fp16" if half else "fp32"
         self.policy = Policy(self.device, torch.float16 if half else torch.float32,
                              on_gpu if channels_last is None else channels_last)
-        self.cache_dir = configure_cache(default_cache_dir() if cache_dir == "default" else
-                                         None if cache_dir is None else Path(cache_dir))
+        requested = default_cache_dir() if cache_dir == "default" else None if cache_dir is None else Path(cache_dir)
+        # Inductor's own caches are process-wide (the first engine's folder); this engine's
+        # compiled artifacts go where it was asked to keep them, whichever engine came first.
+        inductor_folder = configure_cache(requested)
+        self.cache_dir = inductor_folder if requested is None else requested / "torch"
         self.cuda_graphs = uses_cuda_graphs(self.mode, self.device)
         self._lock = threading.Lock()
         self._uploader: HostUploader | None = None  # large numpy inputs to the GPU (made on first use)

@@ -187,6 +187,18 @@ def test_cache_dir_wins_over_torchs_own_default_but_not_over_a_users_variable(tm
     assert configure_cache(None) is None
 
 
+def test_each_engine_keeps_its_artifacts_in_its_own_cache_dir(tmp_path, monkeypatch):
+    """Inductor reads one cache folder per process (the first engine's, or the user's variable);
+    a later engine given another cache_dir still keeps its compiled artifacts there (a server
+    whose second model named its own folder found its artifacts in the first model's)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "first"))
+    model, _ = one_node("Relu", [f32(1, 4)])
+    engine = TorchEngine(model, device="cpu", mode="default", aot=True, cache_dir=tmp_path / "second")
+    assert engine.cache_dir == tmp_path / "second" / "torch"
+    assert next(s.runner for s in engine.segments if s.on_torch).folder == tmp_path / "second" / "torch"
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "first")
+
+
 def test_aot_is_the_default_on_cuda_only_and_inductor_options_are_checked():
     """Ahead of time on CUDA (faster at batch 1 and on a restart), torch.compile on the CPU
     (freezing prepacks weights for oneDNN); a setting Inductor does not have is refused by name."""
