@@ -31,15 +31,9 @@ from lite.device_arrays import is_device_array
 from lite.engines.base import has_half_weights
 from lite.engines.host_upload import STAGED_MIN_BYTES, HostUploader
 from lite.engines.partition import numpy_part, split
-from lite.engines.torch.compiler import (
-    MODES,
-    STARTUP_POLICIES,
-    AotCompiled,
-    check_inductor_options,
-    compile_module,
-    uses_cuda_graphs,
-)
+from lite.engines.torch.compiler import STARTUP_POLICIES, AotCompiled
 from lite.engines.torch.inductor_cache import configure_cache
+from lite.engines.torch.inductor_modes import MODES, check_inductor_options, compile_module, uses_cuda_graphs
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
 from lite.engines.torch.precompiled import Package
 from lite.errors import EngineUnavailableError, KernelError, LiteError, UnsupportedOpError
@@ -75,7 +69,7 @@ class TorchEngine:
     """Runs a model with PyTorch (compiled by Inductor), handing unmapped nodes to the numpy engine.
 
     ``device``: ``"cuda"`` (or ``"cuda:N"``) or ``"cpu"``. ``mode``: one of
-    :data:`lite.engines.torch.compiler.MODES`; None picks ``auto`` on CUDA (per input shape, the
+    :data:`lite.engines.torch.inductor_modes.MODES`; None picks ``auto`` on CUDA (per input shape, the
     faster of max-autotune and reduce-overhead, timed once and remembered: max-autotune wins at
     large batches, reduce-overhead at batch 1; :mod:`lite.engines.torch.mode_choice`) and
     ``default`` on the CPU, where ``auto`` also means ``default``. ``dynamic``: passed to
