@@ -29,10 +29,10 @@ from converter.import_checks import training_mode_notes
 from converter.importer import (
     ImportedModel,
     ModelSource,
-    apply_input_shapes,
     check_model_file,
     import_onnx,
 )
+from converter.input_shapes import apply_input_shapes
 from converter.lower import lower_model
 from converter.mindspore import import_mindspore, is_mindspore_source
 from converter.options import ConvertOptions, GraphOptions, QuantizeOptions, SourceOptions

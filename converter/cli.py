@@ -149,7 +149,7 @@ def _quantization_arguments(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from converter.api import convert
-    from converter.importer import parse_input_shape
+    from converter.input_shapes import parse_input_shape
 
     try:
         model, network_shape, texts = _source(args)

@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from converter.errors import InvalidOptionError, VerificationError
-from converter.importer import batch_sizes_differ
+from converter.input_shapes import batch_sizes_differ
 from converter.onnx_export import to_onnx
 from converter.reference_session import run_onnxruntime
 from converter.verify import InputsRejectedError, Verification, verify_conversion

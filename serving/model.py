@@ -29,6 +29,7 @@ from .errors import (
 from .limits import RequestLimits
 from .metrics import Metrics, no_pending
 from .processing import ImagePreprocessing, classify, labels_of, tensor_metadata
+from .request_checks import RequestSignature
 from .statistics import ExecutionTimes, ModelStatistics
 from .types import InferenceRequest, InferenceResponse, RequestedOutput, TensorInfo
 from .warmup import check_batch_axis, complete_outputs, unknown_sizes, zero_inputs
@@ -71,8 +72,11 @@ class ServedModel:
         self.inputs = [self._input_info(spec) for spec in model.inputs]
         self.outputs = [self._info(self._model_to_served[s.name], s)
                         for s in complete_outputs(model, config.max_batch_size > 0)]
-        self._input_by_name = {info.name: info for info in self.inputs}
-        self._output_names = {info.name for info in self.outputs}
+        images = None if self._preprocess is None else config.input_names.get(self._preprocess.input_name,
+                                                                                self._preprocess.input_name)
+        self._signature = RequestSignature(name, self.version, {info.name: info for info in self.inputs},
+                                           frozenset(info.name for info in self.outputs), config.max_batch_size,
+                                           images, self._preprocess)
         self._check_batching()
         self._executor = executor or ThreadPoolExecutor(instances, thread_name_prefix=f"{name}-v{version}")
         self.pad_to: tuple[int, ...] = ()  # the batch sizes merged batches are padded up to
@@ -225,7 +229,7 @@ class ServedModel:
         self._in_flight += 1
         self._drained.clear()
         try:
-            rows = self._check_request(request)
+            rows = self._signature.check(request)
             scheduled = await self._scheduler.submit(request.inputs, rows, request.deadline)
             response = self._respond(request, scheduled)
             if limits is not None:
@@ -254,55 +258,6 @@ class ServedModel:
     def _record_failure(self, err: BaseException, total_ns: int) -> None:
         self.stats.record_request(False, total_ns)
         self._metrics.failure(outcome_of(err))
-
-    def _check_request(self, request: InferenceRequest) -> int:
-        """Validate the inputs against the signature; the batch size (1 when not batching)."""
-        inputs = request.inputs
-        if inputs.keys() != self._input_by_name.keys():
-            missing = [name for name in self._input_by_name if name not in inputs]
-            unknown = [name for name in inputs if name not in self._input_by_name]
-            parts = ([f"missing input(s) {missing}"] if missing else []) + (
-                [f"unknown input(s) {unknown}"] if unknown else [])
-            raise InvalidRequestError(
-                f"model {self.name} version {self.version}: {'; '.join(parts)}; "
-                f"the model takes {list(self._input_by_name)}"
-            )
-        rows = -1
-        for name, array in inputs.items():
-            info = self._input_by_name[name]
-            got = datatype_of(array.dtype)
-            if got != info.datatype:
-                raise InvalidRequestError(
-                    f"model {self.name}: input {name!r} has datatype {got}, the model expects {info.datatype}"
-                )
-            if array.ndim != len(info.shape) or any(
-                want != -1 and want != have for want, have in zip(info.shape, array.shape)
-            ):
-                raise InvalidRequestError(
-                    f"model {self.name}: input {name!r} has shape {list(array.shape)}, "
-                    f"the model expects {list(info.shape)} (-1: any size)"
-                )
-            if self.config.max_batch_size > 0:
-                if rows not in (-1, array.shape[0]):
-                    raise InvalidRequestError(
-                        f"model {self.name}: inputs disagree on the batch size ({rows} vs {array.shape[0]} "
-                        f"for {name!r})"
-                    )
-                rows = array.shape[0]
-        if self._preprocess is not None:
-            images = inputs[self.config.input_names.get(self._preprocess.input_name, self._preprocess.input_name)]
-            self._preprocess.check_count(images.size)
-        if self.config.max_batch_size > 0 and not 1 <= rows <= self.config.max_batch_size:
-            raise InvalidRequestError(
-                f"model {self.name}: batch size {rows} is outside 1..{self.config.max_batch_size} (max_batch_size)"
-            )
-        for wanted in request.outputs:
-            if wanted.name not in self._output_names:
-                raise InvalidRequestError(
-                    f"model {self.name}: unknown output {wanted.name!r} requested; "
-                    f"the model has {sorted(self._output_names)}"
-                )
-        return rows if self.config.max_batch_size > 0 else 1  # an unbatched request counts as one item
 
     def _execute(self, inputs: Tensors) -> Tensors:
         """Run the model on served-name inputs; served-name outputs. Called in a worker thread."""

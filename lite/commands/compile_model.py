@@ -20,7 +20,7 @@ from pathlib import Path
 from lite.commands._model_file import load_checked
 from lite.errors import EngineUnavailableError, InvalidInputError
 
-# The torch engine's modes that compile (lite.engines.torch.compiler.MODES without eager; not
+# The torch engine's modes that compile (lite.engines.torch.inductor_modes.MODES without eager; not
 # imported from there, which would import torch to build the command line).
 COMPILING_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

@@ -28,12 +28,12 @@ import numpy as np
 
 from lite.errors import ModelFormatError
 from lite.format import fused_activation, graph_checks, implied_scale, ir
+from lite.format.data_section import ALIGNMENT, align, weights_digest
 from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
 from lite.format.file_buffer import file_buffer
 from lite.format.qdq import ImpliedQdq, expand, implied_problem
 from lite.format.quant_params import quant_params
 from lite.format.verifier import verify_flatbuffer
-from lite.format.writer import ALIGNMENT, weights_digest
 
 SUPPORTED_MAJOR = ir.FORMAT_VERSION[0]
 # Larger products cannot describe a real tensor; refusing them keeps arithmetic bounded.
@@ -98,7 +98,7 @@ class _Reader:
                 f"major versions 1 to {SUPPORTED_MAJOR} (any minor); upgrade lite to read this file"
             )
         flatbuffer_size = int.from_bytes(self.buf[0:4], "little")
-        self.data_start = -(-(4 + flatbuffer_size) // ALIGNMENT) * ALIGNMENT
+        self.data_start = align(4 + flatbuffer_size)
         self.buffers = self.read_buffers(root["buffers"] or [])
         if self.check_weights and root["weights_sha256"] is not None:
             self.compare_weights(self.text(root["weights_sha256"], "weights_sha256"))

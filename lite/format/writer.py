@@ -1,8 +1,8 @@
 """Writing :class:`lite.format.ir.Model` as a .lite file (layout: ``schema/model.fbs``).
 
 The flatbuffer holds the structure; weight bytes follow it in a data section, each buffer on a
-64-byte boundary, so the reader can view them in place. Writing is deterministic: the same model
-gives the same bytes.
+64-byte boundary, so the reader can view them in place (:mod:`lite.format.data_section`). Writing
+is deterministic: the same model gives the same bytes.
 
 A model of format 2.x (the default is :data:`ir.FORMAT_VERSION`) is written compactly: QDQ groups
 become tensors with implied nodes (:mod:`lite.format.qdq`), from 2.1 int32 bias scales that equal
@@ -16,7 +16,6 @@ writers wrote it, byte for byte, so 1.x readers read it.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from collections.abc import Callable, Iterable
@@ -26,13 +25,13 @@ import numpy as np
 
 from lite.atomic import atomic_write
 from lite.errors import ModelFormatError
-from lite.format import implied_scale, ir, qdq
+from lite.format import data_section, implied_scale, ir, qdq
 from lite.format._generated import model_generated as fb
-from lite.format.dtypes import DataType, byte_size, is_subbyte, storage_dtype
+from lite.format.data_section import ALIGNMENT as ALIGNMENT  # where the tests and tools took it from
+from lite.format.dtypes import DataType
 from lite.format.shared_fields import attribute_key, attribute_value_cost, vector_cost
 from lite.format.verifier import SHARED_WALK_COST
 
-ALIGNMENT = 64
 _GRANULARITY = {"tensor": fb.QuantGranularity.PER_TENSOR, "axis": fb.QuantGranularity.PER_AXIS,
                 "block": fb.QuantGranularity.PER_BLOCK}
 COMPACT_SINCE = (2, 0)
@@ -47,43 +46,15 @@ def save(model: ir.Model, path: str | os.PathLike) -> None:
     """Write ``model`` to ``path`` atomically (temporary file, fsync, rename)."""
     header, payloads = _encode(model)
     with atomic_write(path) as handle:
-        _write(handle, header, payloads)
+        data_section.write(handle, header, payloads)
 
 
 def to_bytes(model: ir.Model) -> bytes:
     """The .lite encoding of ``model`` in memory (for small models and tests)."""
     header, payloads = _encode(model)
     out = io.BytesIO()
-    _write(out, header, payloads)
+    data_section.write(out, header, payloads)
     return out.getvalue()
-
-
-def weights_digest(chunks: Iterable) -> str:
-    """SHA-256 (hex) of the buffers' bytes in order: the file's ``weights_sha256``, which
-    ``load(..., check_weights=True)`` compares. The flatbuffer's structure is checked field by
-    field on every load; weights, most of a file's bytes, have no structure to check."""
-    digest = hashlib.sha256()
-    for chunk in chunks:
-        digest.update(memoryview(chunk))
-    return digest.hexdigest()
-
-
-def _align(value: int) -> int:
-    return -(-value // ALIGNMENT) * ALIGNMENT
-
-
-def _write(handle, header: bytes, payloads: list[tuple[int, np.ndarray]]) -> None:
-    handle.write(header)
-    data_start = _align(len(header))
-    position = len(header)
-    for offset, array in payloads:
-        gap = data_start + offset - position
-        handle.write(b"\0" * gap)
-        view = memoryview(array.reshape(-1).view(np.uint8))
-        handle.write(view)
-        position = data_start + offset + view.nbytes
-    # Pad the end too, so the data section is a whole number of alignment units.
-    handle.write(b"\0" * (_align(position) - position))
 
 
 def _encode(model: ir.Model) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
@@ -155,7 +126,7 @@ class _Encoder:
         array = np.ascontiguousarray(array)
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
-        offset = _align(self.data_size)
+        offset = data_section.align(self.data_size)
         self.buffers.append((offset, array.nbytes))
         self.payloads.append((offset, array))
         self.data_size = offset + array.nbytes
@@ -200,7 +171,7 @@ class _Encoder:
         buffers_vec = self.table_vector(fb.ModelStartBuffersVector, buffers)
         digest = None
         if model.weights_checksum:
-            digest = self.string(weights_digest(np.reshape(array, -1).view(np.uint8) for _, array in self.payloads))
+            digest = self.string(data_section.weights_digest(np.reshape(array, -1).view(np.uint8) for _, array in self.payloads))
         version = tuple(model.version)
         if version == implied_scale.IMPLIED_SCALE_SINCE and not self.scales_implied:
             version = COMPACT_SINCE  # nothing of 2.1 in the file: 2.0 readers read it
@@ -247,7 +218,7 @@ class _Encoder:
         buffer_index = 0
         strings = None
         if tensor.data is not None:
-            data = _checked_data(tensor, where)
+            data = data_section.checked_data(tensor, where)
             if tensor.dtype == DataType.STRING:
                 strings = self.string_vector(
                     fb.TensorStartStringDataVector,
@@ -395,31 +366,3 @@ def _add(adder: Callable[[flatbuffers.Builder, int], None], builder: flatbuffers
     """Add an optional field (absent when None)."""
     if offset is not None:
         adder(builder, offset)
-
-
-def _checked_data(tensor: ir.Tensor, where: str) -> np.ndarray:
-    """The constant's data, checked against its declared dtype and shape."""
-    data = np.asarray(tensor.data)
-    label = f"constant {tensor.name!r} in {where}"
-    if tensor.shape is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in tensor.shape):
-        raise ModelFormatError(f"cannot write {label}: a constant needs a fixed shape, got {tensor.shape}")
-    count = int(np.prod(tensor.shape, dtype=np.int64))
-    if tensor.dtype == DataType.STRING:
-        if data.size != count:
-            raise ModelFormatError(f"cannot write {label}: {data.size} strings for shape {tensor.shape}")
-        return data
-    expected = storage_dtype(tensor.dtype)
-    if data.dtype != expected:
-        raise ModelFormatError(
-            f"cannot write {label}: data is {data.dtype}, element type {tensor.dtype.name} is stored as {expected}"
-        )
-    if is_subbyte(tensor.dtype):
-        if data.nbytes != byte_size(tensor.dtype, count):
-            raise ModelFormatError(
-                f"cannot write {label}: {tensor.dtype.name} data for shape {tensor.shape} must be "
-                f"{byte_size(tensor.dtype, count)} packed bytes, got {data.nbytes}"
-            )
-        return data.reshape(-1)
-    if data.size != count:
-        raise ModelFormatError(f"cannot write {label}: {data.size} elements for shape {tensor.shape}")
-    return data

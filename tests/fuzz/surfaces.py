@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from tests.fuzz.targets import Seed, Target, _lite_seeds, _mutate_lite, _Scratch
+from tests.fuzz.fuzz_target import Scratch, Seed, Target
+from tests.fuzz.targets import _lite_seeds, _mutate_lite
 
 MAX_INPUT_ELEMENTS = 1 << 16  # elements of one fed input; larger declared shapes are shrunk
 
@@ -101,7 +102,7 @@ def _input_rng(data: bytes) -> random.Random:
 def _run_path(data: bytes, options: dict[str, Any]) -> None:
     import lite
 
-    path = _Scratch.path("input.lite")
+    path = Scratch.path("input.lite")
     path.write_bytes(data)
     lite.Model.load(str(path), device="numpy")
     lite.Model.load(str(path), device="numpy", memory_map=False)
@@ -143,9 +144,9 @@ def _command(argv: list[str]) -> str:
 def _run_commands(data: bytes, options: dict[str, Any]) -> str:
     from lite.format import load
 
-    path = _Scratch.path("input.lite")
+    path = Scratch.path("input.lite")
     path.write_bytes(data)
-    graph = _Scratch.path("graph.dot")
+    graph = Scratch.path("graph.dot")
     inspected = _command(["inspect", str(path), "--json", "--graph", str(graph)])
     argv = ["run", str(path), "--device", "numpy"]
     with contextlib.suppress(Exception):  # an unreadable file gets no inputs; `lite run` must still say why
@@ -154,7 +155,7 @@ def _run_commands(data: bytes, options: dict[str, Any]) -> str:
         specs = Model(load(data), engine=None).inputs
         feeds = make_inputs(specs, _input_rng(data))
         arrays = {name: value for name, value in feeds.items() if isinstance(value, np.ndarray) and value.dtype != object}
-        inputs = _Scratch.path("inputs.npz")
+        inputs = Scratch.path("inputs.npz")
         np.savez(inputs, **arrays)
         argv += ["--input", str(inputs)]
     ran = _command(argv)

@@ -4,7 +4,8 @@ Each target has small valid seed files (built here, or the MindSpore fixtures), 
 mutator where the format has a structure worth mutating below the wire format, a ``run`` that
 feeds one input through the public loader, and ``expected``: the documented typed errors. Any
 other exception, a crash of the process, an input running past the deadline or an allocation
-past the memory cap is a finding.
+past the memory cap is a finding. What a target is (:class:`Seed`, :class:`Target`) is in
+:mod:`tests.fuzz.fuzz_target`.
 
 =======  ==========================================  ===================================
 format   loader                                       documented errors
@@ -21,50 +22,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tests.fuzz.mutate import INTERESTING_INTS, mutate_bytes, mutate_message, rng_for
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "mindspore"
-STRUCTURED_SHARE = 0.4  # of inputs made by field-level edits (the rest: byte-level edits)
-
-
-@dataclass
-class Seed:
-    name: str
-    data: bytes
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Target:
-    name: str
-    seeds: list[Seed]
-    run: Callable[[bytes, dict[str, Any]], str | None]  # a str names the outcome (else "ok")
-    expected: tuple[type[BaseException], ...]
-    structured: Callable[[bytes, random.Random], bytes | None] | None = None
-    # Loaders: an input that raises the peak RSS by tens of MB had a field size an allocation.
-    # Targets that run the model leave it off: the graph's own attributes size the work there,
-    # and only the address-space cap (a failed allocation must be a typed error) applies.
-    peak_check: bool = True
-
-    def generate(self, seed: int, index: int) -> tuple[Seed, bytes]:
-        """Input ``index`` of a run with ``seed``: a seed file and its mutation."""
-        rng = rng_for(seed, index)
-        chosen = rng.choice(self.seeds)
-        data = None
-        if self.structured is not None and rng.random() < STRUCTURED_SHARE:
-            data = self.structured(chosen.data, rng)
-            if data is not None and rng.random() < 0.25:
-                data = mutate_bytes(data, rng, [s.data for s in self.seeds], max_edits=2)
-        if data is None:
-            data = mutate_bytes(chosen.data, rng, [s.data for s in self.seeds])
-        return chosen, data
-
+from tests.fuzz.fuzz_target import FIXTURES, Scratch, Seed, Target
+from tests.fuzz.mutate import INTERESTING_INTS, mutate_message
 
 # ----- .lite -------------------------------------------------------------------------------------
 
@@ -302,24 +265,10 @@ def _mutate_mindir(data: bytes, rng: random.Random) -> bytes | None:
     return _mutate_protobuf(_mindir_model)(data, rng)
 
 
-class _Scratch:
-    """One file per worker process that each input is written to (converters read paths)."""
-
-    directory: Path | None = None
-
-    @classmethod
-    def path(cls, name: str) -> Path:
-        if cls.directory is None:
-            import tempfile
-
-            cls.directory = Path(tempfile.mkdtemp(prefix="lite-fuzz-"))
-        return cls.directory / name
-
-
 def _run_mindir(data: bytes, options: dict[str, Any]) -> None:
     import converter
 
-    path = _Scratch.path("input.mindir")
+    path = Scratch.path("input.mindir")
     path.write_bytes(data)
     converter.convert_model(str(path), **options)
 
@@ -366,7 +315,7 @@ def _mutate_ckpt(data: bytes, rng: random.Random) -> bytes | None:
 def _run_ckpt(data: bytes, options: dict[str, Any]) -> None:
     from train.checkpoint import load_checkpoint
 
-    path = _Scratch.path("input.ckpt")
+    path = Scratch.path("input.ckpt")
     path.write_bytes(data)
     load_checkpoint(path)
 

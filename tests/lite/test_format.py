@@ -97,12 +97,12 @@ def test_save_is_atomic_when_interrupted(tmp_path, monkeypatch):
     class Boom(RuntimeError):
         pass
 
-    import lite.format.writer as writer
+    import lite.format.data_section as data_section
 
     def explode(*args, **kwargs):
         raise Boom("disk full")
 
-    monkeypatch.setattr(writer, "_write", explode)
+    monkeypatch.setattr(data_section, "write", explode)
     with pytest.raises(Boom):
         save(tiny_model(np.zeros((4, 2), np.float32)), path)
     assert path.read_bytes() == before
@@ -116,11 +116,10 @@ def test_killed_writer_never_leaves_a_partial_file(tmp_path):
         "sys.path.insert(0, %r)\n"
         "from tests.lite.test_format import tiny_model\n"
         "from lite.format import save\n"
-        "import lite.format.writer as w\n"
-        "real = w._write\n"
+        "import lite.format.data_section as w\n"
         "def slow(handle, header, payloads):\n"
         "    handle.write(header[:10]); handle.flush(); print('writing', flush=True); import time; time.sleep(30)\n"
-        "w._write = slow\n"
+        "w.write = slow\n"
         "save(tiny_model(), %r)\n" % (os.getcwd(), str(path))
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)

@@ -86,7 +86,6 @@ def test_a_broken_model_fails_to_load_with_a_reason(tmp_path):
         server.stop()
 
 
-
 def test_engine_options_reach_the_engine_and_a_wrong_one_says_which(tmp_path):
     """A model's ``engine_options`` are its engine's load options: served with them when they
     apply, and a model whose options the engine does not know fails to load naming the option
@@ -161,25 +160,6 @@ def test_reload_and_unload_never_drop_in_flight_requests(tmp_path):
     assert "1" in {r.get_response().model_version for r in first}
     assert all(not isinstance(r, Exception) for r in second), second
     assert {r.get_response().model_version for r in second} == {"2"}
-
-
-def test_only_folders_named_by_ascii_digits_are_versions(tmp_path):
-    """A folder named by another script's digit (or a superscript) is no version: it neither
-    replaces version 1 nor becomes a newer version, and it does not stop the model loading."""
-    identity_model(tmp_path / "m" / "1" / "model.lite", shape=("N", 2))
-    identity_model(tmp_path / "m" / "2" / "model.lite", shape=("N", 3))
-    for folder in ("\u0661", "\uff11", "\u0969", "\u00b2", "9" * 19):  # Arabic-Indic 1, fullwidth 1, Devanagari 3, ²
-        identity_model(tmp_path / "m" / folder / "model.lite", shape=("N", 5))
-    write_config(tmp_path / "m", {"version_policy": {"all": True}})
-    server = start_server(tmp_path)
-    try:
-        client = grpcclient.InferenceServerClient(server.address)
-        metadata = client.get_model_metadata("m", as_json=True)
-        assert metadata["versions"] == ["1", "2"]
-        assert [int(d) for d in client.get_model_metadata("m", "1", as_json=True)["inputs"][0]["shape"]] == [-1, 2]
-        client.close()
-    finally:
-        server.stop()
 
 
 def two_output_model(path) -> None:
@@ -298,85 +278,6 @@ def _wait_for(condition, timeout: float = 10.0) -> None:
             pass
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
-
-
-def test_loads_and_unloads_of_names_not_in_the_repository_leave_nothing_behind(tmp_path):
-    """Each such name used to leave a lock and its failure message in the server for good, so a
-    client sending new names grew it without bound; the lookups still say NOT_FOUND."""
-    identity_model(tmp_path / "a" / "1" / "model.lite")
-    server = start_server(tmp_path)
-    try:
-        client = grpcclient.InferenceServerClient(server.address)
-        for call in (client.load_model, client.unload_model):
-            with pytest.raises(InferenceServerException) as info:
-                call("ghost")
-            assert info.value.status() == "StatusCode.NOT_FOUND"
-            assert "'ghost'" in info.value.message()
-        with pytest.raises(InferenceServerException) as info:
-            client.get_model_metadata("ghost")
-        assert info.value.message() == "model 'ghost' is not loaded"  # no failure was kept for the name
-        assert client.is_model_ready("a")
-        client.close()
-    finally:
-        server.stop()
-
-
-def test_the_manager_keeps_no_state_for_names_not_in_the_repository(tmp_path):
-    from serving.errors import ModelNotFoundError
-    from serving.manager import ModelManager
-    from serving.metrics import Metrics
-    from serving.repository import ModelRepository
-    from serving.settings import Settings
-
-    identity_model(tmp_path / "a" / "1" / "model.lite")
-    settings = Settings(repository=tmp_path, device="numpy")
-    manager = ModelManager(ModelRepository(tmp_path), settings, Metrics())
-
-    async def churn() -> None:
-        await manager.load("a")
-        for index in range(200):
-            for call in (manager.load, manager.unload):
-                with pytest.raises(ModelNotFoundError):
-                    await call(f"ghost-{index}")
-        await manager.close()
-
-    asyncio.run(churn())
-    assert set(manager._locks) == {"a"} and not manager._failures
-
-
-def test_two_folders_of_one_version_fail_the_load_naming_both(tmp_path):
-    """"1" and "01" are both version 1: which of the two was served depended on the order the
-    file system listed them in."""
-    identity_model(tmp_path / "m" / "1" / "model.lite", shape=("N", 2))
-    identity_model(tmp_path / "m" / "01" / "model.lite", shape=("N", 3))
-    identity_model(tmp_path / "other" / "1" / "model.lite")
-    server = start_server(tmp_path)
-    try:
-        client = grpcclient.InferenceServerClient(server.address)
-        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
-        assert index["m"]["state"] == "UNAVAILABLE"
-        assert "the folders '01' and '1' are both version 1; rename or remove one" in index["m"]["reason"]
-        assert client.is_model_ready("other")
-        with pytest.raises(InferenceServerException) as info:
-            client.load_model("m")
-        assert info.value.status() == "StatusCode.FAILED_PRECONDITION"
-        assert "are both version 1" in info.value.message()
-        client.close()
-    finally:
-        server.stop()
-
-
-def test_a_startup_model_that_is_not_in_the_repository_is_logged_with_the_reason(tmp_path):
-    identity_model(tmp_path / "a" / "1" / "model.lite")
-    server = start_server(tmp_path, "--model", "a", "--model", "ghost")
-    try:
-        client = grpcclient.InferenceServerClient(server.address)
-        assert client.is_model_ready("a")
-        client.close()
-    finally:
-        server.stop()
-    assert any("model ghost: not loaded at startup: model 'ghost' not found in model repository" in line
-               for line in server.logs)
 
 
 def test_a_failed_reload_keeps_the_model_ready_and_says_why_in_the_index(tmp_path):

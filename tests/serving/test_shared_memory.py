@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from .conftest import identity_model, multi_model, slow_model, start_server
+from .shm_tools import Regions, new_key, refused, shm_input, shm_output, status_of
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 shm = pytest.importorskip("tritonclient.utils.shared_memory")
@@ -23,51 +24,6 @@ from tritonclient.utils import InferenceServerException, serialize_byte_tensor  
 pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs POSIX shared memory in /dev/shm")
 
 ROWS = np.arange(64, dtype=np.float32).reshape(4, 16)
-
-
-def _key() -> str:
-    return f"/lite_test_{uuid.uuid4().hex[:12]}"
-
-
-def _status(err: InferenceServerException) -> str:
-    return str(err.status()).rsplit(".", 1)[-1]
-
-
-def _refused(call, code: str, *words: str) -> str:
-    with pytest.raises(InferenceServerException) as caught:
-        call()
-    message = caught.value.message()
-    assert _status(caught.value) == code, f"{_status(caught.value)}: {message}"
-    for word in words:
-        assert word in message, message
-    return message
-
-
-class Regions:
-    """Regions made with tritonclient's utilities, destroyed (and unregistered) at the end."""
-
-    def __init__(self, client) -> None:
-        self.client = client
-        self.handles: list = []
-
-    def create(self, name: str, byte_size: int, register: bool = True, values: np.ndarray | None = None):
-        key = _key()
-        handle = shm.create_shared_memory_region(name, key, byte_size)
-        handle.key = key
-        self.handles.append(handle)
-        if values is not None:
-            shm.set_shared_memory_region(handle, [values])
-        if register:
-            self.client.register_system_shared_memory(name, key, byte_size)
-        return handle
-
-    def close(self) -> None:
-        try:
-            self.client.unregister_system_shared_memory()
-        except InferenceServerException:
-            pass
-        for handle in self.handles:
-            shm.destroy_shared_memory_region(handle)
 
 
 @pytest.fixture(scope="module")
@@ -99,20 +55,6 @@ def regions(client):
     made.close()
 
 
-def _input(name: str, shape, datatype: str = "FP32", region: str | None = None, byte_size: int = 0, offset: int = 0):
-    tensor = grpcclient.InferInput(name, list(shape), datatype)
-    if region is not None:
-        tensor.set_shared_memory(region, byte_size, offset)
-    return tensor
-
-
-def _output(name: str, region: str | None = None, byte_size: int = 0, offset: int = 0):
-    output = grpcclient.InferRequestedOutput(name)
-    if region is not None:
-        output.set_shared_memory(region, byte_size, offset)
-    return output
-
-
 def _server_fds_on(server, key: str) -> int:
     target = "/dev/shm/" + key.lstrip("/")
     fds = Path(f"/proc/{server.process.pid}/fd")
@@ -133,8 +75,8 @@ def test_inputs_and_outputs_in_shared_memory_carry_no_tensor_bytes(client, regio
     assert "system_shared_memory" in metadata["extensions"]
     regions.create("in", ROWS.nbytes, values=ROWS)
     out = regions.create("out", ROWS.nbytes)
-    result = client.infer("identity", [_input("INPUT0", ROWS.shape, region="in", byte_size=ROWS.nbytes)],
-                          outputs=[_output("OUTPUT0", "out", ROWS.nbytes)])
+    result = client.infer("identity", [shm_input("INPUT0", ROWS.shape, region="in", byte_size=ROWS.nbytes)],
+                          outputs=[shm_output("OUTPUT0", "out", ROWS.nbytes)])
     response = result.get_response()
     assert list(response.outputs[0].shape) == [4, 16] and response.outputs[0].datatype == "FP32"
     assert response.raw_output_contents == [b""]  # one entry per output, empty: the data is in the region
@@ -145,17 +87,17 @@ def test_regions_at_offsets_and_raw_inputs_mix_in_one_request(client, regions):
     """Two tensors in one region at offsets; the output in memory, answered raw as usual."""
     region = regions.create("both", 2 * ROWS.nbytes + 64)
     shm.set_shared_memory_region(region, [ROWS + 100], offset=64)
-    result = client.infer("identity", [_input("INPUT0", ROWS.shape, region="both", byte_size=ROWS.nbytes, offset=64)],
-                          outputs=[_output("OUTPUT0", "both", ROWS.nbytes, offset=64 + ROWS.nbytes)])
+    result = client.infer("identity", [shm_input("INPUT0", ROWS.shape, region="both", byte_size=ROWS.nbytes, offset=64)],
+                          outputs=[shm_output("OUTPUT0", "both", ROWS.nbytes, offset=64 + ROWS.nbytes)])
     np.testing.assert_array_equal(shm.get_contents_as_numpy(region, np.float32, [4, 16], offset=64 + ROWS.nbytes),
                                   ROWS + 100)
     # Input in memory, output answered in the message.
-    result = client.infer("identity", [_input("INPUT0", ROWS.shape, region="both", byte_size=ROWS.nbytes, offset=64)])
+    result = client.infer("identity", [shm_input("INPUT0", ROWS.shape, region="both", byte_size=ROWS.nbytes, offset=64)])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), ROWS + 100)
     # Input in the message, output in memory.
-    tensor = _input("INPUT0", ROWS.shape)
+    tensor = shm_input("INPUT0", ROWS.shape)
     tensor.set_data_from_numpy(ROWS * 2)
-    client.infer("identity", [tensor], outputs=[_output("OUTPUT0", "both", ROWS.nbytes)])
+    client.infer("identity", [tensor], outputs=[shm_output("OUTPUT0", "both", ROWS.nbytes)])
     np.testing.assert_array_equal(shm.get_contents_as_numpy(region, np.float32, [4, 16]), ROWS * 2)
 
 
@@ -180,14 +122,14 @@ def test_a_model_of_many_datatypes_takes_some_inputs_from_memory_and_the_rest_ra
         inputs = []
         for name, array in values.items():
             if name == "I32":
-                inputs.append(_input(name, array.shape, "INT32", "i32", array.nbytes))
+                inputs.append(shm_input(name, array.shape, "INT32", "i32", array.nbytes))
             elif name == "S":
-                inputs.append(_input(name, array.shape, "BYTES", "s", len(strings.item())))
+                inputs.append(shm_input(name, array.shape, "BYTES", "s", len(strings.item())))
             else:
-                tensor = _input(name, array.shape, datatypes[name])
+                tensor = shm_input(name, array.shape, datatypes[name])
                 tensor.set_data_from_numpy(array)
                 inputs.append(tensor)
-        outputs = [_output(f"{name}_OUT") for name in values if name != "S"] + [_output("S_OUT", "s_out", 64)]
+        outputs = [shm_output(f"{name}_OUT") for name in values if name != "S"] + [shm_output("S_OUT", "s_out", 64)]
         result = client.infer("multi", inputs, outputs=outputs)
         for name, array in values.items():
             if name != "S":
@@ -224,8 +166,8 @@ def test_shared_memory_on_a_stream(client, regions):
 
     client.start_stream(callback)
     try:
-        client.async_stream_infer("identity", [_input("INPUT0", ROWS.shape, region="s_in", byte_size=ROWS.nbytes)],
-                                  outputs=[_output("OUTPUT0", "s_out", ROWS.nbytes)], request_id="7")
+        client.async_stream_infer("identity", [shm_input("INPUT0", ROWS.shape, region="s_in", byte_size=ROWS.nbytes)],
+                                  outputs=[shm_output("OUTPUT0", "s_out", ROWS.nbytes)], request_id="7")
         assert done.wait(10)
     finally:
         client.stop_stream()
@@ -246,8 +188,8 @@ def test_a_region_unregistered_while_a_request_uses_it_is_still_answered_then_cl
         answers.append((result, error))
         done.set()
 
-    client.async_infer("slow", [_input("X", x.shape, region="busy_in", byte_size=x.nbytes)], callback,
-                       outputs=[_output("Y", "busy_out", x.nbytes)])
+    client.async_infer("slow", [shm_input("X", x.shape, region="busy_in", byte_size=x.nbytes)], callback,
+                       outputs=[shm_output("Y", "busy_out", x.nbytes)])
     time.sleep(0.02)
     client.unregister_system_shared_memory()
     assert done.wait(30)
@@ -255,7 +197,7 @@ def test_a_region_unregistered_while_a_request_uses_it_is_still_answered_then_cl
     if error is None:  # it resolved the regions before they were unregistered
         np.testing.assert_allclose(shm.get_contents_as_numpy(x_out, np.float32, [512, 512]), x, rtol=1e-6)
     else:  # it arrived after: the regions were gone
-        assert _status(error) == "NOT_FOUND", error
+        assert status_of(error) == "NOT_FOUND", error
     deadline = time.monotonic() + 5
     while _server_fds_on(shm_server, x_in.key) + _server_fds_on(shm_server, x_out.key) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -267,9 +209,9 @@ def test_a_region_unregistered_while_a_request_uses_it_is_still_answered_then_cl
 def test_cuda_shared_memory_is_refused_clearly_and_its_cleanup_calls_succeed(client):
     assert client.get_cuda_shared_memory_status(as_json=True) == {}
     client.unregister_cuda_shared_memory()  # "unregister all": nothing to do
-    _refused(lambda: client.register_cuda_shared_memory("gpu", b"\x00" * 64, 0, 64), "UNIMPLEMENTED",
+    refused(lambda: client.register_cuda_shared_memory("gpu", b"\x00" * 64, 0, 64), "UNIMPLEMENTED",
              "does not offer CUDA shared memory")
-    _refused(lambda: client.unregister_cuda_shared_memory("gpu"), "NOT_FOUND", "'gpu'")
+    refused(lambda: client.unregister_cuda_shared_memory("gpu"), "NOT_FOUND", "'gpu'")
 
 
 # ----- registration refusals ----------------------------------------------------------------------
@@ -280,7 +222,7 @@ def test_cuda_shared_memory_is_refused_clearly_and_its_cleanup_calls_succeed(cli
     "x" * 256, "/" + "x" * 256, "na\x00me", "sp ace", "/dev/shm/x", "x\n",
 ])
 def test_keys_that_are_not_plain_shared_memory_names_are_refused(client, key):
-    _refused(lambda: client.register_system_shared_memory("bad", key, 16), "INVALID_ARGUMENT",
+    refused(lambda: client.register_system_shared_memory("bad", key, 16), "INVALID_ARGUMENT",
              "not a POSIX shared-memory name")
     assert client.get_system_shared_memory_status(as_json=True) == {}
 
@@ -293,7 +235,7 @@ def test_a_symlink_in_dev_shm_is_not_followed(client, regions):
     links[1].symlink_to(secret)
     try:
         for link in links:
-            _refused(lambda: client.register_system_shared_memory("link", "/" + link.name, 16),
+            refused(lambda: client.register_system_shared_memory("link", "/" + link.name, 16),
                      "INVALID_ARGUMENT", "symbolic link")
     finally:
         for path in (*links, secret):
@@ -307,7 +249,7 @@ def test_directories_and_fifos_in_dev_shm_are_refused_without_blocking(client):
     os.mkfifo(fifo)
     try:
         for path in (directory, fifo):
-            _refused(lambda: client.register_system_shared_memory("odd", "/" + path.name, 16, client_timeout=5),
+            refused(lambda: client.register_system_shared_memory("odd", "/" + path.name, 16, client_timeout=5),
                      "INVALID_ARGUMENT", "not a regular file")
     finally:
         directory.rmdir()
@@ -315,23 +257,23 @@ def test_directories_and_fifos_in_dev_shm_are_refused_without_blocking(client):
 
 
 def test_a_missing_object_is_not_found(client):
-    _refused(lambda: client.register_system_shared_memory("ghost", _key(), 16), "NOT_FOUND",
+    refused(lambda: client.register_system_shared_memory("ghost", new_key(), 16), "NOT_FOUND",
              "no shared-memory object")
 
 
 def test_sizes_and_offsets_outside_the_object_are_refused(client, regions):
     handle = regions.create("sized", 4096, register=False)
     for offset, byte_size in [(0, 4097), (4000, 200), (4096, 1), (2**64 - 1, 1), (1, 2**64 - 1), (0, 0)]:
-        _refused(lambda: client.register_system_shared_memory("sized", handle.key, byte_size, offset),
+        refused(lambda: client.register_system_shared_memory("sized", handle.key, byte_size, offset),
                  "INVALID_ARGUMENT", "sized")
     client.register_system_shared_memory("sized", handle.key, 96, 4000)  # the last 96 bytes: fits
-    _refused(lambda: client.register_system_shared_memory("sized", handle.key, 16), "ALREADY_EXISTS",
+    refused(lambda: client.register_system_shared_memory("sized", handle.key, 16), "ALREADY_EXISTS",
              "'sized' is already registered")
 
 
 def test_unknown_region_names_are_not_found(client):
-    _refused(lambda: client.get_system_shared_memory_status("nope"), "NOT_FOUND", "'nope'")
-    _refused(lambda: client.unregister_system_shared_memory("nope"), "NOT_FOUND", "'nope'")
+    refused(lambda: client.get_system_shared_memory_status("nope"), "NOT_FOUND", "'nope'")
+    refused(lambda: client.unregister_system_shared_memory("nope"), "NOT_FOUND", "'nope'")
 
 
 # ----- request refusals ---------------------------------------------------------------------------
@@ -341,21 +283,21 @@ def test_requests_naming_regions_badly_are_refused_and_the_server_serves_on(clie
     regions.create("r", ROWS.nbytes, values=ROWS)
     regions.create("small", 16)
     cases = [
-        (_input("INPUT0", ROWS.shape, region="ghost", byte_size=ROWS.nbytes), None, "NOT_FOUND", "'ghost'"),
-        (_input("INPUT0", ROWS.shape, region="r", byte_size=ROWS.nbytes - 4), None, "INVALID_ARGUMENT",
+        (shm_input("INPUT0", ROWS.shape, region="ghost", byte_size=ROWS.nbytes), None, "NOT_FOUND", "'ghost'"),
+        (shm_input("INPUT0", ROWS.shape, region="r", byte_size=ROWS.nbytes - 4), None, "INVALID_ARGUMENT",
          "needs 256 bytes"),
-        (_input("INPUT0", [2, 16], region="r", byte_size=128, offset=200), None, "INVALID_ARGUMENT", "do not fit"),
-        (_input("INPUT0", [2, 16], region="r", byte_size=128, offset=-4), None, "INVALID_ARGUMENT", ">= 0"),
-        (_input("INPUT0", [2, 16], region="r", byte_size=2**62, offset=2**62), None, "INVALID_ARGUMENT",
+        (shm_input("INPUT0", [2, 16], region="r", byte_size=128, offset=200), None, "INVALID_ARGUMENT", "do not fit"),
+        (shm_input("INPUT0", [2, 16], region="r", byte_size=128, offset=-4), None, "INVALID_ARGUMENT", ">= 0"),
+        (shm_input("INPUT0", [2, 16], region="r", byte_size=2**62, offset=2**62), None, "INVALID_ARGUMENT",
          "do not fit"),
-        (_input("INPUT0", ROWS.shape, region="r", byte_size=ROWS.nbytes), _output("OUTPUT0", "small", 16),
+        (shm_input("INPUT0", ROWS.shape, region="r", byte_size=ROWS.nbytes), shm_output("OUTPUT0", "small", 16),
          "INVALID_ARGUMENT", "more than the shared_memory_byte_size 16"),
-        (_input("INPUT0", ROWS.shape, region="r", byte_size=ROWS.nbytes), _output("OUTPUT0", "ghost", 16),
+        (shm_input("INPUT0", ROWS.shape, region="r", byte_size=ROWS.nbytes), shm_output("OUTPUT0", "ghost", 16),
          "NOT_FOUND", "'ghost'"),
     ]
     for tensor, output, code, words in cases:
-        _refused(lambda: client.infer("identity", [tensor], outputs=[output] if output else None), code, words)
-    tensor = _input("INPUT0", ROWS.shape)
+        refused(lambda: client.infer("identity", [tensor], outputs=[output] if output else None), code, words)
+    tensor = shm_input("INPUT0", ROWS.shape)
     tensor.set_data_from_numpy(ROWS)
     np.testing.assert_array_equal(client.infer("identity", [tensor]).as_numpy("OUTPUT0"), ROWS)
 
@@ -364,11 +306,11 @@ def test_an_object_shrunk_after_registration_is_an_error_not_a_crash(shm_server,
     handle = regions.create("shrinking", ROWS.nbytes, values=ROWS)
     path = Path("/dev/shm") / handle.key.lstrip("/")
     os.truncate(path, 16)
-    _refused(lambda: client.infer("identity", [_input("INPUT0", ROWS.shape, region="shrinking",
+    refused(lambda: client.infer("identity", [shm_input("INPUT0", ROWS.shape, region="shrinking",
                                                       byte_size=ROWS.nbytes)]), "INVALID_ARGUMENT", "shrank")
-    tensor = _input("INPUT0", ROWS.shape)
+    tensor = shm_input("INPUT0", ROWS.shape)
     tensor.set_data_from_numpy(ROWS)
-    _refused(lambda: client.infer("identity", [tensor], outputs=[_output("OUTPUT0", "shrinking", ROWS.nbytes)]),
+    refused(lambda: client.infer("identity", [tensor], outputs=[shm_output("OUTPUT0", "shrinking", ROWS.nbytes)]),
              "INVALID_ARGUMENT", "shrank")
     assert shm_server.process.poll() is None and client.is_server_ready()
 
@@ -396,82 +338,14 @@ def test_an_object_resized_while_requests_read_it_never_takes_the_server_down(sh
     try:
         for _ in range(200):
             try:
-                client.infer("identity", [_input("INPUT0", x.shape, region="racing", byte_size=x.nbytes)],
-                             outputs=[_output("OUTPUT0", "racing", x.nbytes)])
+                client.infer("identity", [shm_input("INPUT0", x.shape, region="racing", byte_size=x.nbytes)],
+                             outputs=[shm_output("OUTPUT0", "racing", x.nbytes)])
                 outcomes["OK"] += 1
             except InferenceServerException as err:
-                assert _status(err) == "INVALID_ARGUMENT", err
-                outcomes[_status(err)] = outcomes.get(_status(err), 0) + 1
+                assert status_of(err) == "INVALID_ARGUMENT", err
+                outcomes[status_of(err)] = outcomes.get(status_of(err), 0) + 1
     finally:
         stop.set()
         thread.join()
     assert shm_server.process.poll() is None and client.is_server_ready()
     assert sum(outcomes.values()) == 200
-
-
-# ----- servers with other settings ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def small_repository(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("shm_small")
-    identity_model(root / "identity" / "1" / "model.lite")
-    return root
-
-
-def test_the_number_and_bytes_of_regions_and_the_tensor_limit_are_capped(small_repository):
-    server = start_server(small_repository, "--max-shared-memory-regions", "2", "--max-shared-memory-bytes", "12000",
-                          "--max-tensor-elements", "64")
-    client = grpcclient.InferenceServerClient(server.address)
-    made = Regions(client)
-    try:
-        made.create("a", 4096)
-        made.create("b", 4096)
-        made.create("c", 4096, register=False)
-        _refused(lambda: client.register_system_shared_memory("c", made.handles[2].key, 4096), "RESOURCE_EXHAUSTED",
-                 "2 regions are registered")
-        client.unregister_system_shared_memory("b")
-        made.create("big", 8192, register=False)
-        _refused(lambda: client.register_system_shared_memory("big", made.handles[3].key, 8192),
-                 "RESOURCE_EXHAUSTED", "--max-shared-memory-bytes")
-        client.register_system_shared_memory("c", made.handles[2].key, 4096)
-        # 128 elements in memory against a limit of 64: refused before the server reads them.
-        _refused(lambda: client.infer("identity", [_input("INPUT0", [8, 16], region="a", byte_size=512)]),
-                 "RESOURCE_EXHAUSTED", "max_tensor_elements")
-    finally:
-        made.close()
-        client.close()
-        assert server.stop() == 0
-
-
-def test_registration_needs_the_bearer_token(small_repository):
-    server = start_server(small_repository, env={"LITE_AUTH_TOKEN": "s3cret"})
-    client = grpcclient.InferenceServerClient(server.address)
-    headers = {"authorization": "Bearer s3cret"}
-    handle = shm.create_shared_memory_region("auth", _key(), 64)
-    try:
-        _refused(lambda: client.register_system_shared_memory("auth", handle._shm_key, 64), "UNAUTHENTICATED")
-        _refused(lambda: client.get_system_shared_memory_status(), "UNAUTHENTICATED")
-        _refused(lambda: client.unregister_system_shared_memory(), "UNAUTHENTICATED")
-        client.register_system_shared_memory("auth", handle._shm_key, 64, headers=headers)
-        assert list(client.get_system_shared_memory_status(headers=headers, as_json=True)["regions"]) == ["auth"]
-    finally:
-        shm.destroy_shared_memory_region(handle)
-        client.close()
-        assert server.stop() == 0
-
-
-def test_no_shared_memory_turns_the_calls_off(small_repository):
-    server = start_server(small_repository, "--no-shared-memory")
-    client = grpcclient.InferenceServerClient(server.address)
-    handle = shm.create_shared_memory_region("off", _key(), 64)
-    try:
-        assert "system_shared_memory" not in client.get_server_metadata(as_json=True)["extensions"]
-        _refused(lambda: client.register_system_shared_memory("off", handle._shm_key, 64), "UNIMPLEMENTED",
-                 "--no-shared-memory")
-        _refused(lambda: client.infer("identity", [_input("INPUT0", [1, 16], region="off", byte_size=64)]),
-                 "UNIMPLEMENTED", "--no-shared-memory")
-    finally:
-        shm.destroy_shared_memory_region(handle)
-        client.close()
-        assert server.stop() == 0

@@ -25,13 +25,19 @@ from typing import Any
 import numpy as np
 
 from lite.cpu import int8_products_saturate
-from lite.device_arrays import is_device_array, numpy_dtype_of_ortvalue
 from lite.engines.base import has_half_weights
 from lite.engines.ort import int8_choice, sessions, thread_choice
-from lite.engines.ort.cuda import CudaRunner, caller_stream, torch_stream
-from lite.engines.ort.device_kernels import CudaStream, KernelSteps, run_bound
+from lite.engines.ort.cuda import CudaRunner, torch_stream
+from lite.engines.ort.device_kernels import CudaStream, KernelSteps
 from lite.engines.ort.empty_inputs import has_empty_axis, has_recurrent_layers
-from lite.engines.ort.segments import Segment, TypedOnFirstRun, as_text, from_device, host_array, to_device
+from lite.engines.ort.segments import (
+    Segment,
+    TypedOnFirstRun,
+    as_text,
+    host_array,
+    run_in_order,
+    run_on_device,
+)
 from lite.engines.partition import Part, numpy_part, split
 from lite.errors import EngineUnavailableError, LiteError, UnsupportedOpError
 from lite.format import ir
@@ -340,66 +346,24 @@ class OrtEngine:
         if self.gpu is not None:
             return self.gpu.run(dict(feeds))
         if any(s.on_device_kernels for s in self.segments):  # no text tensors then (see _on_device)
-            return self._run_on_device(feeds)
+            try:
+                return run_on_device(self.segments, feeds, self.output_names, self.ort, self.stream,
+                                     self.config.device_id, shares_stream=self.name == "cuda")
+            except sessions.MissingKernel as missing:
+                # Only a segment typed on first run can get here; its node joins the numpy engine.
+                self._move_to_numpy(missing)
+                return self.run(feeds)
         feeds = {name: host_array(value) for name, value in feeds.items()}
         feeds = {name: as_text(name, value) if getattr(value, "dtype", None) == object else value
                  for name, value in feeds.items()}
         if len(self.segments) == 1:
             return self.segments[0].run(feeds)
-        values: dict[str, np.ndarray] = dict(feeds)
-        for segment in self.segments:
-            try:
-                values.update(segment.run(values))
-            except sessions.MissingKernel as missing:
-                # Only a segment typed on first run can get here; its node joins the numpy engine.
-                self._move_to_numpy(missing)
-                return self.run(feeds)
-        return {name: values[name] for name in self.output_names}
-
-    def _run_on_device(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Segments with CUDA kernels among them: values stay on the GPU (see device_kernels.py);
-        outputs on the device for callers that pass device arrays, else numpy arrays."""
-        on_device = any(is_device_array(value) for value in feeds.values())
-        stream = caller_stream(feeds)
-        if stream is not None:
-            stream.synchronize()  # the caller's PyTorch work that produced the inputs
-        ort_value = self.ort.OrtValue
-        values = {name: ort_value.from_dlpack(value) if is_device_array(value) else value
-                  for name, value in feeds.items()}
-        shares_stream = self.name == "cuda"
-        queued = False  # kernels queued on self.stream that the host has not waited for
         try:
-            for segment in list(self.segments):  # as it is now: _move_to_numpy may replace it
-                inputs = {name: values[name] for name in segment.input_names}
-                if segment.on_device_kernels:
-                    values.update(segment.runner.run(inputs))
-                    queued = True
-                    continue
-                if queued and not (segment.on_ort and shares_stream):
-                    self.stream.synchronize()
-                    queued = False
-                if segment.on_ort:
-                    session = self._session(segment, inputs)
-                    values.update(zip(segment.output_names, run_bound(session.session, inputs, segment.output_names,
-                                                                      self.config.device_id)))
-                else:
-                    values.update(segment.runner.run({name: from_device(value) for name, value in inputs.items()}))
-            if queued:
-                self.stream.synchronize()
+            return run_in_order(self.segments, feeds, self.output_names)
         except sessions.MissingKernel as missing:
             # Only a segment typed on first run can get here; its node joins the numpy engine.
             self._move_to_numpy(missing)
             return self.run(feeds)
-        if on_device:
-            return {name: to_device(ort_value, values[name], self.config.device_id) for name in self.output_names}
-        return {name: from_device(values[name]) for name in self.output_names}
-
-    def _session(self, segment: Segment, feeds: Mapping[str, Any]) -> sessions.Session:
-        runner = segment.runner
-        if isinstance(runner, TypedOnFirstRun):
-            return runner.session_for({name: value.dtype if isinstance(value, np.ndarray)
-                                       else numpy_dtype_of_ortvalue(value) for name, value in feeds.items()})
-        return runner
 
     def _move_to_numpy(self, missing: sessions.MissingKernel) -> None:
         with self._rebuild_lock:

@@ -6,6 +6,11 @@ custom op has no declared types and gets its session on its first call. Values c
 host, the device and ONNX Runtime's Python binding on the way: device arrays to the host for CPU
 segments, outputs back to the device for callers that passed device arrays, and byte strings as
 the UTF-8 text ONNX Runtime carries.
+
+A call runs the segments in order (:func:`run_in_order`), or, where CUDA custom kernels run
+between ONNX Runtime segments, with values left on the GPU (:func:`run_on_device`). Either lets a
+segment typed on its first call raise :class:`sessions.MissingKernel`: the engine then moves that
+node to the numpy engine and runs the call again.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from lite.device_arrays import DeviceArray, is_device_array
+from lite.device_arrays import DeviceArray, is_device_array, numpy_dtype_of_ortvalue
 from lite.engines.ort import sessions
+from lite.engines.ort.cuda import caller_stream
+from lite.engines.ort.device_kernels import CudaStream, run_bound
 from lite.errors import InvalidInputError
 from lite.format import ir
 from lite.format.dtypes import DataType, from_numpy
@@ -101,3 +108,55 @@ def as_text(name: str, array: np.ndarray) -> np.ndarray:
         return item
 
     return np.asarray(np.frompyfunc(decode, 1, 1)(array), dtype=object) if array.size else array
+
+
+def run_in_order(segments: list[Segment], feeds: Mapping[str, np.ndarray],
+                 output_names: list[str]) -> dict[str, np.ndarray]:
+    """Host arrays through the segments, each reading the values the ones before it made."""
+    values: dict[str, np.ndarray] = dict(feeds)
+    for segment in segments:
+        values.update(segment.run(values))
+    return {name: values[name] for name in output_names}
+
+
+def run_on_device(segments: list[Segment], feeds: Mapping[str, Any], output_names: list[str], ort: Any,
+                  stream: CudaStream, device_id: int, *, shares_stream: bool) -> dict[str, Any]:
+    """Segments with CUDA kernels among them: values stay on the GPU (see device_kernels.py);
+    outputs on the device for callers that pass device arrays, else numpy arrays.
+    ``shares_stream``: ONNX Runtime's segments queue their work on the kernels' ``stream``."""
+    on_device = any(is_device_array(value) for value in feeds.values())
+    caller = caller_stream(feeds)
+    if caller is not None:
+        caller.synchronize()  # the caller's PyTorch work that produced the inputs
+    ort_value = ort.OrtValue
+    values = {name: ort_value.from_dlpack(value) if is_device_array(value) else value
+              for name, value in feeds.items()}
+    queued = False  # kernels queued on the stream that the host has not waited for
+    for segment in segments:
+        inputs = {name: values[name] for name in segment.input_names}
+        if segment.on_device_kernels:
+            values.update(segment.runner.run(inputs))
+            queued = True
+            continue
+        if queued and not (segment.on_ort and shares_stream):
+            stream.synchronize()
+            queued = False
+        if segment.on_ort:
+            session = _session(segment, inputs)
+            values.update(zip(segment.output_names, run_bound(session.session, inputs, segment.output_names,
+                                                              device_id)))
+        else:
+            values.update(segment.runner.run({name: from_device(value) for name, value in inputs.items()}))
+    if queued:
+        stream.synchronize()
+    if on_device:
+        return {name: to_device(ort_value, values[name], device_id) for name in output_names}
+    return {name: from_device(values[name]) for name in output_names}
+
+
+def _session(segment: Segment, feeds: Mapping[str, Any]) -> sessions.Session:
+    runner = segment.runner
+    if isinstance(runner, TypedOnFirstRun):
+        return runner.session_for({name: value.dtype if isinstance(value, np.ndarray)
+                                   else numpy_dtype_of_ortvalue(value) for name, value in feeds.items()})
+    return runner

@@ -7,7 +7,8 @@
 PyTorch is the optional extra ``torch`` (``pip install 'lite-toolchain[torch]'``); importing this
 package without it raises :class:`lite.errors.EngineUnavailableError`. Only this package imports
 torch. See :mod:`.engine` (partition, precision, data path), :mod:`.lowering` (the FX module),
-:mod:`.ops` (the table of lowerings) and :mod:`.compiler` (modes and on-disk caches).
+:mod:`.ops` (the table of lowerings), :mod:`.inductor_modes` (the modes) and :mod:`.compiler` (artifacts
+compiled ahead of time and their on-disk cache).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ try:
 except ImportError as err:
     raise EngineUnavailableError("the torch engine needs PyTorch: pip install 'lite-toolchain[torch]'") from err
 
-from lite.engines.torch.compiler import MODES, STARTUP_POLICIES
+from lite.engines.torch.compiler import STARTUP_POLICIES
 from lite.engines.torch.engine import PRECISIONS, TorchEngine
+from lite.engines.torch.inductor_modes import MODES
 from lite.format import ir
 
 __all__ = ["MODES", "PRECISIONS", "STARTUP_POLICIES", "TorchEngine", "create_engine"]

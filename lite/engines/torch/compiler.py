@@ -1,23 +1,12 @@
-"""``torch.compile`` for lowered graphs (Inductor's on-disk caches: :mod:`lite.engines.torch.inductor_cache`).
+"""Lowered graphs compiled ahead of time, one artifact per input shape, kept on disk
+(Inductor's own on-disk caches: :mod:`lite.engines.torch.inductor_cache`).
 
-Modes are torch's (https://pytorch.org/docs/stable/generated/torch.compile.html):
-
-| mode | what Inductor does |
-|---|---|
-| ``eager`` | no compilation: the FX module runs op by op (lite's own name, for debugging) |
-| ``default`` | fused Triton / C++ kernels |
-| ``reduce-overhead`` | as default, plus CUDA graphs (one per input shape) |
-| ``max-autotune`` | benchmarks matmul/conv implementations at compile time, plus CUDA graphs |
-| ``max-autotune-no-cudagraphs`` | the same without CUDA graphs |
-| ``auto`` | lite's: per input shape, the faster of max-autotune and reduce-overhead, timed (below) |
-
-``auto`` (the default on CUDA) exists because no one mode is fastest at every batch size:
-max-autotune's kernel choices win at large batches, and at batch 1 the same network ran 0.52 ms
-against reduce-overhead's 0.39 ms (ResNet-50 fp16, H200, docs/benchmarks.md). When a shape is
-compiled in ``auto``, both artifacts are compiled, each replayed from its CUDA graph on the same
-inputs in interleaved rounds, and the faster serves; the choice is kept beside the artifacts
-(:mod:`lite.engines.torch.mode_choice`) and in ``lite compile``'s package, so later processes
-load the winner without timing again. Without ahead-of-time compilation ``auto`` is max-autotune.
+The modes and the Inductor settings each compiles with are in
+:mod:`lite.engines.torch.inductor_modes`; the names are re-exported here. In ``auto`` (the default
+on CUDA), when a shape is compiled, both candidate artifacts are compiled, each replayed from its
+CUDA graph on the same inputs in interleaved rounds, and the faster serves; the choice is kept
+beside the artifacts (:mod:`lite.engines.torch.mode_choice`) and in ``lite compile``'s package, so
+later processes load the winner without timing again.
 
 Compilation is specialised per input shape by default (``dynamic=False``): each batch size is a
 bucket compiled (and on CUDA captured) once, like the ONNX Runtime engine's CUDA graphs; torch
@@ -42,65 +31,18 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from lite.engines.torch.graphs import Graphed, device_arch, lift_weights
+from lite.engines.torch.inductor_modes import AUTO_CANDIDATES, compile_module, mode_settings
+from lite.engines.torch.inductor_modes import MODES as MODES  # where the package and its tests took it from
 from lite.engines.torch.mode_choice import choose_mode, known_choice
 
 log = logging.getLogger("lite.engines.torch")
 
-MODES = ("auto", "eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# The modes ``auto`` times against each other on CUDA, in the order they are compiled.
-AUTO_CANDIDATES = ("max-autotune", "reduce-overhead")
 # What a call at a new input shape gets while its artifact is not in the cache (docs/runtime.md):
 # "best" compiles it first (minutes with max-autotune); "fast" never compiles, running the
 # lowered module op by op (replayed from a CUDA graph on CUDA); "background" answers from the
 # fast configuration at once and swaps the compiled artifact in when a background thread has
 # made it.
 STARTUP_POLICIES = ("background", "fast", "best")
-def uses_cuda_graphs(mode: str, device: torch.device) -> bool:
-    return device.type == "cuda" and mode in ("reduce-overhead", "max-autotune", "auto")
-
-
-def mode_settings(mode: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The Inductor settings an ahead-of-time artifact of ``mode`` is compiled with (``options`` over them)."""
-    settings = dict(torch._inductor.list_mode_options(mode))
-    settings.pop("triton.cudagraphs", None)  # graphs are captured by lite, around the artifact
-    # No coordinate-descent tuning of kernel launch parameters: a kernel loaded from a saved
-    # artifact checks its recorded tuning against its one compiled configuration, misses, and
-    # tunes again in every process (torch 2.11): ResNet-50's warm start took 10.0 s instead
-    # of 3.9 s, for no gain in throughput (30,270 vs 30,450 images/s at batch 256, H200,
-    # bench/gpu_warm_start.py). ``inductor_options`` can turn it back on.
-    settings["coordinate_descent_tuning"] = False
-    settings.update(options or {})
-    return settings
-
-
-def check_inductor_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``options`` as a dict, every name a setting of ``torch._inductor.config``."""
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise TypeError(f"inductor_options must be a dict of torch._inductor.config settings; got {type(options).__name__}")
-    known = torch._inductor.config._config
-    unknown = sorted(str(name) for name in options if name not in known)
-    if unknown:
-        raise ValueError(f"inductor_options: {', '.join(unknown)} not setting(s) of torch._inductor.config "
-                         f"(torch {torch.__version__}); see torch/_inductor/config.py for the names")
-    return dict(options)
-
-
-def compile_module(module: torch.nn.Module, mode: str, *, dynamic: bool | None, freezing: bool,
-                   options: Mapping[str, Any] | None = None) -> Callable:
-    """``module`` compiled by Inductor in ``mode`` (or itself for ``eager``), with ``options``
-    (Inductor settings) over the mode's."""
-    if mode == "eager":
-        return module
-    if mode == "auto":  # timing two modes per shape needs lite's own artifacts (AotCompiled)
-        mode = "max-autotune"
-    settings = dict(torch._inductor.list_mode_options(mode))
-    # Freezing folds the weights into the compiled graph as constants (conv+bn folding,
-    # weight layout and prepacking for the CPU's oneDNN kernels): right for inference.
-    settings["freezing"] = freezing
-    settings.update(options or {})
-    return torch.compile(module, backend="inductor", options=settings, dynamic=dynamic)
 
 
 class AotCompiled:

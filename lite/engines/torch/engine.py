@@ -31,21 +31,15 @@ from lite.device_arrays import is_device_array
 from lite.engines.base import has_half_weights
 from lite.engines.host_upload import STAGED_MIN_BYTES, HostUploader
 from lite.engines.partition import numpy_part, split
-from lite.engines.torch.compiler import (
-    MODES,
-    STARTUP_POLICIES,
-    AotCompiled,
-    check_inductor_options,
-    compile_module,
-    uses_cuda_graphs,
-)
+from lite.engines.torch.compiler import STARTUP_POLICIES, AotCompiled
+from lite.engines.torch.device_kernels import DeviceKernels
 from lite.engines.torch.inductor_cache import configure_cache
+from lite.engines.torch.inductor_modes import MODES, check_inductor_options, compile_module, uses_cuda_graphs
 from lite.engines.torch.lowering import Policy, build_module, unmapped_reason
 from lite.engines.torch.precompiled import Package
 from lite.errors import EngineUnavailableError, KernelError, LiteError, UnsupportedOpError
 from lite.format import ir
 from lite.format.dtypes import DataType, storage_dtype
-from lite.format.values import tensor_value
 from lite.ops.registry import KernelRegistry, normalize_domain
 
 PRECISIONS = ("auto", "fp32", "fp16")
@@ -75,7 +69,7 @@ class TorchEngine:
     """Runs a model with PyTorch (compiled by Inductor), handing unmapped nodes to the numpy engine.
 
     ``device``: ``"cuda"`` (or ``"cuda:N"``) or ``"cpu"``. ``mode``: one of
-    :data:`lite.engines.torch.compiler.MODES`; None picks ``auto`` on CUDA (per input shape, the
+    :data:`lite.engines.torch.inductor_modes.MODES`; None picks ``auto`` on CUDA (per input shape, the
     faster of max-autotune and reduce-overhead, timed once and remembered: max-autotune wins at
     large batches, reduce-overhead at batch 1; :mod:`lite.engines.torch.mode_choice`) and
     ``default`` on the CPU, where ``auto`` also means ``default``. ``dynamic``: passed to
@@ -368,40 +362,6 @@ def _device_of(value: Any) -> torch.device:
     if isinstance(value, torch.Tensor):
         return value.device
     return torch.device("cuda", value.__dlpack_device__()[1])
-
-
-class DeviceKernels:
-    """A run of custom nodes whose CUDA kernels (MindSpore's AOT signature) run on the GPU: each
-    gets the device pointers of its inputs (torch tensors, attributes named in
-    ``attributes_as_inputs`` appended as small device tensors) and of outputs allocated on the
-    device, and the current CUDA stream, so the data never leaves the GPU."""
-
-    def __init__(self, graph: ir.Graph, nodes: list[ir.Node], kernels: list[Any], device: torch.device) -> None:
-        from lite.custom_ops import attribute_inputs
-        from lite.format.values import attribute_value
-
-        self.steps = []
-        for node, kernel in zip(nodes, kernels):
-            attributes = {name: attribute_value(a) for name, a in node.attributes.items()}
-            extras = [torch.from_numpy(a).to(device)
-                      for a in attribute_inputs(kernel.label, kernel.attributes_as_inputs, attributes)]
-            inputs = [graph.tensors[i] if i >= 0 else None for i in node.inputs]
-            constants = {position: torch.from_numpy(np.ascontiguousarray(tensor_value(t))).to(device)
-                         for position, t in enumerate(inputs) if t is not None and t.is_constant}
-            names = [None if t is None else t.name for t in inputs]
-            outputs = [graph.tensors[i].name for i in node.outputs if i >= 0]
-            self.steps.append((kernel, names, constants, extras, outputs))
-
-    def run(self, values: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        from lite.custom_ops import run_device_kernel
-
-        produced: dict[str, torch.Tensor] = {}
-        for kernel, names, constants, extras, outputs in self.steps:
-            inputs = [constants[i] if i in constants else produced.get(name, values.get(name))
-                      for i, name in enumerate(names)]
-            results = run_device_kernel(kernel, [*inputs, *extras], inputs)
-            produced.update(zip(outputs, results))
-        return produced
 
 
 def _innermost_reason(err: BaseException) -> str:

@@ -3,7 +3,7 @@
 No one Inductor mode is fastest at every batch size: max-autotune's kernel choices win at large
 batches, while at batch 1 its ResNet-50 replayed in 0.52 ms against reduce-overhead's 0.39 ms on
 an H200. So in ``auto``, the first time a shape is compiled, every candidate
-(:data:`~lite.engines.torch.compiler.AUTO_CANDIDATES`) is compiled and captured, the graphs are
+(:data:`~lite.engines.torch.inductor_modes.AUTO_CANDIDATES`) is compiled and captured, the graphs are
 replayed on the same inputs in interleaved rounds, and the faster one serves.
 
 The choice is a small record (the mode and each candidate's milliseconds per call) named by the
