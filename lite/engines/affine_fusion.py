@@ -26,12 +26,10 @@ import numpy as np
 
 from lite.engines.numpy_patterns import Graph, in_turn, per_channel
 from lite.ops import fused_activation
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
-
-# Full-shape operands kept per input shape (a server sees a few image sizes).
-_SHAPES_KEPT = 8
 
 
 def _match(mul: _Step, graph: Graph, constants: dict[int, Any]):
@@ -107,7 +105,7 @@ class ChannelAffine:
         self.fallback = fallback
         # Per image shape (C, H, W): scale and shift broadcast to it (numpy multiplies and adds
         # arrays of one shape faster than it broadcasts a column).
-        self.full: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self.full: PlanCache[tuple[np.ndarray | None, np.ndarray]] = PlanCache()
 
     def __call__(self, x: np.ndarray, *, allocate: Callable = np.empty) -> np.ndarray:
         if (not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype != self.shift.dtype
@@ -115,11 +113,9 @@ class ChannelAffine:
             return self.fallback(x, allocate)
         full = self.full.get(x.shape[1:])
         if full is None:
-            if len(self.full) >= _SHAPES_KEPT:
-                self.full.clear()
-            full = self.full[x.shape[1:]] = (
-                None if self.scale is None else np.ascontiguousarray(np.broadcast_to(self.scale, x.shape[1:])),
-                np.ascontiguousarray(np.broadcast_to(self.shift, x.shape[1:])))
+            full = (None if self.scale is None else np.ascontiguousarray(np.broadcast_to(self.scale, x.shape[1:])),
+                    np.ascontiguousarray(np.broadcast_to(self.shift, x.shape[1:])))
+            self.full.put(x.shape[1:], full, sum(operand.nbytes for operand in full if operand is not None))
         y = allocate(x.shape, x.dtype)
         if full[0] is None:
             np.add(x, full[1], out=y)

@@ -13,6 +13,7 @@ import numpy as np
 from lite.errors import KernelError, LiteError
 from lite.format import ir
 from lite.ops.registry import SMALL_ARRAY_BYTES, normalize_domain
+from lite.plan_cache import PlanCache
 
 # Load-time constant folding runs deterministic ONNX ops only.
 _FOLDABLE_DOMAINS = {"", "ai.onnx.ml"}
@@ -49,7 +50,7 @@ class _Step:
     # A node computed from tensor shapes alone (see _plan_shape_memos): the Shape/Size outputs it
     # depends on, and its results by their values.
     memo_sources: list[int] = field(default_factory=list)
-    memo: dict[tuple[bytes, ...], np.ndarray] | None = None
+    memo: PlanCache[np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         self.finish()
@@ -66,9 +67,6 @@ class _Step:
             keywords["prepared"] = self.prepared
         self.keywords = keywords
 
-
-# Shapes of the graph inputs remembered per node (a server sees a few sequence lengths).
-_MEMO_ENTRIES = 16
 
 
 def _plan_shape_memos(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> None:
@@ -97,7 +95,7 @@ def _plan_shape_memos(steps: list[_Step], constants: dict[int, Any], graph_outpu
             continue
         depends = frozenset().union(*(sources[index] for index in computed))
         step.memo_sources = sorted(depends)
-        step.memo = {}
+        step.memo = PlanCache()
         sources[step.outputs[0]] = depends
     steps[:] = _fold_shapes(_group_memos(steps), graph_outputs)
 
@@ -176,7 +174,7 @@ class _MemoGroup:
         # step, its output); the argument is the Shape's input, its key part that input's shape.
         self.shapes: dict[int, tuple[_Step, int]] = {}
         # key -> (whether every result is kept, the results kept or None)
-        self.memo: dict[tuple[bytes, ...], tuple[bool, tuple[Any, ...]]] = {}
+        self.memo: PlanCache[tuple[bool, tuple[Any, ...]]] = PlanCache()
 
     @staticmethod
     def step(run: list[_Step]) -> _Step:
@@ -226,10 +224,9 @@ class _MemoGroup:
             values[step.outputs[0]] = result
             results.append(result)
         if known is None:
-            if len(self.memo) >= _MEMO_ENTRIES:
-                self.memo.clear()
             kept = tuple([_kept(result) for result in results])
-            self.memo[key] = (all(value is not None for value in kept), kept)
+            self.memo.put(key, (all(value is not None for value in kept), kept),
+                          sum(value.nbytes for value in kept if value is not None))
         return tuple(results)
 
 
@@ -238,9 +235,7 @@ def _remember(step: _Step, key: tuple[bytes, ...], result: Any) -> None:
     kept = _kept(result)
     if kept is None or memo is None:
         return
-    if len(memo) >= _MEMO_ENTRIES:
-        memo.clear()
-    memo[key] = kept
+    memo.put(key, kept, kept.nbytes)
 
 
 def _kept(result: Any) -> np.ndarray | None:

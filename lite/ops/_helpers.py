@@ -15,6 +15,7 @@ import numpy as np
 
 from lite.errors import KernelError, UnsupportedOpError
 from lite.format.dtypes import DataType, storage_dtype
+from lite.plan_cache import PlanCache
 
 
 def _clip_ufunc():
@@ -86,8 +87,7 @@ class ReadOnlyInputs:
     Writeable inputs are never kept (``key`` is None for them)."""
 
     def __init__(self, size: int = 256) -> None:
-        self.size = size
-        self.entries: dict[tuple, tuple[tuple, Any]] = {}
+        self.entries: PlanCache[tuple[tuple, Any]] = PlanCache(entries=size)
 
     @staticmethod
     def key(shape: tuple[int, ...], inputs: tuple) -> tuple | None:
@@ -107,9 +107,7 @@ class ReadOnlyInputs:
 
     def put(self, key: tuple, inputs: tuple, result: Any) -> None:
         """Keep ``result``, which must hold no view of ``inputs`` (it would keep them alive)."""
-        if len(self.entries) >= self.size:
-            self.entries.clear()
-        self.entries[key] = (tuple(_absent if value is None else weakref.ref(value) for value in inputs), result)
+        self.entries.put(key, (tuple(_absent if value is None else weakref.ref(value) for value in inputs), result))
 
 
 def _absent() -> None:

@@ -1,0 +1,96 @@
+"""The bounded least-recently-used cache behind the numpy engine's per-shape plans.
+
+Fused steps and kernels work out what they can once per input shape (a plan, a bias broadcast
+to the product's shape, a pool's geometry) and look it up on later calls. A server sees many
+shapes: the sequence lengths of a text model, the batch sizes of dynamic batching. Emptying a
+full cache made every call replan once the shapes seen outnumbered its bound; this cache drops
+the entry used longest ago instead, and bounds both its entries and the bytes they hold (an
+entry that holds an operand materialized at the input's shape counts its size).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
+from typing import Generic, TypeVar
+
+Value = TypeVar("Value")
+
+# Per cache: input shapes planned (a server cycling through a few dozen sequence lengths or batch
+# sizes stays planned) and the bytes of arrays its entries hold.
+SHAPES_KEPT = 64
+BYTES_KEPT = 1 << 20
+
+
+class PlanCache(Generic[Value]):
+    """At most ``entries`` values, holding at most ``budget`` bytes as their ``put`` declared,
+    the least recently used dropped first. The newest entry always stays, even one larger than
+    the budget: the call that made it is likely to be repeated."""
+
+    def __init__(self, entries: int = SHAPES_KEPT, budget: int = BYTES_KEPT) -> None:
+        if entries < 1 or budget < 0:
+            raise ValueError(f"a PlanCache keeps at least one entry and a budget of 0 bytes or more; "
+                             f"got entries={entries}, budget={budget}")
+        self.entries = entries
+        self.budget = budget
+        self.nbytes = 0
+        self._values: OrderedDict[Hashable, tuple[Value, int]] = OrderedDict()
+
+    def get(self, key: Hashable, default: Value | None = None) -> Value | None:
+        """The value kept for ``key`` (now the most recently used), or ``default``."""
+        entry = self._values.get(key)
+        if entry is None:
+            return default
+        try:
+            self._values.move_to_end(key)
+        except KeyError:  # another thread's put dropped it meanwhile: the value is still good
+            pass
+        return entry[0]
+
+    def put(self, key: Hashable, value: Value, nbytes: int = 0) -> Value:
+        """Keep ``value`` for ``key`` (``nbytes``: what the value holds that nothing else does,
+        such as an array made for it) and return it, dropping the least recently used entries
+        past the bounds."""
+        self.pop(key)
+        self._values[key] = (value, nbytes)
+        self.nbytes += nbytes
+        while len(self._values) > 1 and (len(self._values) > self.entries or self.nbytes > self.budget):
+            try:
+                _, (_, dropped) = self._values.popitem(last=False)
+            except KeyError:  # another thread emptied it meanwhile
+                break
+            self.nbytes -= dropped
+        return value
+
+    def pop(self, key: Hashable) -> None:
+        """Drop the entry of ``key``, if any."""
+        entry = self._values.pop(key, None)
+        if entry is not None:
+            self.nbytes -= entry[1]
+
+    def keys(self) -> list[Hashable]:
+        """The keys, least recently used first (reading them marks none as used)."""
+        return list(self._values)
+
+    def values(self) -> list[Value]:
+        return [value for value, _ in self._values.values()]
+
+    def items(self) -> list[tuple[Hashable, Value]]:
+        return [(key, value) for key, (value, _) in self._values.items()]
+
+    def __getitem__(self, key: Hashable) -> Value:
+        """The value kept for ``key`` (KeyError if none), not marked as used."""
+        return self._values[key][0]
+
+    def clear(self) -> None:
+        self._values.clear()
+        self.nbytes = 0
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._values
