@@ -5,7 +5,10 @@ to the product's shape, a pool's geometry) and look it up on later calls. A serv
 shapes: the sequence lengths of a text model, the batch sizes of dynamic batching. Emptying a
 full cache made every call replan once the shapes seen outnumbered its bound; this cache drops
 the entry used longest ago instead, and bounds both its entries and the bytes they hold (an
-entry that holds an operand materialized at the input's shape counts its size).
+entry that holds an operand materialized at the input's shape counts its size). Callers that
+can do without those bytes ask :meth:`PlanCache.affords` first and keep a broadcast operand
+past the budget: least-recently-used eviction in a cycle through more shapes than fit would
+evict every entry before its next use.
 """
 
 from __future__ import annotations
@@ -61,6 +64,14 @@ class PlanCache(Generic[Value]):
                 break
             self.nbytes -= dropped
         return value
+
+    def affords(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more stay within the budget as the cache stands, or it holds none
+        (one entry may exceed it): a caller that can do without them (a broadcast operand
+        instead of one materialized at full shape) keeps its entry without evicting others.
+        Past the budget, a cycle through more shapes than fit would evict each entry before
+        its next use."""
+        return not self.nbytes or self.nbytes + nbytes <= self.budget
 
     def pop(self, key: Hashable) -> None:
         """Drop the entry of ``key``, if any."""

@@ -18,6 +18,7 @@ the original steps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -113,9 +114,8 @@ class ChannelAffine:
             return self.fallback(x, allocate)
         full = self.full.get(x.shape[1:])
         if full is None:
-            full = (None if self.scale is None else np.ascontiguousarray(np.broadcast_to(self.scale, x.shape[1:])),
-                    np.ascontiguousarray(np.broadcast_to(self.shift, x.shape[1:])))
-            self.full.put(x.shape[1:], full, sum(operand.nbytes for operand in full if operand is not None))
+            full, nbytes = self._full(x.shape[1:])
+            self.full.put(x.shape[1:], full, nbytes)
         y = allocate(x.shape, x.dtype)
         if full[0] is None:
             np.add(x, full[1], out=y)
@@ -125,3 +125,13 @@ class ChannelAffine:
         if self.relu:
             fused_activation.apply_into(y, y, "Relu", ())
         return y
+
+    def _full(self, image: tuple[int, ...]) -> tuple[tuple[np.ndarray | None, np.ndarray], int]:
+        """Scale and shift at the image's shape where the cache has room for them, else the
+        (C, 1, 1) columns; and the bytes made."""
+        count = 1 if self.scale is None else 2
+        if not self.full.affords(count * math.prod(image) * self.shift.itemsize):
+            return (self.scale, self.shift), 0
+        scale = None if self.scale is None else np.ascontiguousarray(np.broadcast_to(self.scale, image))
+        shift = np.ascontiguousarray(np.broadcast_to(self.shift, image))
+        return (scale, shift), count * shift.nbytes

@@ -224,8 +224,8 @@ class ProductEpilogue:
         for action in record:
             if action[0] == _CONSTANT:  # the operand as a whole array of the shape it updates
                 kind, ufunc, argument, shape = action
-                full = _full(args[argument], shape)
-                nbytes += 0 if full is args[argument] else full.nbytes
+                full, made = _full(args[argument], shape, self.plans, nbytes)
+                nbytes += made
                 actions.append((kind, ufunc, full))
             else:
                 actions.append(action[:3] if action[0] == _COMPUTED else action)
@@ -291,10 +291,10 @@ class _EpiloguePlan:
         return y
 
 
-def _full(operand: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    from lite.ops._helpers import full_operand
+def _full(operand: np.ndarray, shape: tuple[int, ...], plans: PlanCache, pending: int) -> tuple[np.ndarray, int]:
+    from lite.ops._helpers import full_operand_within
 
-    return full_operand(operand, shape)
+    return full_operand_within(operand, shape, plans, pending)
 
 
 _RESHAPE, _TRANSPOSE, _CONSTANT, _COMPUTED = range(4)  # the kinds of a plan's actions

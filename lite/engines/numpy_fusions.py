@@ -183,10 +183,10 @@ class _SharedInputMatMul:
         if self.bias is not None:
             full = self.full.get(product.shape)
             if full is None:
-                from lite.ops._helpers import full_operand
+                from lite.ops._helpers import full_operand_within
 
-                full = full_operand(self.bias, product.shape)
-                self.full.put(product.shape, full, 0 if full is self.bias else full.nbytes)
+                full, nbytes = full_operand_within(self.bias, product.shape, self.full)
+                self.full.put(product.shape, full, nbytes)
             if product.dtype == full.dtype and product.flags.writeable:
                 np.add(product, full, out=product)
             else:
@@ -200,14 +200,14 @@ class _MatMulAdd:
     of one shape in half the time of a broadcast row), one per product shape seen."""
 
     def __init__(self, matmul: Callable, bias: np.ndarray) -> None:
-        from lite.ops._helpers import full_operand  # only models with such a layer load it
+        from lite.ops._helpers import full_operand_within  # only models with such a layer load it
         from lite.ops.mat_mul import MatMul
 
         self.matmul = matmul
         self.direct = matmul is MatMul  # the kernel's product: _product may call numpy's
         self.bias = bias
         self.full: PlanCache[np.ndarray] = PlanCache()
-        self.full_operand = full_operand
+        self.full_operand = full_operand_within
 
     def __call__(self, A, B, bias):
         product = _product(A, B) if self.direct else self.matmul(A, B)
@@ -217,8 +217,8 @@ class _MatMulAdd:
             return np.add(product, bias, out=product)
         full = self.full.get(product.shape)
         if full is None:
-            full = self.full_operand(bias, product.shape)
-            self.full.put(product.shape, full, 0 if full is bias else full.nbytes)
+            full, nbytes = self.full_operand(bias, product.shape, self.full)
+            self.full.put(product.shape, full, nbytes)
         return np.add(product, full, out=product)
 
 

@@ -147,12 +147,13 @@ class FusedRMSNorm:
         if (x.ndim and x.size and self.axis in (-1, x.ndim - 1) and self.epsilon.ndim <= x.ndim
                 and (self.weight is None or broadcasts_to(self.weight.shape, x.shape))
                 and not (self.epsilon.ndim == x.ndim and self.epsilon.shape != (1,) * x.ndim)):
-            from lite.ops._helpers import full_operand
+            from lite.ops._helpers import full_operand_within
 
             length = x.shape[-1]
-            weight = None if self.weight is None else full_operand(self.weight, x.shape)
+            weight = None
+            if self.weight is not None:
+                weight, nbytes = full_operand_within(self.weight, x.shape, self.plans)
             plan = ((x.size // length, length), ones(length, x.dtype), x.dtype.type(length), x.shape[:-1] + (1,), weight)
-            nbytes = 0 if weight is None or weight is self.weight else weight.nbytes
         return self.plans.put(x.shape, plan, nbytes)
 
     def _checked(self, x: Any, allocate: Callable) -> np.ndarray:

@@ -77,6 +77,17 @@ def full_operand(operand: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return full
 
 
+def full_operand_within(operand: np.ndarray, shape: tuple[int, ...], cache: PlanCache,
+                        pending: int = 0) -> tuple[np.ndarray, int]:
+    """:func:`full_operand` for an entry of ``cache``, and the bytes it made: ``operand`` itself
+    (0 bytes) where the cache's byte budget has no room for the copy beside ``pending`` bytes of
+    the same entry. The entry is kept either way (a broadcast is slower, not wrong)."""
+    if not cache.affords(pending + math.prod(shape) * operand.itemsize):
+        return operand, 0
+    full = full_operand(operand, shape)
+    return full, 0 if full is operand else full.nbytes
+
+
 class ReadOnlyInputs:
     """What a kernel derives from small read-only inputs (constants, values the engine remembers
     from shapes: both never change) and a data shape, kept by the inputs' identities: Slice's

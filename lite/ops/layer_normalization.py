@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from lite.errors import UnsupportedOpError
-from lite.ops._helpers import einsum, full_operand
+from lite.ops._helpers import einsum, full_operand_within
 from lite.ops.registry import kernel
 from lite.plan_cache import PlanCache
 
@@ -132,9 +132,12 @@ class LastAxisNormalizer:
         if (math.prod(shape) and type(Scale) is np.ndarray and Scale.dtype == np.float32 and Scale.shape == (width,)
                 and (B is None or (type(B) is np.ndarray and B.dtype == np.float32 and B.shape == (width,)))):
             rows = (math.prod(shape[:-1]), width)
-            scale, bias = full_operand(Scale, rows), None if B is None else full_operand(B, rows)
+            scale, nbytes = full_operand_within(Scale, rows, self.shapes)
+            bias = None
+            if B is not None:
+                bias, bias_bytes = full_operand_within(B, rows, self.shapes, pending=nbytes)
+                nbytes += bias_bytes
             plan = (rows, _mean_weights(width, np.dtype(np.float32)), np.float32(1.0 / width), scale, bias)
-            nbytes = (0 if scale is Scale else scale.nbytes) + (0 if bias is None or bias is B else bias.nbytes)
         return self.shapes.put(shape, plan, nbytes)
 
 

@@ -68,3 +68,10 @@ def test_clear_empties_it():
 def test_bounds_that_keep_nothing_are_refused(entries, budget):
     with pytest.raises(ValueError, match="at least one entry"):
         PlanCache(entries=entries, budget=budget)
+
+
+def test_affords_tells_whether_more_bytes_fit_and_an_empty_cache_affords_any():
+    cache: PlanCache[str] = PlanCache(budget=100)
+    assert cache.affords(500)  # the one entry that may exceed the budget
+    cache.put("a", "a", 60)
+    assert cache.affords(40) and not cache.affords(41)

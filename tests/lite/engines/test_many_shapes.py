@@ -14,8 +14,10 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from converter import convert_model  # noqa: E402
 from lite.engines.numpy_engine import NumpyEngine  # noqa: E402
+from lite.format import load  # noqa: E402
 from lite.ops import _gemm_blocks  # noqa: E402
 from lite.plan_cache import SHAPES_KEPT, PlanCache  # noqa: E402
+from tests.lite.engines.models import cnn  # noqa: E402
 
 WIDTH = 32
 
@@ -110,3 +112,32 @@ def test_a_cycle_through_more_lengths_than_before_stays_planned():
     for feeds in inputs:
         engine.run(feeds)
     assert len(first) == len(lengths) and {key: id(value) for key, value in step.fn.full.items()} == first
+
+
+def test_a_cycle_past_the_byte_budget_keeps_every_shape_planned():
+    """Bias operands past a cache's byte budget stay broadcast rows: every shape keeps its entry
+    (evicting the least recently used would evict each before its next use in a cycle)."""
+    engine = NumpyEngine(convert_model(encoder_layer()))
+    (step,) = [step for step in engine.plans[0].steps if hasattr(step.fn, "full")]
+    step.fn.full = PlanCache(budget=8 * 1024)  # 2 KiB (16 rows of 32) to 4 KiB an operand here
+    session = ort.InferenceSession(encoder_layer().SerializeToString(), providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        for length in range(16, 40):
+            x = x_of(length)
+            np.testing.assert_allclose(engine.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    assert len(step.fn.full) == 24 and step.fn.full.nbytes <= 8 * 1024
+
+
+def test_a_cycle_through_rising_batch_sizes_keeps_one_arena():
+    """The activation arena plans each request for the largest size it has had: after one round
+    of batch sizes 1-6, later rounds are served from one arena (it was planned again, and its
+    pages faulted in, for each larger batch)."""
+    engine = NumpyEngine(load(cnn()))
+    fresh = NumpyEngine(load(cnn()))
+    inputs = [np.random.default_rng(n).standard_normal((n, 3, 16, 16)).astype(np.float32) for n in range(1, 7)]
+    for x in inputs:
+        engine.run({"x": x})
+    arena = engine.pool._state().arena
+    for x in inputs * 2:
+        np.testing.assert_array_equal(engine.run({"x": x})["probabilities"], fresh.run({"x": x})["probabilities"])
+    assert engine.pool._state().arena is arena
