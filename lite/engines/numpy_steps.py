@@ -165,7 +165,7 @@ def _fold_shapes(steps: list[_Step], graph_outputs: set[int]) -> list[_Step]:
 def _share_memos(steps: list[_Step], constants: dict[int, Any]) -> None:
     """Give groups that compute the same results from the same key one memo: a transformer's
     layers each work out the same reshape targets from their own Shape nodes (a small BERT's 21
-    groups are 6 computations), so a new input shape is computed once per computation, not once
+    groups are 11 computations), so a new input shape is computed once per computation, not once
     per layer."""
     shared: dict[tuple, PlanCache] = {}
     made_by: dict[int, tuple[tuple, int, list[int]]] = {}  # tensor -> (its group's signature, place, key)
