@@ -18,6 +18,7 @@ the original steps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -26,12 +27,10 @@ import numpy as np
 
 from lite.engines.numpy_patterns import Graph, in_turn, per_channel
 from lite.ops import fused_activation
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
-
-# Full-shape operands kept per input shape (a server sees a few image sizes).
-_SHAPES_KEPT = 8
 
 
 def _match(mul: _Step, graph: Graph, constants: dict[int, Any]):
@@ -107,7 +106,7 @@ class ChannelAffine:
         self.fallback = fallback
         # Per image shape (C, H, W): scale and shift broadcast to it (numpy multiplies and adds
         # arrays of one shape faster than it broadcasts a column).
-        self.full: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self.full: PlanCache[tuple[np.ndarray | None, np.ndarray]] = PlanCache()
 
     def __call__(self, x: np.ndarray, *, allocate: Callable = np.empty) -> np.ndarray:
         if (not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype != self.shift.dtype
@@ -115,11 +114,8 @@ class ChannelAffine:
             return self.fallback(x, allocate)
         full = self.full.get(x.shape[1:])
         if full is None:
-            if len(self.full) >= _SHAPES_KEPT:
-                self.full.clear()
-            full = self.full[x.shape[1:]] = (
-                None if self.scale is None else np.ascontiguousarray(np.broadcast_to(self.scale, x.shape[1:])),
-                np.ascontiguousarray(np.broadcast_to(self.shift, x.shape[1:])))
+            full, nbytes = self._full(x.shape[1:])
+            self.full.put(x.shape[1:], full, nbytes)
         y = allocate(x.shape, x.dtype)
         if full[0] is None:
             np.add(x, full[1], out=y)
@@ -129,3 +125,13 @@ class ChannelAffine:
         if self.relu:
             fused_activation.apply_into(y, y, "Relu", ())
         return y
+
+    def _full(self, image: tuple[int, ...]) -> tuple[tuple[np.ndarray | None, np.ndarray], int]:
+        """Scale and shift at the image's shape where the cache has room for them, else the
+        (C, 1, 1) columns; and the bytes made."""
+        count = 1 if self.scale is None else 2
+        if not self.full.affords(count * math.prod(image) * self.shift.itemsize):
+            return (self.scale, self.shift), 0
+        scale = None if self.scale is None else np.ascontiguousarray(np.broadcast_to(self.scale, image))
+        shift = np.ascontiguousarray(np.broadcast_to(self.shift, image))
+        return (scale, shift), count * shift.nbytes

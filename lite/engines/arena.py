@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from lite.ops.registry import SMALL_ARRAY_BYTES
+from lite.plan_cache import PlanCache
 
 
 class BufferPool:
@@ -104,7 +105,8 @@ class BufferPool:
                     # The caller now holds planned bytes: plan again, in a new arena.
                     state.missed = True
         self._note_dead(state, len(state.sizes))
-        if completed and (state.missed or state.plan is None or len(state.plan) != len(state.sizes)):
+        # A run of fewer requests than planned, each served from the plan, keeps it.
+        if completed and (state.missed or state.plan is None or len(state.plan) < len(state.sizes)):
             state.replan()
         state.recording = False
 
@@ -151,6 +153,9 @@ class _PoolState:
         self.plan: list[tuple[int, int] | None] | None = None  # (offset, size) per request
         self.arena: np.ndarray | None = None
         self.arena_view: memoryview | None = None
+        # Runs of n requests (the model's path at input shapes like the last ones): the largest
+        # size each request asked for, planned for all of them.
+        self.largest: PlanCache[list[int]] = PlanCache()
         self.lingering: dict[int, np.ndarray] = {}
         self.recording = False
         self.begin()
@@ -172,8 +177,14 @@ class _PoolState:
         come out larger than the peak of live requests, fragmented.)"""
         alignment = BufferPool.ALIGNMENT
         end_of_run = len(self.sizes)
+        # Each request gets the largest size it had in runs of as many requests (the model's
+        # path at other input shapes), so a server cycling through shapes stops planning (and
+        # faulting in) a new arena for each larger one.
+        largest = self.largest.get(len(self.sizes))
+        sizes = self.sizes if largest is None else [max(size, most) for size, most in zip(self.sizes, largest)]
+        self.largest.put(len(sizes), sizes)
         intervals = []  # (aligned size, index = start, stop)
-        for index, size in enumerate(self.sizes):
+        for index, size in enumerate(sizes):
             if index in self.handed:
                 continue
             dead = self.dead_at[index]

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines.numpy_patterns import Graph, is_kernel, plain
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -158,7 +159,7 @@ class _ConvChain:
     def __init__(self, convs: list[Callable], residual: _Residual | None) -> None:
         self.convs = convs
         self.residual = residual
-        self.plans: dict[tuple, list[Callable]] = {}
+        self.plans: PlanCache[list[Callable]] = PlanCache()
 
     def __call__(self, x: Any, *residual: Any, allocate: Callable) -> Any:
         plan = self.plans.get((x.shape, x.dtype)) if type(x) is np.ndarray else self.convs
@@ -205,11 +206,5 @@ class _ConvChain:
             run = []
             if conv is not None:
                 plan.append(conv)
-        if len(self.plans) >= _PLANS:
-            self.plans.clear()
-        self.plans[(x.shape, x.dtype)] = plan
-        return plan
+        return self.plans.put((x.shape, x.dtype), plan)
 
-
-# Input shapes one chain keeps plans for (a server sees a few).
-_PLANS = 16

@@ -41,6 +41,7 @@ from lite.engines.numpy_patterns import (
     plain,
     run_block,
 )
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -289,7 +290,7 @@ class FusedAttention:
         self.shape_positions = sorted({argument for operations in block.heads for kind, argument in operations
                                        if kind == "Reshape"} | ({block.merge[1]} if block.merge else set()))
         # Per q, k and v shapes and q's type: the computation checked once (None: declined).
-        self.plans: dict[tuple[Any, ...], AttentionPlan | None] = {}
+        self.plans: PlanCache[AttentionPlan | None] = PlanCache()
 
     def __call__(self, *args: Any, allocate: Callable = np.empty) -> np.ndarray:
         q, k, v = args[0], args[1], args[2]
@@ -297,9 +298,7 @@ class FusedAttention:
             key = (q.shape, k.shape, v.shape, q.dtype)
             plan = self.plans.get(key, _UNPLANNED)
             if plan is _UNPLANNED:
-                if len(self.plans) >= ReshapeTargets.KEPT:
-                    self.plans.clear()
-                plan = self.plans[key] = plan_attention(self, args)
+                plan = self.plans.put(key, plan_attention(self, args))
             if plan is not None and plan.accepts(args):
                 return plan.run(args)
         return self._unplanned(args, allocate)

@@ -33,6 +33,7 @@ from lite.engines.numpy_patterns import (
     is_kernel,
     plain,
 )
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -151,16 +152,15 @@ class ProductEpilogue:
                        kind.endswith("Swapped")) for kind, argument in operations]
         self.product_inputs = product_inputs
         self.targets = ReshapeTargets()
-        self.plans: dict[tuple[int, ...], _EpiloguePlan | None] = {}
+        self.plans: PlanCache[_EpiloguePlan | None] = PlanCache()
 
     def __call__(self, *args: Any, allocate: Callable = np.empty) -> Any:
         x = args[0]
         if type(x) is np.ndarray:
             plan = self.plans.get(x.shape, _UNPLANNED)
             if plan is _UNPLANNED:
-                if len(self.plans) >= ReshapeTargets.KEPT:
-                    self.plans.clear()
-                plan = self.plans[x.shape] = self._plan(args)
+                plan = self._plan(args)
+                self.plans.put(x.shape, plan, 0 if plan is None else plan.nbytes)
             if plan is not None and plan.accepts(args):
                 return plan.run(args, allocate)
         return self._in_turn(args, allocate)
@@ -220,11 +220,13 @@ class ProductEpilogue:
         self._in_turn(tuple(value.copy() if value.flags.writeable else value for value in args), np.empty, record)
         if any(action is None for action in record):
             return None
-        actions = []
+        actions, nbytes = [], 0
         for action in record:
             if action[0] == _CONSTANT:  # the operand as a whole array of the shape it updates
                 kind, ufunc, argument, shape = action
-                actions.append((kind, ufunc, _full(args[argument], shape)))
+                full, made = _full(args[argument], shape, self.plans, nbytes)
+                nbytes += made
+                actions.append((kind, ufunc, full))
             else:
                 actions.append(action[:3] if action[0] == _COMPUTED else action)
         direct = (self.matmul and len(args) >= 2 and not args[1].flags.writeable and x.dtype is args[1].dtype
@@ -237,7 +239,7 @@ class ProductEpilogue:
             from lite.ops import _gemm_blocks  # a kernels module: loaded by models with products only
 
             multiply = _gemm_blocks.product if x.size * args[1].shape[1] > _gemm_blocks.BLOCK_MULTIPLY_ADDS else np.matmul
-        return _EpiloguePlan(self, x.dtype, fixed, checked, actions, multiply)
+        return _EpiloguePlan(self, x.dtype, fixed, checked, actions, multiply, nbytes)
 
 
 class _EpiloguePlan:
@@ -245,7 +247,7 @@ class _EpiloguePlan:
 
     def __init__(self, epilogue: ProductEpilogue, dtype: np.dtype, fixed: list[tuple[int, np.ndarray]],
                  checked: list[tuple[int, np.dtype, tuple[int, ...]]], actions: list[tuple[Any, ...]],
-                 multiply: Callable | None) -> None:
+                 multiply: Callable | None, nbytes: int) -> None:
         self.epilogue = epilogue
         self.dtype = dtype
         self.fixed = fixed
@@ -254,6 +256,7 @@ class _EpiloguePlan:
         # The product straight from ``multiply`` (None: the product's kernel).
         self.weights = fixed[0][1] if multiply is not None and fixed and fixed[0][0] == 1 else None
         self.multiply = multiply
+        self.nbytes = nbytes  # of the operands made for the plan (lite.plan_cache counts them)
 
     def accepts(self, args: tuple[Any, ...]) -> bool:
         """Whether ``args`` (whose first has the plan's shape) are inputs it was made for."""
@@ -288,10 +291,10 @@ class _EpiloguePlan:
         return y
 
 
-def _full(operand: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    from lite.ops._helpers import full_operand
+def _full(operand: np.ndarray, shape: tuple[int, ...], plans: PlanCache, pending: int) -> tuple[np.ndarray, int]:
+    from lite.ops._helpers import full_operand_within
 
-    return full_operand(operand, shape)
+    return full_operand_within(operand, shape, plans, pending)
 
 
 _RESHAPE, _TRANSPOSE, _CONSTANT, _COMPUTED = range(4)  # the kinds of a plan's actions

@@ -55,13 +55,10 @@ from lite.engines.numpy_recurrent_chain import chain_recurrences
 from lite.engines.numpy_recurrent_stack import stack_recurrences
 from lite.engines.numpy_rotary import fuse_rotary_embedding
 from lite.engines.numpy_separable_attention import fuse_separable_attention
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
-
-
-# Biases broadcast to a product's full shape, kept per shape (a server sees a few sequence lengths).
-_SHAPES_KEPT = 16
 
 
 def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
@@ -179,18 +176,17 @@ class _SharedInputMatMul:
         self.weights.flags.writeable = False  # a constant: products by it may run in blocks (_product)
         self.bias = bias
         self.blocks = [slice(start, stop) for start, stop in zip(edges, edges[1:])]
-        self.full: dict[tuple[int, ...], np.ndarray] = {}
+        self.full: PlanCache[np.ndarray] = PlanCache()  # the bias at each product shape
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
         product = _product(x, self.weights)
         if self.bias is not None:
             full = self.full.get(product.shape)
             if full is None:
-                from lite.ops._helpers import full_operand
+                from lite.ops._helpers import full_operand_within
 
-                if len(self.full) >= _SHAPES_KEPT:
-                    self.full.clear()
-                full = self.full[product.shape] = full_operand(self.bias, product.shape)
+                full, nbytes = full_operand_within(self.bias, product.shape, self.full)
+                self.full.put(product.shape, full, nbytes)
             if product.dtype == full.dtype and product.flags.writeable:
                 np.add(product, full, out=product)
             else:
@@ -204,14 +200,14 @@ class _MatMulAdd:
     of one shape in half the time of a broadcast row), one per product shape seen."""
 
     def __init__(self, matmul: Callable, bias: np.ndarray) -> None:
-        from lite.ops._helpers import full_operand  # only models with such a layer load it
+        from lite.ops._helpers import full_operand_within  # only models with such a layer load it
         from lite.ops.mat_mul import MatMul
 
         self.matmul = matmul
         self.direct = matmul is MatMul  # the kernel's product: _product may call numpy's
         self.bias = bias
-        self.full: dict[tuple[int, ...], np.ndarray] = {}
-        self.full_operand = full_operand
+        self.full: PlanCache[np.ndarray] = PlanCache()
+        self.full_operand = full_operand_within
 
     def __call__(self, A, B, bias):
         product = _product(A, B) if self.direct else self.matmul(A, B)
@@ -221,9 +217,8 @@ class _MatMulAdd:
             return np.add(product, bias, out=product)
         full = self.full.get(product.shape)
         if full is None:
-            if len(self.full) >= _SHAPES_KEPT:
-                self.full.clear()
-            full = self.full[product.shape] = self.full_operand(bias, product.shape)
+            full, nbytes = self.full_operand(bias, product.shape, self.full)
+            self.full.put(product.shape, full, nbytes)
         return np.add(product, full, out=product)
 
 

@@ -32,6 +32,7 @@ from lite.engines.numpy_patterns import (
     run_in_turn,
     run_steps,
 )
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -116,7 +117,7 @@ class FusedRMSNorm:
         self.constants = constants
         # x's shape -> (rows shape, ones, the length, the mean's shape, γ as a whole array or
         # None), or None where the steps run in turn (see _plan).
-        self.plans: dict[tuple[int, ...], tuple[Any, ...] | None] = {}
+        self.plans: PlanCache[tuple[Any, ...] | None] = PlanCache()
 
     def __call__(self, x: Any, allocate: Callable = np.empty) -> np.ndarray:
         if type(x) is np.ndarray and x.dtype is self.dtype and x.flags.c_contiguous:
@@ -142,19 +143,18 @@ class FusedRMSNorm:
     def _plan(self, x: np.ndarray) -> tuple[Any, ...] | None:
         """What __call__ needs for inputs of ``x``'s shape, or None where _checked would not
         compute them itself."""
-        plan = None
+        plan, nbytes = None, 0
         if (x.ndim and x.size and self.axis in (-1, x.ndim - 1) and self.epsilon.ndim <= x.ndim
                 and (self.weight is None or broadcasts_to(self.weight.shape, x.shape))
                 and not (self.epsilon.ndim == x.ndim and self.epsilon.shape != (1,) * x.ndim)):
-            from lite.ops._helpers import full_operand
+            from lite.ops._helpers import full_operand_within
 
             length = x.shape[-1]
-            plan = ((x.size // length, length), ones(length, x.dtype), x.dtype.type(length), x.shape[:-1] + (1,),
-                    None if self.weight is None else full_operand(self.weight, x.shape))
-        if len(self.plans) >= _SHAPES_KEPT:
-            self.plans.clear()
-        self.plans[x.shape] = plan
-        return plan
+            weight = None
+            if self.weight is not None:
+                weight, nbytes = full_operand_within(self.weight, x.shape, self.plans)
+            plan = ((x.size // length, length), ones(length, x.dtype), x.dtype.type(length), x.shape[:-1] + (1,), weight)
+        return self.plans.put(x.shape, plan, nbytes)
 
     def _checked(self, x: Any, allocate: Callable) -> np.ndarray:
         """The fused computation with every check made on this call."""
@@ -181,7 +181,6 @@ class FusedRMSNorm:
 
 
 _UNPLANNED = object()  # a plans entry not worked out yet
-_SHAPES_KEPT = 16  # shapes planned per step (a server sees a few sequence lengths)
 
 
 # -- residual connection and LayerNormalization ---------------------------------------------------

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.errors import LiteError
+from lite.plan_cache import SHAPES_KEPT, PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -161,13 +162,12 @@ class ReshapeTargets:
     sees a few sequence lengths), so that a fused step reshapes a view without running Reshape's
     checks on every call."""
 
-    KEPT = 16
-
     def __init__(self) -> None:
         from lite.ops.reshape import Reshape
 
         self.reshape = Reshape
-        self.known: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+        # A fused step reshapes a few tensors per input shape.
+        self.known: PlanCache[tuple[np.ndarray, tuple[int, ...]]] = PlanCache(entries=4 * SHAPES_KEPT)
 
     def __call__(self, shape: tuple[int, ...], target: Any, perm: list[int] | None = None) -> tuple[int, ...] | None:
         """The shape Reshape gives a tensor of ``shape`` (permuted by ``perm``) for ``target``;
@@ -189,7 +189,5 @@ class ReshapeTargets:
             result = self.reshape(np.empty(shape, np.uint8), target).shape
         except LiteError:
             return None
-        if len(self.known) >= self.KEPT:
-            self.known.clear()
-        self.known[key] = (target, result)
+        self.known.put(key, (target, result))
         return result

@@ -23,12 +23,12 @@ import numpy as np
 
 from lite.engines.numpy_patterns import FLOATS, Graph, is_kernel, plain, run_steps
 from lite.errors import LiteError
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
 
-# Geometries kept per fused step, one per input shape.
-_SHAPES_KEPT = 16
+_UNKNOWN = object()  # a geometries entry not worked out yet
 
 
 def fuse_pad_max_pool(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
@@ -91,7 +91,7 @@ class PaddedMaxPool:
         self.value = value
         self.keywords = block[1].keywords
         self.constants = constants
-        self.geometries: dict[tuple[int, ...], Any] = {}
+        self.geometries: PlanCache[Any] = PlanCache()
 
     def __call__(self, x: Any, allocate: Callable = np.empty) -> Any:
         if type(x) is np.ndarray and x.dtype in FLOATS and x.ndim == 4 and 0 not in x.shape:
@@ -106,8 +106,9 @@ class PaddedMaxPool:
     def _geometry(self, x: np.ndarray) -> Any:
         """The pool's geometry over ``x`` with the Pad's amounts as pads, if its windows are the
         ones over the padded tensor (None otherwise, or where the attributes are refused)."""
-        if x.shape in self.geometries:
-            return self.geometries[x.shape]
+        known = self.geometries.get(x.shape, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
         top, left, bottom, right = self.amounts
         padded = np.empty((0, 0, x.shape[2] + top + bottom, x.shape[3] + left + right), x.dtype)
         attributes = {name: self.keywords.get(name) for name in ("kernel_shape", "strides", "dilations")}
@@ -121,7 +122,4 @@ class PaddedMaxPool:
             geometry = expected = None  # the nodes' kernels give the error
         if geometry is not None and geometry.out_shape != expected.out_shape:
             geometry = None
-        if len(self.geometries) >= _SHAPES_KEPT:
-            self.geometries.clear()
-        self.geometries[x.shape] = geometry
-        return geometry
+        return self.geometries.put(x.shape, geometry)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lite.engines.numpy_patterns import Graph, is_kernel, plain
+from lite.plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from lite.engines.numpy_steps import _Step
@@ -108,7 +109,7 @@ class SeparableAttention:
         self.weights_first = block[2].inputs[0] == block[1].outputs[0]
         self.gated_first = block[6].inputs[0] == block[4].outputs[0]
         # (x's shape, the Expand target's bytes) -> q, k and v windows, or None: run in turn.
-        self.windows: dict[tuple[Any, ...], tuple[tuple[slice, ...], ...] | None] = {}
+        self.windows: PlanCache[tuple[tuple[slice, ...], ...] | None] = PlanCache()
 
     def __call__(self, x: Any, sizes: Any, axes: Any, *shape: Any, allocate: Callable = np.empty) -> np.ndarray:
         """``shape``: the Expand's target, where the block has one."""
@@ -120,9 +121,7 @@ class SeparableAttention:
         key = (x.shape, None if target is None else target.tobytes())
         windows = self.windows.get(key, _UNKNOWN)
         if windows is _UNKNOWN:
-            if len(self.windows) >= 16:
-                self.windows.clear()
-            windows = self.windows[key] = self._windows(x.shape, None if target is None else tuple(target.tolist()))
+            windows = self.windows.put(key, self._windows(x.shape, None if target is None else tuple(target.tolist())))
         if windows is None:
             return self._in_turn(args, allocate)
         _split, softmax, product, reduce, relu, _expand, gate = self.block

@@ -4,7 +4,7 @@ nodes computed from tensor shapes alone, whose results a run looks up instead of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ import numpy as np
 from lite.errors import KernelError, LiteError
 from lite.format import ir
 from lite.ops.registry import SMALL_ARRAY_BYTES, normalize_domain
+from lite.plan_cache import PlanCache
 
 # Load-time constant folding runs deterministic ONNX ops only.
 _FOLDABLE_DOMAINS = {"", "ai.onnx.ml"}
@@ -49,7 +50,7 @@ class _Step:
     # A node computed from tensor shapes alone (see _plan_shape_memos): the Shape/Size outputs it
     # depends on, and its results by their values.
     memo_sources: list[int] = field(default_factory=list)
-    memo: dict[tuple[bytes, ...], np.ndarray] | None = None
+    memo: PlanCache[np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         self.finish()
@@ -66,9 +67,6 @@ class _Step:
             keywords["prepared"] = self.prepared
         self.keywords = keywords
 
-
-# Shapes of the graph inputs remembered per node (a server sees a few sequence lengths).
-_MEMO_ENTRIES = 16
 
 
 def _plan_shape_memos(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> None:
@@ -97,9 +95,10 @@ def _plan_shape_memos(steps: list[_Step], constants: dict[int, Any], graph_outpu
             continue
         depends = frozenset().union(*(sources[index] for index in computed))
         step.memo_sources = sorted(depends)
-        step.memo = {}
+        step.memo = PlanCache()
         sources[step.outputs[0]] = depends
     steps[:] = _fold_shapes(_group_memos(steps), graph_outputs)
+    _share_memos(steps, constants)
 
 
 def _group_memos(steps: list[_Step]) -> list[_Step]:
@@ -163,6 +162,24 @@ def _fold_shapes(steps: list[_Step], graph_outputs: set[int]) -> list[_Step]:
     return kept
 
 
+def _share_memos(steps: list[_Step], constants: dict[int, Any]) -> None:
+    """Give groups that compute the same results from the same key one memo: a transformer's
+    layers each work out the same reshape targets from their own Shape nodes (a small BERT's 21
+    groups are 11 computations), so a new input shape is computed once per computation, not once
+    per layer."""
+    shared: dict[tuple, PlanCache] = {}
+    made_by: dict[int, tuple[tuple, int, list[int]]] = {}  # tensor -> (its group's signature, place, key)
+    for step in steps:
+        if type(step.fn) is not _MemoGroup:
+            continue
+        signature = step.fn.signature(constants, made_by)
+        if signature is None:
+            continue
+        step.fn.memo = shared.setdefault(signature, step.fn.memo)
+        key = [step.fn.inputs[position] for position in step.fn.keys]
+        made_by.update((output, (signature, place, key)) for place, output in enumerate(step.outputs) if output >= 0)
+
+
 class _MemoGroup:
     """The kernel of consecutive remembered steps: their results looked up at once by the values
     of the Shape outputs they depend on, or computed one after the other and remembered (as
@@ -176,7 +193,7 @@ class _MemoGroup:
         # step, its output); the argument is the Shape's input, its key part that input's shape.
         self.shapes: dict[int, tuple[_Step, int]] = {}
         # key -> (whether every result is kept, the results kept or None)
-        self.memo: dict[tuple[bytes, ...], tuple[bool, tuple[Any, ...]]] = {}
+        self.memo: PlanCache[tuple[bool, tuple[Any, ...]]] = PlanCache()
 
     @staticmethod
     def step(run: list[_Step]) -> _Step:
@@ -195,6 +212,40 @@ class _MemoGroup:
         position = self.inputs.index(output)
         self.inputs = [shape.inputs[0] if index == output else index for index in self.inputs]
         self.shapes[position] = (shape, output)
+
+    def signature(self, constants: dict[int, Any], made_by: dict[int, tuple[tuple, int, list[int]]]) -> tuple | None:
+        """What the group computes from its key, the same for groups that give the same results
+        for the same key: each step's kernel, keywords and operands (a constant by its value, a
+        part of the key by its place, a step's result by the step's place, an earlier group's
+        result (``made_by``) by that group's signature and where its key is in this one's);
+        None where an operand is none of these."""
+        produced = {index: (position, slot) for position, step in enumerate(self.steps)
+                    for slot, index in enumerate(step.outputs) if index >= 0}
+        key = [self.inputs[position] for position in self.keys]  # a folded Shape's input (read_shape)
+        sources = {index: ("source", place) for place, index in enumerate(key) if self.keys[place] not in self.shapes}
+        for place, position in enumerate(self.keys):
+            if position in self.shapes:
+                shape, output = self.shapes[position]
+                sources[output] = ("shape", place, _frozen(shape.keywords))
+        signature = []
+        for step in self.steps:
+            operands = []
+            for index in step.inputs:
+                if index < 0:
+                    operands.append(None)
+                elif index in produced:
+                    operands.append(("result", produced[index]))
+                elif index in sources:
+                    operands.append(sources[index])
+                elif type(constants.get(index)) is np.ndarray and constants[index].nbytes <= SMALL_ARRAY_BYTES:
+                    operands.append(("constant", _frozen(constants[index])))
+                elif index in made_by and set(made_by[index][2]) <= set(key):
+                    group, place, its_key = made_by[index]
+                    operands.append(("group", group, place, tuple(key.index(part) for part in its_key)))
+                else:
+                    return None
+            signature.append((step.fn, _frozen(step.keywords), tuple(operands), len(step.outputs)))
+        return tuple(signature)
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         if self.shapes:
@@ -226,11 +277,24 @@ class _MemoGroup:
             values[step.outputs[0]] = result
             results.append(result)
         if known is None:
-            if len(self.memo) >= _MEMO_ENTRIES:
-                self.memo.clear()
             kept = tuple([_kept(result) for result in results])
-            self.memo[key] = (all(value is not None for value in kept), kept)
+            self.memo.put(key, (all(value is not None for value in kept), kept),
+                          sum(value.nbytes for value in kept if value is not None))
         return tuple(results)
+
+
+def _frozen(value: Any) -> Hashable:
+    """``value`` (keywords, a constant) as a key that is equal for equal values; an object of
+    another kind by its identity."""
+    if isinstance(value, dict):
+        return tuple(sorted((name, _frozen(item)) for name, item in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, *map(_frozen, value))
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if value is None or isinstance(value, (bool, int, float, str, bytes, np.generic)):
+        return (type(value).__name__, value)
+    return ("object", id(value))
 
 
 def _remember(step: _Step, key: tuple[bytes, ...], result: Any) -> None:
@@ -238,9 +302,7 @@ def _remember(step: _Step, key: tuple[bytes, ...], result: Any) -> None:
     kept = _kept(result)
     if kept is None or memo is None:
         return
-    if len(memo) >= _MEMO_ENTRIES:
-        memo.clear()
-    memo[key] = kept
+    memo.put(key, kept, kept.nbytes)
 
 
 def _kept(result: Any) -> np.ndarray | None:

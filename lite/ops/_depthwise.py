@@ -38,6 +38,7 @@ from lite.ops._conv_common import PlanesToRows, transposes_through_pitch
 from lite.ops._depthwise_one_band import OneBandScratch, one_band_runner
 from lite.ops._helpers import einsum, full_operand
 from lite.ops.registry import SMALL_ARRAY_BYTES
+from lite.plan_cache import PlanCache
 
 # Scratch of one call, in elements: the band's phase buffers and accumulators (channels-last) or
 # a block of channels' phase buffers, accumulator and spare (taps), about 1.1 MiB in float32.
@@ -116,7 +117,8 @@ class _Geometry:
         self.exact = self.merged or self.channels >= _EXACT_MIN_CHANNELS or (
             self.out_w <= _EXACT_MAX_OUT_WIDTH and self.channels >= _EXACT_NARROW_MIN_CHANNELS)
         self.exact_row = (self.out_w * self.channels,) if self.merged else (self.out_w, self.channels)
-        self._weights: dict[int, tuple[weakref.ref, list[np.ndarray]]] = {}  # id(w) -> (w, laid out)
+        # id(w) -> (w, laid out)
+        self._weights: PlanCache[tuple[weakref.ref, list[np.ndarray]]] = PlanCache(entries=_REMEMBERED_WEIGHTS)
         # The wide form splits columns into stride phases; the exact form strides its view over
         # the padded image itself (one "phase" of every column).
         self.phase_step = 1 if self.exact else self.stride_w
@@ -196,9 +198,7 @@ class _Geometry:
         if known is not None and known[0]() is w:
             return known[1]
         weights = self.lay_out(w)
-        if len(self._weights) >= _REMEMBERED_WEIGHTS:
-            self._weights.clear()
-        self._weights[id(w)] = (weakref.ref(w), weights)
+        self._weights.put(id(w), (weakref.ref(w), weights))
         return weights
 
     def lay_out(self, w: np.ndarray) -> list[np.ndarray]:

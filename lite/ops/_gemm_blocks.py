@@ -26,6 +26,8 @@ import weakref
 
 import numpy as np
 
+from lite.plan_cache import PlanCache
+
 # Products of more than BLOCK_MULTIPLY_ADDS multiply-adds, on at most MAX_ROWS rows, run in
 # blocks of at most BLOCK_MULTIPLY_ADDS (OpenBLAS's small-matrix kernel) and at least MIN_WIDTH
 # columns.
@@ -36,7 +38,10 @@ MIN_WIDTH = 32
 # of at least ROWS_MIN_BLOCK of its rows, each of at most BLOCK_MULTIPLY_ADDS (see row_block).
 ROWS_MAX_DEPTH = 128
 ROWS_MIN_BLOCK = 64
-_KEPT = 256  # products (weights, input shape) whose plan is kept
+# Plans kept, of products (weights, input shape): tiny, a model's weight matrices times the input
+# shapes a server cycles through; and stacks, of weight matrices.
+_PLANS_KEPT = 4096
+_STACKS_KEPT = 256
 
 
 def blocks(rows: int, depth: int, columns: int) -> int:
@@ -93,8 +98,8 @@ def blocked_matmul(x: np.ndarray, stack: np.ndarray, out: np.ndarray) -> np.ndar
 # BERT by 99 MB per new sequence length, to 2 GB). Entries hold no reference to the weights, which
 # may be views of a model's memory-mapped file: they go when the weights do (a weak reference
 # each), so a deleted model leaves nothing mapped.
-_plans: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray | None, int]] = {}
-_stacks: dict[int, np.ndarray] = {}
+_plans: PlanCache[tuple[np.ndarray | None, int]] = PlanCache(entries=_PLANS_KEPT)
+_stacks: PlanCache[np.ndarray] = PlanCache(entries=_STACKS_KEPT)
 _watched: dict[int, weakref.ref] = {}
 
 
@@ -135,23 +140,21 @@ def _plan(weights: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray | Non
         stack = _stacks.get(owner)
         if stack is None or len(stack) < count:
             if stack is not None:  # plans of fewer blocks go with the smaller stack
-                for key in [key for key in list(_plans) if key[0] == owner]:
-                    _plans.pop(key, None)
-            if len(_stacks) >= _KEPT:
-                _stacks.clear()
-            stack = _stacks[owner] = stacked(weights, count)
-    if len(_plans) >= _KEPT:
-        _plans.clear()
-    plan = _plans[(owner, shape)] = (stack, rows_each)
-    return plan
+                _forget_plans(owner)
+            stack = _stacks.put(owner, stacked(weights, count))
+    return _plans.put((owner, shape), (stack, rows_each))
 
 
 def _forget(owner: int) -> None:
     """The weights of these entries are gone (their id may be reused): drop the entries."""
     _watched.pop(owner, None)
-    _stacks.pop(owner, None)
-    for key in [key for key in list(_plans) if key[0] == owner]:
-        _plans.pop(key, None)
+    _stacks.pop(owner)
+    _forget_plans(owner)
+
+
+def _forget_plans(owner: int) -> None:
+    for key in [key for key in _plans.keys() if key[0] == owner]:
+        _plans.pop(key)
 
 
 def suits(a: object, weights: np.ndarray) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 
 from lite.errors import KernelError, UnsupportedOpError
 from lite.format.dtypes import DataType, storage_dtype
+from lite.plan_cache import PlanCache
 
 
 def _clip_ufunc():
@@ -76,6 +77,17 @@ def full_operand(operand: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return full
 
 
+def full_operand_within(operand: np.ndarray, shape: tuple[int, ...], cache: PlanCache,
+                        pending: int = 0) -> tuple[np.ndarray, int]:
+    """:func:`full_operand` for an entry of ``cache``, and the bytes it made: ``operand`` itself
+    (0 bytes) where the cache's byte budget has no room for the copy beside ``pending`` bytes of
+    the same entry. The entry is kept either way (a broadcast is slower, not wrong)."""
+    if not cache.affords(pending + math.prod(shape) * operand.itemsize):
+        return operand, 0
+    full = full_operand(operand, shape)
+    return full, 0 if full is operand else full.nbytes
+
+
 class ReadOnlyInputs:
     """What a kernel derives from small read-only inputs (constants, values the engine remembers
     from shapes: both never change) and a data shape, kept by the inputs' identities: Slice's
@@ -86,8 +98,7 @@ class ReadOnlyInputs:
     Writeable inputs are never kept (``key`` is None for them)."""
 
     def __init__(self, size: int = 256) -> None:
-        self.size = size
-        self.entries: dict[tuple, tuple[tuple, Any]] = {}
+        self.entries: PlanCache[tuple[tuple, Any]] = PlanCache(entries=size)
 
     @staticmethod
     def key(shape: tuple[int, ...], inputs: tuple) -> tuple | None:
@@ -107,9 +118,7 @@ class ReadOnlyInputs:
 
     def put(self, key: tuple, inputs: tuple, result: Any) -> None:
         """Keep ``result``, which must hold no view of ``inputs`` (it would keep them alive)."""
-        if len(self.entries) >= self.size:
-            self.entries.clear()
-        self.entries[key] = (tuple(_absent if value is None else weakref.ref(value) for value in inputs), result)
+        self.entries.put(key, (tuple(_absent if value is None else weakref.ref(value) for value in inputs), result))
 
 
 def _absent() -> None:

@@ -24,9 +24,7 @@ import numpy as np
 
 from lite.ops import fused_activation as activations
 from lite.ops._layout import is_channels_last
-
-# Input layouts one block keeps (a server sees a few input shapes).
-_LAYOUTS = 16
+from lite.plan_cache import PlanCache
 
 
 class SqueezeExcite:
@@ -67,7 +65,7 @@ class SqueezeExcite:
         self.b1 = b1
         self.b2 = b2
         self.fallback = fallback
-        self._layouts: dict[tuple, _Layout] = {}
+        self._layouts: PlanCache[_Layout] = PlanCache()  # per input shape, strides and type
 
     def gate(self, means: np.ndarray) -> np.ndarray:
         """The per-channel gate of rows of channel means (N, C): the two layers and their activations."""
@@ -89,9 +87,7 @@ class SqueezeExcite:
         if layout is None:
             if x.ndim != 4 or x.dtype != self.dtype or x.shape[1] != self.w1_t.shape[0] or not x.size:
                 return self.fallback(x, allocate)
-            if len(self._layouts) >= _LAYOUTS:
-                self._layouts.clear()
-            layout = self._layouts[key] = _Layout(x)
+            layout = self._layouts.put(key, _Layout(x))
         weights = _mean_weights(layout.pixels, self.w1_t.dtype)
         matmul = np.matmul
         if layout.channels_last:

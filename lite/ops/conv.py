@@ -57,6 +57,7 @@ from lite.ops._depthwise import depthwise_layer
 from lite.ops._depthwise_small import small_map_layer
 from lite.ops._phase_grid import PhaseGrid
 from lite.ops.registry import kernel
+from lite.plan_cache import PlanCache
 
 # A grouped convolution whose im2col columns (all groups) fit this runs as one batched GEMM.
 _GROUPED_COLUMNS_BYTES = 1 << 20
@@ -111,13 +112,10 @@ class PreparedConv:
         self.bias = bias
         self.bias_known = bias_known  # False: the bias is computed at run time
         self.winograd = winograd_weights
-        self.layers: dict[tuple, Callable] = {}
+        self.layers: PlanCache[Callable] = PlanCache(entries=_LAYERS)
 
     def remember(self, key: tuple, layer: Callable) -> Callable:
-        if len(self.layers) >= _LAYERS:
-            self.layers.clear()
-        self.layers[key] = layer
-        return layer
+        return self.layers.put(key, layer)
 
     def bind(self, attributes: dict, fused_activation) -> Callable | None:
         """The node's convolution as ``call(X, *constant inputs, allocate=np.empty)`` with its
@@ -143,21 +141,21 @@ class _Bound:
         self.prepared = prepared
         self.attributes = attributes
         self.activation = activation
-        self.layers: dict[tuple, Callable] = {}
+        self.layers: PlanCache[Callable] = PlanCache(entries=_LAYERS)
 
     def __call__(self, X, *_, allocate=np.empty):
         layer = self.layers.get((X.shape, X.strides, X.dtype))
         if layer is None:
             prepared = self.prepared
             layer = _layer(X, prepared.weights, prepared.bias, *self.attributes, self.activation, prepared.winograd)
-            if len(self.layers) >= _LAYERS:
-                self.layers.clear()
-            self.layers[(X.shape, X.strides, X.dtype)] = layer
+            self.layers.put((X.shape, X.strides, X.dtype), layer)
         return layer(X, allocate)
 
 
-# Layers one prepared node keeps (a server sees a few input shapes).
-_LAYERS = 16
+# Layers one prepared node keeps, the least recently used dropped first: a server cycling through
+# a few dozen batch sizes stays planned. Counted by entries alone: a layer's scratch (at most 2 MiB,
+# lite.ops._phase_grid) is made per thread on its first call.
+_LAYERS = 32
 
 
 @kernel("Conv", since=1, prepare=prepare_conv)
