@@ -63,7 +63,21 @@ def unzip_outputs(proto: onnx.ModelProto) -> list[ZippedOutput]:
         node.op_type, node.domain = "Identity", ""
         del node.attribute[:]
         zipped.append(ZippedOutput(output.name, labels))
+    if zipped:
+        _import_default_domain(proto)
     return zipped
+
+
+def _import_default_domain(proto: onnx.ModelProto) -> None:
+    """Give ``proto`` an ai.onnx opset for the Identity nodes written here, where it imports
+    only ai.onnx.ml (CatBoost's classifiers do: every node of theirs is in that domain), so the
+    import does not refuse a node the file never had. The version is the one ONNX released
+    alongside the model's ai.onnx.ml version, so nothing in the model is newer than its pair."""
+    if any(entry.domain in ("", "ai.onnx") for entry in proto.opset_import):
+        return
+    ml = max((entry.version for entry in proto.opset_import if entry.domain in _ML_DOMAINS), default=1)
+    paired = [row[2] for row in onnx.helper.VERSION_TABLE if row[3] == ml]
+    proto.opset_import.append(onnx.helper.make_opsetid("", min(paired) if paired else 13))
 
 
 def class_labels_metadata(zipped: list[ZippedOutput]) -> dict[str, str]:

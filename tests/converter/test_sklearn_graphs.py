@@ -63,6 +63,19 @@ def test_a_zipmap_output_converts_to_its_probabilities_with_the_labels_kept(tmp_
     np.testing.assert_array_equal(got["label"], label)
 
 
+def test_a_classifier_importing_only_the_ml_domain_converts(tmp_path):
+    """CatBoost's own ONNX export imports ai.onnx.ml alone; the ZipMap's rewrite into an
+    Identity must bring the default domain's opset with it (the import refused the Identity)."""
+    original = _zipmap_classifier()
+    del original.opset_import[:]
+    original.opset_import.append(helper.make_opsetid("ai.onnx.ml", 2))
+    original.ir_version = 8
+    report = converter.convert(original, tmp_path / "m.lite")
+    assert report.verification.status == "passed"
+    model = lite.Model.load(tmp_path / "m.lite", device="numpy")
+    assert model.predict({"X": np.zeros((2, 2), np.float32)})["output_probability"].shape == (2, 2)
+
+
 def test_zipmap_string_labels_are_kept_in_their_order(tmp_path):
     original = _zipmap_classifier()
     zipmap = original.graph.node[1]
