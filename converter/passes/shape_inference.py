@@ -18,7 +18,7 @@ import time
 import onnx_ir as ir
 import onnx_ir.passes.common as ir_passes
 
-from converter.errors import PassError
+from converter.errors import ModelImportError, PassError
 from converter.passes.base import PassContext, PassResult, all_graphs, describe
 from converter.passes.contrib_types import infer_contrib_types
 from converter.passes.declared_outputs import restore_declared_output_shapes, set_aside_declared_output_shapes
@@ -66,6 +66,7 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
         logger.removeHandler(capture)
         logger.propagate = propagate
         contradicted = restore_declared_output_shapes(declared)
+    _refuse_type_errors(capture.messages)
     context.warnings.extend(contradicted)
     result.details.extend(contradicted)
     contrib_typed = infer_contrib_types(model)
@@ -88,7 +89,8 @@ def _infer(model: ir.Model, capture: _Capture, *, data_prop: bool, strict: bool 
     try:
         outcome = None
         if strict:
-            outcome = ir_passes.ShapeInferencePass(check_type=False, strict_mode=True, data_prop=data_prop)(model)
+            # check_type: an input outside its op's type constraint fails here (_refuse_type_errors).
+            outcome = ir_passes.ShapeInferencePass(check_type=True, strict_mode=True, data_prop=data_prop)(model)
         if outcome is None or not outcome.modified and capture.messages:
             # Strict mode stops at the first node it cannot infer; non-strict infers the rest.
             ir_passes.ShapeInferencePass(check_type=False, strict_mode=False, data_prop=data_prop)(model)
@@ -166,6 +168,23 @@ def _long_vector(model: ir.Model) -> str | None:
             if shape is not None and len(shape) == 1 and isinstance(shape[0], int) and shape[0] > _DATA_PROP_MAX_LENGTH:
                 return repr(value.name)
     return None
+
+
+_TYPE_ERROR = "has unsupported type"  # ONNX's message for an input outside its op's type constraint
+
+
+def _refuse_type_errors(messages: list[str]) -> None:
+    """An input of a type its op does not take (tflite2onnx writes Conv with raw int8 weights
+    and no DequantizeLinear) makes the model invalid: ONNX Runtime refuses to load it, and the
+    numpy engine would compute on the raw values, a wrong answer with no error. Refused here,
+    with ONNX's words for the node and the type."""
+    for message in messages:
+        if _TYPE_ERROR in message:
+            raise ModelImportError(
+                f"the model is invalid: {message.strip()}; ONNX Runtime refuses to load it too. A quantized "
+                "weight needs a DequantizeLinear before the op (or export the float model); check the "
+                "exporter's options"
+            )
 
 
 def _refuse_negative_dims(model: ir.Model) -> None:

@@ -76,3 +76,4 @@ def test_a_reshape_to_a_computed_shape_keeps_its_rank_so_a_wrong_declaration_is_
     assert any("output 'y' is declared with shape [] but its node (Softmax) makes shape" in warning
                for warning in report.warnings), report.warnings
     assert converted.predict({"x": np.zeros((2, 16), np.float32)})["y"].shape == (2, 4, 4)
+
