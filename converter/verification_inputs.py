@@ -7,7 +7,8 @@ indices below the table's two rows). So the inputs are planned from the graph:
 - **sizes**: a dimension fixed by the model stays; one named by the caller (``input_shapes``)
   takes that size, on every input sharing its name (a declared 0 stays 0: ONNX Runtime holds
   inputs to their declared sizes); one shared by name takes one size everywhere; a leading batch dimension is 1
-  (2 for ``batch``, the name ``--dynamic-batch`` gives); the others get sizes by their role,
+  (2 for ``batch``, the name ``--dynamic-batch`` gives; 2 in a last round, for graphs that squeeze
+  it away at 1); the others get sizes by their role,
   in rounds of growing size (images 64, then 224, then 640 pixels; token sequences 8, 32, 128;
   audio 512, 4000, then 16000 samples: 512 is the one chunk size streaming voice models such as
   Silero VAD take), so a model that rejects small inputs is retried with larger; the unknown axis
@@ -55,6 +56,9 @@ _SIZES = (  # per round: image side, sequence length, cached (past) length, audi
 # Then the same with nothing cached yet, a decoder's first step (Hugging Face optimum feeds a past of
 # length 0): a model may take no other.
 _SIZES += tuple({**sizes, "past": 0} for sizes in _SIZES)
+# Last, the smallest sizes with a batch of 2: a graph may squeeze its batch axis at 1 (hummingbird's
+# tree ensembles as products do, then fail in a Transpose), so no round at batch 1 runs.
+_SIZES += ({**_SIZES[0], "batch": 2},)
 _SEQUENCE_NAME = re.compile(r"(^|_)seq(uence)?(_?len(gth)?)?(_|$)")  # sequence_length, encoder_seq_len, seq
 _PAST_NAME = re.compile(r"^past(_|$)")  # past_sequence_length, past_decoder_sequence_length
 _CHANNELS_NAME = re.compile(r"(^|_)channels?(_|$)")  # num_channels, channels
@@ -167,7 +171,7 @@ def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, i
         elif fixed.get(axis, 0) > 0:
             size = fixed[axis]
         elif _recurrent_state_batch(dims, axis, dtype):
-            size = 1  # the batch, as on the leading axis of the other inputs
+            size = round_sizes.get("batch", 1)  # the batch, as on the leading axis of the other inputs
         elif _sum_terms(param):
             size = sum(_term_size(term, axis, len(dims), dtype, round_sizes, sizes) for term in _sum_terms(param))
         elif axis > 0 and _BATCH_NAME.fullmatch(dims[0].dim_param.lower()) and _SHORT_NAME.fullmatch(param.lower()):
@@ -220,7 +224,7 @@ def _size(param: str, axis: int, rank: int, dtype: np.dtype, round_sizes: dict[s
     if lowered == "batch":
         return 2
     if (axis == 0 and rank >= 2) or _BATCH_NAME.fullmatch(lowered) or _SHORT_NAME.fullmatch(lowered):
-        return 1
+        return round_sizes.get("batch", 1)
     if _PAST_NAME.search(lowered):
         return round_sizes["past"]
     if _CHANNELS_NAME.search(lowered):

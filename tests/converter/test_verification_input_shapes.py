@@ -199,3 +199,14 @@ def test_an_axis_a_convolution_runs_over_is_a_length_even_first(tmp_path):
     report = converter.convert(model, tmp_path / "m.lite")
     assert report.verification.status == "passed", report.verification.to_dict()
     assert report.verification.feeds["input"].shape[0] >= 3
+
+
+def test_a_graph_that_squeezes_its_batch_axis_at_one_is_verified_at_a_batch_of_two(tmp_path):
+    """hummingbird's tree ensembles as products: Squeeze (every axis of size 1) then a 2-D
+    Transpose, which fails on the rank-1 tensor a batch of 1 leaves; verification was skipped."""
+    nodes = [helper.make_node("Squeeze", ["x"], ["squeezed"]),
+             helper.make_node("Transpose", ["squeezed"], ["y"], perm=[1, 0])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["sym", 13])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [13, "sym"])], {})
+    report = converter.convert(model, tmp_path / "m.lite")
+    assert report.verification.status == "passed", report.verification
