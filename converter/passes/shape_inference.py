@@ -42,6 +42,11 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     capture = _Capture()
     logger.addHandler(capture)
     propagate, logger.propagate = logger.propagate, False
+    # Handing the model to ONNX serializes it: a value with a shape and no type (after a custom
+    # op) is logged once per value, tens of lines before the conversion's own message.
+    serde = logging.getLogger("onnx_ir.serde")
+    serde_level = serde.level
+    serde.setLevel(logging.ERROR)
     declared = set_aside_declared_output_shapes(model)
     try:
         long_vector = _long_vector(model)
@@ -65,6 +70,7 @@ def infer_shapes(model: ir.Model, context: PassContext) -> PassResult:
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
+        serde.setLevel(serde_level)
         contradicted = restore_declared_output_shapes(declared)
     _refuse_type_errors(capture.messages)
     context.warnings.extend(contradicted)
