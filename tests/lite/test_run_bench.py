@@ -142,3 +142,29 @@ def test_bench_refuses_a_batch_that_contradicts_the_given_shape(cnn, tmp_path, c
 def test_bench_refuses_a_duration_or_concurrency_that_cannot_be(cnn, capsys, option):
     assert main(["bench", str(cnn), *option]) == 1
     assert "--concurrency must be >= 1 and --duration a number of seconds > 0" in capsys.readouterr().err
+
+
+def test_profile_names_the_fused_kernel_a_step_runs(tmp_path):
+    """A residual block's convolutions run in the step of its final Add: the profile said "Add"
+    for the whole block's time, and sent users after the wrong op."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import converter
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.2, name)
+               for name, shape in (("dw", (24, 1, 3, 3)), ("dwb", (24,)), ("pw", (24, 24, 1, 1)), ("pwb", (24,)))]
+    nodes = [helper.make_node("Conv", ["x", "dw", "dwb"], ["a"], group=24, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "pw", "pwb"], ["b"]), helper.make_node("Add", ["b", "x"], ["c"]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 16, 16])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, tmp_path / "block.onnx")
+    converter.convert(str(tmp_path / "block.onnx"), tmp_path / "block.lite", verify=False)
+    report = tmp_path / "bench.json"
+    assert main(["bench", str(tmp_path / "block.lite"), "--device", "numpy", "--loops", "2", "--warmup", "1",
+                 "--profile", "--json", str(report)]) == 0
+    labels = {e["op_type"] for e in json.loads(report.read_text())["profile"]["op_types"]}
+    assert "Add [ConvChain]" in labels and "Add" not in labels, labels
