@@ -44,6 +44,7 @@ from lite.engines import affine_fusion, conv_fusions, group_norm_fusion
 from lite.engines.numpy_additive_attention import fuse_additive_attention
 from lite.engines.numpy_attention import fuse_attention
 from lite.engines.numpy_epilogue import fuse_product_epilogues
+from lite.engines.numpy_fake_quant import fuse_quantize_dequantize
 from lite.engines.numpy_gelu import fuse_erf_gelu, fuse_tanh_gelu
 from lite.engines.numpy_grn import fuse_grn
 from lite.engines.numpy_layer_norm_fold import fold_layer_norm_affine
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
 def fuse(steps: list[_Step], constants: dict[int, Any], graph_outputs: set[int]) -> list[_Step]:
     """``steps`` with every fusion applied (``graph_outputs``: the indices the graph returns)."""
     steps = fold_layer_norm_affine(steps, constants, graph_outputs)  # first: it rewrites constants
+    steps = fuse_quantize_dequantize(steps, constants, graph_outputs)
     steps = _fuse_bias_adds(steps, constants, graph_outputs)
     steps = _fuse_shared_input_matmuls(steps, constants)
     steps = _fuse_squeeze_excite(steps, constants, graph_outputs)
