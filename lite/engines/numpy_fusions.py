@@ -47,8 +47,9 @@ from lite.engines.numpy_epilogue import fuse_product_epilogues
 from lite.engines.numpy_fake_quant import fuse_quantize_dequantize
 from lite.engines.numpy_gelu import fuse_erf_gelu, fuse_tanh_gelu
 from lite.engines.numpy_grn import fuse_grn
+from lite.engines.numpy_l2_normalize import fuse_l2_normalize
 from lite.engines.numpy_layer_norm_fold import fold_layer_norm_affine
-from lite.engines.numpy_norms import fuse_l2_normalize, fuse_residual_layer_norm, fuse_rms_norm
+from lite.engines.numpy_norms import fuse_residual_layer_norm, fuse_rms_norm
 from lite.engines.numpy_patterns import Graph, in_turn
 from lite.engines.numpy_pool_fusion import fuse_pad_max_pool
 from lite.engines.numpy_pool_mixer import fuse_pool_mixer
