@@ -12,6 +12,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from lite.engines.ort.half import has_half_weights, to_half_compute  # noqa: E402
 from lite.format.onnx.lower import lower_model  # noqa: E402
+from tests.lite.half_models import norm_then_masked_softmax  # noqa: E402
 
 
 def fp16_weight_model():
@@ -65,16 +66,7 @@ def test_external_weights_are_converted_consistently():
 def test_constants_float16_cannot_hold_are_clamped_not_flushed():
     """A decomposed LayerNorm's 1e-12 epsilon flushed to 0 gives NaN on a constant row, and an
     attention mask's -3.4e38 become -inf gives NaN on a fully masked row."""
-    b = GraphBuilder("clamp", opset=17)
-    x = b.input("x", np.float32, [2, 4])
-    centred = b.node("Sub", [x, b.node("ReduceMean", [x], axes=[-1], keepdims=1)])
-    variance = b.node("ReduceMean", [b.node("Mul", [centred, centred])], axes=[-1], keepdims=1)
-    epsilon = b.constant("epsilon", np.array(1e-12, np.float32))
-    normed = b.node("Div", [centred, b.node("Sqrt", [b.node("Add", [variance, epsilon])])])
-    mask = b.constant("mask", np.full((2, 4), np.finfo(np.float32).min, np.float32))
-    y = b.node("Softmax", [b.node("Add", [normed, mask])], outputs=["y"], axis=-1)
-    b.output(y, np.float32, [2, 4])
-    half = to_half_compute(lower_model(load(to_bytes(b.build())), external_weights=False))
+    half = to_half_compute(lower_model(load(norm_then_masked_softmax()), external_weights=False))
     values = {t.name: onnx.numpy_helper.to_array(t) for t in half.model.graph.initializer}
     assert values["epsilon"] == np.float16(2.0 ** -24)
     assert (values["mask"] == -np.finfo(np.float16).max).all()

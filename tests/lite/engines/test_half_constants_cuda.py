@@ -7,26 +7,13 @@ import numpy as np
 import pytest
 
 import lite
-from lite.format import GraphBuilder, to_bytes
+from tests.lite.half_models import norm_then_masked_softmax
 
 torch = pytest.importorskip("torch", reason="the check runs on a CUDA GPU through PyTorch's driver")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 pytestmark = pytest.mark.gpu
-
-
-def norm_then_masked_softmax() -> bytes:
-    b = GraphBuilder("clamp", opset=17)
-    x = b.input("x", np.float32, [2, 4])
-    centred = b.node("Sub", [x, b.node("ReduceMean", [x], axes=[-1], keepdims=1)])
-    variance = b.node("ReduceMean", [b.node("Mul", [centred, centred])], axes=[-1], keepdims=1)
-    epsilon = b.constant("epsilon", np.array(1e-12, np.float32))
-    normed = b.node("Div", [centred, b.node("Sqrt", [b.node("Add", [variance, epsilon])])])
-    mask = b.constant("mask", np.full((2, 4), np.finfo(np.float32).min, np.float32))
-    y = b.node("Softmax", [b.node("Add", [normed, mask])], outputs=["y"], axis=-1)
-    b.output(y, np.float32, [2, 4])
-    return to_bytes(b.build())
 
 
 @pytest.mark.parametrize("engine", ["onnxruntime", "torch"])
