@@ -132,6 +132,8 @@ def nothing_quantized(mode: str, declined: list[tuple[str, str, str]]) -> str:
 
 CHECK_SAMPLES = 8  # calibration samples the quantized model is checked on when no --eval is given
 CHECK_COSINE = 0.99  # an output below it against the float model is reported
+CHECK_EXACT = 0.99  # an integer/boolean output with fewer elements equal to the float model's is reported
+CHECK_DROP_PP = 100 * (1 - CHECK_COSINE)  # a classifier's top-1 drop above it is reported
 
 
 def _check_on_calibration(model, quantized: lite_ir.Model, calibration_data, inputs, config: QuantConfig, spec,
@@ -148,13 +150,34 @@ def _check_on_calibration(model, quantized: lite_ir.Model, calibration_data, inp
     evaluation = compare(evalset.float_outputs, results)
     evaluation.samples = evalset.samples
     report.evaluation, report.evaluated_on = evaluation, "calibration"
-    for name, reference in evalset.float_outputs.items():
-        where, value = _worst_part(np.asarray(reference, np.float64), np.asarray(results[name], np.float64))
+    advice = ("give --eval DATA with --max-accuracy-drop PP to keep the layers that cost most in float, "
+              "or --quant int8-dynamic")
+    report.warnings.extend(accuracy_warnings(evalset.float_outputs, results, evaluation,
+                                             f"{evaluation.samples} calibration samples", advice))
+
+
+def accuracy_warnings(reference: dict[str, np.ndarray], results: dict[str, np.ndarray], evaluation,
+                      samples: str, advice: str) -> list[str]:
+    """One warning per output the int8 model ruins against the float one: a float output (or a
+    slice of it) below CHECK_COSINE, an integer or boolean one (ids, masks) below CHECK_EXACT
+    matching elements, and a classifier whose top-1 class changed on more than the drop that
+    CHECK_COSINE stands for."""
+    found = []
+    for metrics in evaluation.outputs:
+        if metrics.exact is not None:
+            if metrics.exact < CHECK_EXACT:
+                found.append(f"int8 output {metrics.name!r} matches the float model's in {100 * metrics.exact:.2f}% of "
+                             f"its elements on {samples} (below {100 * CHECK_EXACT:.0f}%): {advice}")
+            continue
+        where, value = _worst_part(np.asarray(reference[metrics.name], np.float64),
+                                   np.asarray(results[metrics.name], np.float64))
         if value < CHECK_COSINE:
-            report.warnings.append(
-                f"int8 output {name!r}{where} has cosine {value:.4f} against the float model on {evaluation.samples} "
-                f"calibration samples (below {CHECK_COSINE}): give --eval DATA with --max-accuracy-drop PP to keep "
-                "the layers that cost most in float, or --quant int8-dynamic")
+            found.append(f"int8 output {metrics.name!r}{where} has cosine {value:.4f} against the float model on "
+                         f"{samples} (below {CHECK_COSINE}): {advice}")
+    if evaluation.top1_agreement is not None and evaluation.drop > CHECK_DROP_PP:
+        found.append(f"int8 top-1 class differs from the float model's on {evaluation.drop:.2f}% of {samples} "
+                     f"(above {CHECK_DROP_PP:.0f} pp): {advice}")
+    return found
 
 
 _PART_AXIS = 16  # axes of at most this many entries (but the batch's) are checked part by part
