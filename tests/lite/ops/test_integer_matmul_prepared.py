@@ -95,3 +95,36 @@ def test_qlinear_matmul_prepared_matches_unprepared():
     prepared = chosen.prepare([None, None, None, b, None, np.uint8(128)], [None] * 8)
     assert prepared is not None
     np.testing.assert_array_equal(chosen.fn(*args, prepared=prepared), chosen.fn(*args))
+
+
+@pytest.mark.parametrize("op", ["ConvInteger", "QLinearConv"])
+def test_integer_convolutions_prepare_their_weight(op):
+    chosen = KERNELS.select(op, "", 10)
+    x = rng.integers(0, 256, (1, 3, 9, 9), dtype=np.uint8)
+    w = rng.integers(-127, 128, (4, 3, 3, 3), dtype=np.int8)
+    attributes = {"pads": [1, 1, 1, 1]}
+    if op == "ConvInteger":
+        args = [x, w, np.uint8(100), np.int8(3)]
+        constants = [None, w, None, np.int8(3)]
+    else:
+        bias = rng.integers(-500, 500, 4).astype(np.int32)
+        args = [x, np.float32(0.02), np.uint8(100), w, np.float32(0.01), np.int8(3), np.float32(0.3), np.uint8(5), bias]
+        constants = [None, None, None, w, None, np.int8(3), None, None, bias]
+    prepared = chosen.prepare(constants, [None] * len(args), **attributes)
+    assert prepared is not None
+    expected = chosen.fn(*args, **attributes)
+    for _ in range(2):  # the second call reuses the layer kept for this shape
+        np.testing.assert_array_equal(chosen.fn(*args, **attributes, prepared=prepared), expected)
+    if op == "ConvInteger":
+        np.testing.assert_array_equal(expected, onnxruntime_conv_integer(x, w, attributes))
+
+
+def onnxruntime_conv_integer(x, w, attributes):
+    node = helper.make_node("ConvInteger", ["x", "w", "x_zp", "w_zp"], ["y"], **attributes)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(np.uint8(100)), "x_zp"),
+                               numpy_helper.from_array(np.array(np.int8(3)), "w_zp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
