@@ -225,7 +225,7 @@ def convert(
     report.passes, report.warnings = _optimize(imported.model, graph)
     report.warnings[:0] = source_warnings
     report.after = GraphStats.of(imported.model)
-    quantize = _quantizer(quantization, quant_config, report)
+    quantize = _quantizer(quantization, quant_config, report, options.verification.verify_data)
     # int8 modes check and store the spec with the calibration that reads it (quantize_model).
     preprocessing = None if quantization.is_int8 else preprocessing_metadata(quantization.preprocessing, imported.model)
     try:
@@ -259,8 +259,8 @@ def _optimize(model: ir.Model, graph: GraphOptions) -> tuple[list[PassResult], l
                           dynamic_batch=graph.dynamic_batch, fp16=graph.fp16, fp16_io=graph.fp16_io)
 
 
-def _quantizer(quantization: QuantizeOptions, config: QuantConfig | None,
-               report: ConversionReport) -> Callable[[lite_ir.Model], lite_ir.Model] | None:
+def _quantizer(quantization: QuantizeOptions, config: QuantConfig | None, report: ConversionReport,
+               verify_data: Any = None) -> Callable[[lite_ir.Model], lite_ir.Model] | None:
     """The int8 rewrite of the lowered model, which also fills ``report.quantization``."""
     if config is None:
         return None
@@ -271,6 +271,7 @@ def _quantizer(quantization: QuantizeOptions, config: QuantConfig | None,
         quantized, report.quantization = quantize_model(
             lite_model, config, calibration_data=quantization.calibration_data, eval_data=quantization.eval_data,
             preprocessing=quantization.preprocessing, progress=quantization.progress,
+            check_data=verify_data,
         )
         return quantized
 

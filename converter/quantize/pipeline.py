@@ -48,8 +48,13 @@ def quantize_model(
     preprocessing: str | dict[str, Any] | None = None,
     progress: bool | ProgressCallback | None = None,
     engine: str = "auto",
+    check_data: DataSource | None = None,
 ) -> tuple[lite_ir.Model, QuantizationReport]:
-    """Quantize ``model`` (not modified) as ``config`` says; see docs/quantization.md."""
+    """Quantize ``model`` (not modified) as ``config`` says; see docs/quantization.md.
+
+    ``check_data`` (the conversion's verification inputs) is what int8-dynamic and int8-weight
+    are checked on without ``eval_data`` when no calibration data is given either; inputs are
+    synthesized when it is None."""
     started = time.perf_counter()
     report_progress = resolve(progress)
     spec = read_spec(preprocessing)
@@ -88,15 +93,10 @@ def quantize_model(
             )
             report.budget_met = evaluation.drop <= config.max_accuracy_drop
         report.evaluation = evaluation
-    elif (config.mode == "int8" and quantized.quantized
-          and isinstance(calibration_data, (str, os.PathLike, list, tuple))):
-        try:
-            _check_on_calibration(model, quantized.model, calibration_data, inputs, config, spec, engine, report)
-        except QuantizedModelRejectedError:
-            raise
-        except Exception as err:  # an advisory check: the quantized model is written either way
-            report.warnings.append(f"the int8 model could not be checked against the float one on calibration "
-                                   f"samples ({type(err).__name__}: {str(err)[:200]}); give --eval DATA to measure it")
+    elif quantized.quantized:
+        source = _check_source(config, calibration_data, check_data, inputs)
+        if source is not None:
+            _checked(model, quantized.model, source, inputs, config, spec, engine, report)
     report.quantized_nodes = quantized.quantized
     report.declined = quantized.declined
     report.removed_activations = quantized.removed
@@ -132,29 +132,104 @@ def nothing_quantized(mode: str, declined: list[tuple[str, str, str]]) -> str:
 
 CHECK_SAMPLES = 8  # calibration samples the quantized model is checked on when no --eval is given
 CHECK_COSINE = 0.99  # an output below it against the float model is reported
+CHECK_EXACT = 0.99  # an integer/boolean output with fewer elements equal to the float model's is reported
+CHECK_DROP_PP = 100 * (1 - CHECK_COSINE)  # a classifier's top-1 drop above it is reported
 
 
-def _check_on_calibration(model, quantized: lite_ir.Model, calibration_data, inputs, config: QuantConfig, spec,
-                          engine: str, report: QuantizationReport) -> None:
-    """Without evaluation data, the quantized model against the float one on a few calibration
-    samples: not a measure of accuracy (the ranges came from them), but a quantization that
-    ruins an output, or a part of one (a shared scale that rounds a detector's scores to 0 beside
-    its box coordinates), shows, with a warning."""
-    checked = list(batches(calibration_data, inputs, config.batch_size, CHECK_SAMPLES, spec))
+def _check_source(config: QuantConfig, calibration_data, check_data, inputs) -> tuple[str, DataSource] | None:
+    """What the quantized model is checked on without evaluation data, and what to call it: the
+    calibration samples; for int8-dynamic and int8-weight (no calibration needed) the
+    verification inputs, else synthesized ones. None where static int8's data is an iterator,
+    which calibration consumed."""
+    if isinstance(calibration_data, (str, os.PathLike, list, tuple)):
+        return "calibration", calibration_data
+    if config.mode == "int8":
+        return None
+    if isinstance(check_data, (str, os.PathLike)) and str(check_data).lower().endswith(".npz"):
+        with np.load(check_data) as arrays:
+            return "verification", [dict(arrays)]
+    if check_data is not None:
+        return "verification", check_data
+    return "synthesized", [synthesized_inputs(inputs)]
+
+
+def synthesized_inputs(inputs) -> dict[str, np.ndarray]:
+    """CHECK_SAMPLES rows of random inputs as the converter's verification makes them (normal
+    floats, integers 0-3: ids any vocabulary has), unknown dimensions 1."""
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec_ in inputs:
+        dims = [dim if isinstance(dim, int) and dim > 0 else 1 for dim in spec_.shape]
+        if dims and not spec_.whole and not isinstance(spec_.shape[0], int):
+            dims[0] = CHECK_SAMPLES
+        if spec_.dtype.kind == "f":
+            feeds[spec_.name] = rng.standard_normal(dims).astype(spec_.dtype)
+        else:
+            feeds[spec_.name] = rng.integers(0, 2 if spec_.dtype.kind == "b" else 4, size=dims).astype(spec_.dtype)
+    return feeds
+
+
+def _checked(model, quantized: lite_ir.Model, source: tuple[str, DataSource], inputs, config: QuantConfig, spec,
+             engine: str, report: QuantizationReport) -> None:
+    """Run the check; it is advisory: the quantized model is written whatever happens to it."""
+    try:
+        _check_on_samples(model, quantized, source, inputs, config, spec, engine, report)
+    except QuantizedModelRejectedError:
+        raise
+    except Exception as err:
+        report.warnings.append(f"the {config.mode} model could not be checked against the float one on {source[0]} "
+                               f"samples ({type(err).__name__}: {str(err)[:200]}); give --eval DATA to measure it")
+
+
+def _check_on_samples(model, quantized: lite_ir.Model, source: tuple[str, DataSource], inputs, config: QuantConfig,
+                      spec, engine: str, report: QuantizationReport) -> None:
+    """Without evaluation data, the quantized model against the float one on a few samples
+    (calibration, verification or synthesized ones): not a measure of accuracy, but a
+    quantization that ruins an output, or a part of one (a shared scale that rounds a detector's
+    scores to 0 beside its box coordinates; per-tensor weights that leave a MobileNet's embedding
+    at cosine 0.26), shows, with a warning."""
+    described, data = source
+    checked = list(batches(data, inputs, config.batch_size, CHECK_SAMPLES, spec))
     if not checked:
         return
     evalset = EvalSet(model, checked, engine)
     results = evalset.run(quantized)
     evaluation = compare(evalset.float_outputs, results)
     evaluation.samples = evalset.samples
-    report.evaluation, report.evaluated_on = evaluation, "calibration"
-    for name, reference in evalset.float_outputs.items():
-        where, value = _worst_part(np.asarray(reference, np.float64), np.asarray(results[name], np.float64))
+    report.evaluation, report.evaluated_on = evaluation, described
+    report.warnings.extend(accuracy_warnings(evalset.float_outputs, results, evaluation,
+                                             f"{evaluation.samples} {described} samples", _advice(config)))
+
+
+def _advice(config: QuantConfig) -> str:
+    advice = "give --eval DATA with --max-accuracy-drop PP to keep the layers that cost most in float"
+    if config.mode == "int8":
+        return advice + ", or --quant int8-dynamic"
+    return advice if config.per_channel else advice + ", or drop --per-tensor (per-channel weight scales)"
+
+
+def accuracy_warnings(reference: dict[str, np.ndarray], results: dict[str, np.ndarray], evaluation,
+                      samples: str, advice: str) -> list[str]:
+    """One warning per output the int8 model ruins against the float one: a float output (or a
+    slice of it) below CHECK_COSINE, an integer or boolean one (ids, masks) below CHECK_EXACT
+    matching elements, and a classifier whose top-1 class changed on more than the drop that
+    CHECK_COSINE stands for."""
+    found = []
+    for metrics in evaluation.outputs:
+        if metrics.exact is not None:
+            if metrics.exact < CHECK_EXACT:
+                found.append(f"int8 output {metrics.name!r} matches the float model's in {100 * metrics.exact:.2f}% of "
+                             f"its elements on {samples} (below {100 * CHECK_EXACT:.0f}%): {advice}")
+            continue
+        where, value = _worst_part(np.asarray(reference[metrics.name], np.float64),
+                                   np.asarray(results[metrics.name], np.float64))
         if value < CHECK_COSINE:
-            report.warnings.append(
-                f"int8 output {name!r}{where} has cosine {value:.4f} against the float model on {evaluation.samples} "
-                f"calibration samples (below {CHECK_COSINE}): give --eval DATA with --max-accuracy-drop PP to keep "
-                "the layers that cost most in float, or --quant int8-dynamic")
+            found.append(f"int8 output {metrics.name!r}{where} has cosine {value:.4f} against the float model on "
+                         f"{samples} (below {CHECK_COSINE}): {advice}")
+    if evaluation.top1_agreement is not None and evaluation.drop > CHECK_DROP_PP:
+        found.append(f"int8 top-1 class differs from the float model's on {evaluation.drop:.2f}% of {samples} "
+                     f"(above {CHECK_DROP_PP:.0f} pp): {advice}")
+    return found
 
 
 _PART_AXIS = 16  # axes of at most this many entries (but the batch's) are checked part by part

@@ -66,7 +66,10 @@ class QuantizationReport:
             parts.append(f"drop {evaluation.drop:.2f} pp")
             lines.append("    " + ", ".join(parts))
             for output in evaluation.outputs:
-                lines.append(f"    output {output.name!r}: cosine {output.cosine:.6f}, SNR {output.snr_db:.1f} dB")
+                if output.exact is not None:
+                    lines.append(f"    output {output.name!r}: exact match {100 * output.exact:.2f}%")
+                else:
+                    lines.append(f"    output {output.name!r}: cosine {output.cosine:.6f}, SNR {output.snr_db:.1f} dB")
         if self.sensitivity:
             worst = ", ".join(f"{s.node} ({s.snr_db:.1f} dB)" for s in self.sensitivity[:3])
             lines.append(f"    most sensitive layers: {worst}")
