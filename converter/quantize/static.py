@@ -33,7 +33,11 @@ import numpy as np
 from converter.quantize.config import QuantConfig
 from converter.quantize.errors import QuantizationError
 from converter.quantize.graph import GraphEditor, default_opset, describe
-from converter.quantize.kept_float import keep_disparate_concats_float, keep_unobserved_tensors_float
+from converter.quantize.kept_float import (
+    keep_disparate_concats_float,
+    keep_moves_of_float_tensors_float,
+    keep_unobserved_tensors_float,
+)
 from converter.quantize.quantizers import QUANTIZERS, Request
 from converter.quantize.scheme import activation_bounds, activation_params, quantize_bias, quantize_weight
 from converter.quantize.tables import quantize_tables
@@ -75,6 +79,7 @@ def quantize_static(model: lite_ir.Model, ranges: dict[str, Range], config: Quan
     keep_disparate_concats_float(graph, requests, ranges, result)
     _keep_magnified_tensors_float(graph, requests, result)
     _keep_constant_operands_cheap(graph, requests, result)
+    keep_moves_of_float_tensors_float(graph, requests, result)
     forced = _remove_activations(graph, requests, ranges, result)
     shared, own = _mark_tensors(graph, requests, forced)
     params = _parameters(graph, own, shared, ranges, forced, config)
