@@ -4,6 +4,12 @@
 * A Concat whose inputs' ranges differ by more than :data:`DISPARITY` times: its output shares
   one scale, so the narrow input keeps a few of the 256 steps. A detector's head concatenates
   box coordinates (0 to 640) with class scores (0 to 1): at a step of 2.5 every score was 0.
+  What only moves its values on (a Pad to a fixed number of rows, a Slice, a Gather, a Reshape)
+  carries the same mix, so it stays float too.
+* A node that only moves values (Reshape, Transpose, MaxPool ...: its output shares its input's
+  scale) whose input comes from a node kept in float: quantizing it adds a Q/DQ pair, and its
+  error, where nothing reads integers. ONNX Runtime's quantizer makes the same choice: it
+  quantizes such an op only where its input is quantized already.
 """
 
 from __future__ import annotations
@@ -60,17 +66,43 @@ def keep_disparate_concats_float(graph: GraphEditor, requests, ranges: dict[str,
     requests[:] = kept
 
 
-_VIEWS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+def keep_moves_of_float_tensors_float(graph: GraphEditor, requests, result) -> None:
+    """Decline every node that only moves values (output ``shared``) whose input a node kept in
+    float produces (see the module docstring). In graph order, so a chain of them goes together."""
+    requested = {id(node) for node, _ in requests}
+    kept = []
+    for node, request in requests:
+        producer = graph.producer.get(node.inputs[0]) if request.output == "shared" else None
+        if producer is None or id(producer) in requested:
+            kept.append((node, request))
+            continue
+        requested.discard(id(node))
+        result.declined.append((node.name, node.op_type, f"its input comes from {producer.op_type} node "
+                                f"{producer.name!r}, kept in float: a Q/DQ pair here would only add error"))
+    requests[:] = kept
+
+
+# Ops that move values without computing new ones: op type -> the input slots whose values their
+# outputs carry (the others are shapes, indices, pads).
+_MOVES = {op: (0,) for op in ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Pad",
+                               "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Split",
+                               "DepthToSpace", "SpaceToDepth")}
+_MOVES |= {"ScatterND": (0, 2), "ScatterElements": (0, 2), "Where": (1, 2)}
 
 
 def _views(graph: GraphEditor, index: int) -> list[int]:
-    """``index`` and the tensors views of it carry on (the same values, the same range)."""
+    """``index`` and the tensors that ops moving its values carry it on to (the same values, the
+    same range); a Concat carries it too, along with its other inputs."""
     found, pending = [], [index]
     while pending:
         current = pending.pop()
+        if current in found:
+            continue
         found.append(current)
-        pending += [reader.outputs[0] for reader in graph.readers(current)
-                    if reader.op_type in _VIEWS and reader.inputs and reader.inputs[0] == current]
+        for reader in graph.readers(current):
+            slots = range(len(reader.inputs)) if reader.op_type == "Concat" else _MOVES.get(reader.op_type, ())
+            if any(slot < len(reader.inputs) and reader.inputs[slot] == current for slot in slots):
+                pending += [output for output in reader.outputs if output >= 0]
     return found
 
 

@@ -11,7 +11,9 @@ Follows the TFLite int8 quantization specification
 - Weights: int8, symmetric (zero point 0), narrow range [-127, 127], one scale per output channel
   (``per_channel``) or per tensor.
 - Bias: int32, zero point 0, ``scale = input_scale * weight_scale[c]``, so the integer kernel adds
-  it to the int32 accumulator directly.
+  it to the int32 accumulator directly. Where the bias would not fit int32 at that scale (a
+  near-constant input, range 1e-9, and a class-prior bias of -11.5) the channel's weight scale is
+  raised until it does (:func:`bias_fitting_scale`), as TFLite's and ONNX Runtime's quantizers do.
 """
 
 from __future__ import annotations
@@ -49,25 +51,52 @@ def activation_params(low: float, high: float, activation_type: str = "uint8") -
     )
 
 
-def quantize_weight(weight: np.ndarray, axis: int | None) -> tuple[np.ndarray, lite_ir.QuantParams]:
+def quantize_weight(weight: np.ndarray, axis: int | None,
+                    scale: np.ndarray | None = None) -> tuple[np.ndarray, lite_ir.QuantParams]:
     """Symmetric int8 with narrow range; one scale per index of ``axis`` (None: per tensor).
 
-    A channel of zeros gets scale 1 (any positive scale represents it exactly).
+    A channel of zeros gets scale 1 (any positive scale represents it exactly). ``scale``: use
+    these scales instead of the weights' peaks (raised so a bias fits, :func:`bias_fitting_scale`).
     """
     weight = np.asarray(weight, dtype=np.float32)
-    if axis is None:
-        peak = np.array([np.max(np.abs(weight))]) if weight.size else np.zeros(1)
-    else:
+    if axis is not None:
         axis = axis % weight.ndim
-        reduce = tuple(a for a in range(weight.ndim) if a != axis)
-        peak = np.max(np.abs(weight), axis=reduce) if weight.size else np.zeros(weight.shape[axis])
-    scale = (peak / 127.0).astype(np.float32)
-    scale[scale <= _TINY] = 1.0
+    if scale is None:
+        scale = weight_scale(weight, axis)
     scale_b = scale if axis is None else scale.reshape([-1 if a == axis else 1 for a in range(weight.ndim)])
     values = np.clip(np.rint(weight / scale_b), -127, 127).astype(np.int8)
     params = lite_ir.QuantParams(scale=scale, zero_point=np.zeros(scale.size, np.int64), axis=axis,
                                  bits=8, signed=True, symmetric=True)
     return values, params
+
+
+def weight_scale(weight: np.ndarray, axis: int | None) -> np.ndarray:
+    """Peak / 127 per index of ``axis`` (None: one for the tensor); 1 for a channel of zeros."""
+    if axis is None:
+        peak = np.array([np.max(np.abs(weight))]) if weight.size else np.zeros(1)
+    else:
+        reduce = tuple(a for a in range(weight.ndim) if a != axis)
+        peak = np.max(np.abs(weight), axis=reduce) if weight.size else np.zeros(weight.shape[axis])
+    scale = (peak / 127.0).astype(np.float32)
+    scale[scale <= _TINY] = 1.0
+    return scale
+
+
+def bias_fitting_scale(bias: np.ndarray, input_scale: float, weight_scale: np.ndarray) -> np.ndarray:
+    """``weight_scale``, raised where ``bias / (input_scale * weight_scale)`` would not fit int32.
+
+    Clipping that bias would move it: on a detector's class head (input range 1e-9, bias -11.5)
+    it became -0.0016 and every score 0.5. Raising the weight scale instead costs the weights'
+    contribution at most half a weight step times the input's range, per term: about
+    128 · |bias| / 2^31 each, far below the bias it keeps exact. (TFLite and ONNX Runtime's
+    quantizers do the same.) One scale per tensor fits the largest bias.
+    """
+    bias = np.abs(np.asarray(bias, np.float64).reshape(-1))
+    scale = np.asarray(weight_scale, np.float32).reshape(-1)
+    if scale.size == 1:
+        bias = bias.max(initial=0.0, keepdims=True)
+    needed = 1.0001 * bias / (float(_INT32.max) * max(float(input_scale), _TINY))  # margin for float32 rounding
+    return np.maximum(scale, needed).astype(np.float32)
 
 
 def quantize_bias(bias: np.ndarray, input_scale: float, weight_scale: np.ndarray) -> tuple[np.ndarray, lite_ir.QuantParams]:

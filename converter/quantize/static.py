@@ -33,9 +33,20 @@ import numpy as np
 from converter.quantize.config import QuantConfig
 from converter.quantize.errors import QuantizationError
 from converter.quantize.graph import GraphEditor, default_opset, describe
-from converter.quantize.kept_float import keep_disparate_concats_float, keep_unobserved_tensors_float
+from converter.quantize.kept_float import (
+    keep_disparate_concats_float,
+    keep_moves_of_float_tensors_float,
+    keep_unobserved_tensors_float,
+)
 from converter.quantize.quantizers import QUANTIZERS, Request
-from converter.quantize.scheme import activation_bounds, activation_params, quantize_bias, quantize_weight
+from converter.quantize.scheme import (
+    activation_bounds,
+    activation_params,
+    bias_fitting_scale,
+    quantize_bias,
+    quantize_weight,
+    weight_scale,
+)
 from converter.quantize.tables import quantize_tables
 from lite.format import ir as lite_ir
 from lite.format.dtypes import DataType
@@ -75,11 +86,12 @@ def quantize_static(model: lite_ir.Model, ranges: dict[str, Range], config: Quan
     keep_disparate_concats_float(graph, requests, ranges, result)
     _keep_magnified_tensors_float(graph, requests, result)
     _keep_constant_operands_cheap(graph, requests, result)
+    keep_moves_of_float_tensors_float(graph, requests, result)
     forced = _remove_activations(graph, requests, ranges, result)
     shared, own = _mark_tensors(graph, requests, forced)
     params = _parameters(graph, own, shared, ranges, forced, config)
     for node, request in requests:
-        _quantize_weights(graph, node, request, params, config.activation_type)
+        _quantize_weights(graph, node, request, params, config.activation_type, result)
     _insert_pairs(graph, params, shared, config)
     result.quantized = [node.name for node, _ in requests]
     # Tables last, on the finished graph: a Gather's rows are rewritten after its output's Q/DQ pair.
@@ -269,12 +281,14 @@ def _parameters(graph: GraphEditor, own: set[int], shared: dict[int, int], range
     return params
 
 
-def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, params, activation_type: str) -> None:
+def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, params, activation_type: str,
+                      result: QuantizedGraph) -> None:
     weight_scales = None
     for slot, axis in request.weights.items():
         index = node.inputs[slot]
         tensor = graph.tensor(index)
-        values, weight_params = quantize_weight(graph.constant(index), axis)
+        scale = _bias_fitting_scale(graph, node, request, params, axis, result) if slot == 1 else None
+        values, weight_params = quantize_weight(graph.constant(index), axis, scale)
         weight_scales = weight_params.scale
         quantized = graph.add_constant(tensor.name + QUANTIZED, values, DataType.INT8, weight_params)
         node.inputs[slot] = _dequantize_constant(graph, node, quantized, weight_params, tensor)
@@ -289,6 +303,28 @@ def _quantize_weights(graph: GraphEditor, node: lite_ir.Node, request: Request, 
     values, bias_params = quantize_bias(graph.constant(index), float(input_params.scale[0]), weight_scales)
     quantized = graph.add_constant(tensor.name + QUANTIZED, values, DataType.INT32, bias_params)
     node.inputs[request.bias] = _dequantize_constant(graph, node, quantized, bias_params, tensor)
+
+
+def _bias_fitting_scale(graph: GraphEditor, node: lite_ir.Node, request: Request, params, axis: int | None,
+                        result: QuantizedGraph) -> np.ndarray | None:
+    """The weight scales of ``node``, raised where its int32 bias would overflow (None: none
+    raised); each raise is a warning naming the node, since it changes the weights' precision."""
+    if request.bias is None:
+        return None
+    weight = graph.constant(node.inputs[1])
+    peaks = weight_scale(weight, None if axis is None else axis % weight.ndim)
+    input_scale = float(params[node.inputs[0]].scale[0])
+    bias = graph.constant(node.inputs[request.bias])
+    scale = bias_fitting_scale(bias, input_scale, peaks)
+    raised = np.flatnonzero(scale > peaks)
+    if raised.size == 0:
+        return None
+    result.warnings.append(
+        f"{describe(node)}: its bias (up to {float(np.max(np.abs(bias))):.3g}) would overflow int32 at "
+        f"its input's scale ({input_scale:.3g}) × its weights' scale; the weight scale of {raised.size} of "
+        f"{peaks.size} channel(s) was raised (up to {float(np.max(scale[raised] / peaks[raised])):.3g}×) so the "
+        "bias stays exact, at the cost of its weights' precision (its input's range is tiny next to the bias)")
+    return scale
 
 
 def _quantize_constant(graph: GraphEditor, reader: lite_ir.Node, index: int, activation_type: str) -> int:
