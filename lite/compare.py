@@ -107,6 +107,17 @@ class OutputError:
                 "dtype": None if self.dtype is None else np.dtype(self.dtype).name}
 
 
+def _text(value: Any) -> Any:
+    """A string element as text: the numpy engine carries STRING tensors as bytes (any bytes
+    pass through), ONNX Runtime returns str; b'cat' and 'cat' are one value."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
 def output_error(name: str, expected: Any, got: Any) -> OutputError:
     """How ``got`` differs from ``expected`` (arrays of one output)."""
     a, b = np.asarray(expected), np.asarray(got)
@@ -114,7 +125,7 @@ def output_error(name: str, expected: Any, got: Any) -> OutputError:
         return OutputError(name, np.inf, np.inf, 0.0, problem=f"shape {list(b.shape)}, the reference's {list(a.shape)}")
     if a.dtype.kind not in "fc" and b.dtype.kind not in "fc":
         if a.dtype.kind in "OUS" or b.dtype.kind in "OUS":
-            differing = int(sum(x != y for x, y in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist())))
+            differing = int(sum(_text(x) != _text(y) for x, y in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist())))
         else:
             differing = int(np.count_nonzero(a != b))
         return OutputError(name, float(differing), float(differing), 1.0 if not differing else 0.0,
