@@ -54,3 +54,16 @@ def test_a_mismatch_stands_when_the_reference_implementation_fails_in_itself(tmp
     else:
         with pytest.raises(VerificationError, match="First diverging node"):
             converter.convert(_two_convs(), tmp_path / "m.lite")
+
+
+def test_fp16_io_is_verified_on_the_inputs_the_converted_model_can_be_given(tmp_path):
+    """With ``fp16_io`` the converted model takes float16 inputs: the reference now runs on the
+    same rounded values. y = sin(4096·x) failed on the rounding of x alone (cosine 0.60)."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "k"], ["t"]), helper.make_node("Sin", ["t"], ["y"])], "sensitive",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        [numpy_helper.from_array(np.array(4096, np.float32), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    report = converter.convert(model, tmp_path / "m.lite", fp16=True, fp16_io=True)
+    assert report.verification.status == "passed", report.verification
