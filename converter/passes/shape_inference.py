@@ -187,9 +187,9 @@ def _refuse_type_errors(messages: list[str]) -> None:
     for message in messages:
         if _TYPE_ERROR in message:
             raise ModelImportError(
-                f"the model is invalid: {message.strip()}; ONNX Runtime refuses to load it too. A quantized "
-                "weight needs a DequantizeLinear before the op (or export the float model); check the "
-                "exporter's options"
+                f"the model is invalid: {message.strip()}; ONNX Runtime refuses to load it too. Export it again "
+                "with types the op takes (a quantized weight, for one, needs a DequantizeLinear before "
+                "the op, or export the float model)"
             )
 
 
